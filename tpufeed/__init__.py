@@ -1,0 +1,40 @@
+"""tpufeed: feed accelerators from the host they are attached to.
+
+Exact, deterministic, resumable input pipelines over ArrayRecord and TFRecord files.
+"""
+
+from tpufeed import codec
+from tpufeed.dataset import Dataset
+from tpufeed.errors import (
+    BatchError,
+    CodecError,
+    CorruptDataError,
+    InvalidArgumentError,
+    RecordIndexError,
+    SourceError,
+    SourceNotFoundError,
+    StateError,
+    TpufeedError,
+    TransformError,
+    WorkerError,
+)
+from tpufeed.iterator import DatasetIterator
+
+__version__ = "0.1.0"
+
+__all__ = sorted([
+    "BatchError",
+    "CodecError",
+    "CorruptDataError",
+    "Dataset",
+    "DatasetIterator",
+    "InvalidArgumentError",
+    "RecordIndexError",
+    "SourceError",
+    "SourceNotFoundError",
+    "StateError",
+    "TpufeedError",
+    "TransformError",
+    "WorkerError",
+    "codec",
+])

@@ -1,0 +1,75 @@
+"""Stacking elements into a batch: dicts, tuples, lists and arrays of equal shape, recursively."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import BatchError
+
+Describe = Callable[[int], str]
+
+
+def stack(elements: Sequence[Any], describe: Describe | None = None) -> Any:
+    """Stacks a list of same-structured elements into one of numpy arrays (leading batch axis).
+
+    `describe(i)` names element i (its record) in error messages.
+
+    >>> stack([{"x": np.zeros(2)}, {"x": np.ones(2)}])["x"].shape
+    (2, 2)
+    """
+    if not elements:
+        raise BatchError("cannot stack an empty batch")
+    return _stack(elements, "", describe or (lambda i: f"element {i}"))
+
+
+def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
+    first = elements[0]
+    if isinstance(first, dict):
+        keys = first.keys()
+        for i, e in enumerate(elements):
+            if not isinstance(e, dict) or e.keys() != keys:
+                got = sorted(e.keys()) if isinstance(e, dict) else type(e).__name__
+                raise BatchError(f"cannot batch{_at(where)}: {describe(0)} has keys {sorted(keys)} "
+                                 f"but {describe(i)} has {got}")
+        return {k: _stack([e[k] for e in elements], f"{where}[{k!r}]", describe) for k in keys}
+    if isinstance(first, (tuple, list)) and not _is_leaf_list(first):
+        for i, e in enumerate(elements):
+            if type(e) is not type(first) or len(e) != len(first):
+                raise BatchError(f"cannot batch{_at(where)}: {describe(0)} is a {type(first).__name__} "
+                                 f"of {len(first)} but {describe(i)} is {_kind(e)}")
+        parts = [_stack([e[j] for e in elements], f"{where}[{j}]", describe) for j in range(len(first))]
+        return type(first)(parts) if isinstance(first, list) else _same_tuple(first, parts)
+    if isinstance(first, (bytes, str)):
+        out = np.empty(len(elements), dtype=object)
+        out[:] = elements
+        return out
+    try:
+        return np.stack(elements)
+    except (ValueError, TypeError):
+        shapes = [np.shape(e) for e in elements]
+        for i, shape in enumerate(shapes):
+            if shape != shapes[0]:
+                raise BatchError(
+                    f"cannot batch{_at(where)}: {describe(0)} has shape {shapes[0]} but "
+                    f"{describe(i)} has shape {shape}; pad or resize in a map before batch") from None
+        raise BatchError(f"cannot batch{_at(where)}: values of types "
+                         f"{sorted({type(e).__name__ for e in elements})} do not stack") from None
+
+
+def _is_leaf_list(value: Sequence[Any]) -> bool:
+    return bool(value) and all(isinstance(v, (int, float, bool)) for v in value)
+
+
+def _same_tuple(first: tuple, parts: list) -> tuple:
+    return type(first)(*parts) if hasattr(first, "_fields") else tuple(parts)
+
+
+def _kind(value: Any) -> str:
+    return f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
+
+
+def _at(where: str) -> str:
+    return f" at {where}" if where else ""

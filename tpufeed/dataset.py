@@ -1,0 +1,212 @@
+"""Dataset: an immutable, chainable description of an input pipeline.
+
+>>> ds = (Dataset.from_sequence(range(100)).shuffle(seed=0).shard(0, 2)
+...       .map(lambda x: {"x": x}).batch(8).repeat(2))
+>>> it = iter(ds); batch = next(it); state = it.get_state()
+>>> next(ds.iterator(state))["x"].tolist() == next(it)["x"].tolist()
+True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.iterator import DatasetIterator
+from tpufeed.order import Cursor, resume_cursor
+from tpufeed.pipeline import Plan
+from tpufeed.sources.view import SourceView
+from tpufeed.stages import BatchOp, FilterOp, MapOp, Op, RandomMapOp, describe_ops
+from tpufeed.state import fingerprint, state_from_dict
+from tpufeed.storage.local import PathsLike
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """Which share of every epoch this host reads; None means "ask jax when iterating"."""
+
+    index: int | None = None
+    count: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("index", "count"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+                raise InvalidArgumentError(f"shard {name} must be an int, got {value!r}")
+        if self.count is not None and self.count < 1:
+            raise InvalidArgumentError(f"shard count must be >= 1, got {self.count}")
+        if self.index is not None and self.index < 0:
+            raise InvalidArgumentError(f"shard index must be >= 0, got {self.index}")
+        if self.index is not None and self.count is not None and self.index >= self.count:
+            raise InvalidArgumentError(f"shard index {self.index} is not below shard count {self.count}")
+
+    def resolve(self) -> tuple[int, int]:
+        """(index, count), the missing parts from jax.process_index()/process_count()."""
+        index, count = self.index, self.count
+        if index is None or count is None:
+            jax_index, jax_count = _jax_process()
+            index = jax_index if index is None else index
+            count = jax_count if count is None else count
+        if index >= count:
+            raise InvalidArgumentError(f"shard index {index} is not below shard count {count}")
+        return index, count
+
+
+def _jax_process() -> tuple[int, int]:
+    try:
+        import jax
+    except ImportError:
+        return 0, 1
+    return jax.process_index(), jax.process_count()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A pipeline: source -> shuffle -> shard -> map/random_map/filter -> batch -> repeat.
+
+    Every method returns a new Dataset. Shuffle, shard, repeat and prefetch are settings of the
+    whole pipeline; map, random_map, filter and batch run in the order they were chained
+    (stages after `batch` see whole batches). Batches never span epochs.
+    """
+
+    _source: SourceView
+    _seed: int | None = None
+    _sharding: Sharding = Sharding(0, 1)
+    _ops: tuple[Op, ...] = ()
+    _epochs: int | None = 1
+    _prefetch: int = 0
+
+    # -- constructors -------------------------------------------------------------------------
+
+    @classmethod
+    def from_source(cls, source: Any) -> Dataset:
+        """Any object with `__len__` and `__getitem__(int)` (a Grain data source works as is)."""
+        return cls(SourceView(source))
+
+    @classmethod
+    def from_sequence(cls, items: Sequence[Any]) -> Dataset:
+        from tpufeed.sources.memory import SequenceSource
+        return cls(SourceView(SequenceSource(items)))
+
+    @classmethod
+    def from_array_record(cls, paths: PathsLike) -> Dataset:
+        """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them."""
+        from tpufeed.sources.array_record import ArrayRecordSource
+        return cls(SourceView(ArrayRecordSource(paths)))
+
+    @classmethod
+    def from_tfrecord(cls, paths: PathsLike, index_dir: str | os.PathLike | None = None) -> Dataset:
+        """Records (bytes) of TFRecord files, randomly accessible through an offset index."""
+        from tpufeed.sources.tfrecord import TFRecordSource
+        return cls(SourceView(TFRecordSource(paths, index_dir=index_dir)))
+
+    # -- settings -----------------------------------------------------------------------------
+
+    @property
+    def source(self) -> Any:
+        """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source."""
+        return self._source.source
+
+    def shuffle(self, seed: int) -> Dataset:
+        """Global shuffle: a fresh permutation of all records each epoch, keyed by `seed`."""
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
+        if self._seed is not None:
+            raise InvalidArgumentError(f"shuffle is already set (seed {self._seed})")
+        return dataclasses.replace(self, _seed=seed)
+
+    def shard(self, index: int | None = None, count: int | None = None) -> Dataset:
+        """This host's share of each epoch; defaults to jax.process_index()/process_count()."""
+        return dataclasses.replace(self, _sharding=Sharding(index, count))
+
+    def map(self, fn: Callable[[Any], Any]) -> Dataset:
+        """fn(element) -> element."""
+        return self._add(MapOp(_callable(fn, "map")))
+
+    def random_map(self, fn: Callable[[Any, Any], Any]) -> Dataset:
+        """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)."""
+        stream = sum(isinstance(op, RandomMapOp) for op in self._ops)
+        return self._add(RandomMapOp(_callable(fn, "random_map"), stream))
+
+    def filter(self, fn: Callable[[Any], bool]) -> Dataset:
+        """Keeps the elements for which fn(element) is true."""
+        return self._add(FilterOp(_callable(fn, "filter")))
+
+    def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
+        """Stacks `batch_size` elements into numpy arrays (dicts, tuples and arrays nest)."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
+        if any(isinstance(op, BatchOp) for op in self._ops):
+            raise InvalidArgumentError("batch is already set; a pipeline batches once")
+        return self._add(BatchOp(batch_size, bool(drop_remainder)))
+
+    def repeat(self, epochs: int | None = None) -> Dataset:
+        """Runs `epochs` epochs (None: forever), each a new permutation when shuffled."""
+        if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0):
+            raise InvalidArgumentError(f"epochs must be None or a non-negative int, got {epochs!r}")
+        return dataclasses.replace(self, _epochs=epochs)
+
+    def prefetch(self, n: int) -> Dataset:
+        """Keeps up to `n` items ready ahead of the consumer (0: produce on demand)."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise InvalidArgumentError(f"prefetch must be a non-negative int, got {n!r}")
+        return dataclasses.replace(self, _prefetch=n)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iterator()
+
+    def iterator(self, state: dict[str, Any] | None = None) -> DatasetIterator:
+        """A new iterator, from the start or resuming right after `state` was taken.
+
+        `state` may come from any host of a lockstep run with another host count.
+        """
+        plan = self._plan()
+        if state is None:
+            cursor = Cursor(0, 0, plan.hosts, plan.host, 0)
+        else:
+            saved = state_from_dict(state, plan.fingerprint)
+            cursor = resume_cursor(saved, len(plan.source), plan.hosts, plan.host)
+        return DatasetIterator(plan, cursor, prefetch=self._prefetch)
+
+    def fingerprint(self) -> str:
+        """Identifies source, shuffle seed and stages; states only restore into a match."""
+        return fingerprint({"source": self._source.fingerprint(), "seed": self._seed,
+                            "ops": describe_ops(self._ops)})
+
+    def _plan(self) -> Plan:
+        host, hosts = self._sharding.resolve()
+        ops = list(self._ops)
+        split = next((i for i, op in enumerate(ops) if isinstance(op, BatchOp)), len(ops))
+        batch = ops[split] if split < len(ops) else None
+        return Plan(
+            source=self._source,
+            shuffle_seed=self._seed,
+            rng_seed=self._seed if self._seed is not None else 0,
+            element_ops=tuple(ops[:split]),  # type: ignore[arg-type]
+            batch=batch,  # type: ignore[arg-type]
+            batch_ops=tuple(ops[split + 1:]),  # type: ignore[arg-type]
+            epochs=self._epochs,
+            hosts=hosts,
+            host=host,
+            fingerprint=self.fingerprint(),
+        )
+
+    def _add(self, op: Op) -> Dataset:
+        return dataclasses.replace(self, _ops=self._ops + (op,))
+
+    def __repr__(self) -> str:
+        stages = ", ".join(str(s) for s in describe_ops(self._ops))
+        return (f"Dataset({self._source.source!r}, seed={self._seed}, shard={self._sharding}, "
+                f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch})")
+
+
+def _callable(fn: Any, stage: str) -> Any:
+    if not callable(fn):
+        raise InvalidArgumentError(f"{stage} needs a callable, got {fn!r}")
+    return fn

@@ -1,0 +1,69 @@
+"""Every error tpufeed raises derives from `TpufeedError`, and names what caused it."""
+
+from __future__ import annotations
+
+
+class TpufeedError(Exception):
+    """Base class of all tpufeed errors."""
+
+
+class InvalidArgumentError(TpufeedError, ValueError):
+    """A user-supplied argument is out of range or of the wrong kind; the message quotes it."""
+
+
+class SourceError(TpufeedError):
+    """A data file cannot be read: missing, truncated, corrupted. Names the path and record."""
+
+    def __init__(self, message: str, *, path: str | None = None, record: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.record = record
+
+
+class SourceNotFoundError(SourceError, FileNotFoundError):
+    """A path or glob names no file."""
+
+
+class CorruptDataError(SourceError):
+    """A file's bytes disagree with its format: bad CRC, torn record, truncated file."""
+
+
+class RecordIndexError(TpufeedError, IndexError):
+    """A record index outside [0, len(source))."""
+
+
+class CodecError(TpufeedError, ValueError):
+    """A record cannot be encoded, or bytes do not decode as a tpufeed record."""
+
+
+class StateError(TpufeedError, ValueError):
+    """An iterator state that does not belong to this dataset, or is malformed."""
+
+
+class TransformError(TpufeedError):
+    """A user function raised; carries the record index, its file and the original traceback."""
+
+    def __init__(self, message: str, *, record: int | None = None, path: str | None = None,
+                 traceback_text: str | None = None):
+        super().__init__(message)
+        self.record = record
+        self.path = path
+        self.traceback_text = traceback_text
+
+
+class BatchError(TpufeedError, ValueError):
+    """Elements that cannot be stacked into one batch; names the key and the shapes."""
+
+
+class WorkerError(TpufeedError):
+    """A worker process died or failed outside a user function."""
+
+
+class MissingDependencyError(TpufeedError, ImportError):
+    """An optional framework is needed; the message says which extra to install."""
+
+
+def missing_dependency(module: str, extra: str) -> MissingDependencyError:
+    return MissingDependencyError(
+        f"{module} is not installed; install it with `pip install tpufeed[{extra}]`"
+    )

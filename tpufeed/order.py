@@ -1,0 +1,123 @@
+"""Record order as pure functions of (seed, epoch, host, host count): no state, no I/O.
+
+An epoch is a sequence of *positions* 0..N-1. `permute` maps positions to record indices with a
+keyed bijection (a Feistel network with cycle-walking), so any slice of the order costs
+O(slice), never an O(N) table. Hosts take positions strided (host h of H takes h, h+H, ...),
+so each global step draws its records evenly from the whole epoch order.
+
+A host's cursor is a *segment* (base, hosts, host) plus the count of its positions consumed.
+Positions of the segment for host h are `base + h + k * hosts` for k = 0, 1, ... below N.
+In lockstep training every host consumed the same count k, so the positions consumed by all
+hosts together are exactly [0, base + k * hosts): a new host count starts a new segment there.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpufeed.errors import InvalidArgumentError
+
+_ROUNDS = 6
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@functools.lru_cache(maxsize=64)
+def _round_keys(seed: int, epoch: int) -> tuple[np.uint64, ...]:
+    digest = hashlib.blake2b(f"tpufeed-order:{seed}:{epoch}".encode(), digest_size=8 * _ROUNDS)
+    words = np.frombuffer(digest.digest(), dtype="<u8")
+    return tuple(np.uint64(w) for w in words)
+
+
+def _mix(x: np.ndarray, key: np.uint64) -> np.ndarray:
+    """splitmix64 finaliser of x ^ key: a cheap, well-mixed round function."""
+    z = (x ^ key) * _GOLDEN
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    return z
+
+
+def _feistel(x: np.ndarray, half_bits: int, keys: tuple[np.uint64, ...]) -> np.ndarray:
+    mask = np.uint64((1 << half_bits) - 1)
+    shift = np.uint64(half_bits)
+    left, right = x >> shift, x & mask
+    for key in keys:
+        left, right = right, left ^ (_mix(right, key) & mask)
+    return (left << shift) | right
+
+
+def permute(positions: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarray:
+    """Maps epoch positions to record indices: a bijection of [0, n) keyed by (seed, epoch).
+
+    >>> sorted(permute(np.arange(5), 5, seed=0, epoch=0).tolist())
+    [0, 1, 2, 3, 4]
+    """
+    positions = np.asarray(positions, dtype=np.int64)
+    if n <= 1 or positions.size == 0:
+        return positions.copy()
+    if positions.min() < 0 or positions.max() >= n:
+        raise InvalidArgumentError(f"positions must lie in [0, {n}), got {positions!r}")
+    bits = max(2, (n - 1).bit_length())
+    half_bits = (bits + 1) // 2
+    keys = _round_keys(seed, epoch)
+    limit = np.uint64(n)
+    out = _feistel(positions.astype(np.uint64), half_bits, keys)
+    # Cycle-walking: the domain is [0, 4^half_bits) < 4n, so a few rounds suffice on average.
+    outside = out >= limit
+    while outside.any():
+        out[outside] = _feistel(out[outside], half_bits, keys)
+        outside = out >= limit
+    return out.astype(np.int64)
+
+
+def share_size(n: int, base: int, host: int, hosts: int) -> int:
+    """Number of positions in [base, n) that host `host` of `hosts` takes."""
+    return max(0, -(-(n - base - host) // hosts))
+
+
+def host_positions(base: int, host: int, hosts: int, start: int, count: int) -> np.ndarray:
+    """Epoch positions of the host's k-th .. (k+count-1)-th records in the segment."""
+    return base + host + (start + np.arange(count, dtype=np.int64)) * hosts
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a host stands: epoch, segment (base, hosts, host) and positions consumed in it."""
+
+    epoch: int
+    base: int
+    hosts: int
+    host: int
+    consumed: int
+
+
+def resume_cursor(saved: Cursor, n: int, hosts: int, host: int) -> Cursor:
+    """The cursor for host `host` of `hosts` that continues from `saved`.
+
+    Same host and host count: continue exactly (no lockstep needed). Otherwise the saved host's
+    count is taken as every host's (lockstep) and a new segment starts after what all consumed:
+    positions a shorter share never had are then simply not yet consumed, so nothing repeats.
+    """
+    if (saved.hosts, saved.host) == (hosts, host):
+        return saved
+    base = min(n, saved.base + saved.consumed * saved.hosts)
+    return Cursor(saved.epoch, base, hosts, host, 0)
+
+
+def record_indices(n: int, seed: int | None, cursor: Cursor, start: int, count: int) -> np.ndarray:
+    """Record indices of the host's `count` positions from its `start`-th in the segment.
+
+    `seed=None` means no shuffle: records in stored order.
+    """
+    positions = host_positions(cursor.base, cursor.host, cursor.hosts, start, count)
+    if seed is None:
+        return positions
+    return permute(positions, n, seed, cursor.epoch)

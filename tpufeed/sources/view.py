@@ -1,0 +1,63 @@
+"""A uniform face over any record source: batched reads, record names, a fingerprint.
+
+A source is any object with `__len__` and `__getitem__(int)` (the Grain protocol). Optional:
+`__getitems__(indices)` for batched reads, `locate(index) -> (path, local index)` and
+`fingerprint()`; the view supplies fallbacks for what is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError
+
+
+class SourceView:
+    def __init__(self, source: Any):
+        if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
+            raise InvalidArgumentError(
+                f"a source needs __len__ and __getitem__(int); {type(source).__name__} lacks them")
+        self.source = source
+        self._getitems = getattr(source, "__getitems__", None)
+        self._locate = getattr(source, "locate", None)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def read(self, indices: np.ndarray) -> list[Any]:
+        """Reads records at `indices` in one call where the source allows it."""
+        try:
+            if self._getitems is not None:
+                return list(self._getitems(indices))
+            return [self.source[i] for i in indices.tolist()]
+        except TpufeedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a user source may raise anything
+            first = int(indices[0]) if len(indices) else -1
+            raise SourceError(f"reading records {_span(indices)} from {type(self.source).__name__} "
+                              f"failed: {type(exc).__name__}: {exc}", record=first) from exc
+
+    def describe(self, record: int) -> str:
+        if self._locate is not None:
+            path, local = self._locate(record)
+            return f"{path} record {local} (global record {record})"
+        return f"record {record}"
+
+    def path_of(self, record: int) -> str | None:
+        return self._locate(record)[0] if self._locate is not None else None
+
+    def fingerprint(self) -> str:
+        fingerprint = getattr(self.source, "fingerprint", None)
+        if callable(fingerprint):
+            return str(fingerprint())
+        kind = type(self.source)
+        return f"{kind.__module__}.{kind.__qualname__}:{len(self)}"
+
+
+def _span(indices: Sequence[int] | np.ndarray) -> str:
+    values = [int(i) for i in indices[:4]]
+    more = ", ..." if len(indices) > 4 else ""
+    return "[" + ", ".join(map(str, values)) + more + "]"
