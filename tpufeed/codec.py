@@ -1,0 +1,257 @@
+"""A safe, versioned binary encoding of dict records; decoding returns zero-copy numpy views.
+
+Values may be numpy arrays (bool, int8..int64, uint8..uint64, float16/32/64, complex64/128; any
+shape) or numpy scalars (decoded as 0-d arrays), and `bytes`, `str`, `int` (int64 range),
+`float`, `bool` (decoded as the same Python type). Nothing is pickled or executed; every length
+read from the data is checked against the bytes that remain before anything is allocated, and
+malformed input of any kind raises `CodecError` naming the byte offset and key.
+
+Layout (all integers little-endian; offsets are from the start of the record):
+
+    =========  ==================================================================
+    header     magic b"TPFD" | version u8 | 3 zero bytes | entry count u32
+    entry      key length u16 | tag u8 | key (UTF-8) | value
+    tag 0      bool: u8, 0 or 1
+    tag 1      int: i64
+    tag 2      float: f64
+    tag 3      bytes: length u64 | payload
+    tag 4      str: length u64 | UTF-8 payload
+    tag 5      array: dtype code u8 | ndim u8 (<= 32) | ndim x dim u64 |
+               zero padding to a multiple of the itemsize | payload, C order
+    =========  ==================================================================
+
+Dtype codes index `bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16,
+float32, float64, complex64, complex128`; payloads are little-endian (big-endian input is
+converted). Decoded arrays view the input buffer when the payload's address is aligned for its
+dtype -- always the case for a `bytes` object, whose data CPython aligns to 16 bytes -- and
+are copied otherwise (e.g. a memoryview slice starting at an odd address). Views share the
+input's writability: read-only for `bytes`, writable for a `bytearray`.
+
+>>> decode(encode({"x": np.arange(3, dtype=np.int32), "label": 7}))["label"]
+7
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from tpufeed.errors import CodecError
+
+__all__ = ["FORMAT_VERSION", "decode", "encode"]
+
+FORMAT_VERSION = 1
+_MAGIC = b"TPFD"
+_HEADER = struct.Struct("<4sB3sI")
+_ENTRY = struct.Struct("<HB")
+_ARRAY = struct.Struct("<BB")
+_U8 = struct.Struct("<B")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+_U64 = struct.Struct("<Q")
+_MAX_NDIM = 32
+_DIMS = [struct.Struct(f"<{n}Q") for n in range(_MAX_NDIM + 1)]
+_MIN_ENTRY = _ENTRY.size + 1  # empty key and a bool
+_MAX_NBYTES = 2**63 - 1
+_ZEROS = bytes(16)
+_BOOL, _INT, _FLOAT, _BYTES, _STR, _ARR = range(6)
+_TAG_OF_TYPE = {np.ndarray: _ARR, bool: _BOOL, int: _INT, float: _FLOAT, bytes: _BYTES, str: _STR}
+_DTYPES = tuple(np.dtype(name).newbyteorder("<") for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128"))
+_DTYPE_CODE = {dtype: code for code, dtype in enumerate(_DTYPES)}
+
+
+def _value_tag(key: str, value: object) -> int:
+    """The tag of a value whose type is a subclass of a supported one (or unsupported)."""
+    if isinstance(value, (np.ndarray, np.generic)):  # before float: np.float64 is a float
+        return _ARR
+    for kind, tag in ((bool, _BOOL), (int, _INT), (float, _FLOAT), (bytes, _BYTES), (str, _STR)):
+        if isinstance(value, kind):
+            return tag
+    raise CodecError(f"record key {key!r}: values of type {type(value).__name__} cannot be "
+                     "encoded (use a numpy array, bytes, str, int, float or bool)")
+
+
+def _array_parts(key: str, value: object, pos: int) -> tuple[list, int]:
+    """Header, shape, padding and payload of an array value starting at byte `pos`; its end."""
+    arr = np.asarray(value)
+    code = _DTYPE_CODE.get(arr.dtype)
+    if code is None:
+        if arr.dtype.kind in "biufc" and arr.dtype.newbyteorder("<") in _DTYPE_CODE:
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+            code = _DTYPE_CODE[arr.dtype]
+        else:
+            raise CodecError(f"record key {key!r}: arrays of dtype {arr.dtype} cannot be encoded "
+                             "(only bool, integer, float and complex dtypes)")
+    if arr.ndim > _MAX_NDIM:
+        raise CodecError(f"record key {key!r}: array has {arr.ndim} dimensions, at most "
+                         f"{_MAX_NDIM} can be encoded")
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    pos += _ARRAY.size + 8 * arr.ndim
+    pad = -pos % arr.itemsize
+    parts = [_ARRAY.pack(code, arr.ndim), _DIMS[arr.ndim].pack(*arr.shape), _ZEROS[:pad], arr.data]
+    return parts, pos + pad + arr.nbytes
+
+
+def encode(record: dict) -> bytes:
+    """The bytes of `record`, a dict from str to supported values (see the module docstring)."""
+    if not isinstance(record, dict):
+        raise CodecError(f"a record must be a dict, got {type(record).__name__}")
+    parts: list = [_HEADER.pack(_MAGIC, FORMAT_VERSION, b"\0\0\0", len(record))]
+    pos = _HEADER.size
+    for key, value in record.items():
+        if not isinstance(key, str):
+            raise CodecError(f"record key {key!r} is a {type(key).__name__}; keys must be str")
+        try:
+            kb = key.encode()
+        except UnicodeEncodeError as e:
+            raise CodecError(f"record key {key!r} cannot be encoded as UTF-8: {e}") from None
+        if len(kb) > 0xFFFF:
+            raise CodecError(f"record key {key[:40]!r}... is {len(kb)} bytes, at most 65535")
+        tag = _TAG_OF_TYPE.get(type(value))
+        if tag is None:
+            tag = _value_tag(key, value)
+        parts += (_ENTRY.pack(len(kb), tag), kb)
+        pos += _ENTRY.size + len(kb)
+        if tag == _ARR:
+            new, pos = _array_parts(key, value, pos)
+            parts += new
+        elif tag == _INT:
+            if not -(2**63) <= value < 2**63:
+                raise CodecError(f"record key {key!r}: int {value} is outside the int64 range")
+            parts.append(_I64.pack(value))
+            pos += 8
+        elif tag == _BOOL:
+            parts.append(b"\1" if value else b"\0")
+            pos += 1
+        elif tag == _FLOAT:
+            parts.append(_F64.pack(value))
+            pos += 8
+        else:
+            if tag == _STR:
+                try:
+                    value = value.encode()
+                except UnicodeEncodeError as e:
+                    raise CodecError(f"record key {key!r}: str value is not valid UTF-8: "
+                                     f"{e}") from None
+            parts += (_U64.pack(len(value)), value)
+            pos += 8 + len(value)
+    return b"".join(parts)
+
+
+def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
+    end = mv.nbytes
+    if pos + _ARRAY.size > end:
+        raise CodecError(f"truncated array header of key {key!r} at byte {pos}")
+    code, ndim = _ARRAY.unpack_from(mv, pos)
+    if code >= len(_DTYPES):
+        raise CodecError(f"unknown dtype code {code} of key {key!r} at byte {pos}")
+    if ndim > _MAX_NDIM:
+        raise CodecError(f"array of key {key!r} claims {ndim} dimensions at byte {pos + 1}, "
+                         f"at most {_MAX_NDIM}")
+    pos += _ARRAY.size
+    dims = _DIMS[ndim]
+    if pos + dims.size > end:
+        raise CodecError(f"truncated shape of key {key!r} at byte {pos}")
+    shape = dims.unpack_from(mv, pos)
+    pos += dims.size
+    dtype = _DTYPES[code]
+    pad = -pos % dtype.itemsize
+    if pos + pad > end or mv[pos:pos + pad] != _ZEROS[:pad]:
+        raise CodecError(f"bad or truncated padding of key {key!r} at byte {pos}")
+    pos += pad
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    if nbytes > end - pos:
+        raise CodecError(f"array of key {key!r} with shape {shape} and dtype {dtype} needs "
+                         f"{nbytes} bytes at byte {pos}, only {end - pos} remain")
+    if count == 0:
+        if math.prod(d for d in shape if d) * dtype.itemsize > _MAX_NBYTES:
+            raise CodecError(f"array of key {key!r} has impossible shape {shape} at byte {pos}")
+        return np.zeros(shape, dtype), pos
+    arr = np.frombuffer(mv, dtype, count, pos)
+    if not arr.flags.aligned:
+        arr = arr.copy()
+    return (arr if ndim == 1 else arr.reshape(shape)), pos + nbytes
+
+
+def decode(data: bytes | memoryview) -> dict:
+    """The record encoded in `data`; arrays are views into `data` (see the module docstring)."""
+    try:
+        mv = memoryview(data)
+        if not mv.c_contiguous:
+            raise TypeError("the buffer is not contiguous")
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+    except (TypeError, ValueError) as e:
+        raise CodecError(f"cannot decode {type(data).__name__}: {e}") from None
+    end = mv.nbytes
+    if end < _HEADER.size:
+        raise CodecError(f"truncated header: {end} bytes, a record has at least {_HEADER.size}")
+    magic, version, reserved, count = _HEADER.unpack_from(mv, 0)
+    if magic != _MAGIC:
+        raise CodecError(f"bad magic {magic!r} at byte 0 (expected {_MAGIC!r}): "
+                         "not a tpufeed record")
+    if version != FORMAT_VERSION:
+        raise CodecError(f"unsupported codec format version {version} at byte 4; this tpufeed "
+                         f"reads version {FORMAT_VERSION}")
+    if reserved != b"\0\0\0":
+        raise CodecError(f"reserved header bytes 5..7 are {reserved!r}, expected zeros")
+    pos = _HEADER.size
+    if count * _MIN_ENTRY > end - pos:
+        raise CodecError(f"header claims {count} entries but only {end - pos} bytes follow")
+    out: dict = {}
+    for _ in range(count):
+        if pos + _ENTRY.size > end:
+            raise CodecError(f"truncated entry header at byte {pos}")
+        klen, tag = _ENTRY.unpack_from(mv, pos)
+        start = pos + _ENTRY.size
+        pos = start + klen
+        if pos > end:
+            raise CodecError(f"key of {klen} bytes at byte {start} runs past the end ({end})")
+        try:
+            key = str(mv[start:pos], "utf-8")
+        except UnicodeDecodeError:
+            raise CodecError(f"key at byte {start} is not valid UTF-8") from None
+        if key in out:
+            raise CodecError(f"duplicate key {key!r} at byte {start}")
+        if tag == _ARR:
+            out[key], pos = _decode_array(mv, pos, key)
+            continue
+        if tag > _ARR:
+            raise CodecError(f"unknown type tag {tag} of key {key!r} at byte {start - 1}")
+        size = (1, 8, 8, 8, 8)[tag]
+        if pos + size > end:
+            raise CodecError(f"truncated value of key {key!r} at byte {pos}")
+        if tag == _INT:
+            out[key] = _I64.unpack_from(mv, pos)[0]
+        elif tag == _FLOAT:
+            out[key] = _F64.unpack_from(mv, pos)[0]
+        elif tag == _BOOL:
+            flag = mv[pos]
+            if flag > 1:
+                raise CodecError(f"bool value {flag} of key {key!r} at byte {pos} is not 0 or 1")
+            out[key] = flag == 1
+        else:
+            (length,) = _U64.unpack_from(mv, pos)
+            if length > end - pos - size:
+                raise CodecError(f"value of key {key!r} claims {length} bytes at byte {pos}, "
+                                 f"only {end - pos - size} remain")
+            payload = mv[pos + size:pos + size + length]
+            if tag == _BYTES:
+                out[key] = bytes(payload)
+            else:
+                try:
+                    out[key] = str(payload, "utf-8")
+                except UnicodeDecodeError:
+                    raise CodecError(f"str value of key {key!r} at byte {pos + size} is not "
+                                     "valid UTF-8") from None
+            pos += length
+        pos += size
+    if pos != end:
+        raise CodecError(f"{end - pos} bytes of trailing garbage at byte {pos}")
+    return out
