@@ -38,7 +38,9 @@ def expand_paths(paths: PathsLike) -> list[str]:
                 f"{path}: gs:// paths are read through the GCS shard cache, which this version "
                 "of tpufeed does not include yet; copy the files to local disk", path=path)
         if _GLOB_CHARS.intersection(path):
-            matches = sorted(p for p in glob.glob(path) if os.path.isfile(p))
+            # Globs skip tpufeed's own side files (TFRecord offset indexes) next to the data.
+            matches = sorted(p for p in glob.glob(path)
+                             if os.path.isfile(p) and not p.endswith(".tpufeed-index"))
             if not matches:
                 raise SourceNotFoundError(f"no file matches the glob {path!r}", path=path)
             files.extend(matches)
