@@ -35,7 +35,7 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
                 raise BatchError(f"cannot batch{_at(where)}: {describe(0)} has keys {sorted(keys)} "
                                  f"but {describe(i)} has {got}")
         return {k: _stack([e[k] for e in elements], f"{where}[{k!r}]", describe) for k in keys}
-    if isinstance(first, (tuple, list)) and not _is_leaf_list(first):
+    if isinstance(first, (tuple, list)) and not is_leaf_list(first):
         for i, e in enumerate(elements):
             if type(e) is not type(first) or len(e) != len(first):
                 raise BatchError(f"cannot batch{_at(where)}: {describe(0)} is a {type(first).__name__} "
@@ -59,7 +59,7 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
                          f"{sorted({type(e).__name__ for e in elements})} do not stack") from None
 
 
-def _is_leaf_list(value: Sequence[Any]) -> bool:
+def is_leaf_list(value: Sequence[Any]) -> bool:
     return bool(value) and all(isinstance(v, (int, float, bool)) for v in value)
 
 

@@ -79,6 +79,7 @@ class Dataset:
     _ops: tuple[Op, ...] = ()
     _epochs: int | None = 1
     _prefetch: int = 0
+    _workers: int = 0
 
     # -- constructors -------------------------------------------------------------------------
 
@@ -103,6 +104,19 @@ class Dataset:
         """Records (bytes) of TFRecord files, randomly accessible through an offset index."""
         from tpufeed.sources.tfrecord import TFRecordSource
         return cls(SourceView(TFRecordSource(paths, index_dir=index_dir)))
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, verify: bool = False) -> Dataset:
+        """A dataset built by `tpufeed build` / `tpufeed.beam.WriteShards`: a folder or its
+        manifest.json. Shard counts and CRC32C are checked on a shard's first read, or all at
+        once with `verify=True`; elements are the decoded records."""
+        from tpufeed.sources.manifest import ManifestSource
+        return cls(SourceView(ManifestSource(path, verify=verify)))
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """The manifest's inferred schema for datasets from `Dataset.open`, else None."""
+        return getattr(self._source.source, "schema", None)
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -156,6 +170,15 @@ class Dataset:
             raise InvalidArgumentError(f"prefetch must be a non-negative int, got {n!r}")
         return dataclasses.replace(self, _prefetch=n)
 
+    def workers(self, n: int) -> Dataset:
+        """Runs the element and batch stages in `n` worker processes (0: in this process).
+
+        The output is the same item for item whatever `n`; functions may be lambdas or closures.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise InvalidArgumentError(f"workers must be a non-negative int, got {n!r}")
+        return dataclasses.replace(self, _workers=n)
+
     # -- running ------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
@@ -172,7 +195,22 @@ class Dataset:
         else:
             saved = state_from_dict(state, plan.fingerprint)
             cursor = resume_cursor(saved, len(plan.source), plan.hosts, plan.host)
-        return DatasetIterator(plan, cursor, prefetch=self._prefetch)
+        return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers)
+
+    def to_jax(self, sharding: Any = None, prefetch: int = 2) -> Any:
+        """Iterates pytrees of global `jax.Array`s placed by `sharding`, `prefetch` ahead on device."""
+        from tpufeed.adapters.jax import to_jax
+        return to_jax(self, sharding=sharding, prefetch=prefetch)
+
+    def to_tf(self) -> Any:
+        """A `tf.data.Dataset` over this pipeline, with its `element_spec` from the first batch."""
+        from tpufeed.adapters.tf import to_tf
+        return to_tf(self)
+
+    def to_torch(self, pin_memory: bool = False) -> Any:
+        """A `torch.utils.data.IterableDataset` yielding torch tensors."""
+        from tpufeed.adapters.torch import to_torch
+        return to_torch(self, pin_memory=pin_memory)
 
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""
@@ -203,7 +241,8 @@ class Dataset:
     def __repr__(self) -> str:
         stages = ", ".join(str(s) for s in describe_ops(self._ops))
         return (f"Dataset({self._source.source!r}, seed={self._seed}, shard={self._sharding}, "
-                f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch})")
+                f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
+                f"workers={self._workers})")
 
 
 def _callable(fn: Any, stage: str) -> Any:

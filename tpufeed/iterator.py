@@ -21,13 +21,20 @@ class DatasetIterator(Iterator[Any]):
     >>> next(it); state = it.get_state()                                # doctest: +SKIP
     """
 
-    def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0):
+    def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0, workers: int = 0):
         self._plan = plan
         self._cursor = cursor
         self._counters = Counters()
-        items = Producer(plan, cursor, self._counters).items()
-        self._prefetcher = _ThreadPrefetcher(items, prefetch) if prefetch > 0 else None
-        self._items = items
+        self._prefetcher = None
+        self._closed = True  # until construction succeeds
+        if workers > 0:
+            from tpufeed.workers.engine import ParallelProducer
+            producer = ParallelProducer(plan, cursor, workers, prefetch, self._counters)
+            self._items = producer.items(producer.start())
+        else:
+            self._items = Producer(plan, cursor, self._counters).items()
+            if prefetch > 0:
+                self._prefetcher = _ThreadPrefetcher(self._items, prefetch)
         self._closed = False
 
     def __iter__(self) -> DatasetIterator:

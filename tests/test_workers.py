@@ -1,0 +1,215 @@
+"""The worker engine: identical output for any worker count, clean failure, nothing left behind."""
+
+import gc
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import tpufeed
+from tpufeed.errors import TransformError, WorkerError
+
+pytestmark = pytest.mark.multiprocess
+
+
+def leftovers():
+    children = psutil.Process().children(recursive=True)
+    segments = glob.glob(f"/dev/shm/tpufeed-{os.getpid()}-*")
+    return [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], segments
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    yield
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while leftovers() != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftovers() == ([], [])
+
+
+def augment(element, rng):
+    return {"x": element["x"] + rng.integers(0, 100, size=element["x"].shape), "id": element["id"]}
+
+
+PIPELINES = {
+    "batch": lambda ds: ds.random_map(augment).batch(7),
+    "drop": lambda ds: ds.random_map(augment).batch(7, drop_remainder=True),
+    "filter": lambda ds: ds.filter(lambda e: e["id"] % 3 != 1).random_map(augment).batch(5),
+    "filter-drop": lambda ds: ds.filter(lambda e: e["id"] % 4 == 0).batch(3, drop_remainder=True),
+    "after-batch": lambda ds: ds.batch(6).map(lambda b: {**b, "sum": b["x"].sum(axis=1)}),
+    "unbatched": lambda ds: ds.random_map(augment),
+    "strings": lambda ds: ds.map(lambda e: {**e, "name": f"r{e['id']}"}).batch(4),
+}
+
+
+def make(pipeline, n=61, epochs=2, hosts=1, host=0):
+    ds = (tpufeed.Dataset.from_sequence(list(range(n))).shuffle(3).shard(host, hosts)
+          .map(lambda i: {"x": np.arange(4) * i, "id": np.int64(i)}))
+    return PIPELINES[pipeline](ds).repeat(epochs)
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            assert np.array_equal(x[k], y[k]), k
+
+
+@pytest.mark.parametrize("pipeline", sorted(PIPELINES))
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_output_is_identical_for_any_worker_count(pipeline, workers):
+    expected = list(make(pipeline))
+    same(list(make(pipeline).workers(workers).prefetch(2)), expected)
+
+
+@pytest.mark.parametrize("pipeline", ["batch", "filter", "unbatched"])
+def test_resume_with_workers_matches_resume_without(pipeline):
+    ds = make(pipeline, n=23)
+    full = list(ds)
+    it = ds.workers(2).iterator()
+    for step in range(0, len(full) + 1, 3):
+        while len(full) - step < len(list(ds.iterator(it.get_state()))):
+            next(it)
+        same(list(ds.workers(2).iterator(it.get_state())), full[step:])
+    it.close()
+
+
+def test_state_describes_what_the_consumer_received_not_what_workers_made():
+    ds = make("batch", n=200, epochs=1).workers(2).prefetch(8)
+    it = ds.iterator()
+    next(it)
+    time.sleep(0.3)  # workers run ahead
+    assert it.get_state()["consumed"] == 7
+    it.close()
+
+
+def test_hosts_with_workers_still_exactly_once():
+    seen = []
+    for host in range(3):
+        for batch in make("batch", epochs=1, hosts=3, host=host).workers(2):
+            seen += batch["id"].tolist()
+    assert sorted(seen) == list(range(61))
+
+
+def test_a_closure_over_local_state_runs_in_workers():
+    offset = np.int64(1000)
+    ds = tpufeed.Dataset.from_sequence(list(range(10))).map(lambda i: i + offset).batch(5)
+    assert [b.tolist() for b in ds.workers(2)] == [[1000, 1001, 1002, 1003, 1004], list(range(1005, 1010))]
+
+
+def boom(element):
+    if element["id"] == 13:
+        raise ValueError("bad pixel")
+    return element
+
+
+def test_a_user_error_names_the_record_and_carries_the_worker_traceback(tmp_path):
+    from tpufeed.sources.array_record import write_array_records
+    path = str(tmp_path / "data.array_record")
+    write_array_records(path, (tpufeed.codec.encode({"id": i}) for i in range(40)))
+    ds = tpufeed.Dataset.from_array_record(path).map(tpufeed.codec.decode).map(boom).batch(4).workers(2)
+    with pytest.raises(TransformError) as info:
+        list(ds)
+    message = str(info.value)
+    assert "bad pixel" in message and "ValueError" in message
+    assert info.value.record == 13 and info.value.path == path
+    assert "data.array_record record 13" in message
+    assert "in boom" in message and "tpufeed worker" in message
+
+
+def test_an_unstackable_batch_in_a_worker_names_the_records():
+    ds = tpufeed.Dataset.from_sequence(list(range(10))).map(lambda i: np.zeros(1 + (i == 6))).batch(10)
+    with pytest.raises(tpufeed.BatchError, match=r"shape \(1,\).*record 6.*shape \(2,\)"):
+        list(ds.workers(2))
+
+
+def test_a_killed_worker_surfaces_as_an_error_quickly():
+    ds = tpufeed.Dataset.from_sequence(list(range(10_000))).map(lambda i: (time.sleep(0.01), i)[1])
+    it = ds.batch(8).workers(2).iterator()
+    next(it)
+    victim = psutil.Process().children()[0]
+    victim.send_signal(signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=f"pid {victim.pid}.*signal 9"):
+        for _ in it:
+            pass
+    assert time.monotonic() - start < 5
+    it.close()
+
+
+def test_close_and_garbage_collection_stop_the_workers():
+    ds = make("batch", n=500, epochs=None).workers(2)
+    it = ds.iterator()
+    next(it)
+    assert len(leftovers()[0]) == 2
+    it.close()
+    it.close()
+    assert leftovers()[0] == []
+    it = ds.iterator()
+    next(it)
+    del it
+    gc.collect()
+
+
+def test_workers_are_not_forked_from_the_user_script(tmp_path):
+    """A training script's top-level code (e.g. jax.distributed.initialize()) runs once."""
+    marker = tmp_path / "runs"
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, tpufeed
+        with open({str(marker)!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
+        ds = tpufeed.Dataset.from_sequence(list(range(50))).map(lambda i: i * 2).batch(5).workers(2)
+        assert sum(int(b.sum()) for b in ds) == 2 * sum(range(50))
+    """))
+    subprocess.run([sys.executable, str(script)], check=True, timeout=60)
+    assert len(marker.read_text().split()) == 1
+
+
+def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import time, tpufeed, numpy as np
+        ds = (tpufeed.Dataset.from_sequence(list(range(10**6)))
+              .map(lambda i: np.full(1000, i, np.int32)).batch(64).workers(2))
+        for i, b in enumerate(ds):
+            if i == 2:
+                print("running", flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "running"
+    workers = psutil.Process(proc.pid).children()
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    psutil.wait_procs(workers, timeout=5)
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
+
+
+def test_parent_killed_takes_its_workers_along(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import tpufeed, numpy as np
+        ds = tpufeed.Dataset.from_sequence(list(range(10**6))).map(lambda i: np.full(10, i)).batch(8).workers(2)
+        for i, b in enumerate(ds):
+            if i == 2:
+                print("running", flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "running"
+    workers = psutil.Process(proc.pid).children()
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive
+    assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []

@@ -1,0 +1,187 @@
+"""ParallelProducer: the Producer's contract (`items()` yields (item, cursor after it)), with the
+element and batch stages running in worker processes.
+
+Tasks are dealt round-robin and read back in the same order, so the output is the same item for
+item as with no workers. Without a filter a task is one whole batch, stacked by the worker
+straight into a shared-memory slot. With a filter a task is a chunk of positions whose survivors
+the worker stacks; the parent cuts batches from consecutive chunks, as the Producer would.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import TpufeedError
+from tpufeed.order import Cursor, share_size
+from tpufeed.pipeline import Counters, IndexBlocks, Plan
+from tpufeed.stages import ElementStage, FilterOp
+from tpufeed.workers.layout import concat, read_batch, take
+from tpufeed.workers.pool import WorkerPool, rebuild_error
+from tpufeed.workers.slots import segment_prefix
+
+
+@dataclass
+class _Task:
+    cursor: Cursor
+    start: int  # first position of the host's share in this task
+    count: int
+    indices: np.ndarray
+
+
+@dataclass
+class _EndOfEpoch:
+    cursor: Cursor
+    share: int
+
+
+@dataclass
+class ParallelProducer:
+    plan: Plan
+    cursor: Cursor
+    workers: int
+    prefetch: int
+    counters: Counters = field(default_factory=Counters)
+
+    def __post_init__(self) -> None:
+        self.batched = self.plan.batch is not None
+        self.whole_batches = self.batched and not any(isinstance(op, FilterOp)
+                                                      for op in self.plan.element_ops)
+        self.depth = max(1, self.prefetch) + 2 * self.workers
+        self.slots_per_worker = -(-self.depth // self.workers) + 1
+
+    def start(self) -> WorkerPool:
+        """Starts the workers now, so they boot while the caller does other work."""
+        init = {"plan": self.plan, "batched": self.batched, "whole_batches": self.whole_batches,
+                "slots": self.slots_per_worker}
+        return WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
+
+    def items(self, pool: WorkerPool | None = None) -> Iterator[tuple[Any, Cursor]]:
+        pool = pool or self.start()
+        try:
+            yield from self._run(pool)
+        finally:
+            pool.close()
+
+    def _tasks(self) -> Iterator[_Task | _EndOfEpoch]:
+        plan, cursor = self.plan, self.cursor
+        n = len(plan.source)
+        while plan.epochs is None or cursor.epoch < plan.epochs:
+            share = share_size(n, cursor.base, cursor.host, cursor.hosts)
+            blocks = IndexBlocks(n, plan.shuffle_seed, cursor)
+            k = cursor.consumed
+            while k < share:
+                count = min(plan.chunk, share - k)
+                if self.whole_batches and plan.batch.drop_remainder and count < plan.batch.batch_size:
+                    self.counters.dropped_records += count
+                    break
+                yield _Task(cursor, k, count, blocks.get(k, count))
+                k += count
+            yield _EndOfEpoch(cursor, share)
+            cursor = Cursor(cursor.epoch + 1, 0, plan.hosts, plan.host, 0)
+
+    def _run(self, pool: WorkerPool) -> Iterator[tuple[Any, Cursor]]:
+        plan = self.plan
+        tasks = self._tasks()
+        inflight: deque = deque()
+        dealt = 0
+        pieces: list[tuple[Any, list[int], _Task]] = []  # filter mode: (stacked survivors, offsets, task)
+        yielded_this_epoch = False
+        batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source)
+        while True:
+            while len(inflight) < self.depth:
+                task = next(tasks, None)
+                if task is None:
+                    break
+                worker = None
+                if isinstance(task, _Task):
+                    worker = dealt % pool.size
+                    pool.send(worker, ("task", dealt, task.cursor.epoch, task.indices.tobytes()))
+                    dealt += 1
+                inflight.append((task, worker))
+            if not inflight:
+                return
+            task, worker = inflight.popleft()
+            if isinstance(task, _EndOfEpoch):
+                for item in self._end_epoch(pieces, task, batch_stage):
+                    yielded_this_epoch = True
+                    yield item
+                pieces = []
+                if not yielded_this_epoch and plan.epochs is None and task.cursor.consumed == 0 \
+                        and task.cursor.base == 0:
+                    raise TpufeedError(
+                        f"epoch {task.cursor.epoch} produced nothing for host {task.cursor.host} of "
+                        f"{task.cursor.hosts} (a filter may drop every record), so repeat() would "
+                        "loop forever")
+                yielded_this_epoch = False
+                continue
+            message = pool.receive(worker)
+            if message[0] == "error":
+                raise rebuild_error(message[2], worker)
+            if message[0] == "items":
+                for element, offset in zip(message[2], message[3]):
+                    yielded_this_epoch = True
+                    yield element, replace(task.cursor, consumed=task.start + offset + 1)
+                continue
+            _, _, slot, new_segment, layout, offsets = message
+            piece = None
+            if slot is not None:
+                piece = read_batch(layout, pool.slot_maps.buffer(worker, slot, new_segment))
+                pool.send(worker, ("free", slot))
+            if self.whole_batches:
+                if piece is not None:
+                    yielded_this_epoch = True
+                    yield piece, replace(task.cursor, consumed=task.start + task.count)
+                continue
+            if piece is not None:
+                pieces.append((piece, offsets, task))
+            for item in self._cut_batches(pieces, batch_stage, final=False):
+                yielded_this_epoch = True
+                yield item
+
+    def _end_epoch(self, pieces: list, end: _EndOfEpoch, batch_stage: ElementStage) -> list:
+        if self.whole_batches or not self.batched:
+            return []
+        out = []
+        rest = sum(len(offsets) for _, offsets, _ in pieces)
+        if rest and self.plan.batch.drop_remainder:
+            self.counters.dropped_records += rest
+        elif rest:
+            out = self._cut_batches(pieces, batch_stage, final=True, end=end)
+        pieces.clear()
+        return out
+
+    def _cut_batches(self, pieces: list, batch_stage: ElementStage, final: bool,
+                     end: _EndOfEpoch | None = None) -> list[tuple[Any, Cursor]]:
+        """Cuts full batches (or, at the end of an epoch, the partial one) off the front of `pieces`."""
+        size = self.plan.batch.batch_size
+        out = []
+        while pieces and (final or sum(len(o) for _, o, _ in pieces) >= size):
+            parts, need = [], size
+            first_record = int(pieces[0][2].indices[pieces[0][1][0]])
+            while need and pieces:
+                piece, offsets, task = pieces[0]
+                n = len(offsets)
+                if n <= need:
+                    parts.append(piece)
+                    pieces.pop(0)
+                    last_task, last_offset = task, offsets[-1]
+                    need -= n
+                else:
+                    parts.append(take(piece, 0, need))
+                    pieces[0] = (take(piece, need, n), offsets[need:], task)
+                    last_task, last_offset = task, offsets[need - 1]
+                    need = 0
+            batch = concat(parts)
+            consumed = end.share if final and end is not None else last_task.start + last_offset + 1
+            if batch_stage.ops:
+                kept, _ = batch_stage.run([batch], [first_record], last_task.cursor.epoch)
+                out += [(b, replace(last_task.cursor, consumed=consumed)) for b in kept]
+            else:
+                out.append((batch, replace(last_task.cursor, consumed=consumed)))
+        return out

@@ -1,0 +1,140 @@
+"""Batches as flat leaves: written by a worker straight into shared memory, read by the parent.
+
+A batch is a tree of dicts, lists and tuples whose leaves are numpy arrays. `write_stacked`
+stacks a list of elements leaf by leaf directly into a slot buffer and returns a small, picklable
+layout; `read_batch` rebuilds the tree in the parent. Leaves that cannot live in shared memory
+(bytes, str, object arrays) travel inside the layout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tpufeed.batching import is_leaf_list, stack
+
+TreeDef = tuple
+_ALIGN = 64
+
+
+def flatten(tree: Any) -> tuple[TreeDef, list[Any]]:
+    leaves: list[Any] = []
+    return _flatten(tree, leaves), leaves
+
+
+def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
+    if isinstance(tree, dict):
+        return ("dict", tuple(tree), tuple(_flatten(v, leaves) for v in tree.values()))
+    if isinstance(tree, (tuple, list)) and not is_leaf_list(tree):
+        kind = type(tree) if hasattr(tree, "_fields") else type(tree).__name__
+        return ("seq", kind, tuple(_flatten(v, leaves) for v in tree))
+    leaves.append(tree)
+    return ("leaf",)
+
+
+def unflatten(treedef: TreeDef, leaves: Sequence[Any]) -> Any:
+    it = iter(leaves)
+    return _unflatten(treedef, it)
+
+
+def _unflatten(treedef: TreeDef, leaves: Any) -> Any:
+    if treedef[0] == "leaf":
+        return next(leaves)
+    if treedef[0] == "dict":
+        return {k: _unflatten(d, leaves) for k, d in zip(treedef[1], treedef[2])}
+    kind, children = treedef[1], [_unflatten(d, leaves) for d in treedef[2]]
+    if kind == "list":
+        return children
+    if kind == "tuple":
+        return tuple(children)
+    return kind(*children)
+
+
+def layout_size(leaves: Sequence[Any]) -> int:
+    """Bytes a batch with these (already stacked) leaves needs in a slot."""
+    return sum(_aligned(leaf.nbytes) for leaf in leaves if _in_shm(leaf))
+
+
+def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
+    """Copies a stacked batch into a slot; returns its layout. `buffer_for(nbytes)` gives the slot."""
+    treedef, leaves = flatten(batch)
+    leaves = [np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in leaves]
+    buffer = buffer_for(layout_size(leaves))
+    specs, offset = [], 0
+    for leaf in leaves:
+        if _in_shm(leaf):
+            view = np.ndarray(leaf.shape, leaf.dtype, buffer=buffer, offset=offset)
+            view[...] = leaf
+            specs.append((leaf.dtype.str, leaf.shape, offset))
+            offset += _aligned(leaf.nbytes)
+        else:
+            specs.append(("inline", leaf))
+    return treedef, specs
+
+
+def write_stacked(elements: Sequence[Any], buffer_for: Callable[[int], memoryview],
+                  describe: Callable[[int], str]) -> tuple:
+    """Stacks `elements` leaf by leaf straight into a slot; returns the layout."""
+    treedef, first = flatten(elements[0])
+    columns = [[leaf] for leaf in first]
+    for element in elements[1:]:
+        element_def, leaves = flatten(element)
+        if element_def != treedef or len(leaves) != len(columns):
+            return write_batch(stack(elements, describe), buffer_for)  # stack() names the mismatch
+        for column, leaf in zip(columns, leaves):
+            column.append(leaf)
+    probes = [np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in first]
+    m = len(elements)
+    sizes = [_aligned(m * p.nbytes) if _in_shm(p) else 0 for p in probes]
+    buffer = buffer_for(sum(sizes))
+    specs, offset = [], 0
+    for column, probe, size in zip(columns, probes, sizes):
+        if not size and not (_in_shm(probe) and probe.nbytes == 0):
+            specs.append(("inline", stack(column, describe)))
+            continue
+        shape = (m, *probe.shape)
+        out = np.ndarray(shape, probe.dtype, buffer=buffer, offset=offset)
+        try:
+            np.stack(column, out=out, casting="no")
+        except (ValueError, TypeError):
+            return write_batch(stack(elements, describe), buffer_for)
+        specs.append((probe.dtype.str, shape, offset))
+        offset += size
+    return treedef, specs
+
+
+def read_batch(layout: tuple, buffer: Any) -> Any:
+    """The batch of `layout`, copied out of `buffer` into ordinary memory."""
+    treedef, specs = layout
+    leaves = []
+    for spec in specs:
+        if spec[0] == "inline":
+            leaves.append(spec[1])
+        else:
+            dtype, shape, offset = spec
+            leaves.append(np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=offset).copy())
+    return unflatten(treedef, leaves)
+
+
+def concat(batches: Sequence[Any]) -> Any:
+    """Concatenates batches of one structure along the batch axis."""
+    if len(batches) == 1:
+        return batches[0]
+    treedef, _ = flatten(batches[0])
+    columns = list(zip(*(flatten(b)[1] for b in batches)))
+    return unflatten(treedef, [np.concatenate(column) for column in columns])
+
+
+def take(batch: Any, start: int, stop: int) -> Any:
+    treedef, leaves = flatten(batch)
+    return unflatten(treedef, [leaf[start:stop] for leaf in leaves])
+
+
+def _in_shm(leaf: Any) -> bool:
+    return isinstance(leaf, np.ndarray) and leaf.dtype != object and leaf.dtype.kind not in "OUSV"
+
+
+def _aligned(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN

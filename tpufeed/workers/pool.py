@@ -1,0 +1,139 @@
+"""WorkerPool: starts worker processes, talks to them over pipes, and never leaves one behind."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import weakref
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import cloudpickle
+
+from tpufeed import errors
+from tpufeed.errors import WorkerError
+from tpufeed.workers.slots import SlotMaps
+
+_LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
+_POLL_S = 0.5
+
+
+class WorkerPool:
+    """`count` worker processes running one pipeline plan."""
+
+    def __init__(self, init: dict[str, Any], count: int, prefix: str):
+        self.slot_maps = SlotMaps(prefix)
+        self._procs: list[subprocess.Popen] = []
+        self._tasks: list[Connection] = []
+        self._results: list[Connection] = []
+        self._closed = False
+        _LIVE_POOLS.add(self)
+        payloads = [cloudpickle.dumps({**init, "index": i, "prefix": prefix}) for i in range(count)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            for payload in payloads:
+                task_r, task_w = os.pipe()
+                result_r, result_w = os.pipe()
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "tpufeed.workers.worker", str(task_r), str(result_w)],
+                    pass_fds=(task_r, result_w), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+                os.close(task_r)
+                os.close(result_w)
+                self._procs.append(proc)
+                self._tasks.append(Connection(task_w, readable=False))
+                self._results.append(Connection(result_r, writable=False))
+                self._tasks[-1].send((list(sys.path), payload))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def size(self) -> int:
+        return len(self._procs)
+
+    def send(self, worker: int, message: tuple) -> None:
+        try:
+            self._tasks[worker].send(message)
+        except (BrokenPipeError, OSError):
+            raise self._death(worker) from None
+
+    def receive(self, worker: int) -> tuple:
+        """The next message from `worker`; a dead worker raises WorkerError within a second."""
+        conn, proc = self._results[worker], self._procs[worker]
+        while True:
+            if wait([conn], timeout=_POLL_S):
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    raise self._death(worker) from None
+                if message[0] == "ready":
+                    continue
+                return message
+            if proc.poll() is not None and not conn.poll():
+                raise self._death(worker)
+
+    def _death(self, worker: int) -> WorkerError:
+        proc = self._procs[worker]
+        try:
+            code = proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = (f"was killed by signal {-code}" if code is not None and code < 0
+               else f"exited with code {code}" if code is not None else "stopped answering")
+        return WorkerError(f"tpufeed worker {worker} (pid {proc.pid}) {how}; the iterator cannot "
+                           "continue. Resume from the last get_state() with a new iterator.")
+
+    def close(self) -> None:
+        """Stops every worker (asking first, then killing) and removes their shared memory."""
+        if self._closed:
+            return
+        self._closed = True
+        for conn in self._tasks:
+            try:
+                conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+        deadline = time.monotonic() + 2.0
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for conn in self._tasks + self._results:
+            conn.close()
+        self.slot_maps.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def close_all_pools() -> None:
+    for pool in list(_LIVE_POOLS):
+        pool.close()
+
+
+def rebuild_error(fields: dict[str, Any], worker: int) -> errors.TpufeedError:
+    """The parent-side error for a failure a worker reported, with the worker's traceback."""
+    cls = getattr(errors, fields["type"], None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.TpufeedError)):
+        cls = errors.TransformError if fields.get("record") is not None else errors.WorkerError
+    message = (f"{fields['type']}: {fields['message']}" if cls is not getattr(errors, fields["type"], None)
+               else fields["message"])
+    text = f"{message}\n\nin tpufeed worker {worker}:\n{fields['traceback']}"
+    if issubclass(cls, errors.TransformError):
+        return cls(text, record=fields.get("record"), path=fields.get("path"),
+                   traceback_text=fields["traceback"])
+    if issubclass(cls, errors.SourceError):
+        return cls(text, path=fields.get("path"), record=fields.get("record"))
+    try:
+        return cls(text)
+    except TypeError:
+        return errors.WorkerError(text)
+
+
+import atexit  # noqa: E402 - registered once the module is complete
+
+atexit.register(close_all_pools)
