@@ -20,7 +20,7 @@ from tpufeed.iterator import DatasetIterator
 from tpufeed.order import Cursor, resume_cursor
 from tpufeed.pipeline import Plan
 from tpufeed.sources.view import SourceView
-from tpufeed.stages import BatchOp, FilterOp, MapOp, Op, RandomMapOp, describe_ops
+from tpufeed.stages import BatchOp, FilterOp, MapOp, Op, RandomMapOp, describe_ops, op_name
 from tpufeed.state import fingerprint, state_from_dict
 from tpufeed.storage.local import PathsLike
 
@@ -239,7 +239,8 @@ class Dataset:
         return dataclasses.replace(self, _ops=self._ops + (op,))
 
     def __repr__(self) -> str:
-        stages = ", ".join(str(s) for s in describe_ops(self._ops))
+        stages = ", ".join(f"batch({op.batch_size}, drop_remainder={op.drop_remainder})"
+                           if isinstance(op, BatchOp) else op_name(op) for op in self._ops)
         return (f"Dataset({self._source.source!r}, seed={self._seed}, shard={self._sharding}, "
                 f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
                 f"workers={self._workers})")

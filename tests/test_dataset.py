@@ -1,0 +1,158 @@
+"""The Dataset API: chaining, validation, batching, and errors that name their cause."""
+
+import numpy as np
+import pytest
+
+import tpufeed
+from tpufeed.errors import (BatchError, InvalidArgumentError, RecordIndexError, SourceError,
+                            TpufeedError, TransformError)
+
+
+def seq(n=10):
+    return tpufeed.Dataset.from_sequence(list(range(n)))
+
+
+def test_public_names_are_sorted_and_exported():
+    assert tpufeed.__all__ == sorted(tpufeed.__all__)
+    for name in tpufeed.__all__:
+        assert hasattr(tpufeed, name)
+    for name in dir(tpufeed.errors):
+        obj = getattr(tpufeed.errors, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == "tpufeed.errors":
+            assert issubclass(obj, TpufeedError)
+
+
+def test_every_method_returns_a_new_dataset():
+    ds = seq()
+    chained = ds.shuffle(1).shard(0, 2).map(str).filter(bool).batch(2).repeat(3).prefetch(1).workers(0)
+    assert list(ds) == list(range(10))
+    assert chained is not ds and len(list(chained)) == 9
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda ds: ds.batch(0), "batch_size must be a positive int, got 0"),
+    (lambda ds: ds.batch(-3), "got -3"),
+    (lambda ds: ds.batch(2.5), "got 2.5"),
+    (lambda ds: ds.batch(2).batch(2), "already set"),
+    (lambda ds: ds.shard(-1, 2), "shard index must be >= 0, got -1"),
+    (lambda ds: ds.shard(2, 2), "shard index 2 is not below shard count 2"),
+    (lambda ds: ds.shard(0, 0), "shard count must be >= 1, got 0"),
+    (lambda ds: ds.shuffle("x"), "seed must be an int"),
+    (lambda ds: ds.shuffle(1).shuffle(2), "already set"),
+    (lambda ds: ds.repeat(-1), "got -1"),
+    (lambda ds: ds.prefetch(-1), "got -1"),
+    (lambda ds: ds.workers(-2), "got -2"),
+    (lambda ds: ds.map(3), "needs a callable, got 3"),
+])
+def test_bad_arguments_raise_naming_the_value(call, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        call(seq())
+
+
+def test_shard_index_beyond_count_from_jax_is_caught():
+    with pytest.raises(InvalidArgumentError, match="shard index 5 is not below shard count 1"):
+        seq().shard(index=5).iterator()
+
+
+def test_batch_stacks_dicts_tuples_and_arrays():
+    ds = seq(4).map(lambda i: {"a": np.full((2, 3), i, np.float32), "b": (i, np.int8(i)), "s": f"s{i}"})
+    batch = next(iter(ds.batch(4)))
+    assert batch["a"].shape == (4, 2, 3) and batch["a"].dtype == np.float32
+    assert batch["b"][0].tolist() == [0, 1, 2, 3] and batch["b"][1].dtype == np.int8
+    assert batch["s"].tolist() == ["s0", "s1", "s2", "s3"]
+
+
+def test_batch_says_which_key_and_which_shapes_differ():
+    ds = seq(6).map(lambda i: {"x": np.zeros(3 if i != 4 else 5)}).batch(6)
+    with pytest.raises(BatchError, match=r"\['x'\].*record 0 has shape \(3,\) but record 4 has shape \(5,\)"):
+        list(ds)
+
+
+def test_batch_says_which_keys_differ():
+    ds = seq(3).map(lambda i: {"x": 1} if i != 2 else {"y": 1}).batch(3)
+    with pytest.raises(BatchError, match=r"keys \['x'\] but record 2 has \['y'\]"):
+        list(ds)
+
+
+def test_a_failing_map_names_the_stage_record_and_traceback():
+    def explode(i):
+        if i == 7:
+            raise KeyError("missing label")
+        return i
+
+    with pytest.raises(TransformError, match=r"map\(.*explode\) raised KeyError.*record 7") as info:
+        list(seq().map(explode))
+    assert info.value.record == 7
+    assert "explode" in info.value.traceback_text
+
+
+def test_a_failing_source_is_wrapped_with_the_record():
+    class Flaky:
+        def __len__(self):
+            return 5
+
+        def __getitem__(self, i):
+            if i == 3:
+                raise OSError("disk on fire")
+            return i
+
+    with pytest.raises(SourceError, match="disk on fire"):
+        list(tpufeed.Dataset.from_source(Flaky()))
+
+
+def test_from_source_takes_any_len_getitem_object_and_exposes_it():
+    class Squares:
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            return i * i
+
+    ds = tpufeed.Dataset.from_source(Squares()).shuffle(0)
+    assert sorted(ds) == [0, 1, 4, 9, 16, 25]
+    assert isinstance(ds.source, Squares)
+
+
+def test_from_source_rejects_objects_without_the_protocol():
+    with pytest.raises(InvalidArgumentError, match="__len__ and __getitem__"):
+        tpufeed.Dataset.from_source(object())
+
+
+def test_sequence_source_index_errors_are_tpufeed_errors():
+    with pytest.raises(RecordIndexError, match="record index 10 is out of range for a source of 10"):
+        seq().source[10]
+
+
+def test_a_filter_that_drops_everything_does_not_loop_forever():
+    with pytest.raises(TpufeedError, match="loop forever"):
+        list(seq().filter(lambda i: False).repeat())
+
+
+def test_more_hosts_than_records_gives_empty_shares_not_errors():
+    assert list(seq(2).shard(5, 8)) == []
+
+
+def test_repeat_zero_epochs_is_empty_and_repeat_none_is_endless():
+    assert list(seq().repeat(0)) == []
+    it = iter(seq(3).repeat())
+    assert [next(it) for _ in range(10)] == [0, 1, 2, 0, 1, 2, 0, 1, 2, 0]
+
+
+def test_iterator_is_a_context_manager_and_close_is_idempotent():
+    with seq().prefetch(2).iterator() as it:
+        assert next(it) == 0
+    it.close()
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+def test_prefetch_thread_reraises_errors_in_the_consumer():
+    ds = seq().map(lambda i: 1 // (i - 5)).prefetch(3)
+    it = iter(ds)
+    with pytest.raises(TransformError, match="ZeroDivisionError"):
+        list(it)
+
+
+def test_repr_shows_the_pipeline():
+    text = repr(seq().shuffle(3).map(str).batch(2))
+    assert "seed=3" in text and "map(str)" in text and "batch(2, drop_remainder=False)" in text
