@@ -24,6 +24,7 @@ from tpufeed.stages import ElementStage, FilterOp
 from tpufeed.workers.layout import concat, read_batch, take
 from tpufeed.workers.pool import WorkerPool, rebuild_error
 from tpufeed.workers.slots import segment_prefix
+from tpufeed.workers.task import TaskRunner
 
 
 @dataclass
@@ -54,6 +55,7 @@ class ParallelProducer:
                                                       for op in self.plan.element_ops)
         self.depth = max(1, self.prefetch) + 2 * self.workers
         self.slots_per_worker = -(-self.depth // self.workers) + 1
+        self._local: TaskRunner | None = None
 
     def start(self) -> WorkerPool:
         """Starts the workers now, so they boot while the caller does other work."""
@@ -100,8 +102,10 @@ class ParallelProducer:
                     break
                 worker = None
                 if isinstance(task, _Task):
-                    worker = dealt % pool.size
-                    pool.send(worker, ("task", dealt, task.cursor.epoch, task.indices.tobytes()))
+                    # The parent runs the very first task itself while the workers start.
+                    if dealt > 0:
+                        worker = (dealt - 1) % pool.size
+                        pool.send(worker, ("task", dealt, task.cursor.epoch, task.indices.tobytes()))
                     dealt += 1
                 inflight.append((task, worker))
             if not inflight:
@@ -120,7 +124,11 @@ class ParallelProducer:
                         "loop forever")
                 yielded_this_epoch = False
                 continue
-            message = pool.receive(worker)
+            if worker is None:
+                kind, piece, offsets = self._runner().run(task.indices, task.cursor.epoch)
+                message = (kind, None, piece, offsets)
+            else:
+                message = pool.receive(worker)
             if message[0] == "error":
                 raise rebuild_error(message[2], worker)
             if message[0] == "items":
@@ -128,11 +136,14 @@ class ParallelProducer:
                     yielded_this_epoch = True
                     yield element, replace(task.cursor, consumed=task.start + offset + 1)
                 continue
-            _, _, slot, new_segment, layout, offsets = message
-            piece = None
-            if slot is not None:
-                piece = read_batch(layout, pool.slot_maps.buffer(worker, slot, new_segment))
-                pool.send(worker, ("free", slot))
+            if worker is None:
+                piece, offsets = message[2], message[3]
+            else:
+                _, _, slot, new_segment, layout, offsets = message
+                piece = None
+                if slot is not None:
+                    piece = read_batch(layout, pool.slot_maps.buffer(worker, slot, new_segment))
+                    pool.send(worker, ("free", slot))
             if self.whole_batches:
                 if piece is not None:
                     yielded_this_epoch = True
@@ -143,6 +154,11 @@ class ParallelProducer:
             for item in self._cut_batches(pieces, batch_stage, final=False):
                 yielded_this_epoch = True
                 yield item
+
+    def _runner(self) -> TaskRunner:
+        if self._local is None:
+            self._local = TaskRunner(self.plan, self.batched, self.whole_batches)
+        return self._local
 
     def _end_epoch(self, pieces: list, end: _EndOfEpoch, batch_stage: ElementStage) -> list:
         if self.whole_batches or not self.batched:

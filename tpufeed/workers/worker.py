@@ -43,23 +43,18 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
 
 class Worker:
     def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any]):
-        import numpy as np
-
-        from tpufeed.stages import ElementStage
         from tpufeed.workers.slots import WorkerSlots
+        from tpufeed.workers.task import TaskRunner
 
-        self._np = np
         self.tasks, self.results = tasks, results
-        self.plan = init["plan"]
         self.index = init["index"]
-        self.batched = init["batched"]
         self.slots = WorkerSlots(f"{init['prefix']}-w{self.index}", init["slots"])
-        self.stage = ElementStage(self.plan.element_ops, self.plan.rng_seed, self.plan.source)
-        self.batch_stage = ElementStage(self.plan.batch_ops, self.plan.rng_seed, self.plan.source)
-        self.whole_batches = init["whole_batches"]
+        self.runner = TaskRunner(init["plan"], init["batched"], init["whole_batches"])
         self.backlog: deque = deque()
 
     def run(self) -> None:
+        import numpy as np
+
         self.results.send(("ready",))
         while True:
             message = self.backlog.popleft() if self.backlog else self.tasks.recv()
@@ -71,40 +66,29 @@ class Worker:
                 continue
             _, task_id, epoch, raw = message
             try:
-                self.results.send(self._task(task_id, epoch, self._np.frombuffer(raw, self._np.int64)))
+                self.results.send(self._task(task_id, epoch, np.frombuffer(raw, np.int64)))
             except Exception as exc:  # noqa: BLE001 - every failure goes to the parent
                 self.results.send(("error", task_id, error_fields(exc)))
 
     def _task(self, task_id: int, epoch: int, indices: Any) -> tuple:
-        from tpufeed.batching import stack
         from tpufeed.workers.layout import write_batch, write_stacked
 
-        records = indices.tolist()
-        plan = self.plan
-        elements, offsets = self.stage.run(plan.source.read(indices), records, epoch)
-        if not self.batched:
-            return ("items", task_id, elements, offsets)
-        if not elements:
-            return ("batch", task_id, None, None, None, offsets)
-        describe = lambda i: plan.source.describe(records[offsets[i]])  # noqa: E731
-        slot_info: list[Any] = []
+        slot: list[Any] = [None, None]
 
         def buffer_for(nbytes: int) -> memoryview:
             while not self.slots.has_free:
                 self._wait_for_free_slot()
             index, buffer, name = self.slots.acquire(nbytes)
-            slot_info[:] = [index, name]
+            slot[:] = [index, name]
             return buffer
 
-        if self.whole_batches and self.batch_stage.ops:
-            batch = stack(elements, describe)
-            out, _ = self.batch_stage.run([batch], records[:1], epoch)
-            if not out:
-                return ("batch", task_id, None, None, None, [])
-            layout = write_batch(out[0], buffer_for)
-        else:
-            layout = write_stacked(elements, buffer_for, describe)
-        return ("batch", task_id, slot_info[0], slot_info[1], layout, offsets)
+        kind, payload, offsets = self.runner.run(
+            indices, epoch,
+            stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
+            placer=lambda batch: write_batch(batch, buffer_for))
+        if kind == "items":
+            return ("items", task_id, payload, offsets)
+        return ("batch", task_id, slot[0], slot[1], payload, offsets)
 
     def _wait_for_free_slot(self) -> None:
         message = self.tasks.recv()

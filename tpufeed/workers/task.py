@@ -1,0 +1,44 @@
+"""One task: read records by index, run the element stage, stack the survivors.
+
+Shared by worker processes (which stack straight into a shared-memory slot) and by the parent
+(which runs the very first task itself while the workers start), so both give the same batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tpufeed.batching import stack
+from tpufeed.pipeline import Plan
+from tpufeed.stages import ElementStage
+
+Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describe) -> batch
+Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
+
+
+class TaskRunner:
+    """Runs tasks of one plan. `whole_batches`: a task is exactly one batch (no filter)."""
+
+    def __init__(self, plan: Plan, batched: bool, whole_batches: bool):
+        self.plan, self.batched, self.whole_batches = plan, batched, whole_batches
+        self.stage = ElementStage(plan.element_ops, plan.rng_seed, plan.source)
+        self.batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source)
+
+    def run(self, indices: np.ndarray, epoch: int, stacker: Stacker = stack,
+            placer: Placer = lambda batch: batch) -> tuple[str, Any, list[int]]:
+        """("items", elements, offsets) unbatched, else ("batch", stacked or None, offsets)."""
+        plan = self.plan
+        records = indices.tolist()
+        elements, offsets = self.stage.run(plan.source.read(indices), records, epoch)
+        if not self.batched:
+            return "items", elements, offsets
+        if not elements:
+            return "batch", None, offsets
+        describe = lambda i: plan.source.describe(records[offsets[i]])  # noqa: E731
+        if self.whole_batches and self.batch_stage.ops:
+            kept, _ = self.batch_stage.run([stack(elements, describe)], records[:1], epoch)
+            return "batch", placer(kept[0]) if kept else None, offsets
+        return "batch", stacker(elements, describe), offsets
