@@ -19,10 +19,20 @@ from tpufeed.errors import TransformError, WorkerError
 pytestmark = pytest.mark.multiprocess
 
 
+def worker_processes(parent=None):
+    out = []
+    for child in psutil.Process(parent).children(recursive=True):
+        try:
+            if "tpufeed.workers.worker" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                out.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def leftovers():
-    children = psutil.Process().children(recursive=True)
     segments = glob.glob(f"/dev/shm/tpufeed-{os.getpid()}-*")
-    return [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], segments
+    return [c.pid for c in worker_processes()], segments
 
 
 @pytest.fixture(autouse=True)
@@ -136,7 +146,7 @@ def test_a_killed_worker_surfaces_as_an_error_quickly():
     ds = tpufeed.Dataset.from_sequence(list(range(10_000))).map(lambda i: (time.sleep(0.01), i)[1])
     it = ds.batch(8).workers(2).iterator()
     next(it)
-    victim = psutil.Process().children()[0]
+    victim = worker_processes()[0]
     victim.send_signal(signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(WorkerError, match=f"pid {victim.pid}.*signal 9"):
@@ -187,7 +197,7 @@ def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "running"
-    workers = psutil.Process(proc.pid).children()
+    workers = worker_processes(proc.pid)
     assert len(workers) == 2
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=10)
@@ -207,7 +217,7 @@ def test_parent_killed_takes_its_workers_along(tmp_path):
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "running"
-    workers = psutil.Process(proc.pid).children()
+    workers = worker_processes(proc.pid)
     proc.kill()
     proc.wait()
     gone, alive = psutil.wait_procs(workers, timeout=5)
