@@ -47,10 +47,14 @@ class Counters:
 
 
 class IndexBlocks:
-    """Record indices of one host's share of one epoch, computed a block at a time."""
+    """Record indices of one host's share of one epoch, computed a block at a time.
 
-    def __init__(self, n: int, seed: int | None, cursor: Cursor):
-        self._n, self._seed, self._cursor = n, seed, cursor
+    Each new block is announced to the source (`SourceView.will_read`), so a source that fetches
+    remote shards can schedule them in the order the plan will need them.
+    """
+
+    def __init__(self, n: int, seed: int | None, cursor: Cursor, source: SourceView | None = None):
+        self._n, self._seed, self._cursor, self._source = n, seed, cursor, source
         self._start, self._block = 0, np.empty(0, np.int64)
 
     def get(self, start: int, count: int) -> np.ndarray:
@@ -60,6 +64,8 @@ class IndexBlocks:
             size = min(max(_INDEX_BLOCK, count), share - start)
             self._block = record_indices(self._n, self._seed, self._cursor, start, size)
             self._start = start
+            if self._source is not None:
+                self._source.will_read(self._block)
         return self._block[start - self._start:end - self._start]
 
 
@@ -92,7 +98,7 @@ class Producer:
                batch_stage: ElementStage) -> Iterator[tuple[Any, Cursor]]:
         plan = self.plan
         share = share_size(n, cursor.base, cursor.host, cursor.hosts)
-        blocks = IndexBlocks(n, plan.shuffle_seed, cursor)
+        blocks = IndexBlocks(n, plan.shuffle_seed, cursor, plan.source)
         pending: list[Any] = []
         pending_records: list[int] = []
         k = cursor.consumed

@@ -1,8 +1,9 @@
 """A uniform face over any record source: batched reads, record names, a fingerprint.
 
 A source is any object with `__len__` and `__getitem__(int)` (the Grain protocol). Optional:
-`__getitems__(indices)` for batched reads, `locate(index) -> (path, local index)` and
-`fingerprint()`; the view supplies fallbacks for what is missing.
+`__getitems__(indices)` for batched reads, `locate(index) -> (path, local index)`,
+`fingerprint()` and `will_read(indices)` (the records the plan needs next, in order, for
+read-ahead); the view supplies fallbacks for what is missing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class SourceView:
         self.source = source
         self._getitems = getattr(source, "__getitems__", None)
         self._locate = getattr(source, "locate", None)
+        self._will_read = getattr(source, "will_read", None)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -39,6 +41,11 @@ class SourceView:
             first = int(indices[0]) if len(indices) else -1
             raise SourceError(f"reading records {_span(indices)} from {type(self.source).__name__} "
                               f"failed: {type(exc).__name__}: {exc}", record=first) from exc
+
+    def will_read(self, indices: np.ndarray) -> None:
+        """Tells the source which records come next, in order (a hint for read-ahead)."""
+        if self._will_read is not None:
+            self._will_read(indices)
 
     def describe(self, record: int) -> str:
         if self._locate is not None:
