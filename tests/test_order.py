@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.order import Cursor, host_positions, permute, record_indices, resume_cursor, share_size
+from tpufeed.order import (Cursor, Shuffle, host_positions, permute, record_indices, resume_cursor,
+                           share_size, windowed_permute)
 
 SIZES = [1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 32, 33, 64, 97, 127, 128, 255, 256, 1000, 1023, 1024,
          4099, 65536, 65537, 100003]
@@ -98,3 +99,46 @@ def test_a_finished_epoch_resumes_into_the_next():
     cursor = resume_cursor(saved, 9, hosts=3, host=0)
     assert cursor == Cursor(2, 8, 3, 0, 0)
     assert share_size(9, cursor.base, 2, 3) == 0  # hosts 1 and 2 go straight to epoch 3
+
+
+LAYOUTS = [(0, 5, 12, 12, 20, 33, 40), (0, 1), (0, 0, 3), tuple(range(0, 101, 10)), (0, 7, 7, 7, 9)]
+
+
+@pytest.mark.parametrize("starts", LAYOUTS)
+@pytest.mark.parametrize("window", [1, 2, 3, 50])
+@pytest.mark.parametrize("epoch", [0, 1])
+def test_windowed_shuffle_is_a_bijection_reading_few_shards_at_a_time(starts, window, epoch):
+    n = starts[-1]
+    shuffle = Shuffle(seed=4, window=window, shard_starts=starts)
+    out = windowed_permute(np.arange(n), shuffle, epoch)
+    assert sorted(out.tolist()) == list(range(n))
+    shard_of = np.searchsorted(np.array(starts), out, side="right") - 1
+    # Walk the epoch: each shard is used in one contiguous stretch (its window), and no stretch
+    # of the order touches more than `window` shards' windows at once.
+    first, last = {}, {}
+    for position, shard in enumerate(shard_of.tolist()):
+        first.setdefault(shard, position)
+        last[shard] = position
+    for position in range(n):
+        live = sum(1 for s in first if first[s] <= position <= last[s])
+        assert live <= window
+
+
+def test_windowed_shuffle_slices_match_the_whole_and_epochs_differ():
+    starts = tuple(range(0, 1001, 100))
+    shuffle = Shuffle(seed=9, window=3, shard_starts=starts)
+    whole = windowed_permute(np.arange(1000), shuffle, 0)
+    assert np.array_equal(windowed_permute(np.arange(250, 600), shuffle, 0), whole[250:600])
+    assert not np.array_equal(windowed_permute(np.arange(1000), shuffle, 1), whole)
+    # records of a window are interleaved, not read shard after shard
+    shards = whole[:300] // 100
+    assert len(set(shards[:20].tolist())) == 3
+
+
+def test_record_indices_dispatches_on_the_shuffle_kind():
+    cursor = Cursor(epoch=1, base=0, hosts=2, host=1, consumed=0)
+    starts = (0, 30, 64)
+    assert np.array_equal(record_indices(64, Shuffle(3), cursor, 0, 5),
+                          permute(np.array([1, 3, 5, 7, 9]), 64, 3, 1))
+    assert np.array_equal(record_indices(64, Shuffle(3, 1, starts), cursor, 0, 5),
+                          windowed_permute(np.array([1, 3, 5, 7, 9]), Shuffle(3, 1, starts), 1))

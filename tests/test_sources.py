@@ -144,3 +144,29 @@ def test_bad_files_through_the_dataset_api(tmp_path):
         f.truncate(os.path.getsize(tf_paths[2]) - 3)
     with pytest.raises(CorruptDataError, match=r"part-2.tfrecord.*record 29"):
         tpufeed.Dataset.from_tfrecord(tf_paths)
+
+
+@pytest.mark.parametrize("hosts,workers", [(1, 0), (3, 0), (2, 2)])
+def test_windowed_shuffle_is_exactly_once_and_resumable(tmp_path, hosts, workers):
+    write_array_record_files(tmp_path)
+    def make(host):
+        return (tpufeed.Dataset.from_array_record(str(tmp_path / "*.array_record"))
+                .shuffle(2, window=2).shard(host, hosts).map(codec.decode).map(lambda e: e["id"])
+                .batch(8).repeat(2).workers(workers))
+    seen = {0: [], 1: []}
+    for host in range(hosts):
+        it = make(host).iterator()
+        for batch in it:
+            seen[it.get_state()["epoch"]] += batch.tolist()
+    assert sorted(seen[0]) == sorted(seen[1]) == list(range(N))
+    assert seen[0] != seen[1]
+    full = [b.tolist() for b in make(0)]
+    it = make(0).iterator()
+    next(it), next(it)
+    assert [b.tolist() for b in make(0).iterator(it.get_state())] == full[2:]
+    it.close()
+
+
+def test_windowed_shuffle_needs_a_file_source():
+    with pytest.raises(tpufeed.InvalidArgumentError, match="has no shards"):
+        tpufeed.Dataset.from_sequence([1, 2]).shuffle(0, window=2)

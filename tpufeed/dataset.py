@@ -17,7 +17,7 @@ from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.iterator import DatasetIterator
-from tpufeed.order import Cursor, resume_cursor
+from tpufeed.order import Cursor, Shuffle, resume_cursor
 from tpufeed.pipeline import Plan
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import BatchOp, FilterOp, MapOp, Op, RandomMapOp, describe_ops, op_name
@@ -75,6 +75,7 @@ class Dataset:
 
     _source: SourceView
     _seed: int | None = None
+    _window: int | None = None
     _sharding: Sharding = Sharding(0, 1)
     _ops: tuple[Op, ...] = ()
     _epochs: int | None = 1
@@ -125,13 +126,24 @@ class Dataset:
         """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source."""
         return self._source.source
 
-    def shuffle(self, seed: int) -> Dataset:
-        """Global shuffle: a fresh permutation of all records each epoch, keyed by `seed`."""
+    def shuffle(self, seed: int, window: int | None = None) -> Dataset:
+        """A fresh permutation of the records each epoch, keyed by `seed`.
+
+        `window=None`: global. `window=K` (file sources): shuffle the shard order, then the
+        records within each group of K consecutive shards, so only about K shards are needed at
+        once — for datasets larger than the local cache.
+        """
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
+        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
+            raise InvalidArgumentError(f"shuffle window must be None or a positive int, got {window!r}")
+        if window is not None and not hasattr(self._source.source, "shard_starts"):
+            raise InvalidArgumentError(
+                f"shuffle(window={window}) needs a source of several files (ArrayRecord, TFRecord, "
+                f"Dataset.open); {type(self._source.source).__name__} has no shards")
         if self._seed is not None:
             raise InvalidArgumentError(f"shuffle is already set (seed {self._seed})")
-        return dataclasses.replace(self, _seed=seed)
+        return dataclasses.replace(self, _seed=seed, _window=window)
 
     def shard(self, index: int | None = None, count: int | None = None) -> Dataset:
         """This host's share of each epoch; defaults to jax.process_index()/process_count()."""
@@ -215,7 +227,14 @@ class Dataset:
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""
         return fingerprint({"source": self._source.fingerprint(), "seed": self._seed,
-                            "ops": describe_ops(self._ops)})
+                            "window": self._window, "ops": describe_ops(self._ops)})
+
+    def _shuffle(self) -> Shuffle | None:
+        if self._seed is None:
+            return None
+        if self._window is None:
+            return Shuffle(self._seed)
+        return Shuffle(self._seed, self._window, self._source.source.shard_starts)
 
     def _plan(self) -> Plan:
         host, hosts = self._sharding.resolve()
@@ -224,7 +243,7 @@ class Dataset:
         batch = ops[split] if split < len(ops) else None
         return Plan(
             source=self._source,
-            shuffle_seed=self._seed,
+            shuffle=self._shuffle(),
             rng_seed=self._seed if self._seed is not None else 0,
             element_ops=tuple(ops[:split]),  # type: ignore[arg-type]
             batch=batch,  # type: ignore[arg-type]
@@ -241,7 +260,7 @@ class Dataset:
     def __repr__(self) -> str:
         stages = ", ".join(f"batch({op.batch_size}, drop_remainder={op.drop_remainder})"
                            if isinstance(op, BatchOp) else op_name(op) for op in self._ops)
-        return (f"Dataset({self._source.source!r}, seed={self._seed}, shard={self._sharding}, "
+        return (f"Dataset({self._source.source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
                 f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
                 f"workers={self._workers})")
 

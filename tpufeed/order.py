@@ -27,9 +27,10 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@functools.lru_cache(maxsize=64)
-def _round_keys(seed: int, epoch: int) -> tuple[np.uint64, ...]:
-    digest = hashlib.blake2b(f"tpufeed-order:{seed}:{epoch}".encode(), digest_size=8 * _ROUNDS)
+@functools.lru_cache(maxsize=256)
+def _round_keys(seed: int, epoch: int, stream: int) -> tuple[np.uint64, ...]:
+    tag = f"tpufeed-order:{seed}:{epoch}" + (f":{stream}" if stream else "")
+    digest = hashlib.blake2b(tag.encode(), digest_size=8 * _ROUNDS)
     words = np.frombuffer(digest.digest(), dtype="<u8")
     return tuple(np.uint64(w) for w in words)
 
@@ -54,8 +55,10 @@ def _feistel(x: np.ndarray, half_bits: int, keys: tuple[np.uint64, ...]) -> np.n
     return (left << shift) | right
 
 
-def permute(positions: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarray:
+def permute(positions: np.ndarray, n: int, seed: int, epoch: int, stream: int = 0) -> np.ndarray:
     """Maps epoch positions to record indices: a bijection of [0, n) keyed by (seed, epoch).
+
+    `stream` gives independent permutations for the same (seed, epoch).
 
     >>> sorted(permute(np.arange(5), 5, seed=0, epoch=0).tolist())
     [0, 1, 2, 3, 4]
@@ -67,7 +70,7 @@ def permute(positions: np.ndarray, n: int, seed: int, epoch: int) -> np.ndarray:
         raise InvalidArgumentError(f"positions must lie in [0, {n}), got {positions!r}")
     bits = max(2, (n - 1).bit_length())
     half_bits = (bits + 1) // 2
-    keys = _round_keys(seed, epoch)
+    keys = _round_keys(seed, epoch, stream)
     limit = np.uint64(n)
     out = _feistel(positions.astype(np.uint64), half_bits, keys)
     # Cycle-walking: the domain is [0, 4^half_bits) < 4n, so a few rounds suffice on average.
@@ -112,12 +115,56 @@ def resume_cursor(saved: Cursor, n: int, hosts: int, host: int) -> Cursor:
     return Cursor(saved.epoch, base, hosts, host, 0)
 
 
-def record_indices(n: int, seed: int | None, cursor: Cursor, start: int, count: int) -> np.ndarray:
+@dataclass(frozen=True)
+class Shuffle:
+    """A global shuffle (`window=None`), or a windowed one over shards starting at `shard_starts`.
+
+    Windowed: each epoch the shard order is permuted, consecutive groups of `window` shards form
+    windows, and the records of a window are permuted among themselves. At any time a host reads
+    from about `window` shards, so a cache of that many shards streams the whole epoch.
+    """
+
+    seed: int
+    window: int | None = None
+    shard_starts: tuple[int, ...] = ()
+
+
+_SHARD_STREAM = -1
+
+
+def windowed_permute(positions: np.ndarray, shuffle: Shuffle, epoch: int) -> np.ndarray:
+    """Record indices of epoch `positions` under a windowed shuffle."""
+    starts = np.asarray(shuffle.shard_starts, dtype=np.int64)
+    shards = len(starts) - 1
+    window = shuffle.window or shards
+    counts = np.diff(starts)
+    shard_order = permute(np.arange(shards), shards, shuffle.seed, epoch, stream=_SHARD_STREAM)
+    ordered_counts = counts[shard_order]
+    firsts = np.arange(0, shards, window)
+    window_starts = np.concatenate([[0], np.cumsum(np.add.reduceat(ordered_counts, firsts))])
+    positions = np.asarray(positions, dtype=np.int64)
+    which = np.searchsorted(window_starts, positions, side="right") - 1
+    out = np.empty_like(positions)
+    for w in np.unique(which).tolist():
+        selected = which == w
+        members = shard_order[w * window:(w + 1) * window]
+        member_starts = np.concatenate([[0], np.cumsum(counts[members])])
+        local = permute(positions[selected] - window_starts[w], int(member_starts[-1]),
+                        shuffle.seed, epoch, stream=w + 1)
+        j = np.searchsorted(member_starts, local, side="right") - 1
+        out[selected] = starts[members[j]] + local - member_starts[j]
+    return out
+
+
+def record_indices(n: int, shuffle: Shuffle | None, cursor: Cursor, start: int,
+                   count: int) -> np.ndarray:
     """Record indices of the host's `count` positions from its `start`-th in the segment.
 
-    `seed=None` means no shuffle: records in stored order.
+    `shuffle=None` means records in stored order.
     """
     positions = host_positions(cursor.base, cursor.host, cursor.hosts, start, count)
-    if seed is None:
+    if shuffle is None:
         return positions
-    return permute(positions, n, seed, cursor.epoch)
+    if shuffle.window is None:
+        return permute(positions, n, shuffle.seed, cursor.epoch)
+    return windowed_permute(positions, shuffle, cursor.epoch)

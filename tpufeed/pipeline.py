@@ -14,7 +14,7 @@ import numpy as np
 
 from tpufeed.batching import stack
 from tpufeed.errors import TpufeedError
-from tpufeed.order import Cursor, record_indices, share_size
+from tpufeed.order import Cursor, Shuffle, record_indices, share_size
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import BatchOp, ElementOp, ElementStage
 
@@ -24,7 +24,7 @@ _INDEX_BLOCK = 8192  # positions permuted at once: ~80 ns/record instead of ~2 Â
 @dataclass(frozen=True)
 class Plan:
     source: SourceView
-    shuffle_seed: int | None
+    shuffle: Shuffle | None
     rng_seed: int
     element_ops: tuple[ElementOp, ...]
     batch: BatchOp | None
@@ -53,8 +53,9 @@ class IndexBlocks:
     remote shards can schedule them in the order the plan will need them.
     """
 
-    def __init__(self, n: int, seed: int | None, cursor: Cursor, source: SourceView | None = None):
-        self._n, self._seed, self._cursor, self._source = n, seed, cursor, source
+    def __init__(self, n: int, shuffle: Shuffle | None, cursor: Cursor,
+                 source: SourceView | None = None):
+        self._n, self._shuffle, self._cursor, self._source = n, shuffle, cursor, source
         self._start, self._block = 0, np.empty(0, np.int64)
 
     def get(self, start: int, count: int) -> np.ndarray:
@@ -62,7 +63,7 @@ class IndexBlocks:
         if not (self._start <= start and end <= self._start + len(self._block)):
             share = share_size(self._n, self._cursor.base, self._cursor.host, self._cursor.hosts)
             size = min(max(_INDEX_BLOCK, count), share - start)
-            self._block = record_indices(self._n, self._seed, self._cursor, start, size)
+            self._block = record_indices(self._n, self._shuffle, self._cursor, start, size)
             self._start = start
             if self._source is not None:
                 self._source.will_read(self._block)
@@ -98,7 +99,7 @@ class Producer:
                batch_stage: ElementStage) -> Iterator[tuple[Any, Cursor]]:
         plan = self.plan
         share = share_size(n, cursor.base, cursor.host, cursor.hosts)
-        blocks = IndexBlocks(n, plan.shuffle_seed, cursor, plan.source)
+        blocks = IndexBlocks(n, plan.shuffle, cursor, plan.source)
         pending: list[Any] = []
         pending_records: list[int] = []
         k = cursor.consumed

@@ -37,6 +37,11 @@ class ShardedSource:
     def __len__(self) -> int:
         return int(self._starts[-1])
 
+    @property
+    def shard_starts(self) -> tuple[int, ...]:
+        """Global index of each file's first record, then the total: what windowed shuffles use."""
+        return tuple(int(s) for s in self._starts)
+
     def __getitem__(self, index: int) -> bytes:
         return self.__getitems__([index])[0]
 

@@ -75,7 +75,7 @@ class ParallelProducer:
         n = len(plan.source)
         while plan.epochs is None or cursor.epoch < plan.epochs:
             share = share_size(n, cursor.base, cursor.host, cursor.hosts)
-            blocks = IndexBlocks(n, plan.shuffle_seed, cursor, plan.source)
+            blocks = IndexBlocks(n, plan.shuffle, cursor, plan.source)
             k = cursor.consumed
             while k < share:
                 count = min(plan.chunk, share - k)
