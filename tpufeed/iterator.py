@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ from tpufeed.pipeline import Counters, Plan, Producer
 from tpufeed.state import state_to_dict
 
 _END = object()
+_LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
 
 
 class DatasetIterator(Iterator[Any]):
@@ -89,6 +92,7 @@ class _ThreadPrefetcher:
                                         name="tpufeed-prefetch", daemon=True)
         self._thread.start()
         self._done = False
+        _LIVE_PREFETCHERS.add(self)
 
     def get(self) -> Any:
         if self._done:
@@ -137,3 +141,11 @@ def _put(out: queue.Queue, entry: tuple, stop: threading.Event) -> None:
             return
         except queue.Full:
             continue
+
+
+@atexit.register
+def _stop_prefetch_threads() -> None:
+    """Stops prefetch threads before the interpreter tears down the readers they are using
+    (a C++ reader destroyed under a running daemon thread aborts the process)."""
+    for prefetcher in list(_LIVE_PREFETCHERS):
+        prefetcher.close()
