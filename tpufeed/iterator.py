@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import queue
 import threading
 import weakref
@@ -12,6 +13,7 @@ from typing import Any
 from tpufeed.order import Cursor
 from tpufeed.pipeline import Counters, Plan, Producer
 from tpufeed.state import state_to_dict
+from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
 
 _END = object()
 _LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
@@ -28,14 +30,19 @@ class DatasetIterator(Iterator[Any]):
         self._plan = plan
         self._cursor = cursor
         self._counters = Counters()
+        self._clock = StageClock()
         self._prefetcher = None
+        self._parallel = None
+        self._workers, self._prefetch = workers, prefetch
+        self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._closed = True  # until construction succeeds
         if workers > 0:
             from tpufeed.workers.engine import ParallelProducer
-            producer = ParallelProducer(plan, cursor, workers, prefetch, self._counters)
-            self._items = producer.items(producer.start())
+            self._parallel = ParallelProducer(plan, cursor, workers, prefetch, self._counters,
+                                              self._clock)
+            self._items = self._parallel.items(self._parallel.start())
         else:
-            self._items = Producer(plan, cursor, self._counters).items()
+            self._items = Producer(plan, cursor, self._counters, self._clock).items()
             if prefetch > 0:
                 self._prefetcher = _ThreadPrefetcher(self._items, prefetch)
         self._closed = False
@@ -46,16 +53,43 @@ class DatasetIterator(Iterator[Any]):
     def __next__(self) -> Any:
         if self._closed:
             raise StopIteration
-        if self._prefetcher is not None:
-            item, cursor = self._prefetcher.get()
-        else:
-            item, cursor = next(self._items)
+        started = now()
+        try:
+            if self._prefetcher is not None:
+                item, cursor = self._prefetcher.get()
+            else:
+                item, cursor = next(self._items)
+        finally:
+            self._waited += now() - started
         self._cursor = cursor
+        self._delivered += 1
+        self._records += _record_count(item) if self._plan.batch is not None else 1
         return item
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-able dict; `ds.iterator(state)` resumes right after the last item returned."""
         return state_to_dict(self._cursor, self._plan.fingerprint)
+
+    def stats(self) -> PipelineStats:
+        """Per-stage times and rates, the consumer's wait, queue depth and memory, so far."""
+        parallel = self._parallel
+        workers = self._workers
+        stages = {}
+        for name, seconds in list(self._clock.seconds.items()):
+            procs = 1 if name == "transfer" or workers == 0 else workers
+            stages[name] = StageStats(seconds, self._clock.records[name], procs)
+        if self._prefetcher is not None:
+            depth = self._prefetcher.depth()
+        else:
+            depth = parallel.queue_depth if parallel is not None else 0
+        pids = [os.getpid()] + (parallel.worker_pids if parallel is not None else [])
+        return PipelineStats(
+            wall_seconds=now() - self._started, wait_seconds=self._waited,
+            batches=self._delivered, records=self._records, workers=workers,
+            prefetch=self._prefetch, queue_depth=depth,
+            memory_bytes=sum(rss_bytes(pid) for pid in pids),
+            dropped_records=self._counters.dropped_records, errors=self._counters.errors,
+            stages=stages)
 
     @property
     def dropped_records(self) -> int:
@@ -93,6 +127,9 @@ class _ThreadPrefetcher:
         self._thread.start()
         self._done = False
         _LIVE_PREFETCHERS.add(self)
+
+    def depth(self) -> int:
+        return self._queue.qsize()
 
     def get(self) -> Any:
         if self._done:
@@ -141,6 +178,13 @@ def _put(out: queue.Queue, entry: tuple, stop: threading.Event) -> None:
             return
         except queue.Full:
             continue
+
+
+def _record_count(batch: Any) -> int:
+    """Records in a batch: the leading dimension of its first leaf."""
+    while isinstance(batch, (dict, tuple, list)) and len(batch):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch) if hasattr(batch, "__len__") else 1
 
 
 @atexit.register

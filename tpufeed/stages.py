@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from tpufeed.errors import TpufeedError, TransformError
 from tpufeed.rng import RecordRngs
+from tpufeed.stats import StageClock, now
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,18 @@ def describe_ops(ops: Sequence[Op]) -> list[Any]:
 
 def op_name(op: ElementOp) -> str:
     fn = op.fn
-    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    name = getattr(fn, "__name__", None) or type(fn).__name__
     return f"{_KINDS[type(op)]}({name})"
+
+
+def stage_names(ops: Sequence[ElementOp], suffix: str = "") -> list[str]:
+    """Unique, readable stage names: `map(decode)`, `map(decode)#2`, ..."""
+    names: list[str] = []
+    for op in ops:
+        name = op_name(op) + suffix
+        repeat = sum(1 for n in names if n == name or n.startswith(name + "#"))
+        names.append(name if not repeat else f"{name}#{repeat + 1}")
+    return names
 
 
 class RecordNames(Protocol):
@@ -71,17 +82,21 @@ class RecordNames(Protocol):
 class ElementStage:
     """Runs element ops over a chunk of records; `names` names a failing record in errors."""
 
-    def __init__(self, ops: Sequence[ElementOp], seed: int, names: RecordNames):
+    def __init__(self, ops: Sequence[ElementOp], seed: int, names: RecordNames,
+                 clock: StageClock | None = None, on_batches: bool = False):
         self.ops = tuple(ops)
         self.names = names
+        self.clock = clock if clock is not None else StageClock()
+        self.stage_names = stage_names(self.ops, " on batches" if on_batches else "")
         self._rngs = {op.stream: RecordRngs(seed, op.stream)
                       for op in self.ops if isinstance(op, RandomMapOp)}
 
     def run(self, elements: list[Any], records: Sequence[int], epoch: int) -> tuple[list[Any], list[int]]:
         """Returns (surviving elements, their offsets in the chunk), in order."""
         offsets = list(range(len(elements)))
-        for op in self.ops:
+        for op, stage in zip(self.ops, self.stage_names):
             i = -1
+            started, count = now(), len(elements)
             try:
                 if isinstance(op, MapOp):
                     fn = op.fn
@@ -108,6 +123,7 @@ class ElementStage:
             except Exception as exc:  # noqa: BLE001 - a user function may raise anything
                 record = records[offsets[i]] if i >= 0 else None
                 raise transform_error(op, exc, record, self.names) from exc
+            self.clock.add(stage, now() - started, count)
         return elements, offsets
 
 

@@ -25,6 +25,7 @@ from tpufeed.workers.layout import concat, read_batch, take
 from tpufeed.workers.pool import WorkerPool, rebuild_error
 from tpufeed.workers.slots import segment_prefix
 from tpufeed.workers.task import TaskRunner
+from tpufeed.stats import StageClock, now
 
 
 @dataclass
@@ -48,6 +49,7 @@ class ParallelProducer:
     workers: int
     prefetch: int
     counters: Counters = field(default_factory=Counters)
+    clock: StageClock = field(default_factory=StageClock)
 
     def __post_init__(self) -> None:
         self.batched = self.plan.batch is not None
@@ -56,12 +58,16 @@ class ParallelProducer:
         self.depth = max(1, self.prefetch) + 2 * self.workers
         self.slots_per_worker = -(-self.depth // self.workers) + 1
         self._local: TaskRunner | None = None
+        self.queue_depth = 0
+        self.worker_pids: list[int] = []
 
     def start(self) -> WorkerPool:
         """Starts the workers now, so they boot while the caller does other work."""
         init = {"plan": self.plan, "batched": self.batched, "whole_batches": self.whole_batches,
                 "slots": self.slots_per_worker}
-        return WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
+        pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
+        self.worker_pids = pool.pids
+        return pool
 
     def items(self, pool: WorkerPool | None = None) -> Iterator[tuple[Any, Cursor]]:
         pool = pool or self.start()
@@ -94,7 +100,8 @@ class ParallelProducer:
         dealt = 0
         pieces: list[tuple[Any, list[int], _Task]] = []  # filter mode: (stacked survivors, offsets, task)
         yielded_this_epoch = False
-        batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source)
+        batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source, self.clock,
+                                   on_batches=True)
         while True:
             while len(inflight) < self.depth:
                 task = next(tasks, None)
@@ -108,6 +115,7 @@ class ParallelProducer:
                         pool.send(worker, ("task", dealt, task.cursor.epoch, task.indices.tobytes()))
                     dealt += 1
                 inflight.append((task, worker))
+            self.queue_depth = len(inflight)
             if not inflight:
                 return
             task, worker = inflight.popleft()
@@ -126,11 +134,12 @@ class ParallelProducer:
                 continue
             if worker is None:
                 kind, piece, offsets = self._runner().run(task.indices, task.cursor.epoch)
-                message = (kind, None, piece, offsets)
+                message = (kind, None, piece, offsets, {})
             else:
                 message = pool.receive(worker)
             if message[0] == "error":
                 raise rebuild_error(message[2], worker)
+            self.clock.merge(message[-1])
             if message[0] == "items":
                 for element, offset in zip(message[2], message[3]):
                     yielded_this_epoch = True
@@ -139,11 +148,13 @@ class ParallelProducer:
             if worker is None:
                 piece, offsets = message[2], message[3]
             else:
-                _, _, slot, new_segment, layout, offsets = message
+                _, _, slot, new_segment, layout, offsets, _ = message
                 piece = None
                 if slot is not None:
+                    started = now()
                     piece = read_batch(layout, pool.slot_maps.buffer(worker, slot, new_segment))
                     pool.send(worker, ("free", slot))
+                    self.clock.add("transfer", now() - started, len(offsets))
             if self.whole_batches:
                 if piece is not None:
                     yielded_this_epoch = True
@@ -157,7 +168,7 @@ class ParallelProducer:
 
     def _runner(self) -> TaskRunner:
         if self._local is None:
-            self._local = TaskRunner(self.plan, self.batched, self.whole_batches)
+            self._local = TaskRunner(self.plan, self.batched, self.whole_batches, self.clock)
         return self._local
 
     def _end_epoch(self, pieces: list, end: _EndOfEpoch, batch_stage: ElementStage) -> list:

@@ -53,6 +53,10 @@ class WorkerPool:
     def size(self) -> int:
         return len(self._procs)
 
+    @property
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self._procs]
+
     def send(self, worker: int, message: tuple) -> None:
         try:
             self._tasks[worker].send(message)

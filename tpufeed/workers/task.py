@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 
 from tpufeed.batching import stack
-from tpufeed.pipeline import Plan
+from tpufeed.pipeline import Plan, read
 from tpufeed.stages import ElementStage
+from tpufeed.stats import StageClock, now
 
 Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describe) -> batch
 Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
@@ -22,23 +23,30 @@ Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
 class TaskRunner:
     """Runs tasks of one plan. `whole_batches`: a task is exactly one batch (no filter)."""
 
-    def __init__(self, plan: Plan, batched: bool, whole_batches: bool):
+    def __init__(self, plan: Plan, batched: bool, whole_batches: bool, clock: StageClock):
         self.plan, self.batched, self.whole_batches = plan, batched, whole_batches
-        self.stage = ElementStage(plan.element_ops, plan.rng_seed, plan.source)
-        self.batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source)
+        self.clock = clock
+        self.stage = ElementStage(plan.element_ops, plan.rng_seed, plan.source, clock)
+        self.batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source, clock,
+                                        on_batches=True)
 
     def run(self, indices: np.ndarray, epoch: int, stacker: Stacker = stack,
             placer: Placer = lambda batch: batch) -> tuple[str, Any, list[int]]:
         """("items", elements, offsets) unbatched, else ("batch", stacked or None, offsets)."""
         plan = self.plan
         records = indices.tolist()
-        elements, offsets = self.stage.run(plan.source.read(indices), records, epoch)
+        elements, offsets = self.stage.run(read(plan.source, indices, self.clock), records, epoch)
         if not self.batched:
             return "items", elements, offsets
         if not elements:
             return "batch", None, offsets
         describe = lambda i: plan.source.describe(records[offsets[i]])  # noqa: E731
+        started = now()
         if self.whole_batches and self.batch_stage.ops:
-            kept, _ = self.batch_stage.run([stack(elements, describe)], records[:1], epoch)
+            batch = stack(elements, describe)
+            self.clock.add("batch", now() - started, len(elements))
+            kept, _ = self.batch_stage.run([batch], records[:1], epoch)
             return "batch", placer(kept[0]) if kept else None, offsets
-        return "batch", stacker(elements, describe), offsets
+        stacked = stacker(elements, describe)
+        self.clock.add("batch", now() - started, len(elements))
+        return "batch", stacked, offsets

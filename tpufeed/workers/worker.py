@@ -16,8 +16,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 # Messages, parent -> worker: ("task", task_id, epoch, indices bytes) | ("free", slot) | ("stop",)
-# worker -> parent: ("ready",) | ("batch", task_id, slot, new_segment, layout, offsets)
-#                 | ("items", task_id, elements, offsets) | ("error", task_id, error fields)
+# worker -> parent: ("ready",) | ("batch", task_id, slot, new_segment, layout, offsets, times)
+#                 | ("items", task_id, elements, offsets, times) | ("error", task_id, error fields)
 
 
 def _exit_with_parent() -> None:
@@ -43,13 +43,15 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
 
 class Worker:
     def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any]):
+        from tpufeed.stats import StageClock
         from tpufeed.workers.slots import WorkerSlots
         from tpufeed.workers.task import TaskRunner
 
         self.tasks, self.results = tasks, results
         self.index = init["index"]
         self.slots = WorkerSlots(f"{init['prefix']}-w{self.index}", init["slots"])
-        self.runner = TaskRunner(init["plan"], init["batched"], init["whole_batches"])
+        self.clock = StageClock()
+        self.runner = TaskRunner(init["plan"], init["batched"], init["whole_batches"], self.clock)
         self.backlog: deque = deque()
 
     def run(self) -> None:
@@ -87,8 +89,8 @@ class Worker:
             stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
             placer=lambda batch: write_batch(batch, buffer_for))
         if kind == "items":
-            return ("items", task_id, payload, offsets)
-        return ("batch", task_id, slot[0], slot[1], payload, offsets)
+            return ("items", task_id, payload, offsets, self.clock.drain())
+        return ("batch", task_id, slot[0], slot[1], payload, offsets, self.clock.drain())
 
     def _wait_for_free_slot(self) -> None:
         message = self.tasks.recv()
