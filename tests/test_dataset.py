@@ -156,3 +156,42 @@ def test_prefetch_thread_reraises_errors_in_the_consumer():
 def test_repr_shows_the_pipeline():
     text = repr(seq().shuffle(3).map(str).batch(2))
     assert "seed=3" in text and "map(str)" in text and "batch(2, drop_remainder=False)" in text
+
+
+def flaky_decode(record):
+    if record in (3, 11, 12):
+        raise ValueError(f"cannot decode {record}")
+    return {"x": np.int64(record)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_ignore_errors_skips_counts_and_bounds_bad_records(workers, caplog):
+    ds = seq(20).map(flaky_decode).batch(4).workers(workers)
+    with pytest.raises(TransformError, match="cannot decode 3"):
+        list(ds)
+    it = ds.ignore_errors(3).iterator()
+    got = [b["x"].tolist() for b in it]
+    assert got == [[0, 1, 2, 4], [5, 6, 7, 8], [9, 10, 13, 14], [15, 16, 17, 18], [19]]
+    assert it.stats().errors == 3
+    assert sum("skipped a bad record" in r.message for r in caplog.records) == 3
+    with pytest.raises(TransformError, match="cannot decode 12") as info:
+        list(ds.ignore_errors(2))
+    assert "ignore_errors(2) skips at most 2" in "".join(info.value.__notes__)
+
+
+def test_ignore_errors_skips_unreadable_records():
+    class HalfBroken:
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 6:
+                raise OSError("bad sector")
+            return i
+
+    ds = tpufeed.Dataset.from_source(HalfBroken()).ignore_errors(1)
+    it = ds.iterator()
+    assert list(it) == [0, 1, 2, 3, 4, 5, 7, 8, 9]
+    assert it.stats().errors == 1
+    with pytest.raises(SourceError, match="bad sector"):
+        list(tpufeed.Dataset.from_source(HalfBroken()))

@@ -81,6 +81,7 @@ class Dataset:
     _epochs: int | None = 1
     _prefetch: int = 0
     _workers: int = 0
+    _max_errors: int = 0
 
     # -- constructors -------------------------------------------------------------------------
 
@@ -182,6 +183,16 @@ class Dataset:
             raise InvalidArgumentError(f"prefetch must be a non-negative int, got {n!r}")
         return dataclasses.replace(self, _prefetch=n)
 
+    def ignore_errors(self, max_errors: int) -> Dataset:
+        """Skips records whose read or transform fails, at most `max_errors` per iterator.
+
+        Each skip is counted (`it.stats().errors`) and logged with its file, record and cause;
+        the bad record after the last allowed one raises. Off by default: errors raise.
+        """
+        if not isinstance(max_errors, int) or isinstance(max_errors, bool) or max_errors < 0:
+            raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")
+        return dataclasses.replace(self, _max_errors=max_errors)
+
     def workers(self, n: int) -> Dataset:
         """Runs the element and batch stages in `n` worker processes (0: in this process).
 
@@ -252,6 +263,7 @@ class Dataset:
             hosts=hosts,
             host=host,
             fingerprint=self.fingerprint(),
+            max_errors=self._max_errors,
         )
 
     def _add(self, op: Op) -> Dataset:

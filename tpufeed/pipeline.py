@@ -6,14 +6,15 @@ so a batch that needed more positions because of a filter still resumes exactly 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from tpufeed.batching import stack
-from tpufeed.errors import TpufeedError
+from tpufeed.errors import SourceError, TpufeedError
 from tpufeed.order import Cursor, Shuffle, record_indices, share_size
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import BatchOp, ElementOp, ElementStage
@@ -34,6 +35,7 @@ class Plan:
     hosts: int
     host: int
     fingerprint: str
+    max_errors: int = 0  # bad records that may be skipped (0: the first one raises)
 
     @property
     def chunk(self) -> int:
@@ -41,12 +43,51 @@ class Plan:
         return self.batch.batch_size if self.batch is not None else 64
 
 
-def read(source: SourceView, indices: np.ndarray, clock: StageClock) -> list[Any]:
-    """Reads a chunk of records, timed as the "read" stage."""
+_log = logging.getLogger("tpufeed")
+
+
+def read(source: SourceView, indices: np.ndarray, clock: StageClock,
+         skipped: list[TpufeedError] | None = None) -> tuple[list[Any], list[int] | None]:
+    """Reads a chunk of records, timed as the "read" stage: (records, their offsets or None).
+
+    With `skipped` (a tolerant pipeline), a failing chunk is re-read record by record and the
+    records that fail are left out, their errors appended to `skipped`.
+    """
     started = now()
-    records = source.read(indices)
-    clock.add("read", now() - started, len(records))
-    return records
+    try:
+        records, offsets = source.read(indices), None
+    except SourceError:
+        if skipped is None:
+            raise
+        records, offsets = [], []
+        for offset in range(len(indices)):
+            try:
+                records += source.read(indices[offset:offset + 1])
+            except SourceError as error:
+                skipped.append(error)
+                continue
+            offsets.append(offset)
+    clock.add("read", now() - started, len(indices))
+    return records, offsets
+
+
+@dataclass
+class ErrorBudget:
+    """Counts skipped bad records against `ignore_errors(max_errors)`; past it, raises."""
+
+    max_errors: int
+    counters: Counters
+
+    def charge(self, errors: Sequence[TpufeedError]) -> None:
+        for error in errors:
+            self.counters.errors += 1
+            if self.counters.errors > self.max_errors:
+                error.add_note(f"tpufeed: ignore_errors({self.max_errors}) skips at most "
+                               f"{self.max_errors} bad records; this was bad record "
+                               f"{self.counters.errors}")
+                raise error
+            _log.warning("tpufeed: skipped a bad record (%d of at most %d): %s",
+                         self.counters.errors, self.max_errors, str(error).split("\n", 1)[0])
 
 
 @dataclass
@@ -92,9 +133,12 @@ class Producer:
     def items(self) -> Iterator[tuple[Any, Cursor]]:
         plan, cursor = self.plan, self.cursor
         n = len(plan.source)
-        stage = ElementStage(plan.element_ops, plan.rng_seed, plan.source, self.clock)
+        tolerant = plan.max_errors > 0
+        stage = ElementStage(plan.element_ops, plan.rng_seed, plan.source, self.clock,
+                             tolerant=tolerant)
         batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source, self.clock,
-                                   on_batches=True)
+                                   on_batches=True, tolerant=tolerant)
+        self._budget = ErrorBudget(plan.max_errors, self.counters)
         while plan.epochs is None or cursor.epoch < plan.epochs:
             yielded = False
             for item, after in self._epoch(n, cursor, stage, batch_stage):
@@ -119,7 +163,11 @@ class Producer:
             count = min(plan.chunk, share - k)
             indices = blocks.get(k, count)
             records = indices.tolist()
-            elements, offsets = stage.run(read(plan.source, indices, self.clock), records, cursor.epoch)
+            chunk, offsets = read(plan.source, indices, self.clock, stage.skipped if stage.tolerant else None)
+            elements, offsets = stage.run(chunk, records, cursor.epoch, offsets)
+            if stage.skipped:
+                self._budget.charge(stage.skipped)
+                stage.skipped.clear()
             if plan.batch is None:
                 for element, offset in zip(elements, offsets):
                     yield element, replace(cursor, consumed=k + offset + 1)
@@ -149,4 +197,7 @@ class Producer:
         if not batch_stage.ops:
             return [batch]
         out, _ = batch_stage.run([batch], records[:1], epoch)
+        if batch_stage.skipped:
+            self._budget.charge(batch_stage.skipped)
+            batch_stage.skipped.clear()
         return out

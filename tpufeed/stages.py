@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tpufeed.errors import TpufeedError, TransformError
+from tpufeed.errors import TransformError
 from tpufeed.rng import RecordRngs
 from tpufeed.stats import StageClock, now
 
@@ -80,49 +80,57 @@ class RecordNames(Protocol):
 
 
 class ElementStage:
-    """Runs element ops over a chunk of records; `names` names a failing record in errors."""
+    """Runs element ops over a chunk of records; `names` names a failing record in errors.
+
+    With `tolerant`, a record whose op raises is dropped and its error kept in `skipped` (the
+    caller counts and bounds them); otherwise the first failure raises.
+    """
 
     def __init__(self, ops: Sequence[ElementOp], seed: int, names: RecordNames,
-                 clock: StageClock | None = None, on_batches: bool = False):
+                 clock: StageClock | None = None, on_batches: bool = False, tolerant: bool = False):
         self.ops = tuple(ops)
         self.names = names
         self.clock = clock if clock is not None else StageClock()
         self.stage_names = stage_names(self.ops, " on batches" if on_batches else "")
+        self.tolerant = tolerant
+        self.skipped: list[TransformError] = []
         self._rngs = {op.stream: RecordRngs(seed, op.stream)
                       for op in self.ops if isinstance(op, RandomMapOp)}
 
-    def run(self, elements: list[Any], records: Sequence[int], epoch: int) -> tuple[list[Any], list[int]]:
-        """Returns (surviving elements, their offsets in the chunk), in order."""
-        offsets = list(range(len(elements)))
+    def run(self, elements: list[Any], records: Sequence[int], epoch: int,
+            offsets: list[int] | None = None) -> tuple[list[Any], list[int]]:
+        """Returns (surviving elements, their offsets in the chunk), in order.
+
+        `records[offsets[i]]` is the record index of `elements[i]` (offsets default to 0..n-1).
+        """
+        if offsets is None:
+            offsets = list(range(len(elements)))
         for op, stage in zip(self.ops, self.stage_names):
-            i = -1
             started, count = now(), len(elements)
-            try:
-                if isinstance(op, MapOp):
-                    fn = op.fn
-                    out = []
-                    for i, e in enumerate(elements):
-                        out.append(fn(e))
-                    elements = out
-                elif isinstance(op, RandomMapOp):
-                    fn, rngs = op.fn, self._rngs[op.stream]
-                    out = []
-                    for i, e in enumerate(elements):
-                        out.append(fn(e, rngs.for_record(epoch, records[offsets[i]])))
-                    elements = out
-                else:
-                    fn = op.fn
-                    kept, kept_offsets = [], []
-                    for i, e in enumerate(elements):
-                        if fn(e):
-                            kept.append(e)
-                            kept_offsets.append(offsets[i])
-                    elements, offsets = kept, kept_offsets
-            except TpufeedError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a user function may raise anything
-                record = records[offsets[i]] if i >= 0 else None
-                raise transform_error(op, exc, record, self.names) from exc
+            kept: list[Any] = []
+            kept_offsets: list[int] = []
+            fn = op.fn
+            kind = 0 if isinstance(op, MapOp) else 1 if isinstance(op, RandomMapOp) else 2
+            rngs = self._rngs.get(getattr(op, "stream", None))
+            for element, offset in zip(elements, offsets):
+                try:
+                    if kind == 0:
+                        out = fn(element)
+                    elif kind == 1:
+                        out = fn(element, rngs.for_record(epoch, records[offset]))
+                    elif fn(element):
+                        out = element
+                    else:
+                        continue
+                except Exception as exc:  # noqa: BLE001 - a user function may raise anything
+                    error = transform_error(op, exc, records[offset], self.names)
+                    if not self.tolerant:
+                        raise error from exc
+                    self.skipped.append(error)
+                    continue
+                kept.append(out)
+                kept_offsets.append(offset)
+            elements, offsets = kept, kept_offsets
             self.clock.add(stage, now() - started, count)
         return elements, offsets
 

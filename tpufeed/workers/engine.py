@@ -19,7 +19,7 @@ import numpy as np
 
 from tpufeed.errors import TpufeedError
 from tpufeed.order import Cursor, share_size
-from tpufeed.pipeline import Counters, IndexBlocks, Plan
+from tpufeed.pipeline import Counters, ErrorBudget, IndexBlocks, Plan
 from tpufeed.stages import ElementStage, FilterOp
 from tpufeed.workers.layout import concat, read_batch, take
 from tpufeed.workers.pool import WorkerPool, rebuild_error
@@ -53,8 +53,9 @@ class ParallelProducer:
 
     def __post_init__(self) -> None:
         self.batched = self.plan.batch is not None
-        self.whole_batches = self.batched and not any(isinstance(op, FilterOp)
-                                                      for op in self.plan.element_ops)
+        # A task is exactly one batch unless records can drop out (a filter, skipped errors).
+        self.whole_batches = self.batched and self.plan.max_errors == 0 and not any(
+            isinstance(op, FilterOp) for op in self.plan.element_ops)
         self.depth = max(1, self.prefetch) + 2 * self.workers
         self.slots_per_worker = -(-self.depth // self.workers) + 1
         self._local: TaskRunner | None = None
@@ -101,7 +102,8 @@ class ParallelProducer:
         pieces: list[tuple[Any, list[int], _Task]] = []  # filter mode: (stacked survivors, offsets, task)
         yielded_this_epoch = False
         batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source, self.clock,
-                                   on_batches=True)
+                                   on_batches=True, tolerant=plan.max_errors > 0)
+        self._budget = ErrorBudget(plan.max_errors, self.counters)
         while True:
             while len(inflight) < self.depth:
                 task = next(tasks, None)
@@ -134,12 +136,15 @@ class ParallelProducer:
                 continue
             if worker is None:
                 kind, piece, offsets = self._runner().run(task.indices, task.cursor.epoch)
-                message = (kind, None, piece, offsets, {})
+                message = (kind, None, piece, offsets, self._runner().take_skipped(), {})
             else:
                 message = pool.receive(worker)
             if message[0] == "error":
                 raise rebuild_error(message[2], worker)
             self.clock.merge(message[-1])
+            if message[-2]:
+                self._budget.charge([e if worker is None else rebuild_error(e, worker)
+                                     for e in message[-2]])
             if message[0] == "items":
                 for element, offset in zip(message[2], message[3]):
                     yielded_this_epoch = True
@@ -148,7 +153,7 @@ class ParallelProducer:
             if worker is None:
                 piece, offsets = message[2], message[3]
             else:
-                _, _, slot, new_segment, layout, offsets, _ = message
+                _, _, slot, new_segment, layout, offsets, _, _ = message
                 piece = None
                 if slot is not None:
                     started = now()
@@ -208,6 +213,8 @@ class ParallelProducer:
             consumed = end.share if final and end is not None else last_task.start + last_offset + 1
             if batch_stage.ops:
                 kept, _ = batch_stage.run([batch], [first_record], last_task.cursor.epoch)
+                self._budget.charge(batch_stage.skipped)
+                batch_stage.skipped.clear()
                 out += [(b, replace(last_task.cursor, consumed=consumed)) for b in kept]
             else:
                 out.append((batch, replace(last_task.cursor, consumed=consumed)))

@@ -26,16 +26,23 @@ class TaskRunner:
     def __init__(self, plan: Plan, batched: bool, whole_batches: bool, clock: StageClock):
         self.plan, self.batched, self.whole_batches = plan, batched, whole_batches
         self.clock = clock
-        self.stage = ElementStage(plan.element_ops, plan.rng_seed, plan.source, clock)
+        tolerant = plan.max_errors > 0
+        self.stage = ElementStage(plan.element_ops, plan.rng_seed, plan.source, clock,
+                                  tolerant=tolerant)
         self.batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source, clock,
-                                        on_batches=True)
+                                        on_batches=True, tolerant=tolerant)
 
     def run(self, indices: np.ndarray, epoch: int, stacker: Stacker = stack,
             placer: Placer = lambda batch: batch) -> tuple[str, Any, list[int]]:
-        """("items", elements, offsets) unbatched, else ("batch", stacked or None, offsets)."""
+        """("items", elements, offsets) unbatched, else ("batch", stacked or None, offsets).
+
+        Errors of records skipped by a tolerant pipeline wait in `take_skipped()`.
+        """
         plan = self.plan
         records = indices.tolist()
-        elements, offsets = self.stage.run(read(plan.source, indices, self.clock), records, epoch)
+        skipped = self.stage.skipped if self.stage.tolerant else None
+        chunk, offsets = read(plan.source, indices, self.clock, skipped)
+        elements, offsets = self.stage.run(chunk, records, epoch, offsets)
         if not self.batched:
             return "items", elements, offsets
         if not elements:
@@ -50,3 +57,10 @@ class TaskRunner:
         stacked = stacker(elements, describe)
         self.clock.add("batch", now() - started, len(elements))
         return "batch", stacked, offsets
+
+    def take_skipped(self) -> list:
+        """Errors of the records skipped since the last call, in order."""
+        skipped = self.stage.skipped + self.batch_stage.skipped
+        self.stage.skipped.clear()
+        self.batch_stage.skipped.clear()
+        return skipped

@@ -16,8 +16,9 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 # Messages, parent -> worker: ("task", task_id, epoch, indices bytes) | ("free", slot) | ("stop",)
-# worker -> parent: ("ready",) | ("batch", task_id, slot, new_segment, layout, offsets, times)
-#                 | ("items", task_id, elements, offsets, times) | ("error", task_id, error fields)
+# worker -> parent: ("ready",) | ("batch", task_id, slot, new_segment, layout, offsets, skipped,
+#                    times) | ("items", task_id, elements, offsets, skipped, times)
+#                 | ("error", task_id, error fields)
 
 
 def _exit_with_parent() -> None:
@@ -88,9 +89,10 @@ class Worker:
             indices, epoch,
             stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
             placer=lambda batch: write_batch(batch, buffer_for))
+        skipped = [error_fields(error) for error in self.runner.take_skipped()]
         if kind == "items":
-            return ("items", task_id, payload, offsets, self.clock.drain())
-        return ("batch", task_id, slot[0], slot[1], payload, offsets, self.clock.drain())
+            return ("items", task_id, payload, offsets, skipped, self.clock.drain())
+        return ("batch", task_id, slot[0], slot[1], payload, offsets, skipped, self.clock.drain())
 
     def _wait_for_free_slot(self) -> None:
         message = self.tasks.recv()
