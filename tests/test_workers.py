@@ -133,7 +133,24 @@ def test_a_user_error_names_the_record_and_carries_the_worker_traceback(tmp_path
     assert "bad pixel" in message and "ValueError" in message
     assert info.value.record == 13 and info.value.path == path
     assert "data.array_record record 13" in message
-    assert "in boom" in message and "tpufeed worker" in message
+    assert "in boom" in message
+
+
+def test_an_error_in_a_worker_comes_back_with_its_traceback_and_record():
+    parent = os.getpid()
+
+    def fails_in_workers(element):
+        if os.getpid() != parent:
+            raise ValueError("only workers fail")
+        return element
+
+    ds = tpufeed.Dataset.from_sequence(list(range(10**5))).map(fails_in_workers).batch(8).workers(2)
+    with pytest.raises(TransformError) as info:
+        list(ds)
+    message = str(info.value)
+    assert "only workers fail" in message and "in tpufeed worker" in message
+    assert "in fails_in_workers" in info.value.traceback_text
+    assert f"record {info.value.record}" in message
 
 
 def test_an_unstackable_batch_in_a_worker_names_the_records():

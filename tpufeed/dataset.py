@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tpufeed.autotune import AUTO, Options, choose
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.iterator import DatasetIterator
 from tpufeed.order import Cursor, Shuffle, resume_cursor
@@ -79,9 +80,10 @@ class Dataset:
     _sharding: Sharding = Sharding(0, 1)
     _ops: tuple[Op, ...] = ()
     _epochs: int | None = 1
-    _prefetch: int = 0
-    _workers: int = 0
+    _prefetch: int | str = 0
+    _workers: int | str = 0
     _max_errors: int = 0
+    _options: Options = Options()
 
     # -- constructors -------------------------------------------------------------------------
 
@@ -177,11 +179,19 @@ class Dataset:
             raise InvalidArgumentError(f"epochs must be None or a non-negative int, got {epochs!r}")
         return dataclasses.replace(self, _epochs=epochs)
 
-    def prefetch(self, n: int) -> Dataset:
-        """Keeps up to `n` items ready ahead of the consumer (0: produce on demand)."""
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise InvalidArgumentError(f"prefetch must be a non-negative int, got {n!r}")
+    def prefetch(self, n: int | str) -> Dataset:
+        """Keeps up to `n` items ready ahead of the consumer (0: produce on demand).
+
+        `"auto"`: chosen from a short warm-up within the RAM budget, and deepened while the
+        consumer keeps waiting.
+        """
+        if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+            raise InvalidArgumentError(f"prefetch must be a non-negative int or 'auto', got {n!r}")
         return dataclasses.replace(self, _prefetch=n)
+
+    def options(self, ram_budget_bytes: int | None = None) -> Dataset:
+        """Pipeline-wide settings; `ram_budget_bytes` bounds what "auto" settings may use."""
+        return dataclasses.replace(self, _options=Options(ram_budget_bytes=ram_budget_bytes))
 
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.
@@ -193,13 +203,14 @@ class Dataset:
             raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")
         return dataclasses.replace(self, _max_errors=max_errors)
 
-    def workers(self, n: int) -> Dataset:
+    def workers(self, n: int | str) -> Dataset:
         """Runs the element and batch stages in `n` worker processes (0: in this process).
 
         The output is the same item for item whatever `n`; functions may be lambdas or closures.
+        `"auto"`: chosen from a short measured warm-up within the RAM budget (`options`).
         """
-        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-            raise InvalidArgumentError(f"workers must be a non-negative int, got {n!r}")
+        if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+            raise InvalidArgumentError(f"workers must be a non-negative int or 'auto', got {n!r}")
         return dataclasses.replace(self, _workers=n)
 
     # -- running ------------------------------------------------------------------------------
@@ -218,6 +229,10 @@ class Dataset:
         else:
             saved = state_from_dict(state, plan.fingerprint)
             cursor = resume_cursor(saved, len(plan.source), plan.hosts, plan.host)
+        if AUTO in (self._workers, self._prefetch):
+            tuning = choose(plan, cursor, self._workers, self._prefetch, self._options)
+            return DatasetIterator(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
+                                   tuning=tuning, adapt_prefetch=self._prefetch == AUTO)
         return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers)
 
     def to_jax(self, sharding: Any = None, prefetch: int = 2) -> Any:

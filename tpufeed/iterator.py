@@ -12,10 +12,12 @@ from typing import Any
 
 from tpufeed.order import Cursor
 from tpufeed.pipeline import Counters, Plan, Producer
+from tpufeed.autotune import MAX_PREFETCH, Tuning
 from tpufeed.state import state_to_dict
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
 
 _END = object()
+_ADAPT_EVERY = 16  # items between prefetch adjustments
 _LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -26,7 +28,8 @@ class DatasetIterator(Iterator[Any]):
     >>> next(it); state = it.get_state()                                # doctest: +SKIP
     """
 
-    def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0, workers: int = 0):
+    def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0, workers: int = 0,
+                 tuning: Tuning | None = None, adapt_prefetch: bool = False):
         self._plan = plan
         self._cursor = cursor
         self._counters = Counters()
@@ -34,12 +37,15 @@ class DatasetIterator(Iterator[Any]):
         self._prefetcher = None
         self._parallel = None
         self._workers, self._prefetch = workers, prefetch
+        self._tuning, self._adapt = tuning, adapt_prefetch
+        self._window_start, self._window_wait = now(), 0.0
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._closed = True  # until construction succeeds
         if workers > 0:
             from tpufeed.workers.engine import ParallelProducer
             self._parallel = ParallelProducer(plan, cursor, workers, prefetch, self._counters,
-                                              self._clock)
+                                              self._clock,
+                                              max_prefetch=MAX_PREFETCH if adapt_prefetch else prefetch)
             self._items = self._parallel.items(self._parallel.start())
         else:
             self._items = Producer(plan, cursor, self._counters, self._clock).items()
@@ -60,15 +66,34 @@ class DatasetIterator(Iterator[Any]):
             else:
                 item, cursor = next(self._items)
         finally:
-            self._waited += now() - started
+            waited = now() - started
+            self._waited += waited
+            self._window_wait += waited
         self._cursor = cursor
         self._delivered += 1
+        if self._adapt and self._delivered % _ADAPT_EVERY == 0:
+            self._adapt_prefetch()
         self._records += _record_count(item) if self._plan.batch is not None else 1
         return item
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-able dict; `ds.iterator(state)` resumes right after the last item returned."""
         return state_to_dict(self._cursor, self._plan.fingerprint)
+
+    def _adapt_prefetch(self) -> None:
+        """Deepens prefetch while the consumer waits more than 10% of the time, within budget."""
+        window = now() - self._window_start
+        waited, self._window_start, self._window_wait = self._window_wait, now(), 0.0
+        tuning = self._tuning
+        deeper = self._prefetch + 1
+        if (window <= 0 or waited / window < 0.1 or deeper > MAX_PREFETCH
+                or tuning.buffer_bytes(self._workers, deeper) > tuning.budget_bytes):
+            return
+        self._prefetch = deeper
+        if self._prefetcher is not None:
+            self._prefetcher.deepen(deeper)
+        elif self._parallel is not None:
+            self._parallel.depth_for(deeper)
 
     def stats(self) -> PipelineStats:
         """Per-stage times and rates, the consumer's wait, queue depth and memory, so far."""
@@ -89,7 +114,7 @@ class DatasetIterator(Iterator[Any]):
             prefetch=self._prefetch, queue_depth=depth,
             memory_bytes=sum(rss_bytes(pid) for pid in pids),
             dropped_records=self._counters.dropped_records, errors=self._counters.errors,
-            stages=stages)
+            stages=stages, tuning=self._tuning.reason if self._tuning is not None else None)
 
     @property
     def dropped_records(self) -> int:
@@ -130,6 +155,11 @@ class _ThreadPrefetcher:
 
     def depth(self) -> int:
         return self._queue.qsize()
+
+    def deepen(self, depth: int) -> None:
+        with self._queue.mutex:
+            self._queue.maxsize = depth
+            self._queue.not_full.notify()
 
     def get(self) -> Any:
         if self._done:

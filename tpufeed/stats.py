@@ -82,6 +82,7 @@ class PipelineStats:
     dropped_records: int
     errors: int
     stages: dict[str, StageStats] = field(default_factory=dict)
+    tuning: str | None = None  # why "auto" chose these workers/prefetch, if it did
 
     @property
     def records_per_s(self) -> float:
@@ -105,7 +106,7 @@ class PipelineStats:
             "records_per_s": self.records_per_s, "workers": self.workers, "prefetch": self.prefetch,
             "queue_depth": self.queue_depth, "memory_bytes": self.memory_bytes,
             "dropped_records": self.dropped_records, "errors": self.errors,
-            "bottleneck": self.bottleneck,
+            "bottleneck": self.bottleneck, "tuning": self.tuning,
             "stages": {name: {"seconds": s.seconds, "records": s.records, "parallelism": s.parallelism,
                               "records_per_s": s.records_per_s} for name, s in self.stages.items()},
         }
@@ -116,7 +117,7 @@ class PipelineStats:
                  f"of the time",
                  f"workers {self.workers}, prefetch {self.prefetch}, queue depth {self.queue_depth}, "
                  f"memory {self.memory_bytes / 2**20:,.1f} MiB, dropped {self.dropped_records}, "
-                 f"errors {self.errors}",
+                 f"errors {self.errors}" + (f"; auto: {self.tuning}" if self.tuning else ""),
                  f"{'stage':<32} {'seconds':>9} {'records':>11} {'records/s':>12} {'procs':>5}"]
         bottleneck = self.bottleneck
         for name, s in self.stages.items():

@@ -50,17 +50,24 @@ class ParallelProducer:
     prefetch: int
     counters: Counters = field(default_factory=Counters)
     clock: StageClock = field(default_factory=StageClock)
+    max_prefetch: int = 0  # slots are sized for this depth; segments are made only when used
 
     def __post_init__(self) -> None:
         self.batched = self.plan.batch is not None
         # A task is exactly one batch unless records can drop out (a filter, skipped errors).
         self.whole_batches = self.batched and self.plan.max_errors == 0 and not any(
             isinstance(op, FilterOp) for op in self.plan.element_ops)
-        self.depth = max(1, self.prefetch) + 2 * self.workers
-        self.slots_per_worker = -(-self.depth // self.workers) + 1
+        self.depth = self.depth_for(self.prefetch)
+        deepest = max(1, self.prefetch, self.max_prefetch) + 2 * self.workers
+        self.slots_per_worker = -(-deepest // self.workers) + 1
         self._local: TaskRunner | None = None
         self.queue_depth = 0
         self.worker_pids: list[int] = []
+
+    def depth_for(self, prefetch: int) -> int:
+        """Sets (and returns) the tasks in flight for a prefetch depth."""
+        self.depth = max(1, prefetch) + 2 * self.workers
+        return self.depth
 
     def start(self) -> WorkerPool:
         """Starts the workers now, so they boot while the caller does other work."""
@@ -106,14 +113,18 @@ class ParallelProducer:
         self._budget = ErrorBudget(plan.max_errors, self.counters)
         while True:
             while len(inflight) < self.depth:
+                # Until a worker has started, the parent runs tasks itself, one at a time: the
+                # first batches come at in-process speed, and results are the same either way.
+                ready = pool.ready()
+                if not ready and inflight:
+                    break
                 task = next(tasks, None)
                 if task is None:
                     break
                 worker = None
                 if isinstance(task, _Task):
-                    # The parent runs the very first task itself while the workers start.
-                    if dealt > 0:
-                        worker = (dealt - 1) % pool.size
+                    if ready:
+                        worker = ready[dealt % len(ready)]
                         pool.send(worker, ("task", dealt, task.cursor.epoch, task.indices.tobytes()))
                     dealt += 1
                 inflight.append((task, worker))

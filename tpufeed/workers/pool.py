@@ -29,6 +29,7 @@ class WorkerPool:
         self._tasks: list[Connection] = []
         self._results: list[Connection] = []
         self._closed = False
+        self._ready: list[int] = []
         _LIVE_POOLS.add(self)
         payloads = [cloudpickle.dumps({**init, "index": i, "prefix": prefix}) for i in range(count)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -57,6 +58,24 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return [proc.pid for proc in self._procs]
 
+    def ready(self) -> list[int]:
+        """Workers that have started (their first message, "ready", arrived), without waiting.
+
+        A worker that failed to start raises here, with its traceback.
+        """
+        if len(self._ready) < len(self._procs):
+            for worker, conn in enumerate(self._results):
+                if worker in self._ready or not conn.poll():
+                    continue
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    raise self._death(worker) from None
+                if message[0] == "error":
+                    raise rebuild_error(message[2], worker)
+                self._ready.append(worker)
+        return self._ready
+
     def send(self, worker: int, message: tuple) -> None:
         try:
             self._tasks[worker].send(message)
@@ -73,6 +92,7 @@ class WorkerPool:
                 except (EOFError, OSError):
                     raise self._death(worker) from None
                 if message[0] == "ready":
+                    self._ready.append(worker)
                     continue
                 return message
             if proc.poll() is not None and not conn.poll():

@@ -1,0 +1,142 @@
+"""Choosing the worker count and prefetch depth: a short measured warm-up, within a RAM budget.
+
+`ds.workers("auto")` / `ds.prefetch("auto")` run the first few tasks of the plan in this
+process, measuring the CPU cost per record and the bytes per batch, then pick the settings the
+budget allows. While running, the prefetch depth grows when the consumer keeps waiting.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.order import Cursor, share_size
+from tpufeed.pipeline import IndexBlocks, Plan
+from tpufeed.stats import StageClock, now
+
+AUTO = "auto"
+WORKER_BYTES = 80 << 20  # resident size of one idle worker process (interpreter + numpy + tpufeed)
+_MIN_TASK_SECONDS = 0.0015  # below this per batch, worker IPC costs more than it saves
+_WARMUP_SECONDS = 0.25
+_WARMUP_TASKS = 4
+MAX_PREFETCH = 16
+
+
+@dataclass(frozen=True)
+class Options:
+    """Pipeline-wide settings. `ram_budget_bytes`: memory the pipeline may add (buffers and
+    worker processes); default half of the memory available when the iterator starts."""
+
+    ram_budget_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        budget = self.ram_budget_bytes
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
+            raise InvalidArgumentError(f"ram_budget_bytes must be a non-negative int, got {budget!r}")
+
+    def budget(self) -> int:
+        return self.ram_budget_bytes if self.ram_budget_bytes is not None else available_memory() // 2
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The chosen settings and what they were chosen from (shown in the statistics)."""
+
+    workers: int
+    prefetch: int
+    seconds_per_record: float
+    batch_bytes: int
+    budget_bytes: int
+    reason: str
+
+    def buffer_bytes(self, workers: int | None = None, prefetch: int | None = None) -> int:
+        w = self.workers if workers is None else workers
+        p = self.prefetch if prefetch is None else prefetch
+        return pipeline_bytes(w, p, self.batch_bytes)
+
+
+def pipeline_bytes(workers: int, prefetch: int, batch_bytes: int) -> int:
+    """Memory a setting adds: batches in flight (parent copies and worker slots) and workers."""
+    if workers == 0:
+        return prefetch * batch_bytes
+    in_flight = max(1, prefetch) + 2 * workers
+    slots = workers * (-(-in_flight // workers) + 1)
+    return (in_flight + slots) * batch_bytes + workers * WORKER_BYTES
+
+
+def available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def measure(plan: Plan, cursor: Cursor) -> tuple[float, int]:
+    """(CPU seconds per record, bytes per item) over the first tasks from `cursor`.
+
+    The warm-up reads and transforms records the iterator will produce again: it costs at most
+    a few batches or a quarter of a second.
+    """
+    from tpufeed.workers.layout import flatten
+    from tpufeed.workers.task import TaskRunner
+
+    n = len(plan.source)
+    share = share_size(n, cursor.base, cursor.host, cursor.hosts)
+    runner = TaskRunner(plan, plan.batch is not None, whole_batches=False, clock=StageClock())
+    blocks = IndexBlocks(n, plan.shuffle, cursor)
+    records = tasks = item_bytes = 0
+    k = cursor.consumed
+    started = now()
+    while k < share and tasks < _WARMUP_TASKS and now() - started < _WARMUP_SECONDS:
+        count = min(plan.chunk, share - k)
+        kind, payload, offsets = runner.run(blocks.get(k, count), cursor.epoch)
+        runner.take_skipped()
+        items = [payload] if kind == "batch" else payload
+        if items and items[0] is not None and offsets:
+            leaves = flatten(items[0])[1]
+            size = sum(getattr(leaf, "nbytes", 64) for leaf in leaves)
+            item_bytes = max(item_bytes, size * count // len(offsets) if kind == "batch" else size)
+        records += count
+        tasks += 1
+        k += count
+    return (now() - started) / records if records else 0.0, item_bytes
+
+
+def choose(plan: Plan, cursor: Cursor, workers: int | str, prefetch: int | str,
+           options: Options) -> Tuning:
+    """Settings for `auto` values; fixed values are kept as given."""
+    budget = options.budget()
+    per_record, batch_bytes = measure(plan, cursor)
+    task_seconds = per_record * plan.chunk
+    cores = cpu_count()
+    if workers == AUTO:
+        if task_seconds < _MIN_TASK_SECONDS or cores < 2:
+            chosen_workers, reason = 0, (f"a batch takes {task_seconds * 1e3:.2f} ms of work: "
+                                         "cheaper in-process than across workers")
+        else:
+            chosen_workers, reason = cores, f"a batch takes {task_seconds * 1e3:.1f} ms of work"
+            while chosen_workers and pipeline_bytes(chosen_workers, 2, batch_bytes) > budget:
+                chosen_workers -= 1
+            if chosen_workers < cores:
+                reason += f"; {chosen_workers} workers fit the {budget:,} byte budget"
+    else:
+        chosen_workers, reason = int(workers), "workers set by the user"
+    if prefetch == AUTO:
+        chosen_prefetch = 2 if chosen_workers == 0 else chosen_workers
+        while chosen_prefetch and pipeline_bytes(chosen_workers, chosen_prefetch, batch_bytes) > budget:
+            chosen_prefetch -= 1
+    else:
+        chosen_prefetch = int(prefetch)
+    return Tuning(chosen_workers, chosen_prefetch, per_record, batch_bytes, budget, reason)
