@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tpufeed.bench import add_parser as add_bench_parser
 from tpufeed.errors import TpufeedError
 
 
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--format", choices=["array_record", "tfrecord"], default=None,
                          help="default: from the file extension")
     inspect.set_defaults(run=_inspect)
+    add_bench_parser(sub)
     return parser
 
 

@@ -117,6 +117,11 @@ class DatasetIterator(Iterator[Any]):
             stages=stages, tuning=self._tuning.reason if self._tuning is not None else None)
 
     @property
+    def records_delivered(self) -> int:
+        """Records in the items returned so far (batch sizes summed)."""
+        return self._records
+
+    @property
     def dropped_records(self) -> int:
         """Records dropped by `batch(drop_remainder=True)` at the end of this host's epochs so far."""
         return self._counters.dropped_records
