@@ -1,0 +1,74 @@
+"""`to_tf` (issue 5 item 2): a real tf.data.Dataset with the right element_spec, fit-able."""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import pytest
+
+import tpufeed
+from tpufeed.errors import BatchError
+
+tf = pytest.importorskip("tensorflow")
+
+N = 40
+
+
+def make(n=N, batch=8, drop=False, epochs=1, structure=None):
+    ds = tpufeed.Dataset.from_sequence(list(range(n))).shuffle(1)
+    ds = ds.map(lambda r: {"id": np.int64(r), "x": np.full((2, 3), r, np.float32), "name": f"r{r}"})
+    if structure is not None:
+        ds = ds.map(structure)
+    return ds.batch(batch, drop_remainder=drop).repeat(epochs)
+
+
+def test_element_spec_comes_from_the_first_batch():
+    spec = make().to_tf().element_spec
+    assert spec == {"id": tf.TensorSpec((None,), tf.int64), "x": tf.TensorSpec((None, 2, 3), tf.float32),
+                    "name": tf.TensorSpec((None,), tf.string)}
+    fixed = make(drop=True).to_tf().element_spec
+    assert fixed["x"] == tf.TensorSpec((8, 2, 3), tf.float32)
+
+
+def test_yields_exactly_the_pipelines_batches_on_every_pass():
+    expected = list(make(epochs=2))
+    tf_ds = make(epochs=2).to_tf()
+    for _ in range(2):  # each pass over a tf.data.Dataset starts the pipeline from the start
+        got = list(tf_ds.as_numpy_iterator())
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert a["id"].tolist() == b["id"].tolist()
+            assert np.array_equal(a["x"], b["x"])
+            assert [s.decode() for s in a["name"]] == b["name"].tolist()
+
+
+def test_tuples_and_namedtuples_keep_their_structure():
+    Pair = namedtuple("Pair", "x y")
+    assert isinstance(make(structure=lambda e: (e["x"], [e["id"]])).to_tf().element_spec, tuple)
+    spec = make(structure=lambda e: Pair(e["x"], e["id"])).to_tf().element_spec
+    assert type(spec).__name__ == "Pair" and spec.y == tf.TensorSpec((None,), tf.int64)
+
+
+def test_works_with_keras_model_fit():
+    keras = tf.keras
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(2, 4)).astype(np.float32) * 3
+    points = [(centers[i % 2] + rng.normal(size=4).astype(np.float32) * 0.3, np.int32(i % 2))
+              for i in range(64)]
+    epochs = 5
+    tf_ds = tpufeed.Dataset.from_sequence(points).shuffle(0).batch(16).repeat(epochs).to_tf()
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.Adam(0.05), metrics=["accuracy"],
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(tf_ds, epochs=epochs, steps_per_epoch=4, shuffle=False,
+                        verbose=0)
+    assert history.history["accuracy"][-1] > 0.9
+
+
+def test_unusable_pipelines_say_why():
+    with pytest.raises(BatchError, match="yields nothing"):
+        tpufeed.Dataset.from_sequence([]).batch(4).to_tf()
+    with pytest.raises(BatchError, match=r"\['obj'\].*NoneType"):
+        tpufeed.Dataset.from_sequence(list(range(4))).map(lambda r: {"obj": None}).batch(2).to_tf()

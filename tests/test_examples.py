@@ -1,0 +1,67 @@
+"""The examples run here, with small step counts (issue 5 item 4)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+pytestmark = pytest.mark.slow
+
+
+def run_example(name: str, *args: str, devices: int = 1, timeout: int = 180) -> str:
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+           "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], env=env, text=True,
+                          capture_output=True, timeout=timeout)
+    assert proc.returncode == 0, \
+        f"{name} {' '.join(args)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def field(text: str, name: str) -> str:
+    match = re.search(rf"{name} (\S+)", text)
+    assert match, f"no {name!r} in:\n{text}"
+    return match.group(1)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> str:
+    return str(tmp_path_factory.mktemp("digits"))
+
+
+def test_jax_example_trains_on_8_devices_and_resumes_exactly(data, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    straight = run_example("jax_train.py", "--data", data, "--steps", "40", "--checkpoint-at", "15",
+                           "--checkpoint", str(ckpt), devices=8)
+    assert field(straight, "devices") == "8" and field(straight, "steps") == "40"
+    assert (ckpt / "input_state.json").exists() and (ckpt / "params.npz").exists()
+    resumed = run_example("jax_train.py", "--data", data, "--steps", "40", "--resume", str(ckpt), devices=8)
+    assert field(resumed, "checksum") == field(straight, "checksum")
+    assert float(field(straight, "accuracy")) > 0.3
+
+
+def test_tf_keras_fit_example(data):
+    out = run_example("tf_keras_fit.py", "--data", data, "--epochs", "2")
+    assert "element_spec" in out and float(field(out, "accuracy")) > 0.3
+
+
+def test_torch_example_resumes_exactly(data, tmp_path):
+    ckpt = tmp_path / "torch.pt"
+    straight = run_example("torch_train.py", "--data", data, "--epochs", "2", "--checkpoint-at", "10",
+                           "--checkpoint", str(ckpt))
+    assert field(straight, "epoch") == "True"
+    resumed = run_example("torch_train.py", "--data", data, "--epochs", "2", "--resume", str(ckpt))
+    assert field(resumed, "loss") == field(straight, "loss")
+    assert int(field(straight, "records")) == int(field(resumed, "records")) + 10 * 64
+
+
+def test_torch_example_with_dataloader_workers_sees_each_record_once_per_epoch(data):
+    out = run_example("torch_train.py", "--data", data, "--epochs", "2", "--workers", "2")
+    assert field(out, "epoch") == "True"

@@ -1,0 +1,215 @@
+"""ManifestSource / Dataset.open: decoded records, lazy and eager verification, safe paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+import tpufeed
+from tpufeed import codec
+from tpufeed.beam.schema import RecordSummary
+from tpufeed.beam.shard_files import manifest_text
+from tpufeed.errors import CorruptDataError, SourceNotFoundError, TpufeedError
+from tpufeed.sources.array_record import write_array_records
+from tpufeed.sources.manifest import (FORMAT, FORMAT_VERSION, ManifestSource, file_crc32c,
+                                      load_manifest)
+from tpufeed.sources.tfrecord import write_tfrecords
+
+
+def _records(n: int, start: int = 0) -> list[dict]:
+    return [{"x": np.arange(i % 4, dtype=np.int32), "label": i, "name": f"r{i}"}
+            for i in range(start, start + n)]
+
+
+def make_dataset(root, shards: list[list], file_format: str = "array_record") -> dict:
+    """Writes `shards` (lists of dicts, or of bytes) and a manifest as the Beam stage would."""
+    os.makedirs(root, exist_ok=True)
+    raw = any(isinstance(r, bytes) for shard in shards for r in shard)
+    entries, summary = [], RecordSummary()
+    ext = ".array_record" if file_format == "array_record" else ".tfrecord"
+    write = write_array_records if file_format == "array_record" else write_tfrecords
+    for i, records in enumerate(shards):
+        data = [r if raw else codec.encode(r) for r in records]
+        for record, blob in zip(records, data):
+            summary.add(None if raw else record, len(blob))
+        name = f"data-{i:05d}-of-{len(shards):05d}{ext}"
+        write(os.path.join(root, name), data)
+        size, crc = file_crc32c(os.path.join(root, name))
+        entries.append({"path": name, "num_records": len(records), "num_bytes": size,
+                        "crc32c": crc})
+    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "tpufeed_version": "test",
+                "file_format": file_format,
+                "record_format": "bytes" if raw else "tpufeed.codec",
+                "num_records": summary.count, "shards": entries,
+                "schema": None if raw else summary.schema(),
+                "statistics": summary.statistics(), "build": {}}
+    write_manifest(root, manifest)
+    return manifest
+
+
+def write_manifest(root, manifest: dict) -> None:
+    with open(os.path.join(root, "manifest.json"), "w") as f:
+        f.write(manifest_text(manifest))
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    root = tmp_path / "ds"
+    make_dataset(root, [_records(5), _records(4, start=5), _records(6, start=9)])
+    return root
+
+
+def _flip_byte(path, offset: int = 100) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
+def test_open_reads_decoded_records_in_shard_order(tmp_path, file_format):
+    root = tmp_path / "ds"
+    make_dataset(root, [_records(3), _records(2, start=3)], file_format)
+    for path in (root, root / "manifest.json"):
+        ds = tpufeed.Dataset.open(path)
+        assert len(ds.source) == 5
+        got = [ds.source[i] for i in range(5)]
+        assert [r["label"] for r in got] == list(range(5))
+        np.testing.assert_array_equal(got[3]["x"], np.arange(3, dtype=np.int32))
+        assert ds.schema["x"]["shape"] == [None] and ds.schema["name"]["type"] == "str"
+    assert ds.source.manifest["file_format"] == file_format
+
+
+def test_dataset_pipeline_over_a_built_dataset(dataset):
+    ds = tpufeed.Dataset.open(dataset, verify=True).shuffle(seed=3).map(lambda r: r["label"])
+    assert sorted(ds) == list(range(15))
+    assert ds.source.statistics["num_records"] == 15
+
+
+def test_raw_bytes_datasets_return_bytes(tmp_path):
+    make_dataset(tmp_path, [[b"a", b"bc"], [b"def"]])
+    source = ManifestSource(tmp_path)
+    assert source.schema is None
+    assert source.__getitems__([2, 0]) == [b"def", b"a"]
+
+
+def test_corruption_is_found_on_the_shards_first_read(dataset):
+    _flip_byte(dataset / "data-00001-of-00003.array_record")
+    source = ManifestSource(dataset)  # lazy: opening checks nothing yet
+    assert source[0]["label"] == 0 and source[14]["label"] == 14
+    with pytest.raises(CorruptDataError, match=r"data-00001-of-00003\.array_record: CRC32C"):
+        source[6]
+    with pytest.raises(CorruptDataError, match="CRC32C"):
+        ManifestSource(dataset, verify=True)
+    with pytest.raises(CorruptDataError, match="CRC32C"):
+        tpufeed.Dataset.open(dataset, verify=True)
+
+
+def test_truncated_and_missing_shards(dataset):
+    path = dataset / "data-00002-of-00003.array_record"
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 1)
+    with pytest.raises(CorruptDataError, match=r"data-00002.*bytes, the manifest says"):
+        ManifestSource(dataset, verify=True)
+    os.remove(path)
+    with pytest.raises(SourceNotFoundError, match=r"data-00002.*missing"):
+        ManifestSource(dataset)[10]
+
+
+def test_record_count_disagreeing_with_the_file(dataset):
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    manifest["shards"][0]["num_records"] = 4
+    manifest["num_records"] = 14
+    write_manifest(dataset, manifest)
+    source = ManifestSource(dataset)
+    assert len(source) == 14
+    with pytest.raises(CorruptDataError, match=r"holds 5 records, the manifest says 4"):
+        source[0]
+
+
+@pytest.mark.parametrize("name", ["/etc/passwd", "../outside.array_record",
+                                  "sub/../../outside.array_record", "a\\..\\b", "",
+                                  "gs://bucket/x", "sub//x", 7])
+def test_paths_escaping_the_root_are_refused(dataset, name):
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    manifest["shards"][1]["path"] = name
+    write_manifest(dataset, manifest)
+    with pytest.raises(CorruptDataError, match="shard path") as info:
+        ManifestSource(dataset)
+    assert repr(name) in str(info.value) and "manifest.json" in str(info.value)
+
+
+def test_symlinks_out_of_the_root_are_refused_and_inside_allowed(dataset, tmp_path):
+    outside = tmp_path / "elsewhere.array_record"
+    os.rename(dataset / "data-00000-of-00003.array_record", outside)
+    os.symlink(outside, dataset / "data-00000-of-00003.array_record")
+    with pytest.raises(CorruptDataError, match="symlink"):
+        ManifestSource(dataset)
+    os.remove(dataset / "data-00000-of-00003.array_record")
+    os.makedirs(dataset / "real")
+    os.rename(outside, dataset / "real" / "shard0")
+    os.symlink("real/shard0", dataset / "data-00000-of-00003.array_record")
+    assert ManifestSource(dataset, verify=True)[0]["label"] == 0
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m.update(format="other"), "'format'"),
+    (lambda m: m.update(format_version=FORMAT_VERSION + 1), "newer tpufeed"),
+    (lambda m: m.update(file_format="parquet"), "'file_format'"),
+    (lambda m: m.update(record_format="pickle"), "'record_format'"),
+    (lambda m: m.update(shards=[]), "'shards'"),
+    (lambda m: m["shards"][0].update(crc32c="xyz"), r"shards\[0\].crc32c"),
+    (lambda m: m["shards"][2].update(num_records=-1), r"shards\[2\].num_records"),
+    (lambda m: m.update(num_records=99), "'num_records'"),
+    (lambda m: m["shards"][1].update(path=m["shards"][0]["path"]), "same path twice"),
+])
+def test_malformed_manifests_name_the_field(dataset, change, match):
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    change(manifest)
+    write_manifest(dataset, manifest)
+    with pytest.raises(CorruptDataError, match=match):
+        ManifestSource(dataset)
+
+
+def test_unreadable_or_absent_manifests(tmp_path):
+    with pytest.raises(SourceNotFoundError, match="did not finish"):
+        ManifestSource(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(CorruptDataError, match="not valid JSON"):
+        load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(TpufeedError, match="JSON object"):
+        load_manifest(tmp_path / "manifest.json")
+    with pytest.raises(SourceNotFoundError, match="copy the dataset"):
+        ManifestSource("gs://bucket/ds")
+
+
+def test_pickled_sources_remember_verification(dataset):
+    source = ManifestSource(dataset, verify=True)
+    source[0]
+    copy = pickle.loads(pickle.dumps(source))
+    assert all(shard.verified for shard in copy.files)
+    assert copy[7]["label"] == 7
+    unverified = pickle.loads(pickle.dumps(ManifestSource(dataset)))
+    assert not any(shard.verified for shard in unverified.files)
+    assert unverified[7]["label"] == 7 and unverified.files[1].verified
+
+
+def test_fingerprint_changes_with_the_content(dataset, tmp_path):
+    other = tmp_path / "other"
+    make_dataset(other, [_records(5), _records(4, start=5), _records(6, start=10)])
+    assert ManifestSource(dataset).fingerprint() != ManifestSource(other).fingerprint()
+    assert ManifestSource(dataset).fingerprint() == ManifestSource(dataset).fingerprint()
+
+
+def test_a_record_that_is_not_codec_names_shard_and_record(tmp_path):
+    manifest = make_dataset(tmp_path, [[b"not a record"]])
+    manifest["record_format"] = "tpufeed.codec"
+    write_manifest(tmp_path, manifest)
+    with pytest.raises(CorruptDataError, match=r"data-00000-of-00001\.array_record record 0"):
+        ManifestSource(tmp_path)[0]

@@ -1,0 +1,31 @@
+"""`tpufeed quickstart` (issue 5 item 5): builds the digits, trains with JAX, checks itself."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 8])
+def test_quickstart_trains_on_the_local_devices_and_checks_itself(tmp_path, devices):
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+           "JAX_PLATFORMS": "cpu"}
+    out_dir = tmp_path / "qs"
+    proc = subprocess.run([sys.executable, "-m", "tpufeed.cli", "quickstart", "--output", str(out_dir),
+                           "--epochs", "3"], env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "1536 training records: scikit-learn digits" in out
+    assert "every record exactly once per epoch: True" in out
+    assert "continues exactly: True" in out
+    assert re.search(r"throughput\s+[\d,]+ records/s", out)
+    wait = float(re.search(r"input wait\s+([\d.]+)%", out).group(1))
+    assert 0.0 <= wait <= 100.0
+    assert float(re.search(r"test accuracy\s+([\d.]+)", out).group(1)) > 0.5
+    assert "training on" in proc.stderr  # the progress bar
+    assert len(list(out_dir.glob("*.array_record"))) == 4

@@ -1,0 +1,263 @@
+"""The raw inputs of `tpufeed build`: JSONL, CSV, TFRecords of tf.train.Example, ArrayRecord
+files and folders of images, read as records that carry where they came from.
+
+`read_input(item)` yields `(index, origin, record)`, where `origin` names the file and line
+(or record) for messages, and `record` is a dict or bytes, or a `Malformed` saying what is
+wrong with that one record, so that the build either stops on it or counts it as skipped.
+Damage that ends a file (a torn TFRecord frame) raises.
+
+Kinds come from the extension: .jsonl .ndjson .json, .csv, .tfrecord .tfrecords .tfr,
+.array_record; a folder is a folder of images (class sub-folders give `label` and
+`class_name`). `gs://` works for the formats read as a stream (JSONL, CSV, TFRecord).
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import json
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import google_crc32c
+import numpy as np
+
+from tpufeed import codec
+from tpufeed.errors import (CodecError, CorruptDataError, InvalidArgumentError, SourceError,
+                            SourceNotFoundError)
+from tpufeed.transforms.example import parse_example
+
+__all__ = ["InputFile", "Malformed", "expand_inputs", "read_input"]
+
+_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
+          ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord",
+          ".array_record": "array_record"}
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
+_TF_HEADER = struct.Struct("<QI")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str
+    kind: str  # jsonl | csv | tfrecord | array_record | images
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """One bad input record: where it is and why it is bad."""
+
+    origin: str
+    cause: str
+
+    def __str__(self) -> str:
+        return f"{self.origin}: {self.cause}"
+
+
+def _kind_of(path: str) -> str:
+    name = path.rsplit("/", 1)[-1].lower()
+    for suffix, kind in _KINDS.items():
+        if name.endswith(suffix):
+            return kind
+    raise InvalidArgumentError(
+        f"{path}: cannot tell the input format from the extension; expected one of "
+        f"{sorted(_KINDS)} or a folder of images")
+
+
+def _match(pattern: str) -> list[str]:
+    if "://" in pattern:
+        from apache_beam.io.filesystems import FileSystems
+        found = FileSystems.match([pattern])[0].metadata_list
+        return sorted(m.path for m in found)
+    if any(c in pattern for c in "*?["):
+        return sorted(glob.glob(pattern))
+    return [pattern] if os.path.exists(pattern) else []
+
+
+def expand_inputs(patterns: Sequence[str]) -> list[InputFile]:
+    """The input files named by paths and globs, each glob sorted, without repeats."""
+    if isinstance(patterns, str) or not patterns:
+        raise InvalidArgumentError(f"--input needs at least one path or glob, got {patterns!r}")
+    out: dict[str, InputFile] = {}
+    for pattern in patterns:
+        matches = _match(pattern)
+        if not matches:
+            raise SourceNotFoundError(f"--input {pattern!r} matches no file", path=pattern)
+        for path in matches:
+            kind = "images" if os.path.isdir(path) else _kind_of(path)
+            out.setdefault(path, InputFile(path, kind))
+    return list(out.values())
+
+
+def _open(path: str) -> BinaryIO:
+    try:
+        if "://" in path:
+            from apache_beam.io.filesystems import FileSystems
+            return FileSystems.open(path)
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"no such file: {path}", path=path) from None
+    except Exception as e:  # noqa: BLE001 - remote filesystems raise their own types
+        raise SourceError(f"{path}: cannot open: {e}", path=path) from e
+
+
+def _jsonl(path: str) -> Iterator[tuple[int, str, Any]]:
+    index = 0
+    with _open(path) as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            origin = f"{path} line {number}"
+            try:
+                record = json.loads(line)
+            except UnicodeDecodeError as e:
+                record = Malformed(origin, f"not UTF-8: {e}")
+            except json.JSONDecodeError as e:
+                record = Malformed(origin, f"invalid JSON: {e.msg} at column {e.colno}")
+            else:
+                if not isinstance(record, dict):
+                    record = Malformed(origin, f"expected a JSON object, got {type(record).__name__}")
+            yield index, origin, record
+            index += 1
+
+
+def _csv(path: str) -> Iterator[tuple[int, str, Any]]:
+    with _open(path) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
+        reader = csv.reader(text)
+        try:
+            header = next(reader, None)
+            if header is None:
+                return
+            if len(set(header)) != len(header) or not all(header):
+                raise SourceError(f"{path} line 1: the header {header} has empty or repeated "
+                                  "column names", path=path)
+            index = 0
+            for row in reader:
+                if not row:
+                    continue
+                origin = f"{path} line {reader.line_num}"
+                if len(row) != len(header):
+                    missing = header[len(row):]
+                    why = (f"missing column{'s' if len(missing) > 1 else ''} "
+                           f"{', '.join(map(repr, missing))}" if missing else
+                           f"{len(row) - len(header)} extra field(s)")
+                    record: Any = Malformed(origin, f"row has {len(row)} fields, the header has "
+                                                    f"{len(header)} ({why})")
+                else:
+                    record = dict(zip(header, row))
+                yield index, origin, record
+                index += 1
+        except UnicodeDecodeError as e:
+            raise SourceError(f"{path} line {reader.line_num + 1}: not UTF-8: {e}",
+                              path=path) from e
+        except csv.Error as e:
+            raise SourceError(f"{path} line {reader.line_num}: malformed CSV: {e}",
+                              path=path) from e
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        chunk = f.read(left)
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def _tfrecord(path: str) -> Iterator[tuple[int, str, Any]]:
+    with _open(path) as f:
+        index, offset = 0, 0
+        while header := _read_exact(f, _TF_HEADER.size):
+            def corrupt(what: str) -> CorruptDataError:
+                return CorruptDataError(f"{path} record {index} at byte {offset}: {what}",
+                                        path=path, record=index)
+            if len(header) < _TF_HEADER.size:
+                raise corrupt("torn record header at the end of the file")
+            length, length_crc = _TF_HEADER.unpack(header)
+            if _masked_crc(header[:8]) != length_crc:
+                raise corrupt("length CRC mismatch: not a TFRecord file, or corrupted")
+            body = _read_exact(f, length + 4)
+            if len(body) < length + 4:
+                raise corrupt(f"torn record: {length} bytes announced, the file ends first")
+            data = body[:length]
+            if _masked_crc(data) != struct.unpack("<I", body[length:])[0]:
+                raise corrupt("data CRC mismatch")
+            origin = f"{path} record {index}"
+            try:
+                record: Any = parse_example(data)
+            except ValueError as e:
+                record = Malformed(origin, f"not a tf.train.Example: {e}")
+            yield index, origin, record
+            index += 1
+            offset += _TF_HEADER.size + length + 4
+
+
+def _array_record(path: str) -> Iterator[tuple[int, str, Any]]:
+    if "://" in path:
+        raise SourceError(f"{path}: ArrayRecord inputs must be local files; copy them first",
+                          path=path)
+    from tpufeed.sources.array_record import ArrayRecordFile
+
+    shard = ArrayRecordFile(path)
+    try:
+        n = len(shard)
+        for start in range(0, n, 1024):
+            records = shard.read(np.arange(start, min(n, start + 1024)))
+            for i, data in enumerate(records, start=start):
+                try:
+                    record: Any = codec.decode(data)  # tpufeed records come back as dicts
+                except CodecError:
+                    record = data
+                yield i, f"{path} record {i}", record
+    finally:
+        shard.close()
+
+
+def _images(folder: str) -> Iterator[tuple[int, str, Any]]:
+    from tpufeed.transforms.image import load_pillow
+
+    image_module = load_pillow()
+    files = sorted(
+        os.path.relpath(os.path.join(root, name), folder)
+        for root, _, names in os.walk(folder) for name in names
+        if name.lower().endswith(IMAGE_EXTENSIONS))
+    if not files:
+        raise SourceNotFoundError(f"{folder}: folder holds no image files "
+                                  f"({', '.join(IMAGE_EXTENSIONS)})", path=folder)
+    labelled = all(rel.count(os.sep) == 1 for rel in files)
+    classes = {name: i for i, name in enumerate(sorted({rel.split(os.sep)[0] for rel in files}))}
+    for index, rel in enumerate(files):
+        path = os.path.join(folder, rel)
+        with open(path, "rb") as f:
+            data = f.read()
+        try:
+            with image_module.open(io.BytesIO(data)) as image:
+                image.verify()
+        except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
+            yield index, path, Malformed(path, f"cannot decode image: {type(e).__name__}: {e}")
+            continue
+        record: dict[str, Any] = {"image": data, "path": rel.replace(os.sep, "/")}
+        if labelled:
+            record["class_name"] = rel.split(os.sep)[0]
+            record["label"] = classes[record["class_name"]]
+        yield index, path, record
+
+
+_READERS = {"jsonl": _jsonl, "csv": _csv, "tfrecord": _tfrecord,
+            "array_record": _array_record, "images": _images}
+
+
+def read_input(item: InputFile) -> Iterator[tuple[int, str, Any]]:
+    """(index within the input, origin, record | Malformed) for every record of `item`."""
+    return _READERS[item.kind](item.path)

@@ -1,0 +1,189 @@
+"""Schema and length statistics of a set of records, mergeable across shards and workers.
+
+A `RecordSummary` is built per shard while the shard is written, travels as JSON, and the
+summaries of all shards are merged in shard order, so the result does not depend on how the
+work was split. For dict records it infers, per key: the value type, the dtype, the shape
+(`None` for a dimension that varies between records: a ragged dimension) and in how many
+records the key is present; and a histogram of lengths (array elements, bytes, characters)
+in power-of-two buckets, which is what sequence packing and batch autotuning need.
+
+>>> s = RecordSummary(); s.add({"x": np.zeros(3, np.int32)}, 40); s.add({"x": np.zeros(5, np.int32)}, 48)
+>>> s.schema()["x"]["shape"], s.statistics()["keys"]["x"]["length"]["max"]
+([None], 5)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LengthStats", "RecordSummary"]
+
+_SCALAR_TYPES = ((bool, "bool"), (int, "int"), (float, "float"), (bytes, "bytes"), (str, "str"))
+
+
+class LengthStats:
+    """Count, min, max, sum and a power-of-two histogram of non-negative lengths."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+        self.min: int | None = None
+        self.max: int | None = None
+        self.buckets: dict[int, int] = {}  # bit_length(length) -> count
+
+    def add(self, length: int) -> None:
+        self.count += 1
+        self.total += length
+        self.min = length if self.min is None else min(self.min, length)
+        self.max = length if self.max is None else max(self.max, length)
+        bucket = length.bit_length()
+        self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
+
+    def merge(self, other: LengthStats) -> None:
+        if not other.count:
+            return
+        self.count += other.count
+        self.total += other.total
+        self.min = other.min if self.min is None else min(self.min, other.min)
+        self.max = other.max if self.max is None else max(self.max, other.max)
+        for bucket, n in other.buckets.items():
+            self.buckets[bucket] = self.buckets.get(bucket, 0) + n
+
+    def to_json(self) -> dict[str, Any]:
+        """Histogram rows are [lowest, highest, count] for the non-empty ranges, in order."""
+        histogram = [[0 if b == 0 else 1 << (b - 1), 0 if b == 0 else (1 << b) - 1, n]
+                     for b, n in sorted(self.buckets.items())]
+        return {"count": self.count, "min": self.min, "max": self.max, "sum": self.total,
+                "mean": round(self.total / self.count, 6) if self.count else None,
+                "histogram": histogram}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LengthStats:
+        out = cls()
+        out.count, out.total, out.min, out.max = data["count"], data["sum"], data["min"], data["max"]
+        out.buckets = {int(lo).bit_length(): n for lo, _, n in data["histogram"]}
+        return out
+
+
+class _KeySummary:
+    """What one key's values looked like: types seen, dtype, shape (None where it varies)."""
+
+    def __init__(self) -> None:
+        self.types: set[str] = set()
+        self.shape: list[int | None] | None = None
+        self.ndims: set[int] = set()
+        self.present = 0
+        self.length = LengthStats()
+
+    def add(self, value: Any) -> None:
+        self.present += 1
+        if isinstance(value, np.ndarray):
+            self.types.add(f"ndarray:{value.dtype.name}")
+            self._add_shape(list(value.shape))
+            self.length.add(int(value.size))
+            return
+        for kind, name in _SCALAR_TYPES:
+            if isinstance(value, kind):
+                self.types.add(name)
+                if name in ("bytes", "str"):
+                    self.length.add(len(value))
+                return
+        self.types.add(type(value).__name__)
+
+    def _add_shape(self, shape: list[int | None]) -> None:
+        self.ndims.add(len(shape))
+        if self.shape is None:
+            self.shape = shape
+        elif len(self.shape) == len(shape):
+            self.shape = [a if a == b else None for a, b in zip(self.shape, shape)]
+
+    def merge(self, other: _KeySummary) -> None:
+        self.types |= other.types
+        self.ndims |= other.ndims
+        if other.shape is not None:
+            self._add_shape(other.shape)
+        self.present += other.present
+        self.length.merge(other.length)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"types": sorted(self.types), "shape": self.shape, "ndims": sorted(self.ndims),
+                "present": self.present, "length": self.length.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _KeySummary:
+        out = cls()
+        out.types, out.shape, out.ndims = set(data["types"]), data["shape"], set(data["ndims"])
+        out.present, out.length = data["present"], LengthStats.from_json(data["length"])
+        return out
+
+    def schema(self, num_records: int) -> dict[str, Any]:
+        types = sorted(self.types)
+        out: dict[str, Any] = {}
+        if len(types) == 1 and types[0].startswith("ndarray:"):
+            out["type"], out["dtype"] = "ndarray", types[0].split(":", 1)[1]
+            if len(self.ndims) == 1:
+                out["shape"] = self.shape
+                out["ragged_dims"] = [i for i, d in enumerate(self.shape or []) if d is None]
+            else:  # the number of dimensions itself varies
+                out["shape"], out["ndims"] = None, sorted(self.ndims)
+        elif len(types) == 1:
+            out["type"] = types[0]
+        else:
+            out["type"], out["types"] = "mixed", types
+        out["present"] = self.present
+        out["optional"] = self.present < num_records
+        return out
+
+
+class RecordSummary:
+    """Mergeable schema and statistics of dict records (or of raw bytes records)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.record_bytes = LengthStats()
+        self.keys: dict[str, _KeySummary] = {}
+
+    def add(self, record: dict[str, Any] | None, nbytes: int) -> None:
+        """Adds one record: its decoded dict (None for a raw bytes record) and encoded size."""
+        self.count += 1
+        self.record_bytes.add(nbytes)
+        if record is not None:
+            for key, value in record.items():
+                summary = self.keys.get(key)
+                if summary is None:
+                    summary = self.keys[key] = _KeySummary()
+                summary.add(value)
+
+    def merge(self, other: RecordSummary) -> None:
+        self.count += other.count
+        self.record_bytes.merge(other.record_bytes)
+        for key, summary in other.keys.items():
+            if key in self.keys:
+                self.keys[key].merge(summary)
+            else:
+                self.keys[key] = _KeySummary.from_json(summary.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "record_bytes": self.record_bytes.to_json(),
+                "keys": {k: s.to_json() for k, s in sorted(self.keys.items())}}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RecordSummary:
+        out = cls()
+        out.count = data["count"]
+        out.record_bytes = LengthStats.from_json(data["record_bytes"])
+        out.keys = {k: _KeySummary.from_json(v) for k, v in data["keys"].items()}
+        return out
+
+    def schema(self) -> dict[str, Any]:
+        """Per key (sorted): type, dtype, shape, ragged_dims, present, optional."""
+        return {key: s.schema(self.count) for key, s in sorted(self.keys.items())}
+
+    def statistics(self) -> dict[str, Any]:
+        """Record sizes in bytes, and per key its presence count and length statistics."""
+        keys = {key: {"present": s.present, "length": s.length.to_json()}
+                for key, s in sorted(self.keys.items()) if s.length.count}
+        return {"num_records": self.count, "record_bytes": self.record_bytes.to_json(),
+                "keys": keys}

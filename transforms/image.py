@@ -1,0 +1,192 @@
+"""Image transforms on dict elements: decode, resize, crop, flip, normalise (Pillow, an extra).
+
+Images are numpy arrays of shape (height, width, channels). Deterministic transforms are
+`fn(element)` (for `Dataset.map` and `tpufeed build --transform`); random ones are
+`fn(element, rng)` (for `Dataset.random_map`, and in a build they get an rng fixed by the
+record's position in the input, so the build stays deterministic).
+
+>>> ds = (tpufeed.Dataset.open("imagenet-shards")  # doctest: +SKIP
+...       .map(DecodeImage()).random_map(RandomCrop((224, 224))).random_map(RandomFlip())
+...       .map(Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))))
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import InvalidArgumentError, missing_dependency
+
+__all__ = ["CenterCrop", "DecodeImage", "Normalize", "RandomCrop", "RandomFlip", "Resize",
+           "decode_image", "load_pillow"]
+
+_RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
+
+
+def load_pillow() -> Any:
+    """The `PIL.Image` module, or an error naming the extra to install."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise missing_dependency("PIL", "images") from None
+    return Image
+
+
+def decode_image(data: bytes, mode: str = "RGB") -> np.ndarray:
+    """uint8 array (height, width, channels) of an encoded image (JPEG, PNG, GIF, BMP, WebP...)."""
+    image_module = load_pillow()
+    try:
+        with image_module.open(io.BytesIO(data)) as image:
+            array = np.asarray(image.convert(mode))
+    except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
+        raise ValueError(f"cannot decode image ({len(data)} bytes, starting "
+                         f"{bytes(data[:8])!r}): {type(e).__name__}: {e}") from None
+    return array[:, :, None] if array.ndim == 2 else array
+
+
+def _image(element: Any, key: str, what: str) -> np.ndarray:
+    if not isinstance(element, dict):
+        raise TypeError(f"{what} needs a dict element, got {type(element).__name__}")
+    if key not in element:
+        raise KeyError(f"{what}: key {key!r} is missing (the element has {sorted(element)})")
+    image = element[key]
+    if not isinstance(image, np.ndarray) or image.ndim != 3:
+        raise ValueError(f"{what}: {key!r} must be an image array (height, width, channels), "
+                         f"got {getattr(image, 'shape', type(image).__name__)}")
+    return image
+
+
+def _size(size: int | Sequence[int], what: str) -> tuple[int, int]:
+    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+        return size, size
+    if (isinstance(size, Sequence) and len(size) == 2
+            and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)):
+        return int(size[0]), int(size[1])
+    raise InvalidArgumentError(f"{what} size must be a positive int or (height, width), got {size!r}")
+
+
+def _crop_size(image: np.ndarray, size: tuple[int, int], what: str) -> tuple[int, int]:
+    height, width = image.shape[:2]
+    if height < size[0] or width < size[1]:
+        raise ValueError(f"{what}: image of {height}x{width} is smaller than the crop "
+                         f"{size[0]}x{size[1]}; resize first")
+    return height - size[0], width - size[1]
+
+
+@dataclass(frozen=True)
+class DecodeImage:
+    """element[key]: encoded bytes -> uint8 (height, width, channels); mode "RGB", "L", "RGBA"."""
+
+    key: str = "image"
+    mode: str = "RGB"
+
+    def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(element, dict) or self.key not in element:
+            raise KeyError(f"DecodeImage: key {self.key!r} is missing from the element")
+        return {**element, self.key: decode_image(element[self.key], self.mode)}
+
+
+@dataclass(frozen=True)
+class Resize:
+    """Resizes to (height, width), or with an int the shorter side to `size` (aspect kept)."""
+
+    size: int | tuple[int, int]
+    key: str = "image"
+    resample: str = "bilinear"
+
+    def __post_init__(self) -> None:
+        _size(self.size, "Resize")
+        if self.resample not in _RESAMPLE:
+            raise InvalidArgumentError(f"Resize resample must be one of {_RESAMPLE}, got "
+                                       f"{self.resample!r}")
+
+    def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
+        image = _image(element, self.key, "Resize")
+        if image.dtype != np.uint8:
+            raise ValueError(f"Resize: {self.key!r} must be uint8 (resize before Normalize), "
+                             f"got {image.dtype}")
+        height, width = image.shape[:2]
+        if isinstance(self.size, int):
+            scale = self.size / min(height, width)
+            target = (max(1, round(height * scale)), max(1, round(width * scale)))
+        else:
+            target = _size(self.size, "Resize")
+        image_module = load_pillow()
+        channels = image.shape[2]
+        pil = image_module.fromarray(image[:, :, 0] if channels == 1 else image)
+        method = getattr(image_module.Resampling, self.resample.upper())
+        out = np.asarray(pil.resize((target[1], target[0]), method))
+        return {**element, self.key: out[:, :, None] if out.ndim == 2 else out}
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """Crops the central (height, width) window."""
+
+    size: int | tuple[int, int]
+    key: str = "image"
+
+    def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
+        image = _image(element, self.key, "CenterCrop")
+        size = _size(self.size, "CenterCrop")
+        dy, dx = _crop_size(image, size, "CenterCrop")
+        top, left = dy // 2, dx // 2
+        return {**element, self.key: image[top:top + size[0], left:left + size[1]]}
+
+
+@dataclass(frozen=True)
+class RandomCrop:
+    """fn(element, rng): crops a (height, width) window at a uniformly random position."""
+
+    size: int | tuple[int, int]
+    key: str = "image"
+
+    def __call__(self, element: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        image = _image(element, self.key, "RandomCrop")
+        size = _size(self.size, "RandomCrop")
+        dy, dx = _crop_size(image, size, "RandomCrop")
+        top, left = int(rng.integers(0, dy + 1)), int(rng.integers(0, dx + 1))
+        return {**element, self.key: image[top:top + size[0], left:left + size[1]]}
+
+
+@dataclass(frozen=True)
+class RandomFlip:
+    """fn(element, rng): mirrors left-right with probability `p`."""
+
+    key: str = "image"
+    p: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.p <= 1.0:
+            raise InvalidArgumentError(f"RandomFlip p must be in [0, 1], got {self.p!r}")
+
+    def __call__(self, element: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        image = _image(element, self.key, "RandomFlip")
+        if rng.random() < self.p:
+            image = image[:, ::-1]
+        return {**element, self.key: image}
+
+
+@dataclass(frozen=True)
+class Normalize:
+    """float32 (image * scale - mean) / std, per channel; scale 1/255 maps uint8 to [0, 1]."""
+
+    mean: float | Sequence[float] = 0.0
+    std: float | Sequence[float] = 1.0
+    key: str = "image"
+    scale: float = 1 / 255
+
+    def __post_init__(self) -> None:
+        if np.any(np.asarray(self.std, np.float64) == 0):
+            raise InvalidArgumentError(f"Normalize std must be non-zero, got {self.std!r}")
+
+    def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
+        image = _image(element, self.key, "Normalize")
+        mean = np.asarray(self.mean, np.float32)
+        std = np.asarray(self.std, np.float32)
+        out = (image.astype(np.float32) * np.float32(self.scale) - mean) / std
+        return {**element, self.key: out}

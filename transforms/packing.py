@@ -1,0 +1,141 @@
+"""Sequence packing for language models: several sequences per fixed-length row.
+
+Each output row has `length` tokens, `segment_ids` (1, 2, ... per sequence in the row, 0 on
+padding) and `positions` (0, 1, ... restarting at every segment). A sequence longer than
+`length` is cut into pieces; a row holds at most one such partial piece, so every other
+segment in it is a whole sequence. Rows are filled first-fit among the `max_open` most
+recently opened rows, in input order: the result is a pure function of the input.
+
+>>> packed = pack_sequences([np.array([5, 6, 7]), np.array([8, 9])], length=4)
+>>> packed["tokens"].tolist(), packed["segment_ids"].tolist()
+([[5, 6, 7, 0], [8, 9, 0, 0]], [[1, 1, 1, 0], [1, 1, 0, 0]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import InvalidArgumentError
+
+__all__ = ["PackSequences", "pack_sequences"]
+
+
+class _Row:
+    __slots__ = ("pieces", "used", "has_partial")
+
+    def __init__(self) -> None:
+        self.pieces: list[np.ndarray] = []
+        self.used = 0
+        self.has_partial = False
+
+
+def pack_sequences(sequences: Sequence[Any], length: int, pad_id: int = 0,
+                   max_open: int = 8) -> dict[str, np.ndarray]:
+    """Packs 1-D token sequences into int32 arrays [rows, length]: tokens, segment_ids, positions."""
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise InvalidArgumentError(f"pack length must be a positive int, got {length!r}")
+    if not isinstance(max_open, int) or max_open < 1:
+        raise InvalidArgumentError(f"max_open must be a positive int, got {max_open!r}")
+    rows: list[_Row] = []
+    open_from = 0  # rows before this index take no more pieces
+    for i, seq in enumerate(sequences):
+        seq = np.asarray(seq)
+        if seq.ndim != 1:
+            raise ValueError(f"sequence {i} has shape {seq.shape}; packing needs 1-D sequences")
+        if seq.size == 0:
+            continue
+        partial = seq.size > length
+        for start in range(0, seq.size, length):
+            piece = seq[start:start + length]
+            row = next((r for r in rows[open_from:] if r.used + piece.size <= length
+                        and not (partial and r.has_partial)), None)
+            if row is None:
+                row = _Row()
+                rows.append(row)
+                open_from = max(open_from, len(rows) - max_open)
+            row.pieces.append(piece)
+            row.used += piece.size
+            row.has_partial |= partial
+    tokens = np.full((len(rows), length), pad_id, np.int32)
+    segment_ids = np.zeros((len(rows), length), np.int32)
+    positions = np.zeros((len(rows), length), np.int32)
+    for r, row in enumerate(rows):
+        at = 0
+        for segment, piece in enumerate(row.pieces, start=1):
+            end = at + piece.size
+            tokens[r, at:end] = piece
+            segment_ids[r, at:end] = segment
+            positions[r, at:end] = np.arange(piece.size)
+            at = end
+    return {"tokens": tokens, "segment_ids": segment_ids, "positions": positions}
+
+
+@dataclass(frozen=True)
+class PackSequences:
+    """A map packing the sequences of one element into rows of `length` tokens.
+
+    element[key] is a list of 1-D sequences, one 1-D sequence, or a padded 2-D batch with
+    lengths in element[f"{key}_length"] (what `ByteTokenizer(pad_to=...)` then `batch` give).
+    The result is {key, "segment_ids", "positions"}, each [rows, length]; `num_rows` pads to a
+    fixed row count (and raises if more are needed); `as_records=True` returns one dict per row
+    instead, which a `tpufeed build --transform` writes as separate records.
+
+    >>> ds.map(ByteTokenizer(pad_to=512)).batch(64).map(PackSequences(512))  # doctest: +SKIP
+    """
+
+    length: int
+    key: str = "tokens"
+    pad_id: int = 0
+    max_open: int = 8
+    num_rows: int | None = None
+    as_records: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.length, int) or isinstance(self.length, bool) or self.length < 1:
+            raise InvalidArgumentError(f"PackSequences length must be a positive int, "
+                                       f"got {self.length!r}")
+        if self.num_rows is not None and (not isinstance(self.num_rows, int) or self.num_rows < 1):
+            raise InvalidArgumentError(f"num_rows must be a positive int, got {self.num_rows!r}")
+
+    def _sequences(self, element: dict[str, Any]) -> list[np.ndarray]:
+        if not isinstance(element, dict) or self.key not in element:
+            got = sorted(element) if isinstance(element, dict) else type(element).__name__
+            raise KeyError(f"PackSequences: key {self.key!r} is missing (the element has {got})")
+        value = element[self.key]
+        if isinstance(value, (list, tuple)):
+            return [np.asarray(v) for v in value]
+        value = np.asarray(value)
+        if value.ndim == 1:
+            return [value]
+        if value.ndim != 2:
+            raise ValueError(f"PackSequences: {self.key!r} has shape {value.shape}; expected a "
+                             "sequence, a list of them or a padded 2-D batch")
+        lengths_key = f"{self.key}_length"
+        if lengths_key not in element:
+            return list(value)
+        lengths = np.asarray(element[lengths_key]).reshape(-1)
+        if lengths.size != value.shape[0] or (lengths > value.shape[1]).any() or (lengths < 0).any():
+            raise ValueError(f"PackSequences: {lengths_key!r} {lengths.tolist()} does not fit "
+                             f"{self.key!r} of shape {value.shape}")
+        return [row[:n] for row, n in zip(value, lengths.tolist())]
+
+    def __call__(self, element: dict[str, Any]) -> Any:
+        packed = pack_sequences(self._sequences(element), self.length, self.pad_id, self.max_open)
+        rows = packed["tokens"].shape[0]
+        if self.num_rows is not None:
+            if rows > self.num_rows:
+                raise ValueError(f"PackSequences: the sequences need {rows} rows of "
+                                 f"{self.length}, num_rows is {self.num_rows}")
+            pad = ((0, self.num_rows - rows), (0, 0))
+            packed = {"tokens": np.pad(packed["tokens"], pad, constant_values=self.pad_id),
+                      "segment_ids": np.pad(packed["segment_ids"], pad),
+                      "positions": np.pad(packed["positions"], pad)}
+        out = {self.key: packed["tokens"], "segment_ids": packed["segment_ids"],
+               "positions": packed["positions"]}
+        if self.as_records:
+            return [{k: v[r] for k, v in out.items()} for r in range(out[self.key].shape[0])]
+        return out
