@@ -78,6 +78,7 @@ def _build(args: argparse.Namespace) -> int:
     handler.setFormatter(logging.Formatter("tpufeed: %(message)s"))
     logger = logging.getLogger("tpufeed")
     logger.addHandler(handler)
+    saved = logger.level, logger.propagate
     logger.setLevel(logging.WARNING if args.quiet else logging.INFO)
     logger.propagate = False
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
@@ -90,6 +91,7 @@ def _build(args: argparse.Namespace) -> int:
         summary = build(config)
     finally:
         logger.removeHandler(handler)
+        logger.level, logger.propagate = saved
     rate = summary["records_out"] / summary["seconds"] if summary["seconds"] else 0.0
     print(f"records in     {summary['records_in']:,}")
     print(f"records out    {summary['records_out']:,}")
