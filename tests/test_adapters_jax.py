@@ -110,8 +110,7 @@ def state_counts_only_the_batches_the_loop_received():
         assert state["consumed"] == (stop % 12) * 8 or (stop % 12 == 0 and state["consumed"] == 96)
         json.dumps(state)
         it.close()
-        from tpufeed.adapters.jax import to_jax
-        assert got + ids(to_jax(ds, state=state)) == expected
+        assert got + ids(ds.to_jax(state=state)) == expected
         again = ds.to_jax(prefetch=2)
         next(again)
         again.set_state(state)

@@ -235,15 +235,17 @@ class Dataset:
                                    tuning=tuning, adapt_prefetch=self._prefetch == AUTO)
         return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers)
 
-    def to_jax(self, sharding: Any = None, prefetch: int = 2) -> Any:
-        """Iterates pytrees of global `jax.Array`s placed by `sharding`, `prefetch` ahead on device."""
+    def to_jax(self, sharding: Any = None, prefetch: int = 2,
+               state: dict[str, Any] | None = None) -> Any:
+        """Iterates pytrees of global `jax.Array`s placed by `sharding`, `prefetch` ahead on
+        device, from the start or right after `state` (from the iterator's `get_state()`)."""
         from tpufeed.adapters.jax import to_jax
-        return to_jax(self, sharding=sharding, prefetch=prefetch)
+        return to_jax(self, sharding=sharding, prefetch=prefetch, state=state)
 
-    def to_tf(self) -> Any:
+    def to_tf(self, state: dict[str, Any] | None = None) -> Any:
         """A `tf.data.Dataset` over this pipeline, with its `element_spec` from the first batch."""
         from tpufeed.adapters.tf import to_tf
-        return to_tf(self)
+        return to_tf(self, state=state)
 
     def to_torch(self, pin_memory: bool = False) -> Any:
         """A `torch.utils.data.IterableDataset` yielding torch tensors."""

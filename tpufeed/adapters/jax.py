@@ -20,7 +20,8 @@ from tpufeed.adapters._jax_layout import BatchLayout, check_sharding, data_paral
 from tpufeed.adapters._lockstep import check_lockstep
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.iterator import DatasetIterator, _ThreadPrefetcher
+from tpufeed._prefetch import ThreadPrefetcher
+from tpufeed.iterator import DatasetIterator
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 
@@ -65,7 +66,7 @@ class JaxIterator(Iterator[Any]):
         self._inner = inner
         items = _transferred(inner, BatchLayout(self.sharding))
         self._items: Iterator[Any] = items
-        self._prefetcher = _ThreadPrefetcher(items, self._prefetch) if self._prefetch else None
+        self._prefetcher = ThreadPrefetcher(items, self._prefetch) if self._prefetch else None
         self._closed = False
 
     def __iter__(self) -> JaxIterator:

@@ -1,0 +1,93 @@
+"""ThreadPrefetcher: runs a generator on a thread, a bounded number of items ahead.
+
+Used by single-process iterators (`prefetch(n)` with no workers) and by the device adapters.
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+_END = object()
+_LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
+
+
+class ThreadPrefetcher:
+    """Runs a generator on a thread, up to `depth` items ahead; errors re-raise in the consumer."""
+
+    def __init__(self, items: Iterator[Any], depth: int):
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=_fill, args=(items, self._queue, self._stop),
+                                        name="tpufeed-prefetch", daemon=True)
+        self._thread.start()
+        self._done = False
+        _LIVE_PREFETCHERS.add(self)
+
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    def deepen(self, depth: int) -> None:
+        with self._queue.mutex:
+            self._queue.maxsize = depth
+            self._queue.not_full.notify()
+
+    def get(self) -> Any:
+        if self._done:
+            raise StopIteration
+        kind, value = self._queue.get()
+        if kind is _END:
+            self._done = True
+            raise StopIteration
+        if kind is BaseException:
+            self._done = True
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:  # unblock a producer waiting on a full queue
+                self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            self._thread.join(timeout=0.05)
+
+
+def _fill(items: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
+    try:
+        for item in items:
+            while not stop.is_set():
+                try:
+                    out.put((None, item), timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if stop.is_set():
+                return
+        _put(out, (_END, None), stop)
+    except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+        _put(out, (BaseException, exc), stop)
+    finally:
+        items.close()
+
+
+def _put(out: queue.Queue, entry: tuple, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            out.put(entry, timeout=0.1)
+            return
+        except queue.Full:
+            continue
+
+
+@atexit.register
+def _stop_prefetch_threads() -> None:
+    """Stops prefetch threads before the interpreter tears down the readers they are using
+    (a C++ reader destroyed under a running daemon thread aborts the process)."""
+    for prefetcher in list(_LIVE_PREFETCHERS):
+        prefetcher.close()
