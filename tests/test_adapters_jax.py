@@ -218,6 +218,10 @@ def wait_fraction_tells_an_input_bound_loop_from_a_compute_bound_one():
         time.sleep(0.03)
     assert fed.wait_fraction < 0.3, fed.wait_fraction
     assert fed.time_to_first_batch is not None and fed.wall_seconds > 0.2
+    stats = bound.stats()
+    assert stats.stages["to_device"].records == 160 and stats.stages["to_device"].seconds > 0
+    assert stats.bottleneck == "map(slow)"
+    assert stats.wait_fraction == pytest.approx(bound.wait_fraction)
 
 
 # -- the pytest side --------------------------------------------------------------------------

@@ -10,6 +10,8 @@ Each process feeds its own share (`Dataset.shard()` defaults to `jax.process_ind
 
 from __future__ import annotations
 
+import dataclasses
+
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +24,7 @@ from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
 from tpufeed._prefetch import ThreadPrefetcher
 from tpufeed.iterator import DatasetIterator
+from tpufeed.stats import PipelineStats, StageClock, StageStats, now
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 
@@ -64,7 +67,8 @@ class JaxIterator(Iterator[Any]):
             inner.close()
             raise
         self._inner = inner
-        items = _transferred(inner, BatchLayout(self.sharding))
+        self._device_clock = StageClock()
+        items = _transferred(inner, BatchLayout(self.sharding), self._device_clock)
         self._items: Iterator[Any] = items
         self._prefetcher = ThreadPrefetcher(items, self._prefetch) if self._prefetch else None
         self._closed = False
@@ -88,6 +92,16 @@ class JaxIterator(Iterator[Any]):
         batches prefetched so far."""
         self.close()
         self._start(state)
+
+    def stats(self) -> PipelineStats:
+        """The pipeline's statistics plus the transfer to the devices ("to_device") and the
+        training loop's own wait for batches (`wait_fraction` as this iterator measures it)."""
+        inner = self._inner.stats()
+        stages = dict(inner.stages)
+        for name, seconds in list(self._device_clock.seconds.items()):
+            stages[name] = StageStats(seconds, self._device_clock.records[name], 1)
+        return dataclasses.replace(inner, stages=stages, wait_seconds=self._clock.wait_seconds,
+                                   wall_seconds=self._clock.wall_seconds or inner.wall_seconds)
 
     @property
     def wait_fraction(self) -> float:
@@ -142,12 +156,21 @@ class JaxIterator(Iterator[Any]):
             pass
 
 
-def _transferred(inner: DatasetIterator, layout: BatchLayout) -> Iterator[tuple[Any, dict]]:
-    """(global arrays, state after them), the arrays ready on their devices."""
+def _transferred(inner: DatasetIterator, layout: BatchLayout,
+                 clock: StageClock) -> Iterator[tuple[Any, dict]]:
+    """(global arrays, state after them), the arrays ready on their devices; the transfer is
+    timed as the "to_device" stage."""
     try:
         for index, batch in enumerate(inner):
             state = inner.get_state()
+            started = now()
             arrays = jax.block_until_ready(layout.place(batch, index))
+            clock.add("to_device", now() - started, _leading_dim(batch))
             yield arrays, state
     finally:
         inner.close()
+
+
+def _leading_dim(batch: Any) -> int:
+    leaves = jax.tree_util.tree_leaves(batch)
+    return len(leaves[0]) if leaves and getattr(leaves[0], "ndim", 0) else 1
