@@ -76,33 +76,72 @@ def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
 
 def write_stacked(elements: Sequence[Any], buffer_for: Callable[[int], memoryview],
                   describe: Callable[[int], str]) -> tuple:
-    """Stacks `elements` leaf by leaf straight into a slot; returns the layout."""
-    treedef, first = flatten(elements[0])
-    columns = [[leaf] for leaf in first]
-    for element in elements[1:]:
-        element_def, leaves = flatten(element)
-        if element_def != treedef or len(leaves) != len(columns):
-            return write_batch(stack(elements, describe), buffer_for)  # stack() names the mismatch
-        for column, leaf in zip(columns, leaves):
-            column.append(leaf)
-    probes = [np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in first]
+    """Stacks `elements` leaf by leaf straight into a slot; returns the layout.
+
+    Everything is checked before the slot is taken, so `buffer_for` is called exactly once.
+    """
+    treedef, columns = _columns(elements)
+    if columns is None:
+        return write_batch(stack(elements, describe), buffer_for)  # stack() names the mismatch
     m = len(elements)
-    sizes = [_aligned(m * p.nbytes) if _in_shm(p) else 0 for p in probes]
+    plans: list[tuple[str, Any]] = []
+    for column in columns:
+        first = column[0]
+        if isinstance(first, np.ndarray) and _in_shm(first):
+            shape, dtype = first.shape, first.dtype
+            if not all(isinstance(x, np.ndarray) and x.shape == shape and x.dtype == dtype
+                       for x in column):
+                return write_batch(stack(elements, describe), buffer_for)
+            plans.append(("stack", np.dtype(dtype), (m, *shape)))
+        else:
+            plans.append(("stacked", stack(column, describe)))
+    sizes = []
+    for plan in plans:
+        if plan[0] == "stack":
+            sizes.append(_aligned(int(np.prod(plan[2])) * plan[1].itemsize))
+        else:
+            sizes.append(_aligned(plan[1].nbytes) if _in_shm(plan[1]) else 0)
     buffer = buffer_for(sum(sizes))
     specs, offset = [], 0
-    for column, probe, size in zip(columns, probes, sizes):
-        if not size and not (_in_shm(probe) and probe.nbytes == 0):
-            specs.append(("inline", stack(column, describe)))
-            continue
-        shape = (m, *probe.shape)
-        out = np.ndarray(shape, probe.dtype, buffer=buffer, offset=offset)
-        try:
-            np.stack(column, out=out, casting="no")
-        except (ValueError, TypeError):
-            return write_batch(stack(elements, describe), buffer_for)
-        specs.append((probe.dtype.str, shape, offset))
+    for column, plan, size in zip(columns, plans, sizes):
+        if plan[0] == "stack":
+            out = np.ndarray(plan[2], plan[1], buffer=buffer, offset=offset)
+            np.stack(column, out=out)
+            specs.append((plan[1].str, plan[2], offset))
+        elif _in_shm(plan[1]):
+            out = np.ndarray(plan[1].shape, plan[1].dtype, buffer=buffer, offset=offset)
+            out[...] = plan[1]
+            specs.append((plan[1].dtype.str, plan[1].shape, offset))
+        else:
+            specs.append(("inline", plan[1]))
         offset += size
     return treedef, specs
+
+
+def _columns(elements: Sequence[Any]) -> tuple[TreeDef | None, list[list[Any]] | None]:
+    """(treedef, one list of leaves per leaf position), or (None, None) if structures differ.
+
+    Flat dicts and bare leaves, the common cases, skip the general flatten of every element.
+    """
+    first = elements[0]
+    if isinstance(first, dict) and not any(isinstance(v, (dict, list, tuple)) for v in first.values()):
+        keys = first.keys()
+        for element in elements:
+            if not isinstance(element, dict) or element.keys() != keys:
+                return None, None
+        treedef = ("dict", tuple(keys), tuple(("leaf",) for _ in keys))
+        return treedef, [[e[k] for e in elements] for k in keys]
+    if not isinstance(first, (dict, list, tuple)):
+        return ("leaf",), [list(elements)]
+    treedef, leaves = flatten(first)
+    columns = [[leaf] for leaf in leaves]
+    for element in elements[1:]:
+        element_def, leaves = flatten(element)
+        if element_def != treedef:
+            return None, None
+        for column, leaf in zip(columns, leaves):
+            column.append(leaf)
+    return treedef, columns
 
 
 def read_batch(layout: tuple, buffer: Any) -> Any:
