@@ -1,0 +1,209 @@
+"""tpufeed side by side with Grain, tf.data and PyTorch: the same data, the same work, one run.
+
+    python benchmarks/compare.py --workload all --json benchmarks/results/compare.json
+
+Rows: the limits (raw array_record reader; bare loop = that reader + the same per-record fn +
+np.stack, in one process; for W2 also the CPU limit = bare loop x cores), tpufeed, and the
+anchors (Grain MapDataset and DataLoader, tf.data with the fn through tf.numpy_function,
+PyTorch DataLoader), each with 0 and N workers, plus tf.data with the work in TF ops as a
+reference (not an anchor). Every row runs in a fresh subprocess (benchmarks/measure.py): one
+warm-up epoch, then `--passes` timed epochs from the same iterator.
+
+Columns: median records/s of the timed epochs and their spread ((max - min) / median); ratios
+to the bare loop and to the best anchor; time to first batch (building the pipeline and
+starting workers; the framework import is the next column); peak RSS of the row's main process
+and of its largest child process (getrusage; a forked child counts the pages it shares with
+its parent); the peak summed PSS of the row's whole process tree, which counts shared pages
+once (sampled every 0.2 s; needs psutil); the 1-minute load average when the row started, which
+says how noisy the row was on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script: `python benchmarks/compare.py`
+    sys.path.insert(0, ROOT)
+
+from benchmarks.datafiles import SHARDS, DataFiles, prepare  # noqa: E402
+from benchmarks.report import check_targets, format_table, format_targets, row_name, summarise  # noqa: E402
+from benchmarks.systems import SYSTEMS, RowSpec  # noqa: E402
+from benchmarks.systems.tpufeed_system import has_workers  # noqa: E402
+from benchmarks.workloads import SEED, WORKLOADS  # noqa: E402
+
+_SAMPLE_S = 0.2
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--workload", choices=["W1", "W2", "all"], default="all")
+    p.add_argument("--records", type=int, default=None,
+                   help="records per workload (default: W1 200,000, W2 100,000)")
+    p.add_argument("--passes", type=int, default=3, help="timed epochs per row, after one warm-up")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="N for the N-worker rows (default: os.cpu_count())")
+    p.add_argument("--systems", default=",".join(SYSTEMS),
+                   help=f"comma-separated subset of: {', '.join(SYSTEMS)}")
+    p.add_argument("--json", dest="json_path", default=None, help="write all results here")
+    p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"),
+                   help="cache of generated shards (default: benchmarks/data)")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per row")
+    args = p.parse_args(argv)
+    args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = [s for s in args.systems if s not in SYSTEMS]
+    if unknown:
+        p.error(f"unknown system(s) {unknown}; choose from {list(SYSTEMS)}")
+    if args.records is not None and args.records < SHARDS:
+        p.error(f"--records must be at least {SHARDS} (one per shard), got {args.records}")
+    if args.passes < 1:
+        p.error(f"--passes must be >= 1, got {args.passes}")
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
+    return args
+
+
+def plan_rows(systems: list[str], workers: int, tpufeed_workers: bool) -> list[tuple[str, int]]:
+    """(system, workers) rows in table order: limits, tpufeed, anchors, references."""
+    rows = []
+    for name in systems:
+        system = SYSTEMS[name]
+        rows.append((name, 0))
+        if system.parallel and (name != "tpufeed" or tpufeed_workers):
+            rows.append((name, workers))
+    return rows
+
+
+def run_row(spec: RowSpec, timeout: float) -> dict[str, Any]:
+    """Runs one row in a fresh process; adds the sampled peak PSS of its process tree."""
+    with tempfile.TemporaryDirectory(prefix="tpufeed-bench-") as tmp:
+        spec_path, result_path, log_path = (os.path.join(tmp, name)
+                                            for name in ("spec.json", "result.json", "log.txt"))
+        with open(spec_path, "w") as f:
+            json.dump(spec.to_json(), f)
+        env = dict(os.environ)
+        # Workers started by spawn/forkserver import benchmarks.* by name.
+        env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        load = os.getloadavg()[0]
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "benchmarks.measure", spec_path, result_path],
+                                    cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            peak_pss, timed_out = _watch(proc, timeout)
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                result = json.load(f)
+        else:
+            result = {"error": "timed out" if timed_out else f"exited with {proc.returncode}"}
+        if "error" in result:
+            with open(log_path) as f:
+                result["log_tail"] = f.read()[-4000:]
+    result.update(system=spec.system, workers=spec.workers, load_at_start=load, pss_all_mib=peak_pss)
+    if "rates" in result:
+        rates = result["rates"]
+        result["rate"] = statistics.median(rates)
+        result["spread"] = (max(rates) - min(rates)) / result["rate"]
+    return result
+
+
+def _watch(proc: subprocess.Popen, timeout: float) -> tuple[float | None, bool]:
+    """Waits for `proc`, sampling the summed PSS of its process tree; kills it on timeout."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    deadline = time.monotonic() + timeout
+    peak: float | None = None
+    while proc.poll() is None:
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)  # the row's own session: the row and its workers
+            proc.wait()
+            return peak, True
+        if psutil is not None:
+            total = _tree_pss(psutil, proc.pid)
+            if total is not None:
+                peak = total if peak is None else max(peak, total)
+        time.sleep(_SAMPLE_S)
+    return peak, False
+
+
+def _tree_pss(psutil: Any, pid: int) -> float | None:
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return None
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_full_info().pss
+        except psutil.Error:
+            pass  # a worker that just exited
+    return total / 2**20
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cores = os.cpu_count() or 1
+    tpufeed_workers = has_workers()
+    rows = plan_rows(args.systems, args.workers, tpufeed_workers)
+    if "tpufeed" in args.systems and not tpufeed_workers:
+        print("note: tpufeed has no Dataset.workers yet; only its 0-worker row runs", flush=True)
+    report: dict[str, Any] = {
+        "command": shlex.join(["python", "benchmarks/compare.py"]
+                              + (sys.argv[1:] if argv is None else argv)),
+        "machine": {"cores": cores, "platform": platform.platform(),
+                    "python": platform.python_version(), "load_at_start": os.getloadavg()},
+        "settings": {"passes": args.passes, "workers": args.workers, "seed": SEED, "batch": 256},
+        "workloads": {},
+    }
+    status = 0
+    for name in (["W1", "W2"] if args.workload == "all" else [args.workload]):
+        workload = WORKLOADS[name]
+        records = args.records or workload.default_records
+        data: DataFiles = prepare(workload, records, args.data_dir, SEED)
+        print(f"\n{name}: {workload.summary}; {records:,} records in {len(data.counts)} shards, "
+              f"batch 256, {args.passes} timed passes after 1 warm-up, N = {args.workers}", flush=True)
+        results = []
+        for system, workers in rows:
+            spec = RowSpec(system, name, workers, args.passes + 1, SEED, data)
+            result = run_row(spec, args.timeout)
+            results.append(result)
+            shown = f"{result['rate']:,.0f} records/s" if "rate" in result else result["error"]
+            print(f"  {row_name(result):<20} {shown:<22} (load {result['load_at_start']:.1f})",
+                  flush=True)
+            if "error" in result:
+                status = 1
+                print(result.get("traceback") or result.get("log_tail", ""), file=sys.stderr)
+        summary = summarise(results, cores)
+        print()
+        print(format_table(name, results, summary))
+        print(f"\nbest anchor (same Python fn; TF-ops rows are references, not anchors): "
+              f"{summary['best_anchor']}")
+        targets = check_targets(name, results, summary)
+        print("targets (issue 3):\n" + format_targets(targets), flush=True)
+        report["workloads"][name] = {"records": records, "summary": summary, "rows": results,
+                                     "targets": [{"target": t, "measured": v, "met": m}
+                                                 for t, v, m in targets]}
+    if args.json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_path)), exist_ok=True)
+        with open(args.json_path, "w") as f:
+            json.dump(report, f, indent=1)
+        print(f"\nwrote {args.json_path}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

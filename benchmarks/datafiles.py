@@ -1,0 +1,93 @@
+"""The benchmark data: generated once per (workload, record count) into a cache folder.
+
+Records are written twice with the same bytes: as ArrayRecord shards (group_size 1) and as
+TFRecord shards for tf.data. A folder counts as complete once its `done.json` exists (written
+last, atomically), so an interrupted generation is redone rather than trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from benchmarks.workloads import Workload
+
+SHARDS = 8
+_DONE = "done.json"
+_CHUNK = 4096  # records generated at a time
+
+
+@dataclass(frozen=True)
+class DataFiles:
+    """The shards of one workload: the same records as ArrayRecord and as TFRecord."""
+
+    workload: str
+    records: int
+    array_record: tuple[str, ...]
+    tfrecord: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> DataFiles:
+        return cls(data["workload"], data["records"], tuple(data["array_record"]),
+                   tuple(data["tfrecord"]), tuple(data["counts"]))
+
+
+def shard_counts(records: int, shards: int = SHARDS) -> list[int]:
+    """Records per shard: as even as possible, the larger shards first."""
+    base, extra = divmod(records, shards)
+    return [base + (s < extra) for s in range(shards)]
+
+
+def prepare(workload: Workload, records: int, root: str, seed: int) -> DataFiles:
+    """The workload's shards under `root`, generated first if they are not there yet."""
+    if records < SHARDS:
+        raise ValueError(f"--records must be at least {SHARDS} (one per shard), got {records}")
+    folder = os.path.join(root, f"{workload.name}-{records}-seed{seed}")
+    counts = shard_counts(records)
+    names = [f"shard-{s:05d}-of-{SHARDS:05d}" for s in range(SHARDS)]
+    files = DataFiles(workload.name, records,
+                      tuple(os.path.join(folder, f"{n}.array_record") for n in names),
+                      tuple(os.path.join(folder, f"{n}.tfrecord") for n in names),
+                      tuple(counts))
+    if not os.path.exists(os.path.join(folder, _DONE)):
+        _generate(workload, files, folder, seed)
+    return files
+
+
+def _generate(workload: Workload, files: DataFiles, folder: str, seed: int) -> None:
+    # Imported here, not at the top: every row's process imports this module (for DataFiles),
+    # and the anchors' rows must not carry tpufeed's import cost or memory.
+    from tpufeed.sources.array_record import write_array_records
+    from tpufeed.sources.tfrecord import write_tfrecords
+
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)  # a generation that did not finish
+    os.makedirs(folder)
+    print(f"generating {files.records:,} {workload.name} records into {folder} ...", flush=True)
+    for shard, (ar_path, tf_path, count) in enumerate(zip(files.array_record, files.tfrecord,
+                                                           files.counts)):
+        # Each file gets the shard's records from its own identical stream, a chunk at a time:
+        # compare.py starts every row from this process, and a forked child's peak RSS starts
+        # at its parent's size, so this process stays small.
+        write_array_records(ar_path, _shard_records(workload, seed, shard, count),
+                            options="group_size:1")
+        write_tfrecords(tf_path, _shard_records(workload, seed, shard, count))
+    tmp = os.path.join(folder, f"{_DONE}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(files.to_json(), f, indent=1)
+    os.replace(tmp, os.path.join(folder, _DONE))
+
+
+def _shard_records(workload: Workload, seed: int, shard: int, count: int) -> Iterator[bytes]:
+    rng = np.random.default_rng((seed, int.from_bytes(workload.name.encode(), "little"), shard))
+    for start in range(0, count, _CHUNK):
+        yield from workload.make_records(rng, min(_CHUNK, count - start))

@@ -1,0 +1,65 @@
+"""The rows of the comparison: each names the module and function that yields its batches.
+
+A runner is `fn(spec: RowSpec) -> Iterator[batch]`, covering `spec.epochs` epochs from one
+iterator; its module has `load()`, which imports the framework (timed on its own). Modules are
+imported by name only in the subprocess that runs their row, so no framework is imported in the
+parent or in another system's row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from benchmarks.datafiles import DataFiles
+
+
+@dataclass(frozen=True)
+class System:
+    """One row kind. `kind`: limit, tpufeed, anchor (same Python fn) or reference (TF ops)."""
+
+    name: str
+    kind: str
+    module: str
+    runner: str
+    parallel: bool
+    label: str
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """Everything a row's subprocess needs: which system, on which data, with how many workers."""
+
+    system: str
+    workload: str
+    workers: int
+    epochs: int
+    seed: int
+    data: DataFiles
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RowSpec:
+        return cls(data["system"], data["workload"], data["workers"], data["epochs"],
+                   data["seed"], DataFiles.from_json(data["data"]))
+
+
+SYSTEMS = {s.name: s for s in [
+    System("raw-reader", "limit", "benchmarks.systems.limits", "raw_reader", False,
+           "array_record reader, batched reads of 256, no decode"),
+    System("bare-loop", "limit", "benchmarks.systems.limits", "bare_loop", False,
+           "plain Python loop: raw reader + same per-record fn + np.stack"),
+    System("tpufeed", "tpufeed", "benchmarks.systems.tpufeed_system", "batches", True,
+           "Dataset.from_array_record ... batch(256)"),
+    System("grain-map", "anchor", "benchmarks.systems.grain_system", "map_dataset", True,
+           "MapDataset.source ... to_iter_dataset (+mp_prefetch)"),
+    System("grain-loader", "anchor", "benchmarks.systems.grain_system", "data_loader", True,
+           "grain.DataLoader, IndexSampler, worker_count"),
+    System("tfdata", "anchor", "benchmarks.systems.tfdata_system", "numpy_function", True,
+           "TFRecordDataset + tf.numpy_function(same fn), num_parallel_calls"),
+    System("tfdata-ops", "reference", "benchmarks.systems.tfdata_system", "tf_ops", True,
+           "TFRecordDataset + the work rewritten in TF ops"),
+    System("torch", "anchor", "benchmarks.systems.torch_system", "batches", True,
+           "DataLoader, map-style Dataset (__getitems__) over the ArrayRecord shards"),
+]}
