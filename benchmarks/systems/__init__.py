@@ -52,6 +52,8 @@ SYSTEMS = {s.name: s for s in [
            "plain Python loop: raw reader + same per-record fn + np.stack"),
     System("tpufeed", "tpufeed", "benchmarks.systems.tpufeed_system", "batches", True,
            "Dataset.from_array_record ... batch(256)"),
+    System("tpufeed-auto", "tpufeed", "benchmarks.systems.tpufeed_system", "batches_auto", False,
+           "the same with .workers('auto').prefetch('auto')"),
     System("grain-map", "anchor", "benchmarks.systems.grain_system", "map_dataset", True,
            "MapDataset.source ... to_iter_dataset (+mp_prefetch)"),
     System("grain-loader", "anchor", "benchmarks.systems.grain_system", "data_loader", True,

@@ -18,18 +18,24 @@ def has_workers() -> bool:
     return hasattr(tpufeed.Dataset, "workers")
 
 
-def batches(spec: RowSpec) -> Iterator[dict]:
+def batches(spec: RowSpec, workers: int | str | None = None, prefetch: int | str = 0) -> Iterator[dict]:
     import tpufeed
 
     workload = WORKLOADS[spec.workload]
     ds = tpufeed.Dataset.from_array_record(list(spec.data.array_record)).shuffle(spec.seed)
     # random_map hands the same fn a per-record numpy Generator (a Philox counter reset).
     ds = ds.random_map(workload.fn) if workload.random else ds.map(workload.fn)
-    ds = ds.batch(BATCH_SIZE).repeat(spec.epochs)
-    if spec.workers:
-        ds = ds.workers(spec.workers)
+    ds = ds.batch(BATCH_SIZE).repeat(spec.epochs).prefetch(prefetch)
+    workers = spec.workers if workers is None else workers
+    if workers:
+        ds = ds.workers(workers)
     it = iter(ds)
     try:
         yield from it
     finally:
         it.close()
+
+
+def batches_auto(spec: RowSpec) -> Iterator[dict]:
+    """tpufeed choosing its own worker count and prefetch depth (issue 7's "auto" row)."""
+    yield from batches(spec, workers="auto", prefetch="auto")
