@@ -29,7 +29,8 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
     first = elements[0]
     if isinstance(first, dict):
         keys = first.keys()
-        for i, e in enumerate(elements):
+        same = all(type(e) is dict and e.keys() == keys for e in elements)
+        for i, e in enumerate(() if same else elements):
             if not isinstance(e, dict) or e.keys() != keys:
                 got = sorted(e.keys()) if isinstance(e, dict) else type(e).__name__
                 raise BatchError(f"cannot batch{_at(where)}: {describe(0)} has keys {sorted(keys)} "

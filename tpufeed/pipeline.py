@@ -171,6 +171,10 @@ class Producer:
             if plan.batch is None:
                 for element, offset in zip(elements, offsets):
                     yield element, replace(cursor, consumed=k + offset + 1)
+            elif not pending and len(elements) == count == plan.batch.batch_size:
+                # The common case: every record of the chunk survived and they make one batch.
+                for batch in self._finish(elements, records, cursor.epoch, batch_stage):
+                    yield batch, replace(cursor, consumed=k + count)
             else:
                 size = plan.batch.batch_size
                 for element, offset in zip(elements, offsets):
