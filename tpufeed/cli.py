@@ -104,6 +104,28 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    import time
+
+    from tpufeed.storage.cache import ShardCache
+
+    cache = ShardCache(args.dir)
+    if args.action == "clear":
+        removed, freed, skipped = cache.clear()
+        kept = f"; {skipped} entries in use by a running job were kept" if skipped else ""
+        print(f"removed {removed} files ({freed:,} bytes of shards) from {cache.root}{kept}")
+        return 0
+    entries = cache.entries()
+    for e in entries:
+        read = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_read)) \
+            if e.last_read else "never read"
+        state = "cached" if e.complete else "partial"
+        print(f"{e.size:>15,}  {state:<8} {read:<19}  {e.url or e.key}")
+    total = sum(e.size for e in entries)
+    print(f"{len(entries)} shards, {total:,} bytes in {cache.root}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tpufeed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="skip (and count) up to N malformed records instead of failing")
     build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     build.set_defaults(run=_build)
+    cache = sub.add_parser("cache", help="show or empty the local shard cache of gs:// files")
+    cache.add_argument("action", choices=["ls", "clear"],
+                       help="ls: cached shards, sizes, last reads; clear: remove all not in use")
+    cache.add_argument("--dir", default=None,
+                       help="cache directory (default: $TPUFEED_CACHE_DIR, else ~/.cache/tpufeed)")
+    cache.set_defaults(run=_cache)
     return parser
 
 

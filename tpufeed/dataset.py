@@ -98,16 +98,23 @@ class Dataset:
         return cls(SourceView(SequenceSource(items)))
 
     @classmethod
-    def from_array_record(cls, paths: PathsLike) -> Dataset:
-        """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them."""
+    def from_array_record(cls, paths: PathsLike, cache_dir: str | os.PathLike | None = None,
+                          cache_bytes: int | None = None) -> Dataset:
+        """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or
+        gs://. gs:// shards go through the local shard cache (`cache_dir`, default
+        $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space)."""
         from tpufeed.sources.array_record import ArrayRecordSource
-        return cls(SourceView(ArrayRecordSource(paths)))
+        return cls(SourceView(ArrayRecordSource(paths, cache=_cache(cache_dir, cache_bytes))))
 
     @classmethod
-    def from_tfrecord(cls, paths: PathsLike, index_dir: str | os.PathLike | None = None) -> Dataset:
-        """Records (bytes) of TFRecord files, randomly accessible through an offset index."""
+    def from_tfrecord(cls, paths: PathsLike, index_dir: str | os.PathLike | None = None,
+                      cache_dir: str | os.PathLike | None = None,
+                      cache_bytes: int | None = None) -> Dataset:
+        """Records (bytes) of TFRecord files, randomly accessible through an offset index;
+        gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs."""
         from tpufeed.sources.tfrecord import TFRecordSource
-        return cls(SourceView(TFRecordSource(paths, index_dir=index_dir)))
+        return cls(SourceView(TFRecordSource(paths, index_dir=index_dir,
+                                             cache=_cache(cache_dir, cache_bytes))))
 
     @classmethod
     def open(cls, path: str | os.PathLike, verify: bool = False) -> Dataset:
@@ -292,6 +299,14 @@ class Dataset:
         return (f"Dataset({self._source.source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
                 f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
                 f"workers={self._workers})")
+
+
+def _cache(cache_dir: str | os.PathLike | None, cache_bytes: int | None) -> Any:
+    """A ShardCache when the caller set one up; None lets gs:// sources make the default."""
+    if cache_dir is None and cache_bytes is None:
+        return None
+    from tpufeed.storage.cache import ShardCache
+    return ShardCache(cache_dir, cache_bytes)
 
 
 def _callable(fn: Any, stage: str) -> Any:

@@ -100,25 +100,36 @@ class Counters:
 class IndexBlocks:
     """Record indices of one host's share of one epoch, computed a block at a time.
 
-    Each new block is announced to the source (`SourceView.will_read`), so a source that fetches
-    remote shards can schedule them in the order the plan will need them.
+    Each block is announced to the source (`SourceView.will_read`) one block before it is
+    needed, so a source that fetches remote shards downloads them in the order the plan will
+    read them, ahead of the reads.
     """
 
     def __init__(self, n: int, shuffle: Shuffle | None, cursor: Cursor,
                  source: SourceView | None = None):
         self._n, self._shuffle, self._cursor, self._source = n, shuffle, cursor, source
+        self._share = share_size(n, cursor.base, cursor.host, cursor.hosts)
         self._start, self._block = 0, np.empty(0, np.int64)
+        self._next: tuple[int, np.ndarray] | None = None
 
     def get(self, start: int, count: int) -> np.ndarray:
         end = start + count
         if not (self._start <= start and end <= self._start + len(self._block)):
-            share = share_size(self._n, self._cursor.base, self._cursor.host, self._cursor.hosts)
-            size = min(max(_INDEX_BLOCK, count), share - start)
-            self._block = record_indices(self._n, self._shuffle, self._cursor, start, size)
-            self._start = start
-            if self._source is not None:
-                self._source.will_read(self._block)
+            if self._next is not None and self._next[0] == start and len(self._next[1]) >= count:
+                self._start, self._block = self._next
+            else:
+                self._start, self._block = start, self._compute(start, count)
+            after = self._start + len(self._block)
+            self._next = (after, self._compute(after, count)) if after < self._share else None
         return self._block[start - self._start:end - self._start]
+
+    def _compute(self, start: int, count: int) -> np.ndarray:
+        # Blocks are whole chunks, so consecutive chunks never straddle two blocks.
+        size = min(max(count, _INDEX_BLOCK // count * count), self._share - start)
+        block = record_indices(self._n, self._shuffle, self._cursor, start, size)
+        if self._source is not None:
+            self._source.will_read(block)
+        return block
 
 
 @dataclass

@@ -13,6 +13,10 @@ file's structure itself before it trusts the reader's record count:
 
 Damage inside record data is caught by Riegeli's per-chunk hashes when the record is read.
 
+A `gs://` file is read from its copy in the shard cache (`tpufeed.storage.cache`), fetched when
+first needed or ahead of time; its record count comes from its footer alone, fetched by byte
+ranges (`tpufeed.storage.array_record_footer`) and remembered in the cache.
+
 >>> source = ArrayRecordSource("data/train-*.array_record")  # doctest: +SKIP
 >>> source.__getitems__([3, 1, 4])  # doctest: +SKIP
 [b'...', b'...', b'...']
@@ -20,6 +24,7 @@ Damage inside record data is caught by Riegeli's per-chunk hashes when the recor
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -33,7 +38,11 @@ from array_record.python.array_record_module import ArrayRecordReader, ArrayReco
 from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError, SourceError,
                             SourceNotFoundError)
 from tpufeed.sources.sharded import ShardedSource
-from tpufeed.storage.local import PathsLike, expand_paths
+from tpufeed.storage.array_record_footer import BLOCK_SIZE, footer_offset, sparse_copy
+from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.gcs import GcsObject, is_gcs_url
+from tpufeed.storage.local import PathsLike, resolve_paths
+from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["ArrayRecordFile", "ArrayRecordSource", "write_array_records"]
 
@@ -80,26 +89,86 @@ class ArrayRecordFile:
     `len()` opens the file, checks it and closes it again, so a parent process that only counts
     records holds no descriptors or in-memory indices; `read` keeps its reader open. Pickling
     drops the reader, and the copy reopens (and re-checks) the file on its first read.
+
+    A gs:// `path` is read through `remote` (default: the default shard cache): each read holds
+    the cached copy in place, and a reader whose copy was evicted or replaced is reopened.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, remote: RemoteFile | None = None):
         self.path = os.fspath(path)
+        if remote is None and is_gcs_url(self.path):
+            remote = RemoteFile.open(self.path)
+        self.remote = remote
         self._num_records: int | None = None
         self._reader: ArrayRecordReader | None = None
+        self._opened: list[int] | None = None  # stamp of the cached copy the reader has open
         self._per_record_reads = False
         self._lock = threading.Lock()
+        self._use = threading.Lock()  # a read of a cached copy, which eviction checks wait for
 
     def __len__(self) -> int:
         if self._num_records is None:
             with self._lock:
                 if self._num_records is None:
-                    self._open_checked().close()
+                    if self.remote is not None:
+                        self._num_records = self._count_remote()
+                    else:
+                        self._open_checked().close()
         return self._num_records
 
     def read(self, indices: np.ndarray) -> list[bytes]:
         """Returns the records at local `indices` (any order, repeats allowed), in that order."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if self.remote is not None:
+            return self._read_cached(idx)
         reader = self._reader if self._reader is not None else self._open_for_reading()
+        return self._read_with(reader, idx)
+
+    def _read_cached(self, idx: np.ndarray) -> list[bytes]:
+        """Reads from the cached copy, held in place; a copy that fails is re-checked once."""
+        rechecked = False
+        while True:
+            try:
+                with self._use:
+                    if self._reader is not None and self.remote.unchanged(self._opened):
+                        return self._read_with(self._reader, idx)
+                    self.close()  # evicted, replaced or changed since the reader opened it
+                    with self.remote.pinned():
+                        reader = self._open_for_reading()
+                        self._opened = self.remote.stamp()
+                        return self._read_with(reader, idx)
+            except CorruptDataError:
+                self.close()
+                if rechecked or not self.remote.cache.recheck(self.remote.obj):
+                    raise  # the cached copy matches the object: the object itself is damaged
+                rechecked = True
+
+    def release_if_evicted(self) -> None:
+        """Closes the reader if its cached copy is gone (its disk space is freed only then)."""
+        if self.remote is None or self._reader is None or not self._use.acquire(blocking=False):
+            return
+        try:
+            if self._reader is not None and not self.remote.unchanged(self._opened, mark=False):
+                self.close()
+        finally:
+            self._use.release()
+
+    def _count_remote(self) -> int:
+        """The record count of a gs:// file: remembered, or read from its footer by ranges."""
+        remote = self.remote
+        count = remote.cache.recall(remote.obj, "num_records")
+        if isinstance(count, int) and not isinstance(count, bool):
+            return count
+        if remote.cache.contains(remote.obj):
+            with remote.pinned():
+                self._open_checked().close()
+            count = self._num_records
+        else:
+            count = _count_by_ranges(remote)
+        remote.cache.remember(remote.obj, "num_records", count)
+        return count
+
+    def _read_with(self, reader: ArrayRecordReader, idx: np.ndarray) -> list[bytes]:
         n = self._num_records
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             bad = int(idx[(idx < 0) | (idx >= n)][0])
@@ -120,14 +189,17 @@ class ArrayRecordFile:
                 _close_reporting(reader)  # a failure here was raised when the read failed
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "num_records": self._num_records}
+        return {"path": self.path, "num_records": self._num_records, "remote": self.remote}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
         self._num_records = state["num_records"]
+        self.remote = state.get("remote")
         self._reader = None
+        self._opened = None
         self._per_record_reads = False
         self._lock = threading.Lock()
+        self._use = threading.Lock()
 
     def __repr__(self) -> str:
         count = "unopened" if self._num_records is None else f"{self._num_records} records"
@@ -140,9 +212,13 @@ class ArrayRecordFile:
             return self._reader
 
     def _open_checked(self) -> ArrayRecordReader:
-        """Opens a reader after checking the file's structure; sets or re-checks the count."""
+        """Opens a reader after checking the file's structure; sets or re-checks the count.
+
+        For a gs:// file this opens the cached copy: callers hold it pinned.
+        """
+        local = self.path if self.remote is None else self.remote.local_path()
         try:
-            with open(self.path, "rb") as f:
+            with open(local, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 head = f.read(len(_RIEGELI_SIGNATURE))
         except FileNotFoundError:
@@ -153,7 +229,7 @@ class ArrayRecordFile:
         if problem is not None:
             raise CorruptDataError(f"{self.path}: {problem}", path=self.path)
         try:
-            reader = ArrayRecordReader(self.path, READER_OPTIONS)
+            reader = ArrayRecordReader(local, READER_OPTIONS)
         except Exception as e:
             raise CorruptDataError(f"{self.path}: array_record cannot open it: {e}",
                                    path=self.path) from e
@@ -207,15 +283,67 @@ def _group_size(writer_options: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def _count_by_ranges(remote: RemoteFile) -> int:
+    """Counts records from the head, the footer and the postscript block of a gs:// file."""
+    obj = remote.obj
+    size = obj.size
+    if size < _MIN_FILE_SIZE:
+        head = remote.read_ranges([(0, size)])[0] if size else b""
+        raise CorruptDataError(f"{obj.url}: {structure_problem(size, head)}", path=obj.url)
+    head, last = remote.read_ranges([(0, len(_RIEGELI_SIGNATURE)), (size - BLOCK_SIZE, size)])
+    problem = structure_problem(size, head)
+    if problem is not None:
+        raise CorruptDataError(f"{obj.url}: {problem}", path=obj.url)
+    start = footer_offset(last, size)
+    if start is None:  # not the layout we know: count from a whole copy instead
+        probe = ArrayRecordFile(obj.url, remote)
+        with remote.pinned():
+            probe._open_checked().close()
+        return probe._num_records
+    pieces = [(0, head), (size - BLOCK_SIZE, last)]
+    if start < size - BLOCK_SIZE:
+        pieces.append((start, remote.read_ranges([(start, size - BLOCK_SIZE)])[0]))
+    sparse = os.path.join(remote.cache.scratch_dir(),
+                          f"count-{os.getpid()}-{uuid.uuid4().hex[:12]}.array_record")
+    try:
+        sparse_copy(sparse, size, pieces)
+        reader = ArrayRecordReader(sparse, READER_OPTIONS)
+        count, ok = reader.num_records(), reader.ok()
+        why = _close_reporting(reader)
+    except Exception as e:  # array_record raises RuntimeError, or others via pybind
+        raise CorruptDataError(f"{obj.url}: array_record cannot read its footer: {e}",
+                               path=obj.url) from e
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(sparse)
+    if not ok:
+        raise CorruptDataError(f"{obj.url}: its ArrayRecord footer or postscript is damaged "
+                               f"({why})", path=obj.url)
+    return count
+
+
 class ArrayRecordSource(ShardedSource):
     """The records of the ArrayRecord files named by a path, a glob or a list, as one sequence.
+
+    gs:// files go through `cache` (default: `ShardCache()`, the default directory and limit).
 
     >>> source = ArrayRecordSource(["a.array_record", "b-*.array_record"])  # doctest: +SKIP
     >>> len(source), source[0]  # doctest: +SKIP
     """
 
-    def __init__(self, paths: PathsLike):
-        super().__init__([ArrayRecordFile(p) for p in expand_paths(paths)])
+    def __init__(self, paths: PathsLike, cache: ShardCache | None = None):
+        files = []
+        for item in resolve_paths(paths):
+            if isinstance(item, GcsObject):
+                cache = cache or ShardCache()
+                if cache.max_bytes == 0:
+                    raise InvalidArgumentError(
+                        f"{item.url}: ArrayRecord files are read from local copies, so they need "
+                        "a shard cache; cache_bytes=0 leaves none")
+                files.append(ArrayRecordFile(item.url, RemoteFile(item, cache)))
+            else:
+                files.append(ArrayRecordFile(item))
+        super().__init__(files)
 
 
 def write_array_records(path: str | os.PathLike, records: Iterable[bytes],

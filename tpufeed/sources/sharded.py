@@ -1,13 +1,20 @@
-"""Several record files addressed as one source: a global index runs through files in order."""
+"""Several record files addressed as one source: a global index runs through files in order.
+
+Files on gs:// (those with a `remote` attribute) are counted in parallel, and the source's
+`will_read` hint drives a read-ahead that fetches them into the shard cache in plan order.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from typing import Protocol
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
 
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, RecordIndexError
+from tpufeed.storage.readahead import ReadAhead
 
 
 class RecordFile(Protocol):
@@ -24,6 +31,18 @@ class RecordFile(Protocol):
     def close(self) -> None: ...
 
 
+_SWEEP_EVERY_S = 1.0
+_COUNT_THREADS = 16
+
+
+def count_records(files: Sequence[RecordFile], parallel: bool) -> list[int]:
+    """`len` of every file; in threads when counting means network round trips."""
+    if not parallel or len(files) == 1:
+        return [len(f) for f in files]
+    with ThreadPoolExecutor(min(_COUNT_THREADS, len(files))) as pool:
+        return list(pool.map(len, files))
+
+
 class ShardedSource:
     """Records of `files` as one sequence: `len` is the sum, index i falls in file order."""
 
@@ -31,8 +50,35 @@ class ShardedSource:
         if not files:
             raise InvalidArgumentError("a sharded source needs at least one file")
         self.files = list(files)
-        counts = np.array([len(f) for f in self.files], dtype=np.int64)
+        self._remote = [getattr(f, "remote", None) for f in self.files]
+        self._remote_ids = [i for i, r in enumerate(self._remote) if r is not None]
+        # Read-ahead fills the shard cache: files read by ranges (no cache) take no part.
+        self._cached = [r if r is not None and r.cached else None for r in self._remote]
+        counts = np.array(count_records(self.files, parallel=bool(self._remote_ids)),
+                          dtype=np.int64)
         self._starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(counts)])
+        self._readahead: Any = None
+        self._last_sweep = time.monotonic()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_readahead"] = None  # threads stay with the process that announced the plan
+        return state
+
+    def will_read(self, indices: np.ndarray) -> None:
+        """The records the plan reads next, in order: gs:// shards among them are fetched ahead."""
+        if not any(self._cached):
+            return
+        if self._readahead is None:
+            self._readahead = ReadAhead(self._cached, sweep=self.release_evicted)
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        self._readahead.announce(np.searchsorted(self._starts, idx, side="right") - 1)
+
+    def release_evicted(self) -> None:
+        """Closes readers whose cached copy was evicted, so its disk space is freed."""
+        self._last_sweep = time.monotonic()
+        for i in self._remote_ids:
+            self.files[i].release_if_evicted()
 
     def __len__(self) -> int:
         return int(self._starts[-1])
@@ -53,6 +99,8 @@ class ShardedSource:
             bad = int(idx[(idx < 0) | (idx >= n)][0])
             raise RecordIndexError(f"record index {bad} is out of range for a source of {n} records")
         file_ids = np.searchsorted(self._starts, idx, side="right") - 1
+        if self._remote_ids and time.monotonic() - self._last_sweep > _SWEEP_EVERY_S:
+            self.release_evicted()
         if idx.size and (file_ids == file_ids[0]).all():
             f = int(file_ids[0])
             return self.files[f].read(idx - self._starts[f])
@@ -82,6 +130,9 @@ class ShardedSource:
         return f"{type(self).__name__}[{shards}]"
 
     def close(self) -> None:
+        if self._readahead is not None:
+            self._readahead.close()
+            self._readahead = None
         for f in self.files:
             f.close()
 

@@ -9,6 +9,10 @@ writable, and is rebuilt whenever the file's size or mtime changes.
 2
 >>> TFRecordSource("/tmp/*.tfrecord").__getitems__([1, 0])  # doctest: +SKIP
 [b'yz', b'x']
+
+A `gs://` file is indexed once (the index is cached under `<cache dir>/tfrecord-index`, keyed
+by the object's generation) and then read from its copy in the shard cache or, with a cache of
+0 bytes, as coalesced ranged GETs of just the records asked for.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import struct
 import threading
 import warnings
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 import google_crc32c
@@ -31,7 +36,11 @@ from tpufeed.errors import (
     SourceNotFoundError,
 )
 from tpufeed.sources.sharded import ShardedSource
-from tpufeed.storage.local import PathsLike, expand_paths
+from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.gcs import GcsObject, is_gcs_url
+from tpufeed.storage.local import PathsLike, resolve_paths
+from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.transfers import coalesce
 
 __all__ = ["TFRecordFile", "TFRecordSource", "default_index_dir", "write_tfrecords"]
 
@@ -45,6 +54,11 @@ _INDEX_MAGIC = int.from_bytes(b"TPFIDX\x00\x00", "little")
 _INDEX_VERSION = 1
 _INDEX_FIELDS = 5
 _U64 = (1 << 64) - 1
+# Uncached gs:// reads: records closer than this are fetched in one GET (a GET's latency costs
+# more than this many bytes), and no GET spans more than _MAX_SPAN.
+_MAX_GAP = 256 << 10
+_MAX_SPAN = 16 << 20
+_INDEX_THREADS = 8
 
 
 def _masked_crc(data: bytes) -> int:
@@ -120,6 +134,11 @@ def scan_records(fd: int, path: str, size: int) -> tuple[np.ndarray, np.ndarray]
     Reads in 16 MiB chunks (more for a larger record); raises CorruptDataError on a bad CRC or a
     record cut off by the end of the file.
     """
+    return _scan(lambda n, offset: os.pread(fd, n, offset), path, size)
+
+
+def _scan(pread: Callable[[int, int], bytes], path: str,
+          size: int) -> tuple[np.ndarray, np.ndarray]:
     offsets: list[int] = []
     lengths: list[int] = []
     buf = b""
@@ -131,7 +150,7 @@ def scan_records(fd: int, path: str, size: int) -> tuple[np.ndarray, np.ndarray]
             raise _corrupt(path, record, pos, f"torn record: the file ends {size - pos} bytes "
                            f"into its {_HEADER.size}-byte header")
         if pos + _HEADER.size > base + len(buf):
-            buf, base = os.pread(fd, _SCAN_CHUNK, pos), pos
+            buf, base = pread(_SCAN_CHUNK, pos), pos
             if len(buf) < _HEADER.size:
                 raise _corrupt(path, record, pos, "file shrank while its index was being built")
         rel = pos - base
@@ -143,7 +162,7 @@ def scan_records(fd: int, path: str, size: int) -> tuple[np.ndarray, np.ndarray]
             raise _corrupt(path, record, pos, f"torn record: its length says {length} bytes of "
                            f"data but the file ends {end - size} bytes short")
         if end > base + len(buf):
-            buf, base = os.pread(fd, max(_SCAN_CHUNK, end - pos), pos), pos
+            buf, base = pread(max(_SCAN_CHUNK, end - pos), pos), pos
             rel = 0
             if end > base + len(buf):
                 raise _corrupt(path, record, pos, "file shrank while its index was being built")
@@ -195,14 +214,24 @@ class TFRecordFile:
     """One TFRecord file read by local record index, each record's CRC checked on read.
 
     Picklable: the file handle is dropped and reopened on first read, the index travels along.
+    A gs:// `path` is read through `remote` (default: the default shard cache).
     """
 
-    def __init__(self, path: str | os.PathLike, index_dir: str | os.PathLike | None = None):
+    def __init__(self, path: str | os.PathLike, index_dir: str | os.PathLike | None = None,
+                 remote: RemoteFile | None = None):
         self.path = os.fspath(path)
         self.index_dir = None if index_dir is None else os.fspath(index_dir)
+        if remote is None and is_gcs_url(self.path):
+            remote = RemoteFile.open(self.path)
+        self.remote = remote
         self._file: BinaryIO | None = None
+        self._opened: list[int] | None = None  # stamp of the cached copy self._file is
         self._lock = threading.Lock()
-        self.index_path, self._offsets, self._lengths = self._load_or_build_index()
+        self._use = threading.Lock()
+        if remote is None:
+            self.index_path, self._offsets, self._lengths = self._load_or_build_index()
+        else:
+            self.index_path, self._offsets, self._lengths = self._load_or_build_remote_index()
 
     def _index_candidates(self) -> list[str]:
         name = _cached_index_name(self.path)
@@ -223,7 +252,30 @@ class TFRecordFile:
                 if found is not None:
                     return index_path, *found
             offsets, lengths = scan_records(f.fileno(), self.path, st.st_size)
-        arr = _index_array(st.st_size, st.st_mtime_ns, offsets, lengths)
+        return self._save_index(candidates, st.st_size, st.st_mtime_ns, offsets, lengths)
+
+    def _load_or_build_remote_index(self) -> tuple[str | None, np.ndarray, np.ndarray]:
+        """A gs:// file's index is keyed by its generation (in the place of a local mtime)."""
+        obj = self.remote.obj
+        directory = self.index_dir or os.path.join(self.remote.cache.root, "tfrecord-index")
+        name = hashlib.sha256(f"{obj.url}#{obj.generation}".encode()).hexdigest()[:32]
+        candidates = [os.path.join(directory, f"{name}-{os.path.basename(obj.name)[:100]}"
+                                              f"{INDEX_SUFFIX}")]
+        found = _load_index(candidates[0], obj.size, obj.generation)
+        if found is not None:
+            return candidates[0], *found
+        if self.remote.cached:
+            with self.remote.pinned() as local, open(local, "rb", buffering=0) as f:
+                offsets, lengths = scan_records(f.fileno(), self.path, obj.size)
+        else:
+            offsets, lengths = _scan(
+                lambda n, offset: self.remote.read_ranges([(offset, min(offset + n, obj.size))])[0],
+                self.path, obj.size)
+        return self._save_index(candidates, obj.size, obj.generation, offsets, lengths)
+
+    def _save_index(self, candidates: list[str], size: int, version: int, offsets: np.ndarray,
+                    lengths: np.ndarray) -> tuple[str | None, np.ndarray, np.ndarray]:
+        arr = _index_array(size, version, offsets, lengths)
         errors = []
         for index_path in candidates:
             try:
@@ -234,7 +286,7 @@ class TFRecordFile:
             except OSError as e:
                 errors.append(f"{index_path}: {e}")
         warnings.warn(f"{self.path}: cannot cache its record index ({'; '.join(errors)}); "
-                      "it will be rebuilt on every open", stacklevel=3)
+                      "it will be rebuilt on every open", stacklevel=4)
         return None, offsets, lengths
 
     def __len__(self) -> int:
@@ -254,7 +306,22 @@ class TFRecordFile:
             bad = int(idx[(idx < 0) | (idx >= n)][0])
             raise RecordIndexError(f"{self.path}: record index {bad} is out of range for a file "
                                    f"of {n} records")
-        fd = self._fd()
+        if self.remote is None:
+            return self._read_fd(self._fd(), idx)
+        if not self.remote.cached:
+            return self._read_ranges(idx)
+        with self._use:
+            if self._file is not None and self.remote.unchanged(self._opened):
+                return self._read_fd(self._file.fileno(), idx)
+            self.close()  # evicted, replaced or changed since it was opened
+            with self.remote.pinned() as local:
+                with self._lock:
+                    self._file = open(local, "rb", buffering=0)
+                    self._opened = self.remote.stamp()
+                    fd = self._file.fileno()
+                return self._read_fd(fd, idx)
+
+    def _read_fd(self, fd: int, idx: np.ndarray) -> list[bytes]:
         records = idx.tolist()
         offsets = self._offsets[idx].tolist()
         lengths = self._lengths[idx].tolist()
@@ -266,13 +333,44 @@ class TFRecordFile:
             if len(buf) != length + _CRC.size:
                 raise _corrupt(self.path, record, offset - _HEADER.size,
                                "the file is shorter than when its index was built")
-            data = buf[:length]
-            if _masked_crc(data) != _CRC.unpack_from(buf, length)[0]:
-                raise _corrupt(self.path, record, offset - _HEADER.size,
-                               "data CRC mismatch on read (was the file changed after its "
-                               "index was built?)")
-            out[i] = data
+            out[i] = self._checked(buf, length, record, offset)
         return out
+
+    def _read_ranges(self, idx: np.ndarray) -> list[bytes]:
+        """Just the records asked for, as parallel ranged GETs of nearby records coalesced."""
+        wanted = np.unique(idx)
+        starts = self._offsets[wanted].astype(np.int64)
+        ends = starts + self._lengths[wanted].astype(np.int64) + _CRC.size
+        spans = coalesce(list(zip(starts.tolist(), ends.tolist())), _MAX_GAP, _MAX_SPAN)
+        blobs = self.remote.read_ranges(spans)
+        span_starts = np.array([s for s, _ in spans], dtype=np.int64)
+        which = np.searchsorted(span_starts, starts, side="right") - 1
+        found = {}
+        for record, start, end, w in zip(wanted.tolist(), starts.tolist(), ends.tolist(),
+                                         which.tolist()):
+            rel = start - spans[w][0]
+            length = end - start - _CRC.size
+            found[record] = self._checked(blobs[w][rel:rel + length + _CRC.size], length,
+                                          record, start)
+        return [found[i] for i in idx.tolist()]
+
+    def _checked(self, buf: bytes, length: int, record: int, offset: int) -> bytes:
+        data = buf[:length]
+        if _masked_crc(data) != _CRC.unpack_from(buf, length)[0]:
+            raise _corrupt(self.path, record, offset - _HEADER.size,
+                           "data CRC mismatch on read (was the file changed after its "
+                           "index was built?)")
+        return data
+
+    def release_if_evicted(self) -> None:
+        """Closes the handle if its cached copy is gone (its disk space is freed only then)."""
+        if self.remote is None or self._file is None or not self._use.acquire(blocking=False):
+            return
+        try:
+            if self._file is not None and not self.remote.unchanged(self._opened, mark=False):
+                self.close()
+        finally:
+            self._use.release()
 
     def close(self) -> None:
         with self._lock:
@@ -283,22 +381,44 @@ class TFRecordFile:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_file"] = None
+        state["_opened"] = None
         del state["_lock"]
+        del state["_use"]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._use = threading.Lock()
 
     def __repr__(self) -> str:
         return f"TFRecordFile({self.path!r}, {len(self)} records)"
 
 
 class TFRecordSource(ShardedSource):
-    """The records of the TFRecord files named by `paths` (paths or globs), as one sequence."""
+    """The records of the TFRecord files named by `paths` (paths or globs), as one sequence.
 
-    def __init__(self, paths: PathsLike, index_dir: str | os.PathLike | None = None):
+    gs:// files go through `cache` (default: `ShardCache()`); `ShardCache(max_bytes=0)` reads
+    them as ranged GETs of the records needed instead of whole-file copies.
+    """
+
+    def __init__(self, paths: PathsLike, index_dir: str | os.PathLike | None = None,
+                 cache: ShardCache | None = None):
         # A glob like "data/*" also matches the indexes cached next to the files: skip them.
         # Files hold no handle until their first read, so a failure here leaks nothing.
-        files = [p for p in expand_paths(paths) if INDEX_SUFFIX not in os.path.basename(p)]
-        super().__init__([TFRecordFile(path, index_dir) for path in files])
+        items = [p for p in resolve_paths(paths)
+                 if INDEX_SUFFIX not in os.path.basename(p.name if isinstance(p, GcsObject) else p)]
+        if any(isinstance(p, GcsObject) for p in items):
+            cache = cache or ShardCache()
+
+        def make(item: str | GcsObject) -> TFRecordFile:
+            if isinstance(item, GcsObject):
+                return TFRecordFile(item.url, index_dir, RemoteFile(item, cache))
+            return TFRecordFile(item, index_dir)
+
+        if cache is None or len(items) == 1:
+            files = [make(item) for item in items]
+        else:  # indexing a gs:// file the first time reads it whole: do several at once
+            with ThreadPoolExecutor(min(_INDEX_THREADS, len(items))) as pool:
+                files = list(pool.map(make, items))
+        super().__init__(files)

@@ -1,0 +1,205 @@
+"""The shard cache: settings, counting from footers, locks, eviction rules, the `cache` command."""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  # noqa: F401
+from tpufeed.cli import main
+from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
+from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
+from tpufeed.storage import cache as cache_module
+from tpufeed.storage.cache import ShardCache, default_cache_dir, entry_key
+from tpufeed.storage.eviction import PlanBoard
+from tpufeed.storage.gcs import GcsObject, list_objects
+from tpufeed.storage.readahead import ReadAhead
+from tpufeed.storage.remote import RemoteFile
+
+# -- without the emulator --------------------------------------------------------------------
+
+
+def test_the_cache_dir_is_the_argument_else_the_variable_else_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("TPUFEED_CACHE_DIR", raising=False)
+    assert default_cache_dir() == str(tmp_path / "home" / ".cache" / "tpufeed")
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "env"))
+    assert ShardCache().root == str(tmp_path / "env")
+    assert ShardCache(tmp_path / "arg", 10).root == str(tmp_path / "arg")
+    assert not (tmp_path / "env").exists()  # opening a cache creates nothing yet
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"max_bytes": -1}, "cache_bytes"), ({"max_bytes": 1.5}, "cache_bytes"),
+    ({"downloads": 0}, "downloads"), ({"part_bytes": 100}, "part_bytes")])
+def test_bad_settings_are_refused(tmp_path, kwargs, match):
+    with pytest.raises(InvalidArgumentError, match=match):
+        ShardCache(tmp_path, **kwargs)
+
+
+def _files(n: int, cache: ShardCache, size: int = 100) -> list[RemoteFile]:
+    return [RemoteFile(GcsObject("b", f"s{i}", size, 1, None), cache) for i in range(n)]
+
+
+def test_the_read_ahead_evicts_the_furthest_next_use_and_never_a_sooner_one(tmp_path):
+    files = _files(5, ShardCache(tmp_path, 1000))
+    ra = ReadAhead(files)
+    ra._start_threads = lambda: None  # decisions only: no downloads
+    # Plan: files 0 and 1 (positions 0-9), then 2 (10-14), then 3 (15-19); 4 never.
+    ra.announce(np.array([0, 1] * 5 + [2] * 5 + [3] * 5))
+    keys = [entry_key(f.obj) for f in files]
+    entries = [(k, 100, float(i)) for i, k in enumerate(keys)]
+    with ra._cond:
+        assert [ra.next_use(f) for f in range(5)] == [0, 1, 10, 15, math.inf]
+    assert ra._victims_for(10)(entries, 100) == [keys[4], keys[3]]  # 0, 1 are needed sooner
+    assert ra._victims_for(0)(entries, 100) == [keys[4], keys[3], keys[2], keys[1]]
+    ra._now = 12  # readers moved on: 0 and 1 are done
+    with ra._cond:
+        assert [ra.next_use(f) for f in range(5)] == [math.inf, math.inf, 12, 15, math.inf]
+    # Ties (no further use) go least recently read first.
+    assert ra._victims_for(15)(entries, 100) == [keys[0], keys[1], keys[4]]
+
+
+def test_readers_follow_posted_plans_and_ignore_dead_ones(tmp_path):
+    cache = ShardCache(tmp_path, 1000)
+    board = PlanBoard(cache.layout)
+    board.post("live", {"a": 5.0, "b": 50.0, "c": 0.0})
+    entries = [("a", 1, 1.0), ("b", 1, 2.0), ("c", 1, 3.0), ("d", 1, 4.0)]
+    assert board.chooser()(entries, 1) == ["d", "b", "a", "c"]  # unplanned, then furthest
+    read_after_posting = [("a", 1, 1.0), ("b", 1, time.time() + 1), ("d", 1, 4.0)]
+    assert board.chooser()(read_after_posting, 1) == ["d", "a", "b"]  # b is in use now
+    from tpufeed.storage.cache_layout import write_json
+    write_json(os.path.join(cache.layout.plans, "dead.json"),
+               {"pid": 2 ** 22 + 12345, "posted": time.time(), "next": {"d": 0.0}})
+    assert board.chooser()(entries, 1)[0] == "d"
+    assert not os.path.exists(os.path.join(cache.layout.plans, "dead.json"))
+    board.withdraw("live")
+    assert board.distances() == []
+
+
+# -- against the emulator -------------------------------------------------------------------
+
+emulated = pytest.mark.emulator
+
+
+@emulated
+@pytest.mark.parametrize("records,size", [(150, 600), (20000, 8)])
+def test_counts_come_from_footers_and_are_remembered(gcs, bucket, upload, tmp_path, records, size):
+    path = str(tmp_path / "x.array_record")
+    write_array_records(path, (i.to_bytes(4, "little") * (size // 4) for i in range(records)))
+    url = upload(bucket, "x.array_record", path)
+    total = os.path.getsize(path)
+    source = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
+    assert len(source) == records
+    assert gcs.counters.media_bytes < min(total, 2 * 65536 + 64 + 1024 + 40 * records)
+    assert source.files[0].remote.cache.contains(source.files[0].remote.obj) is False
+    gcs.reset()
+    assert len(ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))) == records
+    assert gcs.counters.media_bytes == 0
+    last = source.__getitems__(np.array([records - 1]))[0]
+    assert last[:4] == (records - 1).to_bytes(4, "little")
+
+
+@emulated
+def test_a_damaged_object_is_named_at_count_time(gcs, bucket, upload, tmp_path):
+    url = upload(bucket, "bad.array_record", os.urandom(3 * 65536))
+    with pytest.raises(CorruptDataError, match=f"{url}: does not start with the Riegeli"):
+        ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
+    short = upload(bucket, "short.array_record", b"")
+    with pytest.raises(CorruptDataError, match=f"{short}: file is empty"):
+        ArrayRecordSource(short, cache=ShardCache(tmp_path / "c"))
+
+
+@emulated
+def test_objects_larger_than_the_cache_and_array_records_without_one_are_refused(
+        gcs, bucket, upload, tmp_path):
+    url, _ = upload_shards(upload, bucket, "big", 1, 150)
+    obj = list_objects(url)[0]
+    source = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c", 1000))  # counting still works
+    with pytest.raises(SourceError, match=rf"{obj.url}: {obj.size:,} bytes do not fit .* 1,000"):
+        source.__getitems__([0])
+    with pytest.raises(InvalidArgumentError, match="need a shard cache; cache_bytes=0"):
+        ArrayRecordSource(url, cache=ShardCache(tmp_path / "c", 0))
+
+
+@emulated
+def test_a_pinned_shard_is_not_evicted_until_released(gcs, bucket, upload, tmp_path):
+    url, _ = upload_shards(upload, bucket, "pin", 2, 150)
+    a, b = list_objects(url)
+    cache = ShardCache(tmp_path / "c", a.size)  # room for one shard
+    done = threading.Event()
+
+    def read_b():
+        with ShardCache(tmp_path / "c", a.size).pinned(b):  # another handle: another reader
+            done.set()
+
+    with cache.pinned(a) as path_a:
+        thread = threading.Thread(target=read_b)
+        thread.start()
+        assert not done.wait(0.5)  # b waits for room: a is being read
+        assert os.path.exists(path_a)
+    assert done.wait(10)
+    thread.join()
+    assert not os.path.exists(path_a) and cache.usage() == a.size
+
+
+@emulated
+def test_downloads_left_by_a_dead_process_are_removed(gcs, bucket, upload, tmp_path):
+    url, _ = upload_shards(upload, bucket, "dead", 2, 150)
+    a, b = list_objects(url)
+    cache = ShardCache(tmp_path / "c", a.size + b.size)
+    cache.layout.make_dirs()
+    stale = os.path.join(cache.shards_dir, f"{entry_key(a)}.part-999999-0000")
+    with open(stale, "wb") as f:
+        f.truncate(a.size)
+    assert cache.usage() == a.size
+    with cache.pinned(b):  # needs room: the scan finds the part nobody holds, and drops it
+        pass
+    assert not os.path.exists(stale) and cache.usage() == b.size
+
+
+@emulated
+def test_after_a_reboot_files_are_checked_again_not_fetched(gcs, bucket, upload, tmp_path,
+                                                            monkeypatch):
+    url, records = upload_shards(upload, bucket, "boot", 2, 150)
+    source = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
+    assert source.__getitems__(np.arange(len(source))) == records
+    crcs = []
+    real = cache_module.files.file_crc32c
+    monkeypatch.setattr(cache_module.files, "file_crc32c", lambda p: crcs.append(p) or real(p))
+    monkeypatch.setattr(cache_module, "BOOT", "another-boot")
+    gcs.reset()
+    again = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
+    assert again.__getitems__(np.arange(len(again))) == records
+    assert gcs.counters.media_bytes == 0 and len(crcs) == 2
+
+
+@emulated
+def test_cache_ls_and_clear(gcs, bucket, upload, tmp_path, capsys):
+    url, records = upload_shards(upload, bucket, "cli", 3, 150)
+    cache_dir = tmp_path / "c"
+    source = ArrayRecordSource(url, cache=ShardCache(cache_dir))
+    source.__getitems__(np.arange(len(source)))
+    assert main(["cache", "ls", "--dir", str(cache_dir)]) == 0
+    out = capsys.readouterr().out
+    objects = list_objects(url)
+    for obj in objects:
+        assert obj.url in out
+    total = sum(o.size for o in objects)
+    assert f"3 shards, {total:,} bytes in {cache_dir}" in out
+    first = objects[0]
+    with ShardCache(cache_dir).pinned(first):
+        assert main(["cache", "clear", "--dir", str(cache_dir)]) == 0
+        out = capsys.readouterr().out
+    assert f"({total - first.size:,} bytes of shards)" in out and "1 entries in use" in out
+    assert [e.url for e in ShardCache(cache_dir).entries()] == [first.url]
+    assert main(["cache", "clear", "--dir", str(cache_dir)]) == 0
+    assert ShardCache(cache_dir).entries() == [] and ShardCache(cache_dir).usage() == 0
+    capsys.readouterr()
+    assert main(["cache", "ls"]) == 0  # the default directory: $TPUFEED_CACHE_DIR (set by `gcs`)
+    assert f"0 shards, 0 bytes in {os.environ['TPUFEED_CACHE_DIR']}" in capsys.readouterr().out

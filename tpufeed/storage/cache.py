@@ -1,0 +1,392 @@
+"""The local-SSD shard cache: gs:// objects kept as verified local files within a byte limit.
+
+Files live under the cache directory (default `$TPUFEED_CACHE_DIR`, else `~/.cache/tpufeed`;
+layout in `cache_layout`). The byte limit covers whole shards and downloads in progress.
+
+- Downloads land atomically: a full-size part file, filled by ranged GETs, read back and checked
+  against the object's size and CRC32C, then renamed.
+- Several processes share one directory through `flock`s (gone with a dead process): a reader
+  holds the entry's lock shared while it opens a copy (`pinned`), a downloader or evictor holds
+  it exclusive, and room is made under one global lock (`cache_space`). An open copy is read
+  without locks for as long as it is `unchanged`; an evicted file stays readable through its
+  open handle, and the reader reopens (and so re-fetches) it on its next read.
+- A restarted job trusts a file whose stat stamp (inode, size, mtime, ctime, boot) is what it
+  was when verified; any other file, or one a read found damaged, is re-checked against the
+  CRC32C, and fetched again if it fails.
+
+>>> cache = ShardCache("/mnt/ssd/tpufeed", max_bytes=100 << 30)  # doctest: +SKIP
+>>> with cache.pinned(obj) as path:  # fetched if needed; not evicted inside the block
+...     data = open(path, "rb").read()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
+from tpufeed.storage import cache_layout as files
+from tpufeed.storage.cache_layout import BOOT, CacheLayout, default_cache_dir, entry_key, key_of
+from tpufeed.storage.cache_space import CacheSpace
+from tpufeed.storage.eviction import PlanBoard, VictimChooser
+from tpufeed.storage.gcs import GcsObject
+from tpufeed.storage.retry import RetryPolicy
+from tpufeed.storage.transfers import PART_BYTES, URGENT, download
+
+__all__ = ["CacheEntry", "ShardCache", "default_cache_dir", "entry_key"]
+
+log = logging.getLogger("tpufeed.cache")
+
+# Without an explicit limit: this share of the space free when the cache is opened.
+_DEFAULT_SHARE_OF_FREE = 0.8
+# A reader marks an entry read (its lock file's mtime) at most this often per process: the
+# least-recently-read order and the read-ahead's view of progress come from these marks.
+_TOUCH_EVERY_S = 0.1
+# An open copy found unchanged is not looked at again for this long (a stat per read of a small
+# batch costs several percent on a VM).
+_RECHECK_S = 0.02
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One entry as `tpufeed cache ls` shows it."""
+
+    key: str
+    url: str | None
+    size: int
+    complete: bool  # False: a download in progress (or left by a dead process)
+    last_read: float | None
+
+
+class ShardCache:
+    """A directory of verified gs:// objects under a byte limit, shared by processes.
+
+    `max_bytes=None`: 80% of the space free on its filesystem when opened, plus what it holds.
+    `max_bytes=0`: no copies at all (TFRecord files are then read by ranged GETs).
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, max_bytes: int | None = None,
+                 *, downloads: int = 8, part_bytes: int = PART_BYTES,
+                 retry: RetryPolicy | None = None):
+        if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool)
+                                      or max_bytes < 0):
+            raise InvalidArgumentError(
+                f"cache_bytes must be None or an int >= 0, got {max_bytes!r}")
+        if not isinstance(downloads, int) or isinstance(downloads, bool) or downloads < 1:
+            raise InvalidArgumentError(f"downloads must be an int >= 1, got {downloads!r}")
+        if not isinstance(part_bytes, int) or isinstance(part_bytes, bool) or part_bytes < 1 << 16:
+            raise InvalidArgumentError(f"part_bytes must be an int >= 65536, got {part_bytes!r}")
+        self.root = os.path.abspath(os.fspath(directory) if directory is not None
+                                    else default_cache_dir())
+        self.layout = CacheLayout(self.root)
+        self.space = CacheSpace(self.layout, 0)
+        self.max_bytes = max_bytes if max_bytes is not None else self._default_limit()
+        self.space.max_bytes = self.max_bytes
+        self.plans = PlanBoard(self.layout)
+        self.downloads = downloads
+        self.part_bytes = part_bytes
+        self.retry = retry or RetryPolicy()
+        self._verified: dict[str, list[int]] = {}  # key -> stamp this process has checked
+        self._touched: dict[str, tuple[float, list[int]]] = {}
+        self._checked: dict[str, tuple[float, list[int]]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_verified"], state["_touched"], state["_checked"] = {}, {}, {}
+        return state
+
+    def __repr__(self) -> str:
+        return f"ShardCache({self.root!r}, max_bytes={self.max_bytes:,})"
+
+    @property
+    def shards_dir(self) -> str:
+        return self.layout.shards
+
+    def data_path(self, obj: GcsObject) -> str:
+        return self.layout.data(entry_key(obj))
+
+    def usage(self) -> int:
+        """Bytes of cached and downloading shards now (what the limit bounds)."""
+        return self.space.usage()
+
+    def _default_limit(self) -> int:
+        probe = self.root
+        while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
+            probe = os.path.dirname(probe)
+        return int(shutil.disk_usage(probe).free * _DEFAULT_SHARE_OF_FREE) + self.usage()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pinned(self, obj: GcsObject) -> Iterator[str]:
+        """The local path of `obj`, fetched first if needed, safe from eviction in the block."""
+        self._check_fits(obj)
+        key = entry_key(obj)
+        data = self.layout.data(key)
+        fd = self.layout.open_lock(key)
+        try:
+            while True:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                st = files.stat(data)
+                if st is not None and self._trusted(key, obj, st):
+                    break
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                self._fill(obj, key, fd, self.plans.chooser(), URGENT, wait=True)
+            self._mark_read(key, files.stamp(st))
+            yield data
+        finally:
+            os.close(fd)  # drops the lock
+
+    def prefetch(self, obj: GcsObject, victims: VictimChooser, priority: float) -> str:
+        """Fetches `obj` unless cached or busy: 'fetched', 'cached', 'busy' or 'no-room'."""
+        self._check_fits(obj)
+        key = entry_key(obj)
+        fd = self.layout.open_lock(key)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "busy"  # being downloaded, or read (so present)
+            st = files.stat(self.layout.data(key))
+            if st is not None and self._trusted(key, obj, st):
+                return "cached"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return self._fill(obj, key, fd, victims, priority, wait=False) or "no-room"
+        finally:
+            os.close(fd)
+
+    def recheck(self, obj: GcsObject) -> bool:
+        """Verifies the cached copy of `obj` now; True if it was damaged (and removed) or gone."""
+        key = entry_key(obj)
+        fd = self.layout.open_lock(key)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return not self._keep_if_sound(obj, key)
+        finally:
+            os.close(fd)
+
+    def stamp(self, obj: GcsObject) -> list[int] | None:
+        """The stat stamp of the local copy now (call while pinned), None if there is none."""
+        st = files.stat(self.data_path(obj))
+        return None if st is None else files.stamp(st)
+
+    def unchanged(self, obj: GcsObject, stamp: list[int] | None, mark: bool = True) -> bool:
+        """Whether the local copy is still the verified one a reader opened with `stamp`.
+
+        A reader that holds the copy open reads on without a lock while this holds: an evicted
+        file stays readable through an open handle, and `unchanged` turns false (within
+        `_RECHECK_S`) once it is evicted, replaced or written to, so the reader reopens it,
+        pinned, on its next read (damage found in between fails the format's own checks).
+        `mark` records the read (for least-recently-read order and the read-ahead's progress).
+        """
+        key = entry_key(obj)
+        now = time.monotonic()
+        checked, checked_stamp = self._checked.get(key, (-math.inf, None))
+        if stamp is not None and stamp == checked_stamp and now - checked < _RECHECK_S:
+            return True
+        st = files.stat(self.layout.data(key))
+        if st is None or stamp is None or files.stamp(st) != stamp:
+            return False
+        self._checked[key] = (now, stamp)
+        if mark:
+            self._mark_read(key, stamp)
+        return True
+
+    def contains(self, obj: GcsObject) -> bool:
+        """Whether a verified copy of `obj` is in the cache now (it may go at any time)."""
+        key = entry_key(obj)
+        st = files.stat(self.layout.data(key))
+        return st is not None and self._trusted(key, obj, st)
+
+    def last_read_ns(self, obj: GcsObject) -> int:
+        """When a reader last used `obj` (any process; within `_TOUCH_EVERY_S`), or 0."""
+        st = files.stat(self.layout.lock(entry_key(obj)))
+        return st.st_mtime_ns if st is not None else 0
+
+    def _check_fits(self, obj: GcsObject) -> None:
+        if obj.size > self.max_bytes:
+            raise SourceError(
+                f"{obj.url}: {obj.size:,} bytes do not fit in the shard cache at {self.root} "
+                f"(limit {self.max_bytes:,} bytes); raise cache_bytes", path=obj.url)
+
+    def _mark_read(self, key: str, stamp: list[int]) -> None:
+        now = time.time()
+        last, last_stamp = self._touched.get(key, (0.0, None))
+        if now - last > _TOUCH_EVERY_S or stamp != last_stamp:
+            self._touched[key] = (now, stamp)
+            with contextlib.suppress(OSError):
+                os.utime(self.layout.lock(key))
+
+    def _trusted(self, key: str, obj: GcsObject, st: os.stat_result) -> bool:
+        stamp = files.stamp(st)
+        if self._verified.get(key) == stamp:
+            return True
+        record = files.read_json(self.layout.record(key))
+        if (record is not None and record.get("stamp") == stamp and record.get("boot") == BOOT
+                and record.get("size") == obj.size and record.get("crc32c") == obj.crc32c):
+            self._verified[key] = stamp
+            return True
+        return False
+
+    # -- filling -------------------------------------------------------------------------------
+
+    def _fill(self, obj: GcsObject, key: str, fd: int, victims: VictimChooser, priority: float,
+              wait: bool) -> str | None:
+        """Under the entry's exclusive lock: 'cached' (sound) or 'fetched'; None: no room."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if self._keep_if_sound(obj, key):
+                return "cached"
+            part = self.space.reserve(obj, key, victims, wait)
+            if part is None:
+                return None
+            try:
+                self._download(obj, part, priority)
+                with self.space.global_lock():  # a scan must see it as a part or as data
+                    os.rename(part, self.layout.data(key))
+            except BaseException:
+                files.remove(part)
+                raise
+            self._seal(obj, key)
+            return "fetched"
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _keep_if_sound(self, obj: GcsObject, key: str) -> bool:
+        """Under the exclusive lock: True if a sound copy is there; a damaged one is removed."""
+        data = self.layout.data(key)
+        st = files.stat(data)
+        if st is None:
+            return False
+        if self._trusted(key, obj, st):
+            return True
+        problem = self._problem(obj, data, st.st_size)
+        if problem is None:
+            self._seal(obj, key)
+            return True
+        log.warning("%s: its cached copy %s is damaged (%s); fetching it again", obj.url, data,
+                    problem)
+        files.remove(data)
+        files.remove(self.layout.record(key))
+        self._verified.pop(key, None)
+        return False
+
+    def _download(self, obj: GcsObject, part: str, priority: float) -> None:
+        problem = None
+        for attempt in range(2):  # bytes that fail the check are fetched once more
+            out = os.open(part, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                download(obj, out, priority, self.retry, self.part_bytes)
+            finally:
+                os.close(out)
+            problem = self._problem(obj, part, os.path.getsize(part))
+            if problem is None:
+                return
+            log.warning("%s: downloaded bytes are wrong (%s)%s", obj.url, problem,
+                        "; downloading again" if attempt == 0 else "")
+        raise CorruptDataError(f"{obj.url}: downloaded twice and both copies fail the check: "
+                               f"{problem}", path=obj.url)
+
+    @staticmethod
+    def _problem(obj: GcsObject, path: str, size: int) -> str | None:
+        if size != obj.size:
+            return f"{size:,} bytes, the object has {obj.size:,}"
+        if obj.crc32c is not None:
+            crc = files.file_crc32c(path)
+            if crc != obj.crc32c:
+                return f"CRC32C {crc:08x}, the object's is {obj.crc32c:08x}"
+        return None
+
+    def _seal(self, obj: GcsObject, key: str) -> None:
+        """Records the verified file's stamp (after the rename: a rename changes the ctime)."""
+        stamp = files.stamp(os.stat(self.layout.data(key)))
+        files.write_json(self.layout.record(key), {
+            "url": obj.url, "generation": obj.generation, "size": obj.size, "crc32c": obj.crc32c,
+            "stamp": stamp, "boot": BOOT})
+        self._verified[key] = stamp
+
+    # -- facts about objects ------------------------------------------------------------------
+
+    def recall(self, obj: GcsObject, fact: str) -> Any:
+        return (files.read_json(self.layout.meta(entry_key(obj))) or {}).get(fact)
+
+    def remember(self, obj: GcsObject, fact: str, value: Any) -> None:
+        path = self.layout.meta(entry_key(obj))
+        record = files.read_json(path) or {"url": obj.url, "generation": obj.generation}
+        record[fact] = value
+        with contextlib.suppress(OSError):  # a cache of facts; failing to keep one is harmless
+            self.layout.make_dirs()
+            files.write_json(path, record)
+
+    def scratch_dir(self) -> str:
+        path = os.path.join(self.root, "tmp")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    # -- inspection and clearing -------------------------------------------------------------
+
+    def entries(self) -> list[CacheEntry]:
+        """Cached shards and downloads in progress, by key."""
+        try:
+            names = sorted(os.listdir(self.layout.shards))
+        except FileNotFoundError:
+            return []
+        out = []
+        for name in names:
+            complete = name.endswith(".data")
+            if not complete and ".part-" not in name:
+                continue
+            key = key_of(name)
+            st = files.stat(os.path.join(self.layout.shards, name))
+            if st is None:
+                continue
+            record = files.read_json(self.layout.record(key)) or {}
+            lock = files.stat(self.layout.lock(key))
+            read = lock.st_mtime if lock is not None and lock.st_mtime_ns else None
+            out.append(CacheEntry(key, record.get("url") if complete else None, st.st_size,
+                                  complete, read))
+        return out
+
+    def clear(self) -> tuple[int, int, int]:
+        """Removes every entry not in use now; returns (files removed, shard bytes freed,
+        entries skipped because a process holds them)."""
+        removed = freed = skipped = 0
+        if not os.path.isdir(self.root):
+            return 0, 0, 0
+        with self.space.global_lock():
+            by_key: dict[str, list[str]] = {}
+            for name in os.listdir(self.layout.shards):
+                by_key.setdefault(key_of(name), []).append(name)
+            for key, members in sorted(by_key.items()):
+                fd = self.layout.open_lock(key)
+                try:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        skipped += 1
+                        continue
+                    for name in members:
+                        if name.endswith(".lock"):
+                            continue  # lock files stay: removing one under a waiter breaks it
+                        path = os.path.join(self.layout.shards, name)
+                        st = files.stat(path)
+                        if st is not None and files.remove(path):
+                            removed += 1
+                            counted = name.endswith(".data") or ".part-" in name
+                            freed += st.st_size if counted else 0
+                finally:
+                    os.close(fd)
+            for sub in ("meta", "tmp", "tfrecord-index"):
+                path = os.path.join(self.root, sub)
+                if os.path.isdir(path):
+                    removed += sum(files.remove(e.path) for e in os.scandir(path) if e.is_file())
+        self._verified.clear()
+        return removed, freed, skipped

@@ -1,0 +1,66 @@
+"""A gs:// object as a record file sees it: read through the shard cache, or by byte ranges.
+
+`RemoteFile` is small and picklable (an object version and the cache settings), so a worker
+process gets the same view as its parent; clients, pools and locks are made per process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.gcs import GcsObject, stat_object, split_url
+from tpufeed.storage.transfers import URGENT, read_ranges
+
+__all__ = ["RemoteFile"]
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One gs:// object version, and the shard cache its reads go through."""
+
+    obj: GcsObject
+    cache: ShardCache
+
+    @classmethod
+    def open(cls, url: str, cache: ShardCache | None = None) -> RemoteFile:
+        bucket, name = split_url(url)
+        cache = cache or ShardCache()
+        return cls(stat_object(bucket, name, cache.retry), cache)
+
+    @property
+    def url(self) -> str:
+        return self.obj.url
+
+    @property
+    def size(self) -> int:
+        return self.obj.size
+
+    @property
+    def cached(self) -> bool:
+        """False when reads go straight to GCS as byte ranges (a cache of 0 bytes)."""
+        return self.cache.max_bytes > 0
+
+    def pinned(self) -> AbstractContextManager[str]:
+        """The local copy's path, fetched if needed and kept in place inside the `with`."""
+        return self.cache.pinned(self.obj)
+
+    def stamp(self) -> list[int] | None:
+        """The local copy's stat stamp now (take it while pinned)."""
+        return self.cache.stamp(self.obj)
+
+    def unchanged(self, stamp: list[int] | None, mark: bool = True) -> bool:
+        """Whether the local copy is still the one opened with `stamp` (see ShardCache)."""
+        return self.cache.unchanged(self.obj, stamp, mark)
+
+    def local_path(self) -> str:
+        """Where the local copy is when there is one (it may be absent or evicted any time)."""
+        return self.cache.data_path(self.obj)
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]], priority: float = URGENT
+                    ) -> list[bytes]:
+        """Bytes of each [start, end), as parallel ranged GETs (retried)."""
+        return read_ranges(self.obj, ranges, self.cache.retry, priority)
+
