@@ -170,11 +170,11 @@ class ArrayRecordFile:
 
     def _read_with(self, reader: ArrayRecordReader, idx: np.ndarray) -> list[bytes]:
         n = self._num_records
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            bad = int(idx[(idx < 0) | (idx >= n)][0])
+        keys = idx.tolist()
+        if keys and (min(keys) < 0 or max(keys) >= n):
+            bad = next(k for k in keys if not 0 <= k < n)
             raise RecordIndexError(
                 f"record index {bad} is out of range for {self.path}, which has {n} records")
-        keys = idx.tolist()
         try:
             if self._per_record_reads:
                 return [reader.read(key, key + 1)[0] for key in keys]

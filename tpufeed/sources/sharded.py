@@ -98,19 +98,22 @@ class ShardedSource:
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             bad = int(idx[(idx < 0) | (idx >= n)][0])
             raise RecordIndexError(f"record index {bad} is out of range for a source of {n} records")
+        if not idx.size:
+            return []
         file_ids = np.searchsorted(self._starts, idx, side="right") - 1
         if self._remote_ids and time.monotonic() - self._last_sweep > _SWEEP_EVERY_S:
             self.release_evicted()
         if idx.size and (file_ids == file_ids[0]).all():
             f = int(file_ids[0])
             return self.files[f].read(idx - self._starts[f])
-        out: list = [None] * idx.size
-        for f in np.unique(file_ids):
-            where = np.flatnonzero(file_ids == f)
-            records = self.files[f].read(idx[where] - self._starts[f])
-            for i, record in zip(where.tolist(), records):
-                out[i] = record
-        return out
+        # Group by file with one sort; scatter each file's records back in one numpy assignment.
+        order = np.argsort(file_ids, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(file_ids[order])) + 1)
+        out = np.empty(idx.size, dtype=object)
+        for where in groups:
+            f = int(file_ids[where[0]])
+            out[where] = self.files[f].read(idx[where] - self._starts[f])
+        return out.tolist()
 
     def locate(self, index: int) -> tuple[str, int]:
         """Returns (path, index within that file) of global record `index`."""
