@@ -20,7 +20,7 @@ from tpufeed.errors import (
     RecordIndexError,
     SourceNotFoundError,
 )
-from tpufeed.sources import tfrecord
+from tpufeed.sources import tfrecord, tfrecord_format
 from tpufeed.sources.tfrecord import (
     INDEX_SUFFIX,
     TFRecordFile,
@@ -373,7 +373,7 @@ def test_read_in_a_spawned_worker(tmp_path):
 
 
 def test_scan_reads_records_larger_than_its_chunk(tmp_path, monkeypatch):
-    monkeypatch.setattr(tfrecord, "_SCAN_CHUNK", 64)
+    monkeypatch.setattr(tfrecord_format, "_SCAN_CHUNK", 64)
     records = [b"s" * 10, b"L" * 500, b"", b"m" * 40, b"t" * 63]
     path = str(tmp_path / "d.tfrecord")
     write_tfrecords(path, records)
