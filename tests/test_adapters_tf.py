@@ -72,3 +72,23 @@ def test_unusable_pipelines_say_why():
         tpufeed.Dataset.from_sequence([]).batch(4).to_tf()
     with pytest.raises(BatchError, match=r"\['obj'\].*NoneType"):
         tpufeed.Dataset.from_sequence(list(range(4))).map(lambda r: {"obj": None}).batch(2).to_tf()
+
+
+def test_reports_how_long_tensorflow_waited_for_input():
+    import time
+
+    def slow(e):
+        time.sleep(0.003)
+        return e
+
+    base = tpufeed.Dataset.from_sequence(list(range(160))).map(lambda i: np.full(4, i, np.float32))
+    bound = base.map(slow).batch(16, drop_remainder=True).to_tf()
+    for _ in bound:
+        pass
+    assert bound.tpufeed.wait_fraction > 0.5
+    stats = bound.tpufeed.stats()
+    assert stats.bottleneck == "map(slow)" and stats.batches == 10
+    fed = base.batch(16, drop_remainder=True).prefetch(2).to_tf()
+    for _ in fed:
+        time.sleep(0.03)
+    assert fed.tpufeed.wait_fraction < 0.3

@@ -8,21 +8,47 @@ Each iteration of the returned dataset (each Keras epoch) is a fresh pass from t
 the pipeline, so give the pipeline its epochs with `.repeat(n)` (a new shuffle each) and pass
 `steps_per_epoch` to `fit`.
 
+`tf_ds.tpufeed` (a `TfInput`) tells how long the latest pass kept TensorFlow waiting for the
+next batch (`wait_fraction`, the pipeline's `stats()`): with no `prefetch` added on the
+TensorFlow side, that is the training loop's wait for input.
+
 >>> tf_ds = ds.map(lambda e: (e["image"], e["label"])).batch(32).repeat(5).to_tf()  # doctest: +SKIP
 >>> model.fit(tf_ds, epochs=5, steps_per_epoch=batches_per_epoch)                   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from tpufeed.adapters._leaves import describe_path, map_leaves
+from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import BatchError, missing_dependency
 
-__all__ = ["element_spec", "to_tf"]
+__all__ = ["TfInput", "element_spec", "to_tf"]
+
+
+class TfInput:
+    """The input side of the latest pass over a `to_tf()` dataset: its wait and statistics."""
+
+    def __init__(self) -> None:
+        self.clock = WaitClock()
+        self.iterator: Any = None
+
+    @property
+    def wait_fraction(self) -> float:
+        """Share of the pass's wall time TensorFlow spent blocked on the next batch, from the
+        second batch on (start-up and the first step, where graphs are traced, left out)."""
+        return self.clock.wait_fraction
+
+    def stats(self) -> Any:
+        """The pipeline statistics of the latest pass, with this wait as the consumer's."""
+        stats = self.iterator.stats()
+        return dataclasses.replace(stats, wait_seconds=self.clock.wait_seconds,
+                                   wall_seconds=self.clock.wall_seconds or stats.wall_seconds)
 
 
 def to_tf(ds: Any, state: dict[str, Any] | None = None) -> Any:
@@ -42,6 +68,7 @@ def to_tf(ds: Any, state: dict[str, Any] | None = None) -> Any:
         and not plan.batch_ops else None
     spec = element_spec(first, fixed_batch)
     peeked = [(first_iterator, first)]
+    tracker = TfInput()
 
     def generate() -> Iterator[Any]:
         # The first pass reuses the iterator that produced the spec's batch: no work is redone.
@@ -51,13 +78,20 @@ def to_tf(ds: Any, state: dict[str, Any] | None = None) -> Any:
         else:
             it = ds.iterator(state)
             items = it
+        tracker.clock, tracker.iterator = WaitClock(), it
         try:
-            for item in items:
+            while True:
+                try:
+                    item = tracker.clock.call(items.__next__)
+                except StopIteration:
+                    return
                 yield _tuples(map_leaves(_tf_value, item))
         finally:
             it.close()
 
-    return tf.data.Dataset.from_generator(generate, output_signature=spec)
+    tf_ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
+    tf_ds.tpufeed = tracker
+    return tf_ds
 
 
 def element_spec(batch: Any, batch_size: int | None = None) -> Any:
