@@ -29,7 +29,7 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
     first = elements[0]
     if isinstance(first, dict):
         keys = first.keys()
-        same = all(type(e) is dict and e.keys() == keys for e in elements)
+        same = _same_keys(elements, keys)
         for i, e in enumerate(() if same else elements):
             if not isinstance(e, dict) or e.keys() != keys:
                 got = sorted(e.keys()) if isinstance(e, dict) else type(e).__name__
@@ -58,6 +58,14 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
                     f"{describe(i)} has shape {shape}; pad or resize in a map before batch") from None
         raise BatchError(f"cannot batch{_at(where)}: values of types "
                          f"{sorted({type(e).__name__ for e in elements})} do not stack") from None
+
+
+def _same_keys(elements: Sequence[Any], keys: Any) -> bool:
+    """Whether every element is a dict with exactly `keys`, checked without a Python loop."""
+    try:
+        return all(map(keys.__eq__, map(dict.keys, elements)))
+    except TypeError:  # an element that is not a dict
+        return False
 
 
 def is_leaf_list(value: Sequence[Any]) -> bool:

@@ -59,10 +59,12 @@ class ShardedSource:
         self._starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(counts)])
         self._readahead: Any = None
         self._last_sweep = time.monotonic()
+        self._record_readers: list[Any] | None = None  # per-file one-record readers, if all have
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_readahead"] = None  # threads stay with the process that announced the plan
+        state["_record_readers"] = None  # open readers stay with their process
         return state
 
     def will_read(self, indices: np.ndarray) -> None:
@@ -103,7 +105,14 @@ class ShardedSource:
         file_ids = np.searchsorted(self._starts, idx, side="right") - 1
         if self._remote_ids and time.monotonic() - self._last_sweep > _SWEEP_EVERY_S:
             self.release_evicted()
-        if idx.size and (file_ids == file_ids[0]).all():
+        readers = self._one_record_readers()
+        if readers:
+            local = (idx - self._starts[file_ids]).tolist()
+            try:  # one call per record in the order asked, like a plain loop over the readers
+                return [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
+            except Exception:  # noqa: BLE001 - the per-file path below names the bad record
+                self._record_readers = None  # a failed reader is reopened there
+        if (file_ids == file_ids[0]).all():
             f = int(file_ids[0])
             return self.files[f].read(idx - self._starts[f])
         # Group by file with one sort; scatter each file's records back in one numpy assignment.
@@ -132,7 +141,17 @@ class ShardedSource:
         shards = ",".join(f"{os.path.basename(f.path)}:{len(f)}" for f in self.files)
         return f"{type(self).__name__}[{shards}]"
 
+    def _one_record_readers(self) -> list[Any]:
+        """Every file's `record_reader()`, or [] unless all files have one (local files)."""
+        if self._record_readers is None:
+            readers = []
+            if not self._remote_ids:
+                readers = [getattr(f, "record_reader", lambda: None)() for f in self.files]
+            self._record_readers = readers if readers and all(readers) else []
+        return self._record_readers
+
     def close(self) -> None:
+        self._record_readers = None
         if self._readahead is not None:
             self._readahead.close()
             self._readahead = None
