@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     exactly_once = times_seen == {args.epochs} and len(set(seen)) == len(ds.source)
     print(f"steps {step}  records {len(seen)}  every record once per epoch "
           f"{exactly_once if args.resume is None else '(resumed run)'}  "
-          f"test accuracy {accuracy:.3f}  final loss {loss.item():.6f}", flush=True)
+          f"test accuracy {accuracy:.3f}  final loss {loss.item():.6f}"
+          + (f"  input wait {data.wait_fraction:.1%}" if args.workers == 0 else ""), flush=True)
     return {"step": step, "records": len(seen), "exactly_once": exactly_once,
             "accuracy": float(accuracy), "final_loss": loss.item()}
 
