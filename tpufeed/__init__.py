@@ -22,7 +22,7 @@ from tpufeed.iterator import DatasetIterator
 
 __version__ = "0.1.0"
 
-__all__ = sorted([
+__all__ = [
     "BatchError",
     "CodecError",
     "CorruptDataError",
@@ -37,4 +37,4 @@ __all__ = sorted([
     "TransformError",
     "WorkerError",
     "codec",
-])
+]

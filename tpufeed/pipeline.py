@@ -93,7 +93,6 @@ class ErrorBudget:
 @dataclass
 class Counters:
     dropped_records: int = 0
-    epochs_finished: int = 0
     errors: int = 0
 
 
@@ -159,7 +158,6 @@ class Producer:
                 raise TpufeedError(
                     f"epoch {cursor.epoch} produced nothing for host {cursor.host} of {cursor.hosts} "
                     f"({n} records; a filter may drop them all), so repeat() would loop forever")
-            self.counters.epochs_finished += 1
             cursor = Cursor(cursor.epoch + 1, 0, plan.hosts, plan.host, 0)
 
     def _epoch(self, n: int, cursor: Cursor, stage: ElementStage,

@@ -17,7 +17,7 @@ from tpufeed.transforms.image import (CenterCrop, DecodeImage, Normalize, Random
 from tpufeed.transforms.packing import PackSequences, pack_sequences
 from tpufeed.transforms.text import ByteTokenizer
 
-__all__ = sorted([
+__all__ = [
     "ByteTokenizer",
     "Cast",
     "CenterCrop",
@@ -34,4 +34,4 @@ __all__ = sorted([
     "encode_example",
     "pack_sequences",
     "parse_example",
-])
+]

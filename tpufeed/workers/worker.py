@@ -7,7 +7,6 @@ once, then tasks: record indices to read, transform and stack into a shared-memo
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import traceback
