@@ -24,12 +24,10 @@ the local-file rate. The emulator and the proxy share this machine's CPUs with t
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,56 +41,15 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
 from benchmarks.datafiles import prepare  # noqa: E402
+from gcs_emulator import Emulator  # noqa: E402 - the tests' launcher, one copy of its workarounds
 from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS  # noqa: E402
 
 _BUCKET = "tpufeed-bench"
 _WARM_TRIES = 3  # warm and local epochs per pass (they are cheap)
 _FOLDER = "w1"
-
-
-# gcp-storage-emulator's HTTPServer listens with a backlog of 5: with more connections opening
-# at once the kernel drops SYNs and clients stall for a 1 s retransmit. Start it with 128, and
-# have it end with the process that started it, even one killed without cleaning up.
-_LAUNCH = (
-    "import ctypes, signal, socketserver, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: go when the parent does\n"
-    "socketserver.TCPServer.request_queue_size = 128\n"
-    "from gcp_storage_emulator.__main__ import main\n"
-    "main(['start', '--host', '127.0.0.1', '--port', sys.argv[1], '--in-memory'])\n")
-
-
-class Emulator:
-    """gcp-storage-emulator in memory on a free port, in its own process group."""
-
-    def __init__(self) -> None:
-        try:
-            import gcp_storage_emulator  # noqa: F401
-        except ImportError:
-            raise SystemExit("gcp-storage-emulator is not installed (pip install tpufeed[dev])")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _LAUNCH, str(self.port)], stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1)
-                conn.request("GET", "/storage/v1/b?project=bench")
-                conn.getresponse().read()
-                conn.close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise SystemExit("the GCS emulator did not start")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(10)
 
 
 def _pipeline(source: Any, order: str, fn: Any) -> Any:
@@ -272,9 +229,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     scratch = tempfile.mkdtemp(prefix="tpufeed-bench-gcs-")
     results = []
     try:
-        direct = f"http://127.0.0.1:{emulator.port}"
-        uploader = storage.Client(project="bench", credentials=AnonymousCredentials(),
-                                  client_options=ClientOptions(api_endpoint=direct))
+        direct = emulator.url
+        uploader = emulator.client()
         uploader.create_bucket(_BUCKET)
         for name, paths, _ in datasets:
             for path in paths:

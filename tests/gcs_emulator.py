@@ -52,7 +52,10 @@ class Emulator:
     """`gcp-storage-emulator` in memory, in its own process group; `stop()` leaves nothing."""
 
     def __init__(self) -> None:
-        pytest.importorskip("gcp_storage_emulator", reason="pip install tpufeed[dev]")
+        try:
+            import gcp_storage_emulator  # noqa: F401
+        except ImportError:
+            raise ImportError("gcp-storage-emulator is not installed: pip install tpufeed[dev]") from None
         for _ in range(5):
             self.port = free_port()
             self.proc = subprocess.Popen(
@@ -282,6 +285,7 @@ def _abort(handler: http.server.BaseHTTPRequestHandler) -> None:
 @pytest.fixture(scope="session")
 def emulator():
     pytest.importorskip("google.cloud.storage")
+    pytest.importorskip("gcp_storage_emulator", reason="pip install tpufeed[dev]")
     server = Emulator()
     yield server
     server.stop()
