@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
@@ -157,7 +158,5 @@ def rebuild_error(fields: dict[str, Any], worker: int) -> errors.TpufeedError:
     except TypeError:
         return errors.WorkerError(text)
 
-
-import atexit  # noqa: E402 - registered once the module is complete
 
 atexit.register(close_all_pools)
