@@ -43,3 +43,6 @@ def test_build_from_and_to_gcs(gcs, bucket, upload, tmp_path):
                      "data-00002-of-00003.array_record", "manifest.json"]  # temporaries gone
     source = tpufeed.Dataset.open(tmp_path / "copy", verify=True).source
     assert [r["id"] for r in source.__getitems__(range(13))] == list(range(13))
+    remote = tpufeed.Dataset.open(f"gs://{bucket}/ds", verify=True).source  # read in place
+    assert remote.fingerprint() == source.fingerprint()
+    assert [r["id"] for r in remote.__getitems__(range(13))] == list(range(13))

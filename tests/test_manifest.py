@@ -13,7 +13,8 @@ import tpufeed
 from tpufeed import codec
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.beam.shard_files import manifest_text
-from tpufeed.errors import CorruptDataError, SourceNotFoundError, TpufeedError
+from tpufeed.errors import (CorruptDataError, InvalidArgumentError, SourceNotFoundError,
+                            TpufeedError)
 from tpufeed.sources.array_record import write_array_records
 from tpufeed.sources.manifest import (FORMAT, FORMAT_VERSION, ManifestSource, file_crc32c,
                                       load_manifest)
@@ -185,8 +186,8 @@ def test_unreadable_or_absent_manifests(tmp_path):
     (tmp_path / "manifest.json").write_text("[1, 2]")
     with pytest.raises(TpufeedError, match="JSON object"):
         load_manifest(tmp_path / "manifest.json")
-    with pytest.raises(SourceNotFoundError, match="copy the dataset"):
-        ManifestSource("gs://bucket/ds")
+    with pytest.raises(InvalidArgumentError, match="s3://bucket/ds"):
+        ManifestSource("s3://bucket/ds")  # gs:// datasets: tests/test_gcs_manifest.py
 
 
 def test_pickled_sources_remember_verification(dataset):

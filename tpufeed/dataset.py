@@ -117,12 +117,20 @@ class Dataset:
                                              cache=_cache(cache_dir, cache_bytes))))
 
     @classmethod
-    def open(cls, path: str | os.PathLike, verify: bool = False) -> Dataset:
+    def open(cls, path: str | os.PathLike, verify: bool = False,
+             cache_dir: str | os.PathLike | None = None,
+             cache_bytes: int | None = None) -> Dataset:
         """A dataset built by `tpufeed build` / `tpufeed.beam.WriteShards`: a folder or its
-        manifest.json. Shard counts and CRC32C are checked on a shard's first read, or all at
-        once with `verify=True`; elements are the decoded records."""
+        manifest.json, local or gs://. Shard sizes, CRC32C and counts are checked on a shard's
+        first read, or all at once with `verify=True` (gs:// shards by their object metadata,
+        downloading nothing); elements are the decoded records. gs:// shards go through the
+        shard cache, as in `from_array_record` (`cache_dir`, `cache_bytes`; unused locally).
+
+        >>> ds = Dataset.open("gs://bucket/train", cache_dir="/mnt/ssd/tpufeed")  # doctest: +SKIP
+        """
         from tpufeed.sources.manifest import ManifestSource
-        return cls(SourceView(ManifestSource(path, verify=verify)))
+        return cls(SourceView(ManifestSource(path, verify=verify,
+                                             cache=_cache(cache_dir, cache_bytes))))
 
     @property
     def schema(self) -> dict[str, Any] | None:

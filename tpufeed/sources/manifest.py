@@ -13,9 +13,17 @@ dataset, and a folder without one (an interrupted build) does not open. It is JS
      "statistics": {...}, "build": {...}}
 
 Shard paths are relative to the manifest's folder and may not leave it: absolute paths, `..`
-components and symlinks pointing outside are refused before any shard is opened.
+and empty components, URLs, and (locally) symlinks pointing outside are refused before any
+shard is opened.
 
->>> source = ManifestSource("gs-copy/my-dataset")  # doctest: +SKIP
+A dataset on GCS opens the same way, by its gs:// folder (or a `.json` manifest in it). The
+manifest is fetched with tpufeed's GCS client, and one listing of the folder fixes each shard's
+object version (a shard the manifest names but the folder lacks fails then). Shards are read
+through the local shard cache (`tpufeed.storage.cache`), fetched ahead in plan order. Each is
+checked by its object metadata, size and CRC32C (every download is checked against them, so
+this check downloads nothing), and by its record count when it is opened.
+
+>>> source = ManifestSource("gs://bucket/my-dataset")  # doctest: +SKIP
 >>> source.schema["image"]["dtype"], len(source), source[0]["label"]  # doctest: +SKIP
 """
 
@@ -24,7 +32,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,11 +39,18 @@ import google_crc32c
 import numpy as np
 
 from tpufeed import codec
-from tpufeed.errors import CodecError, CorruptDataError, SourceError, SourceNotFoundError
-from tpufeed.sources.sharded import RecordFile, ShardedSource
+from tpufeed.errors import (CodecError, CorruptDataError, InvalidArgumentError, SourceError,
+                            SourceNotFoundError)
+from tpufeed.sources.sharded import ShardedSource
+from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
+from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.gcs import (DEFAULT_POLICY, SCHEME, is_gcs_url, list_prefix, read_range,
+                                 split_url, stat_object)
+from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.retry import RetryPolicy
 
 __all__ = ["FILE_EXTENSIONS", "FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "ManifestSource",
-           "load_manifest", "safe_shard_path"]
+           "file_crc32c", "gcs_shard_url", "load_manifest", "safe_shard_path"]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "tpufeed-dataset"
@@ -45,61 +59,70 @@ CODEC_RECORDS = "tpufeed.codec"
 RAW_RECORDS = "bytes"
 FILE_EXTENSIONS = {"array_record": ".array_record", "tfrecord": ".tfrecord"}
 _MAX_MANIFEST_BYTES = 256 << 20
-_CRC_CHUNK = 8 << 20
 _CRC_RE = re.compile(r"[0-9a-f]{8}")
+_NO_MANIFEST = (" (the folder has no manifest: the build did not finish, or this is not a "
+                "dataset built by `tpufeed build`)")
 
 
-def file_crc32c(path: str) -> tuple[int, str]:
-    """(size in bytes, CRC32C as 8 hex digits) of a local file, read in 8 MiB chunks."""
-    crc, size = 0, 0
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(_CRC_CHUNK):
-            crc = google_crc32c.extend(crc, chunk)
-            size += len(chunk)
-    return size, f"{crc:08x}"
-
-
-def safe_shard_path(root: str, name: object, manifest_path: str) -> str:
-    """The local path of shard `name` under `root`; raises if `name` could lead outside it."""
+def _shard_path_refusal(root: str, name: object, manifest_path: str) -> CorruptDataError | None:
+    """Why shard `name` could lead outside the dataset root, without looking at any file."""
     def refuse(why: str) -> CorruptDataError:
         return CorruptDataError(f"{manifest_path}: shard path {name!r} {why}; shard paths must be "
                                 f"relative paths inside the dataset root {root}",
                                 path=manifest_path)
 
     if not isinstance(name, str) or not name:
-        raise refuse("is not a non-empty string")
+        return refuse("is not a non-empty string")
     if "\0" in name or "\\" in name:
-        raise refuse("contains a NUL byte or a backslash")
+        return refuse("contains a NUL byte or a backslash")
     if name.startswith("/") or os.path.isabs(name) or re.match(r"[A-Za-z]:", name) or "://" in name:
-        raise refuse("is absolute and escapes the dataset root")
+        return refuse("is absolute and escapes the dataset root")
     if any(part in ("..", "") for part in name.split("/")):
-        raise refuse("has a '..' or empty component and escapes the dataset root")
+        return refuse("has a '..' or empty component and escapes the dataset root")
+    return None
+
+
+def safe_shard_path(root: str, name: object, manifest_path: str) -> str:
+    """The local path of shard `name` under `root`; raises if `name` could lead outside it."""
+    refusal = _shard_path_refusal(root, name, manifest_path)
+    if refusal is not None:
+        raise refusal
     path = os.path.join(root, name)
     real_root = os.path.realpath(root)
     real = os.path.realpath(path)
     if os.path.commonpath([real_root, real]) != real_root:
-        raise refuse(f"resolves through a symlink to {real}, outside the dataset root")
+        raise CorruptDataError(
+            f"{manifest_path}: shard path {name!r} resolves through a symlink to {real}, outside "
+            f"the dataset root {root}; shard paths must be relative paths inside the dataset root",
+            path=manifest_path)
     return path
 
 
-def load_manifest(path: str | os.PathLike) -> tuple[str, str, dict[str, Any]]:
-    """(manifest path, dataset root, checked manifest) for a dataset folder or its manifest."""
+def gcs_shard_url(root: str, name: object, manifest_path: str) -> str:
+    """The gs:// URL of shard `name` under the dataset prefix `root`; raises as
+    `safe_shard_path` does for a name that could lead outside it."""
+    refusal = _shard_path_refusal(root, name, manifest_path)
+    if refusal is not None:
+        raise refusal
+    return f"{root}/{name}"
+
+
+def load_manifest(path: str | os.PathLike,
+                  policy: RetryPolicy = DEFAULT_POLICY) -> tuple[str, str, dict[str, Any]]:
+    """(manifest path, dataset root, checked manifest) for a dataset folder or its manifest.
+
+    For a gs:// dataset both are URLs (the root without a trailing slash), and `policy` retries
+    the GCS calls.
+    """
     path = os.fspath(path)
-    if "://" in path:
-        raise SourceNotFoundError(
-            f"{path}: remote datasets are read through the GCS shard cache, which this version "
-            "of tpufeed does not include yet; copy the dataset folder to local disk", path=path)
-    manifest_path = os.path.join(path, MANIFEST_NAME) if os.path.isdir(path) else path
-    try:
-        with open(manifest_path, "rb") as f:
-            data = f.read(_MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
-        hint = (" (the folder has no manifest: the build did not finish, or this is not a "
-                "dataset built by `tpufeed build`)" if os.path.isdir(path) else "")
-        raise SourceNotFoundError(f"no such file: {manifest_path}{hint}",
-                                  path=manifest_path) from None
-    except OSError as e:
-        raise SourceError(f"{manifest_path}: cannot read: {e}", path=manifest_path) from e
+    if is_gcs_url(path):
+        manifest_path, root, data = _fetch_manifest(path, policy)
+    elif "://" in path:
+        raise InvalidArgumentError(f"{path}: datasets open from a local folder or a gs:// URL; "
+                                   "other URL schemes are not supported")
+    else:
+        manifest_path, data = _read_manifest(path)
+        root = os.path.dirname(os.path.abspath(manifest_path))
     if len(data) > _MAX_MANIFEST_BYTES:
         raise CorruptDataError(f"{manifest_path}: larger than {_MAX_MANIFEST_BYTES:,} bytes; "
                                "not a tpufeed manifest", path=manifest_path)
@@ -108,7 +131,49 @@ def load_manifest(path: str | os.PathLike) -> tuple[str, str, dict[str, Any]]:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CorruptDataError(f"{manifest_path}: not valid JSON: {e}", path=manifest_path) from e
     check_manifest(manifest, manifest_path)
-    return manifest_path, os.path.dirname(os.path.abspath(manifest_path)), manifest
+    return manifest_path, root, manifest
+
+
+def _read_manifest(path: str) -> tuple[str, bytes]:
+    """(manifest path, at most one byte more than the size cap) of a local folder or file."""
+    manifest_path = os.path.join(path, MANIFEST_NAME) if os.path.isdir(path) else path
+    try:
+        with open(manifest_path, "rb") as f:
+            return manifest_path, f.read(_MAX_MANIFEST_BYTES + 1)
+    except FileNotFoundError:
+        hint = _NO_MANIFEST if os.path.isdir(path) else ""
+        raise SourceNotFoundError(f"no such file: {manifest_path}{hint}",
+                                  path=manifest_path) from None
+    except OSError as e:
+        raise SourceError(f"{manifest_path}: cannot read: {e}", path=manifest_path) from e
+
+
+def _fetch_manifest(url: str, policy: RetryPolicy) -> tuple[str, str, bytes]:
+    """(manifest URL, dataset root URL, bytes) of a gs:// folder, or of a `.json` object in it.
+
+    GCS has no folders to tell apart from objects, so a URL whose last part ends in `.json` is
+    the manifest itself and any other is the folder holding `manifest.json`.
+    """
+    bucket, name = split_url(url)
+    folder = not name.rsplit("/", 1)[-1].endswith(".json")
+    if folder:
+        name = f"{name.rstrip('/')}/{MANIFEST_NAME}".lstrip("/")
+    manifest_url = f"{SCHEME}{bucket}/{name}"
+    try:
+        obj = stat_object(bucket, name, policy)
+    except SourceNotFoundError:
+        raise SourceNotFoundError(f"no such object: {manifest_url}{_NO_MANIFEST if folder else ''}",
+                                  path=manifest_url) from None
+    if obj.size > _MAX_MANIFEST_BYTES:  # refused before it is downloaded
+        raise CorruptDataError(f"{manifest_url}: {obj.size:,} bytes, larger than "
+                               f"{_MAX_MANIFEST_BYTES:,} bytes; not a tpufeed manifest",
+                               path=manifest_url)
+    data = read_range(obj, 0, obj.size, policy) if obj.size else b""
+    if obj.crc32c is not None and google_crc32c.value(data) != obj.crc32c:
+        raise CorruptDataError(f"{manifest_url}: downloaded bytes have CRC32C "
+                               f"{google_crc32c.value(data):08x}, the object's is "
+                               f"{obj.crc32c:08x}", path=manifest_url)
+    return manifest_url, manifest_url.rpartition("/")[0], data
 
 
 def check_manifest(manifest: object, where: str) -> None:
@@ -154,103 +219,47 @@ def _is_count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-class VerifiedShard:
-    """A shard file that checks its size, CRC32C and record count against the manifest once.
-
-    `len()` is the manifest's count and opens nothing; the first `read` (or `verify`) checks the
-    file, then opens the reader. Picklable: a copy remembers whether the file was verified.
-    """
-
-    def __init__(self, path: str, entry: dict[str, Any], file_format: str):
-        self.path = path
-        self.num_records: int = entry["num_records"]
-        self.num_bytes: int = entry["num_bytes"]
-        self.crc32c: str = entry["crc32c"]
-        self.file_format = file_format
-        self.verified = False
-        self._file: RecordFile | None = None
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return self.num_records
-
-    def verify(self) -> None:
-        """Checks size and CRC32C of the whole file against the manifest (once)."""
-        with self._lock:
-            self._verify_locked()
-
-    def _verify_locked(self) -> None:
-        if self.verified:
-            return
-        try:
-            size, crc = file_crc32c(self.path)
-        except FileNotFoundError:
-            raise SourceNotFoundError(f"{self.path}: shard named in the manifest is missing",
-                                      path=self.path) from None
-        except OSError as e:
-            raise SourceError(f"{self.path}: cannot read: {e}", path=self.path) from e
-        if size != self.num_bytes:
-            raise CorruptDataError(f"{self.path}: shard is {size:,} bytes, the manifest says "
-                                   f"{self.num_bytes:,} (truncated or replaced?)", path=self.path)
-        if crc != self.crc32c:
-            raise CorruptDataError(f"{self.path}: CRC32C is {crc}, the manifest says "
-                                   f"{self.crc32c}: the shard is corrupted", path=self.path)
-        self.verified = True
-
-    def _open(self) -> RecordFile:
-        with self._lock:
-            if self._file is None:
-                self._verify_locked()
-                if self.file_format == "array_record":
-                    from tpufeed.sources.array_record import ArrayRecordFile
-                    opened: RecordFile = ArrayRecordFile(self.path)
-                else:
-                    from tpufeed.sources.tfrecord import TFRecordFile
-                    opened = TFRecordFile(self.path)
-                if len(opened) != self.num_records:
-                    raise CorruptDataError(f"{self.path}: shard holds {len(opened)} records, the "
-                                           f"manifest says {self.num_records}", path=self.path)
-                self._file = opened
-            return self._file
-
-    def read(self, indices: np.ndarray) -> list[bytes]:
-        return (self._file if self._file is not None else self._open()).read(indices)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_file"] = None
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"VerifiedShard({self.path!r}, {self.num_records} records, verified={self.verified})"
-
-
 class ManifestSource(ShardedSource):
-    """The records of a built dataset (a folder or its manifest.json), decoded when they are
-    tpufeed.codec dicts; each shard is checked against the manifest on its first read, or all
-    at once here with `verify=True`."""
+    """The records of a built dataset (a folder or its manifest.json, local or gs://), decoded
+    when they are tpufeed.codec dicts; each shard is checked against the manifest on its first
+    read, or all at once here with `verify=True`. gs:// shards are read through `cache`
+    (default: `ShardCache()`); local datasets ignore it."""
 
-    def __init__(self, path: str | os.PathLike, verify: bool = False):
-        self.manifest_path, self.root, self.manifest = load_manifest(path)
-        file_format = self.manifest["file_format"]
-        super().__init__([
-            VerifiedShard(safe_shard_path(self.root, entry["path"], self.manifest_path), entry,
-                          file_format)
-            for entry in self.manifest["shards"]])
+    def __init__(self, path: str | os.PathLike, verify: bool = False,
+                 cache: ShardCache | None = None):
+        path = os.fspath(path)
+        if not is_gcs_url(path):
+            self.manifest_path, self.root, self.manifest = load_manifest(path)
+            files = [VerifiedShard(safe_shard_path(self.root, entry["path"], self.manifest_path),
+                                   entry, self.manifest["file_format"])
+                     for entry in self.manifest["shards"]]
+        else:
+            cache = cache or ShardCache()
+            self.manifest_path, self.root, self.manifest = load_manifest(path, cache.retry)
+            files = self._gcs_shards(cache)
+        super().__init__(files)
         self._decode = self.manifest["record_format"] == CODEC_RECORDS
         if verify:
             self.verify()
+
+    def _gcs_shards(self, cache: ShardCache) -> list[VerifiedShard]:
+        """The shards under the dataset prefix, each object version fixed by one listing."""
+        file_format = self.manifest["file_format"]
+        entries = self.manifest["shards"]
+        urls = [gcs_shard_url(self.root, entry["path"], self.manifest_path) for entry in entries]
+        if file_format == "array_record" and not cache.max_bytes:
+            raise InvalidArgumentError(
+                f"{self.manifest_path}: ArrayRecord shards are read from local copies, so they "
+                "need a shard cache; cache_bytes=0 leaves none")
+        listed = {obj.url: obj for obj in list_prefix(f"{self.root}/", cache.retry)}
+        shards = []
+        for url, entry in zip(urls, entries):
+            obj = listed.get(url)
+            if obj is None:
+                raise SourceNotFoundError(f"{url}: shard named in the manifest "
+                                          f"{self.manifest_path} is missing", path=url)
+            shards.append(VerifiedShard(url, entry, file_format, RemoteFile(obj, cache)))
+        return shards
 
     @property
     def schema(self) -> dict[str, Any] | None:
@@ -262,7 +271,8 @@ class ManifestSource(ShardedSource):
         return self.manifest.get("statistics") or {}
 
     def verify(self) -> None:
-        """Checks every shard's size and CRC32C now (each file is read once, in full)."""
+        """Checks every shard's size and CRC32C now: a local file is read once, in full; a
+        gs:// object by its metadata, downloading nothing."""
         for shard in self.files:
             shard.verify()
 

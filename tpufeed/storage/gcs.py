@@ -23,7 +23,7 @@ from tpufeed.errors import (InvalidArgumentError, SourceError, SourceNotFoundErr
                             missing_dependency)
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry
 
-__all__ = ["GcsObject", "fetch_into", "is_gcs_url", "list_objects", "read_range"]
+__all__ = ["GcsObject", "fetch_into", "is_gcs_url", "list_objects", "list_prefix", "read_range"]
 
 SCHEME = "gs://"
 _GLOB_CHARS = frozenset("*?[")
@@ -130,6 +130,17 @@ def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[Gcs
     if not found:
         raise SourceNotFoundError(f"no object matches the glob {pattern!r}", path=pattern)
     return found
+
+
+def list_prefix(url: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[GcsObject]:
+    """Every object whose URL starts with `url`, sorted by name, in one (paged) listing.
+
+    Nothing is a glob here: `*`, `?` and `[` are plain characters, as in an object's own name.
+    """
+    bucket, prefix = split_url(url)
+    listed = call_with_retry(lambda: _list(bucket, prefix, recursive=True), url,
+                             "listing objects", policy)
+    return sorted(listed, key=lambda o: o.name)
 
 
 def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) -> GcsObject:
