@@ -1,10 +1,13 @@
 """ParallelProducer: the Producer's contract (`items()` yields (item, cursor after it)), with the
 element and batch stages running in worker processes.
 
-Tasks are dealt round-robin and read back in the same order, so the output is the same item for
-item as with no workers. Without a filter a task is one whole batch, stacked by the worker
-straight into a shared-memory slot. With a filter a task is a chunk of positions whose survivors
-the worker stacks; the parent cuts batches from consecutive chunks, as the Producer would.
+Answers are consumed in task order, so the output is the same item for item as with no workers;
+they are received as they come. A worker is given a task when it has fewer than two unanswered
+and a free slot for the answer, so one that falls behind (descheduled, slower records) gets fewer
+tasks and never holds the others up. Without a filter a task is one whole batch, stacked by the
+worker straight into a shared-memory slot. With a filter a task is a chunk of positions whose
+survivors the worker stacks; the parent cuts batches from consecutive chunks, as the Producer
+would.
 """
 
 from __future__ import annotations
@@ -40,6 +43,76 @@ class _Task:
 class _EndOfEpoch:
     cursor: Cursor
     share: int
+
+
+_QUEUED_PER_WORKER = 2  # one task running, one waiting, so a worker never waits for the parent
+
+
+@dataclass
+class _Dealer:
+    """Hands tasks to workers and collects their answers, which may come before their turn."""
+
+    pool: WorkerPool
+    tasks: Iterator[_Task | _EndOfEpoch]
+    slots_per_worker: int
+    limit: int = 1  # tasks in flight, all workers together (set by `set_depth`)
+    held_per_worker: int = 1  # answers a worker may hold in slots before the parent consumes them
+    inflight: deque = field(default_factory=deque)  # (task, worker or None, task id), in order
+    answers: dict[int, tuple] = field(default_factory=dict)
+    dealt: int = 0
+    exhausted: bool = False
+
+    def __post_init__(self) -> None:
+        self.queued = [0] * self.pool.size  # given to the worker, not answered yet
+        self.held = [0] * self.pool.size  # given to the worker, answer not consumed yet
+
+    def set_depth(self, depth: int) -> None:
+        """Room for `depth` answers ahead of the consumer, spread over the workers."""
+        workers = self.pool.size
+        self.held_per_worker = max(1, min(self.slots_per_worker, -(-depth // workers) + 1))
+        self.limit = depth + workers
+
+    def deal(self) -> None:
+        """Deals tasks while there is room: at most `limit` in flight, and per worker at most
+        `_QUEUED_PER_WORKER` unanswered and `held_per_worker` unconsumed.
+
+        Until a worker has started, the parent runs tasks itself, one at a time (worker None):
+        the first batches come at in-process speed, and results are the same either way.
+        """
+        while not self.exhausted and len(self.inflight) < self.limit:
+            ready = self.pool.ready()
+            if not ready and self.inflight:
+                return
+            room = [w for w in ready
+                    if self.queued[w] < _QUEUED_PER_WORKER and self.held[w] < self.held_per_worker]
+            if ready and not room:
+                return
+            task = next(self.tasks, None)
+            if task is None:
+                self.exhausted = True
+                return
+            worker = None
+            if isinstance(task, _Task):
+                if room:
+                    worker = min(room, key=lambda w: (self.queued[w], self.held[w]))
+                    self.queued[worker] += 1
+                    self.held[worker] += 1
+                    self.pool.send(worker, ("task", self.dealt, task.cursor.epoch,
+                                            task.indices.tobytes()))
+                self.dealt += 1
+            self.inflight.append((task, worker, self.dealt - 1))
+
+    def answer(self, worker: int, task_id: int) -> tuple:
+        """The answer to `task_id`; while it is not there, takes the others and deals more."""
+        while task_id not in self.answers:
+            for sender, message in self.pool.receive_any():
+                if message[1] == -1:  # a start-up failure, not a task's
+                    raise rebuild_error(message[2], sender)
+                self.answers[message[1]] = message
+                self.queued[sender] -= 1
+            self.deal()
+        self.held[worker] -= 1
+        return self.answers.pop(task_id)
 
 
 @dataclass
@@ -103,35 +176,19 @@ class ParallelProducer:
 
     def _run(self, pool: WorkerPool) -> Iterator[tuple[Any, Cursor]]:
         plan = self.plan
-        tasks = self._tasks()
-        inflight: deque = deque()
-        dealt = 0
+        dealer = _Dealer(pool, self._tasks(), self.slots_per_worker)
         pieces: list[tuple[Any, list[int], _Task]] = []  # filter mode: (stacked survivors, offsets, task)
         yielded_this_epoch = False
         batch_stage = ElementStage(plan.batch_ops, plan.rng_seed, plan.source, self.clock,
                                    on_batches=True, tolerant=plan.max_errors > 0)
         self._budget = ErrorBudget(plan.max_errors, self.counters)
         while True:
-            while len(inflight) < self.depth:
-                # Until a worker has started, the parent runs tasks itself, one at a time: the
-                # first batches come at in-process speed, and results are the same either way.
-                ready = pool.ready()
-                if not ready and inflight:
-                    break
-                task = next(tasks, None)
-                if task is None:
-                    break
-                worker = None
-                if isinstance(task, _Task):
-                    if ready:
-                        worker = ready[dealt % len(ready)]
-                        pool.send(worker, ("task", dealt, task.cursor.epoch, task.indices.tobytes()))
-                    dealt += 1
-                inflight.append((task, worker))
-            self.queue_depth = len(inflight)
-            if not inflight:
+            dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
+            dealer.deal()
+            self.queue_depth = len(dealer.inflight)
+            if not dealer.inflight:
                 return
-            task, worker = inflight.popleft()
+            task, worker, task_id = dealer.inflight.popleft()
             if isinstance(task, _EndOfEpoch):
                 for item in self._end_epoch(pieces, task, batch_stage):
                     yielded_this_epoch = True
@@ -149,7 +206,7 @@ class ParallelProducer:
                 kind, piece, offsets = self._runner().run(task.indices, task.cursor.epoch)
                 message = (kind, None, piece, offsets, self._runner().take_skipped(), {})
             else:
-                message = pool.receive(worker)
+                message = dealer.answer(worker, task_id)
             if message[0] == "error":
                 raise rebuild_error(message[2], worker)
             self.clock.merge(message[-1])

@@ -83,21 +83,29 @@ class WorkerPool:
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
-    def receive(self, worker: int) -> tuple:
-        """The next message from `worker`; a dead worker raises WorkerError within a second."""
-        conn, proc = self._results[worker], self._procs[worker]
-        while True:
-            if wait([conn], timeout=_POLL_S):
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    raise self._death(worker) from None
-                if message[0] == "ready":
-                    self._ready.append(worker)
-                    continue
-                return message
-            if proc.poll() is not None and not conn.poll():
-                raise self._death(worker)
+    def receive_any(self, timeout: float = _POLL_S) -> list[tuple[int, tuple]]:
+        """(worker, message) for every message that arrives within `timeout`, from any worker.
+
+        A worker that died raises WorkerError: its pipe reads as closed at once, and a worker
+        that is gone while its pipe stays open is caught when nothing arrives in time.
+        """
+        conns = {id(conn): worker for worker, conn in enumerate(self._results)}
+        out = []
+        for conn in wait(self._results, timeout=timeout):
+            worker = conns[id(conn)]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                raise self._death(worker) from None
+            if message[0] == "ready":
+                self._ready.append(worker)
+            else:
+                out.append((worker, message))
+        if not out:
+            for worker, proc in enumerate(self._procs):
+                if proc.poll() is not None and not self._results[worker].poll():
+                    raise self._death(worker)
+        return out
 
     def _death(self, worker: int) -> WorkerError:
         proc = self._procs[worker]
