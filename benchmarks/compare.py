@@ -3,7 +3,9 @@
     python benchmarks/compare.py --workload all --json benchmarks/results/compare.json
 
 Rows: the limits (raw array_record reader; bare loop = that reader + the same per-record fn +
-np.stack, in one process; for W2 also the CPU limit = bare loop x cores), tpufeed, and the
+np.stack, in one process; for W2 also the CPU limit = bare loop x cores; bare-parallel = N bare
+loops side by side in N processes, which also pay for sharing the caches and memory bus),
+tpufeed, and the
 anchors (Grain MapDataset and DataLoader, tf.data with the fn through tf.numpy_function,
 PyTorch DataLoader), each with 0 and N workers, plus tf.data with the work in TF ops as a
 reference (not an anchor). Every row runs in a fresh subprocess (benchmarks/measure.py): one
@@ -79,7 +81,8 @@ def plan_rows(systems: list[str], workers: int, tpufeed_workers: bool) -> list[t
     rows = []
     for name in systems:
         system = SYSTEMS[name]
-        rows.append((name, 0))
+        if name != "bare-parallel":  # N loops side by side: it has no 0-worker form
+            rows.append((name, 0))
         if system.parallel and (name != "tpufeed" or tpufeed_workers):
             rows.append((name, workers))
     return rows

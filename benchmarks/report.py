@@ -22,7 +22,9 @@ def summarise(results: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     bare = next((r["rate"] for r in ok if r["system"] == "bare-loop"), None)
     anchors = [r for r in ok if SYSTEMS[r["system"]].kind == "anchor"]
     best = max(anchors, key=lambda r: r["rate"], default=None)
+    side_by_side = next((r["rate"] for r in ok if r["system"] == "bare-parallel"), None)
     return {"bare_loop": bare, "cores": cores, "cpu_limit": bare * cores if bare else None,
+            "bare_parallel": side_by_side,
             "best_anchor": row_name(best) if best else None,
             "best_anchor_rate": best["rate"] if best else None,
             "best_anchor_pss_mib": best.get("pss_all_mib") if best else None,
@@ -86,6 +88,12 @@ def check_targets(workload: str, results: list[dict[str, Any]],
     else:
         ratio("tpufeed Nw >= 0.85x CPU limit", workers and workers["rate"], summary["cpu_limit"], 0.85)
         ratio("tpufeed Nw >= 1.3x best anchor", workers and workers["rate"], best, 1.3)
+        side_by_side = summary.get("bare_parallel")
+        if workers is not None and side_by_side:  # context, not a target
+            out.append(("(tpufeed Nw / N bare loops side by side)",
+                        f"{workers['rate'] / side_by_side:.2f}", None))
+            out.append(("(N bare loops side by side / CPU limit)",
+                        f"{side_by_side / summary['cpu_limit']:.2f}", None))
     pss, anchor_pss = best_tpufeed and best_tpufeed.get("pss_all_mib"), summary["best_anchor_pss_mib"]
     if pss and anchor_pss:
         out.append(("best tpufeed PSS <= best anchor's", f"{pss:.0f} vs {anchor_pss:.0f} MiB",

@@ -36,12 +36,33 @@ def test_compare_runs_every_row(tmp_path, workload):
     seen = {(r["system"], r["workers"]) for r in rows}
     for system in ("grain-map", "grain-loader", "tfdata", "tfdata-ops", "torch"):
         assert {(system, 0), (system, 2)} <= seen, (system, seen)
-    assert {("raw-reader", 0), ("bare-loop", 0), ("tpufeed", 0)} <= seen
+    assert {("raw-reader", 0), ("bare-loop", 0), ("bare-parallel", 2), ("tpufeed", 0)} <= seen
+    assert ("bare-parallel", 0) not in seen
     assert (("tpufeed", 2) in seen) == parallel_tpufeed
     for row in rows:
         assert "error" not in row, row
         assert len(row["rates"]) == 1 and row["rate"] > 0 and row["first_batch_s"] > 0
         assert row["rss_main_mib"] > 0
     assert report["workloads"][workload]["summary"]["bare_loop"] > 0
+    assert report["workloads"][workload]["summary"]["bare_parallel"] > 0
     assert "| bare-loop | limit |" in proc.stdout
     assert ("CPU limit (bare x" in proc.stdout) == (workload == "W2")
+
+
+def test_profile_puts_each_sample_in_one_stage(tmp_path):
+    from benchmarks.profile import RATE_HZ, summarise
+
+    raw = tmp_path / "raw.txt"
+    head = 'process 1:"python";process 2:"python -m tpufeed.workers.worker";Worker.run (w.py:1)'
+    raw.write_text(
+        f"{head};augment_w2 (workloads.py:41);pad (numpy/_arraypad_impl.py:838) 30\n"
+        f"{head};ElementStage.run (stages.py:116);RecordRngs.for_record (rng.py:30) 5\n"
+        f"{head};ShardedSource.__getitems__ (sharded.py:110) 10\n"
+        f"{head};write_stacked (layout.py:60) 4\n"
+        f"{head};Connection.recv (connection.py:250) 50\n"
+        'process 1:"python";main (x.py:3);dedent (textwrap.py:1) 1\n')
+    out = summarise(str(raw), "augment_w2", records=1000)
+    assert out["samples"] == 100 and out["processes"] == 2
+    assert out["share"] == {"transform": 0.30, "rng": 0.05, "read": 0.10,
+                            "stack / write slot": 0.04, "wait": 0.50, "other": 0.01}
+    assert out["cpu_s_per_1k_records"]["transform"] == 30 / RATE_HZ

@@ -50,6 +50,8 @@ SYSTEMS = {s.name: s for s in [
            "array_record reader, batched reads of 256, no decode"),
     System("bare-loop", "limit", "benchmarks.systems.limits", "bare_loop", False,
            "plain Python loop: raw reader + same per-record fn + np.stack"),
+    System("bare-parallel", "limit", "benchmarks.systems.limits", "bare_parallel", True,
+           "N bare loops side by side in N processes, each on every N-th batch"),
     System("tpufeed", "tpufeed", "benchmarks.systems.tpufeed_system", "batches", True,
            "Dataset.from_array_record ... batch(256)"),
     System("tpufeed-auto", "tpufeed", "benchmarks.systems.tpufeed_system", "batches_auto", False,
