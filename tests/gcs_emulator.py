@@ -23,6 +23,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -56,15 +57,21 @@ class Emulator:
             import gcp_storage_emulator  # noqa: F401
         except ImportError:
             raise ImportError("gcp-storage-emulator is not installed: pip install tpufeed[dev]") from None
+        # Its log goes to a file: it writes a line per request, and a pipe nobody reads fills
+        # up after a few hundred requests and stops the emulator mid-answer.
+        self.log = tempfile.TemporaryFile()
         for _ in range(5):
             self.port = free_port()
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _LAUNCH, str(self.port)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True)
             if self._wait_ready():
                 return
-            self.stop()
-        raise RuntimeError("the GCS emulator did not start")
+            self._kill()
+        self.log.seek(0)
+        tail = self.log.read()[-2000:].decode(errors="replace")
+        self.log.close()
+        raise RuntimeError(f"the GCS emulator did not start; its log ends with:\n{tail}")
 
     @property
     def url(self) -> str:
@@ -94,6 +101,10 @@ class Emulator:
                               client_options=ClientOptions(api_endpoint=self.url))
 
     def stop(self) -> None:
+        self._kill()
+        self.log.close()
+
+    def _kill(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
@@ -101,8 +112,6 @@ class Emulator:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
 
 
 @dataclass

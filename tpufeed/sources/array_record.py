@@ -29,7 +29,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -194,6 +194,22 @@ class ArrayRecordFile:
             return None
         read = reader.read
         return lambda i: read(i, i + 1)[0]
+
+    @contextlib.contextmanager
+    def leased_record_reader(self) -> Iterator[Callable[[int], bytes] | None]:
+        """`record_reader` for a gs:// file: reads its cached copy, held in place (not closed
+        for eviction) until the block ends. None if the file is not of one record per chunk."""
+        with self._use:
+            if self._reader is None or not self.remote.unchanged(self._opened):
+                self.close()  # evicted, replaced or changed since the reader opened it
+                with self.remote.pinned():
+                    self._open_for_reading()
+                    self._opened = self.remote.stamp()
+            if not self._per_record_reads:
+                yield None
+                return
+            read = self._reader.read
+            yield lambda i: read(i, i + 1)[0]
 
     def close(self) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ Files on gs:// (those with a `remote` attribute) are counted in parallel, and th
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +61,10 @@ class ShardedSource:
         self._readahead: Any = None
         self._last_sweep = time.monotonic()
         self._record_readers: list[Any] | None = None  # per-file one-record readers, if all have
+        # gs:// files read their cached copies one record at a time, held for each batch.
+        self._leased = bool(self._remote_ids) and all(
+            r is not None and r.cached and hasattr(f, "leased_record_reader")
+            for f, r in zip(self.files, self._remote))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -112,6 +117,10 @@ class ShardedSource:
                 return [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
             except Exception:  # noqa: BLE001 - the per-file path below names the bad record
                 self._record_readers = None  # a failed reader is reopened there
+        elif self._leased:
+            records = self._read_leased(idx, file_ids)
+            if records is not None:
+                return records
         if (file_ids == file_ids[0]).all():
             f = int(file_ids[0])
             return self.files[f].read(idx - self._starts[f])
@@ -140,6 +149,23 @@ class ShardedSource:
         import os
         shards = ",".join(f"{os.path.basename(f.path)}:{len(f)}" for f in self.files)
         return f"{type(self).__name__}[{shards}]"
+
+    def _read_leased(self, idx: np.ndarray, file_ids: np.ndarray) -> list[bytes] | None:
+        """The fast path for cached gs:// files: one-record reads of their local copies, each
+        held in place for the batch. None if a file has no such reader or a read fails (the
+        per-file path then names the bad record, or re-checks the cached copy)."""
+        with contextlib.ExitStack() as held:
+            readers = {}
+            for f in np.unique(file_ids).tolist():
+                readers[f] = held.enter_context(self.files[f].leased_record_reader())
+                if readers[f] is None:
+                    self._leased = False  # this source's files are not of one record per chunk
+                    return None
+            local = (idx - self._starts[file_ids]).tolist()
+            try:
+                return [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
+            except Exception:  # noqa: BLE001 - see the docstring
+                return None
 
     def _one_record_readers(self) -> list[Any]:
         """Every file's `record_reader()`, or [] unless all files have one (local files)."""

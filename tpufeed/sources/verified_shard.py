@@ -8,7 +8,9 @@ cache like any gs:// file. Either way the record count is compared when the shar
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import google_crc32c
@@ -122,6 +124,18 @@ class VerifiedShard:
 
     def read(self, indices: np.ndarray) -> list[bytes]:
         return (self._file if self._file is not None else self._open()).read(indices)
+
+    @contextlib.contextmanager
+    def leased_record_reader(self) -> Iterator[Callable[[int], bytes] | None]:
+        """The opened gs:// file's leased one-record reader, if it has one. Only the shards a
+        batch touches are leased, so each is still checked on its first read."""
+        opened = self._file if self._file is not None else self._open()
+        lease = getattr(opened, "leased_record_reader", None)
+        if lease is None:
+            yield None
+            return
+        with lease() as reader:
+            yield reader
 
     def release_if_evicted(self) -> None:
         """Closes the reader of a gs:// shard whose cached copy was evicted (frees its space)."""
