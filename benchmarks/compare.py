@@ -9,7 +9,8 @@ tpufeed, and the
 anchors (Grain MapDataset and DataLoader, tf.data with the fn through tf.numpy_function,
 PyTorch DataLoader), each with 0 and N workers, plus tf.data with the work in TF ops as a
 reference (not an anchor). Every row runs in a fresh subprocess (benchmarks/measure.py): one
-warm-up epoch, then `--passes` timed epochs from the same iterator.
+warm-up epoch, then `--passes` timed epochs from the same iterator. With `--rounds R` the whole
+list of rows runs R times and each row pools its R runs.
 
 Columns: median records/s of the timed epochs and their spread ((max - min) / median); ratios
 to the bare loop and to the best anchor; time to first batch (building the pipeline and
@@ -54,6 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=None,
                    help="records per workload (default: W1 200,000, W2 100,000)")
     p.add_argument("--passes", type=int, default=3, help="timed epochs per row, after one warm-up")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run the whole list of rows this many times, one round after another; "
+                        "each row's figures pool all its rounds (less exposed to a machine "
+                        "whose speed drifts while the rows run)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="N for the N-worker rows (default: os.cpu_count())")
     p.add_argument("--systems", default=",".join(SYSTEMS),
@@ -71,6 +76,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--records must be at least {SHARDS} (one per shard), got {args.records}")
     if args.passes < 1:
         p.error(f"--passes must be >= 1, got {args.passes}")
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
     return args
@@ -121,6 +128,29 @@ def run_row(spec: RowSpec, timeout: float) -> dict[str, Any]:
     return result
 
 
+def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row's figures over its rounds: the median of all its passes, the median first batch
+    and import time, the highest memory; the first error if any round failed."""
+    if len(rounds) == 1 or any("error" in r for r in rounds):
+        return next((r for r in rounds if "error" in r), rounds[0])
+    median = statistics.median
+    rates = [rate for r in rounds for rate in r["rates"]]
+    pooled = dict(rounds[0])
+    pooled.update(
+        rates=rates, pass_s=[s for r in rounds for s in r["pass_s"]], rate=median(rates),
+        spread=(max(rates) - min(rates)) / median(rates),
+        rate_after_first_batch=median(r["rate_after_first_batch"] for r in rounds),
+        first_batch_s=median(r["first_batch_s"] for r in rounds),
+        import_s=median(r["import_s"] for r in rounds),
+        load_at_start=median(r["load_at_start"] for r in rounds),
+        rounds=[{k: r[k] for k in ("rate", "rates", "first_batch_s", "load_at_start")}
+                for r in rounds])
+    for key in ("rss_main_mib", "rss_worker_mib", "pss_all_mib"):
+        values = [r[key] for r in rounds if r.get(key) is not None]
+        pooled[key] = max(values) if values else None
+    return pooled
+
+
 def _watch(proc: subprocess.Popen, timeout: float) -> tuple[float | None, bool]:
     """Waits for `proc`, sampling the summed PSS of its process tree; kills it on timeout."""
     try:
@@ -169,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                               + (sys.argv[1:] if argv is None else argv)),
         "machine": {"cores": cores, "platform": platform.platform(),
                     "python": platform.python_version(), "load_at_start": os.getloadavg()},
-        "settings": {"passes": args.passes, "workers": args.workers, "seed": SEED, "batch": 256},
+        "settings": {"passes": args.passes, "rounds": args.rounds, "workers": args.workers,
+                     "seed": SEED, "batch": 256},
         "workloads": {},
     }
     status = 0
@@ -178,18 +209,23 @@ def main(argv: list[str] | None = None) -> int:
         records = args.records or workload.default_records
         data: DataFiles = prepare(workload, records, args.data_dir, SEED)
         print(f"\n{name}: {workload.summary}; {records:,} records in {len(data.counts)} shards, "
-              f"batch 256, {args.passes} timed passes after 1 warm-up, N = {args.workers}", flush=True)
-        results = []
-        for system, workers in rows:
-            spec = RowSpec(system, name, workers, args.passes + 1, SEED, data)
-            result = run_row(spec, args.timeout)
-            results.append(result)
-            shown = f"{result['rate']:,.0f} records/s" if "rate" in result else result["error"]
-            print(f"  {row_name(result):<20} {shown:<22} (load {result['load_at_start']:.1f})",
-                  flush=True)
-            if "error" in result:
-                status = 1
-                print(result.get("traceback") or result.get("log_tail", ""), file=sys.stderr)
+              f"batch 256, {args.passes} timed passes after 1 warm-up, N = {args.workers}"
+              + (f", {args.rounds} rounds" if args.rounds > 1 else ""), flush=True)
+        by_row: dict[tuple[str, int], list[dict[str, Any]]] = {row: [] for row in rows}
+        for round_number in range(args.rounds):
+            if args.rounds > 1:
+                print(f" round {round_number + 1} of {args.rounds}", flush=True)
+            for system, workers in rows:
+                spec = RowSpec(system, name, workers, args.passes + 1, SEED, data)
+                result = run_row(spec, args.timeout)
+                by_row[(system, workers)].append(result)
+                shown = f"{result['rate']:,.0f} records/s" if "rate" in result else result["error"]
+                print(f"  {row_name(result):<20} {shown:<22} (load {result['load_at_start']:.1f})",
+                      flush=True)
+                if "error" in result:
+                    status = 1
+                    print(result.get("traceback") or result.get("log_tail", ""), file=sys.stderr)
+        results = [pool_rounds(by_row[row]) for row in rows]
         summary = summarise(results, cores)
         print()
         print(format_table(name, results, summary))

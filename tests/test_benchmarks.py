@@ -89,3 +89,24 @@ def test_gcs_benchmark_prints_every_row(tmp_path):
         assert r["window_peak_cache_bytes"] <= r["window_cache_limit"]
     assert proc.stdout.count("bound on cold / limit") == 4
     assert proc.stdout.count("tpufeed warm (full cache)") == 4
+
+
+@pytest.mark.slow
+def test_rounds_pool_each_rows_passes(tmp_path):
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "compare.py"), "--workload", "W1",
+           "--records", "600", "--passes", "2", "--rounds", "2", "--workers", "2",
+           "--systems", "bare-loop,tpufeed", "--json", str(out),
+           "--data-dir", str(tmp_path / "data"), "--timeout", "120"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("round ") == 2
+    report = json.loads(out.read_text())
+    assert report["settings"]["rounds"] == 2
+    rows = report["workloads"]["W1"]["rows"]
+    assert [(r["system"], r["workers"]) for r in rows] == [
+        ("bare-loop", 0), ("tpufeed", 0), ("tpufeed", 2)]
+    for row in rows:
+        assert len(row["rates"]) == 4 and len(row["rounds"]) == 2
+        assert sorted(row["rates"]) == sorted(x for r in row["rounds"] for x in r["rates"])
+        assert min(row["rates"]) <= row["rate"] <= max(row["rates"])

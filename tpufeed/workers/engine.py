@@ -57,7 +57,7 @@ class _Dealer:
     slots_per_worker: int
     limit: int = 1  # tasks in flight, all workers together (set by `set_depth`)
     held_per_worker: int = 1  # answers a worker may hold in slots before the parent consumes them
-    inflight: deque = field(default_factory=deque)  # (task, worker or None, task id), in order
+    inflight: deque = field(default_factory=deque)  # (task, worker, task id), in order
     answers: dict[int, tuple] = field(default_factory=dict)
     dealt: int = 0
     exhausted: bool = False
@@ -91,16 +91,16 @@ class _Dealer:
             if task is None:
                 self.exhausted = True
                 return
-            worker = None
+            worker = task_id = None
             if isinstance(task, _Task):
+                task_id, self.dealt = self.dealt, self.dealt + 1
                 if room:
                     worker = min(room, key=lambda w: (self.queued[w], self.held[w]))
                     self.queued[worker] += 1
                     self.held[worker] += 1
-                    self.pool.send(worker, ("task", self.dealt, task.cursor.epoch,
+                    self.pool.send(worker, ("task", task_id, task.cursor.epoch,
                                             task.indices.tobytes()))
-                self.dealt += 1
-            self.inflight.append((task, worker, self.dealt - 1))
+            self.inflight.append((task, worker, task_id))
 
     def answer(self, worker: int, task_id: int) -> tuple:
         """The answer to `task_id`; while it is not there, takes the others and deals more."""
