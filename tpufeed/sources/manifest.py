@@ -169,10 +169,10 @@ def _fetch_manifest(url: str, policy: RetryPolicy) -> tuple[str, str, bytes]:
                                f"{_MAX_MANIFEST_BYTES:,} bytes; not a tpufeed manifest",
                                path=manifest_url)
     data = read_range(obj, 0, obj.size, policy) if obj.size else b""
-    if obj.crc32c is not None and google_crc32c.value(data) != obj.crc32c:
-        raise CorruptDataError(f"{manifest_url}: downloaded bytes have CRC32C "
-                               f"{google_crc32c.value(data):08x}, the object's is "
-                               f"{obj.crc32c:08x}", path=manifest_url)
+    crc = google_crc32c.value(data)
+    if obj.crc32c is not None and crc != obj.crc32c:
+        raise CorruptDataError(f"{manifest_url}: downloaded bytes have CRC32C {crc:08x}, the "
+                               f"object's is {obj.crc32c:08x}", path=manifest_url)
     return manifest_url, manifest_url.rpartition("/")[0], data
 
 

@@ -9,6 +9,7 @@ cache like any gs:// file. Either way the record count is compared when the shar
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ import google_crc32c
 import numpy as np
 
 from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
+from tpufeed.storage import cache_layout
 from tpufeed.storage.remote import RemoteFile
 
 if TYPE_CHECKING:
@@ -30,12 +32,7 @@ _CRC_CHUNK = 8 << 20
 
 def file_crc32c(path: str) -> tuple[int, str]:
     """(size in bytes, CRC32C as 8 hex digits) of a local file, read in 8 MiB chunks."""
-    crc, size = 0, 0
-    with open(path, "rb", buffering=0) as f:
-        while chunk := f.read(_CRC_CHUNK):
-            crc = google_crc32c.extend(crc, chunk)
-            size += len(chunk)
-    return size, f"{crc:08x}"
+    return os.path.getsize(path), f"{cache_layout.file_crc32c(path):08x}"
 
 
 def _object_crc32c(remote: RemoteFile) -> tuple[int, str]:
