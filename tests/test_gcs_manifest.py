@@ -253,3 +253,21 @@ def test_inspect_describes_a_gcs_dataset_by_its_folder(gcs, bucket, upload, buil
     out = capsys.readouterr().out
     assert out.startswith(f"{url}/manifest.json: {N:,} records in {SHARDS} array_record shards")
     assert "schema x:" in out and "record 0:" in out
+
+
+def test_bench_runs_a_gcs_dataset_by_its_folder(gcs, bucket, upload, built, tmp_path, monkeypatch):
+    import argparse
+
+    from tpufeed.bench import make_target
+    from tpufeed.sources.manifest import is_dataset_path
+
+    folder = built()
+    url = _upload_dataset(upload, bucket, folder)
+    assert is_dataset_path(url) and is_dataset_path(url + "/manifest.json")
+    assert not is_dataset_path(url + "/*.array_record")
+    assert not is_dataset_path(url + "/data-00000-of-00004.array_record")
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "c"))
+    ds = make_target(argparse.Namespace(target=url, transform=[], batch_size=8))
+    assert isinstance(ds.source, ManifestSource) and ds.source.manifest_path == f"{url}/manifest.json"
+    assert len(ds.source) == N
+    assert ds.source[5]["label"] == tpufeed.Dataset.open(folder).source[5]["label"]

@@ -49,7 +49,9 @@ def make_target(args: argparse.Namespace) -> Dataset:
         if not isinstance(ds, Dataset):
             raise InvalidArgumentError(f"{target} returned {type(ds).__name__}, not a tpufeed.Dataset")
         return ds
-    if os.path.isdir(target) or target.endswith("manifest.json"):
+    from tpufeed.sources.manifest import is_dataset_path
+
+    if is_dataset_path(target):
         ds = Dataset.open(target)
     elif ".tfrecord" in target:
         ds = Dataset.from_tfrecord(target)

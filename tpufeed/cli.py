@@ -29,26 +29,15 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import os
+    from tpufeed.sources.manifest import is_dataset_path
 
-    if len(args.paths) == 1 and _is_dataset(args.paths[0]):
+    if len(args.paths) == 1 and is_dataset_path(args.paths[0]):
         print(_describe_dataset(args.paths[0]))
         return 0
     from tpufeed.inspect import describe
 
     print(describe(args.paths, args.format))
     return 0
-
-
-def _is_dataset(path: str) -> bool:
-    """A built dataset's folder or manifest (local or gs://), rather than record files."""
-    import os
-
-    if os.path.basename(path.rstrip("/")) == "manifest.json" or os.path.isdir(path):
-        return True
-    # GCS has no folders to test for: a gs:// path that is no glob and names no record file.
-    return (path.startswith("gs://") and not any(c in path for c in "*?[")
-            and not any(ext in path for ext in (".array_record", ".tfrecord")))
 
 
 def _describe_dataset(path: str) -> str:

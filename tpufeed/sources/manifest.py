@@ -50,7 +50,7 @@ from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy
 
 __all__ = ["FILE_EXTENSIONS", "FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "ManifestSource",
-           "file_crc32c", "gcs_shard_url", "load_manifest", "safe_shard_path"]
+           "file_crc32c", "gcs_shard_url", "is_dataset_path", "load_manifest", "safe_shard_path"]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "tpufeed-dataset"
@@ -62,6 +62,17 @@ _MAX_MANIFEST_BYTES = 256 << 20
 _CRC_RE = re.compile(r"[0-9a-f]{8}")
 _NO_MANIFEST = (" (the folder has no manifest: the build did not finish, or this is not a "
                 "dataset built by `tpufeed build`)")
+
+
+def is_dataset_path(path: str | os.PathLike) -> bool:
+    """Whether `path` names a built dataset (its folder or manifest, local or gs://) rather than
+    record files: what `tpufeed inspect` and `tpufeed bench` open with `Dataset.open`."""
+    path = os.fspath(path)
+    if os.path.basename(path.rstrip("/")) == MANIFEST_NAME or os.path.isdir(path):
+        return True
+    # GCS has no folders to test for: a gs:// path that is no glob and names no record file.
+    return (is_gcs_url(path) and not any(c in path for c in "*?[")
+            and not any(ext in path for ext in FILE_EXTENSIONS.values()))
 
 
 def _shard_path_refusal(root: str, name: object, manifest_path: str) -> CorruptDataError | None:
