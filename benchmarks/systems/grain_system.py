@@ -45,13 +45,7 @@ def map_dataset(spec: RowSpec) -> Iterator[Any]:
         grain.ReadOptions(prefetch_buffer_size=MAP_PREFETCH_BATCHES))
     if spec.workers:
         iter_ds = iter_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=spec.workers))
-    it = iter(iter_ds)
-    try:
-        yield from it
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+    yield from _closing(iter(iter_ds))
 
 
 def data_loader(spec: RowSpec) -> Iterator[Any]:
@@ -76,7 +70,11 @@ def data_loader(spec: RowSpec) -> Iterator[Any]:
                               operations=[Work(), grain.transforms.Batch(BATCH_SIZE)],
                               worker_count=spec.workers, read_options=grain.ReadOptions(
                                   num_threads=0, prefetch_buffer_size=0))
-    it = iter(loader)
+    yield from _closing(iter(loader))
+
+
+def _closing(it: Iterator[Any]) -> Iterator[Any]:
+    """Yields from a Grain iterator, then closes it (its worker processes) if it can be."""
     try:
         yield from it
     finally:
