@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.adapters._lockstep import batches_per_host
 
 N = 100
 CASES: dict = {}
@@ -244,13 +243,6 @@ def test_on_8_devices(child_results, name):
     error = child_results[name]
     if error:
         pytest.fail(f"case {name} failed in the 8-device child:\n{error}")
-
-
-def test_lockstep_counts_batches_per_host():
-    assert batches_per_host(96, 0, 0, 4, 4, drop_remainder=True) == [6, 6, 6, 6]
-    assert batches_per_host(9, 0, 0, 2, 5, drop_remainder=True) == [1, 0]
-    assert batches_per_host(10, 0, 0, 3, 2, drop_remainder=False) == [2, 2, 2]
-    assert batches_per_host(96, 48, 2, 2, 4, drop_remainder=True) == [5, 5]
 
 
 def test_importing_tpufeed_and_iterating_imports_no_framework():

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from tpufeed.batching import stack
+from tpufeed.batching import concat, stack, take
 from tpufeed.errors import BatchError
-from tpufeed.workers.layout import concat, read_batch, take, write_stacked
+from tpufeed.workers.layout import read_batch, write_stacked
 
 CASES = {
     "flat dict": [{"x": np.full(3, i, np.uint8), "y": np.float32(i)} for i in range(5)],

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.order import (Cursor, Shuffle, host_positions, permute, record_indices, resume_cursor,
-                           share_size, windowed_permute)
+from tpufeed.order import Shuffle, permute, records_at, windowed_permute
 
 SIZES = [1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 32, 33, 64, 97, 127, 128, 255, 256, 1000, 1023, 1024,
          4099, 65536, 65537, 100003]
@@ -53,52 +52,8 @@ def test_permute_rejects_out_of_range_positions():
         permute(np.array([5]), 5, seed=0, epoch=0)
 
 
-@pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 100, 101])
-@pytest.mark.parametrize("hosts", [1, 2, 3, 8])
-@pytest.mark.parametrize("base", [0, 3])
-def test_host_shares_partition_the_rest_of_the_epoch(n, hosts, base):
-    base = min(base, n)
-    seen = []
-    sizes = []
-    for host in range(hosts):
-        size = share_size(n, base, host, hosts)
-        sizes.append(size)
-        seen.extend(host_positions(base, host, hosts, 0, size).tolist())
-    assert sorted(seen) == list(range(base, n))
-    assert max(sizes) - min(sizes) <= 1
-
-
-def test_record_indices_without_seed_is_stored_order():
-    cursor = Cursor(epoch=4, base=0, hosts=3, host=1, consumed=0)
-    assert record_indices(10, None, cursor, 0, 3).tolist() == [1, 4, 7]
-
-
-def test_resume_on_the_same_hosts_continues_exactly():
-    saved = Cursor(epoch=1, base=6, hosts=3, host=2, consumed=5)
-    assert resume_cursor(saved, 100, hosts=3, host=2) == saved
-
-
-@pytest.mark.parametrize("old_hosts,new_hosts", [(4, 2), (2, 3), (3, 8), (8, 1), (1, 4)])
-@pytest.mark.parametrize("n", [50, 97])
-@pytest.mark.parametrize("steps", [0, 1, 5, 12])
-def test_elastic_resume_is_exactly_once(old_hosts, new_hosts, n, steps):
-    # Lockstep: every host consumed the same count, at most the shortest share.
-    k = min(steps, share_size(n, 0, old_hosts - 1, old_hosts))
-    consumed = [p for h in range(old_hosts) for p in host_positions(0, h, old_hosts, 0, k).tolist()]
-    saved = Cursor(0, 0, old_hosts, old_hosts - 1, k)
-    rest = []
-    for host in range(new_hosts):
-        c = resume_cursor(saved, n, new_hosts, host)
-        if c.epoch == 0:
-            rest.extend(host_positions(c.base, c.host, c.hosts, 0, share_size(n, c.base, c.host, c.hosts)).tolist())
-    assert sorted(consumed + rest) == list(range(n))
-
-
-def test_a_finished_epoch_resumes_into_the_next():
-    saved = Cursor(epoch=2, base=0, hosts=2, host=1, consumed=share_size(9, 0, 1, 2))
-    cursor = resume_cursor(saved, 9, hosts=3, host=0)
-    assert cursor == Cursor(2, 8, 3, 0, 0)
-    assert share_size(9, cursor.base, 2, 3) == 0  # hosts 1 and 2 go straight to epoch 3
+def test_records_without_seed_are_in_stored_order():
+    assert records_at(10, None, 4, np.array([1, 4, 7])).tolist() == [1, 4, 7]
 
 
 LAYOUTS = [(0, 5, 12, 12, 20, 33, 40), (0, 1), (0, 0, 3), tuple(range(0, 101, 10)), (0, 7, 7, 7, 9)]
@@ -135,10 +90,9 @@ def test_windowed_shuffle_slices_match_the_whole_and_epochs_differ():
     assert len(set(shards[:20].tolist())) == 3
 
 
-def test_record_indices_dispatches_on_the_shuffle_kind():
-    cursor = Cursor(epoch=1, base=0, hosts=2, host=1, consumed=0)
+def test_records_at_dispatches_on_the_shuffle_kind():
     starts = (0, 30, 64)
-    assert np.array_equal(record_indices(64, Shuffle(3), cursor, 0, 5),
-                          permute(np.array([1, 3, 5, 7, 9]), 64, 3, 1))
-    assert np.array_equal(record_indices(64, Shuffle(3, 1, starts), cursor, 0, 5),
-                          windowed_permute(np.array([1, 3, 5, 7, 9]), Shuffle(3, 1, starts), 1))
+    positions = np.array([1, 3, 5, 7, 9])
+    assert np.array_equal(records_at(64, Shuffle(3), 1, positions), permute(positions, 64, 3, 1))
+    assert np.array_equal(records_at(64, Shuffle(3, 1, starts), 1, positions),
+                          windowed_permute(positions, Shuffle(3, 1, starts), 1))

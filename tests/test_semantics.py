@@ -170,8 +170,16 @@ def test_state_is_small_versioned_json():
     it = make(n=10**6, batch=256, epochs=None).iterator()
     next(it)
     state = it.get_state()
-    assert state["version"] == 1 and "fingerprint" in state
+    assert state["version"] == 2 and "fingerprint" in state
     assert len(json.dumps(state)) < 1024
+
+
+def test_a_version_1_state_still_resumes():
+    ds = make(batch=4, epochs=2)
+    it = ds.iterator()
+    next(it)
+    state = {**it.get_state(), "version": 1}
+    assert _same(list(ds.iterator(state)), list(it))
 
 
 def test_state_from_another_dataset_is_rejected():

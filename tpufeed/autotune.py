@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.order import Cursor, share_size
-from tpufeed.pipeline import IndexBlocks, Plan
+from tpufeed.cursor import Cursor
+from tpufeed.plan import Plan
 from tpufeed.stats import StageClock, now
 
 AUTO = "auto"
@@ -84,33 +84,31 @@ def cpu_count() -> int:
 
 
 def measure(plan: Plan, cursor: Cursor) -> tuple[float, int]:
-    """(CPU seconds per record, bytes per item) over the first tasks from `cursor`.
+    """(CPU seconds per record, bytes per item) over the first chunks from `cursor`.
 
     The warm-up reads and transforms records the iterator will produce again: it costs at most
     a few batches or a quarter of a second.
     """
-    from tpufeed.workers.layout import flatten
-    from tpufeed.workers.task import TaskRunner
+    from tpufeed.batching import flatten
+    from tpufeed.chunk import Chunk, ChunkRunner
+    from tpufeed.walk import walk
 
-    n = len(plan.source)
-    share = share_size(n, cursor.base, cursor.host, cursor.hosts)
-    runner = TaskRunner(plan, plan.batch is not None, whole_batches=False, clock=StageClock())
-    blocks = IndexBlocks(n, plan.shuffle, cursor)
+    runner = ChunkRunner(plan, StageClock())
     records = tasks = item_bytes = 0
-    k = cursor.consumed
     started = now()
-    while k < share and tasks < _WARMUP_TASKS and now() - started < _WARMUP_SECONDS:
-        count = min(plan.chunk, share - k)
-        kind, payload, offsets = runner.run(blocks.get(k, count), cursor.epoch)
-        runner.take_skipped()
-        items = [payload] if kind == "batch" else payload
-        if items and items[0] is not None and offsets:
-            leaves = flatten(items[0])[1]
-            size = sum(getattr(leaf, "nbytes", 64) for leaf in leaves)
-            item_bytes = max(item_bytes, size * count // len(offsets) if kind == "batch" else size)
-        records += count
+    for step in walk(plan, cursor, announce=False):
+        if tasks >= _WARMUP_TASKS or now() - started >= _WARMUP_SECONDS:
+            break
+        if not isinstance(step, Chunk):
+            break  # the warm-up stays within the first epoch
+        piece = runner.run_chunk(step)
+        items = [piece.payload] if plan.batch is not None else piece.payload
+        if piece.size and items and items[0] is not None:
+            size = sum(getattr(leaf, "nbytes", 64) for leaf in flatten(items[0])[1])
+            per_item = size * step.count // piece.size if plan.batch is not None else size
+            item_bytes = max(item_bytes, per_item)
+        records += step.count
         tasks += 1
-        k += count
     return (now() - started) / records if records else 0.0, item_bytes
 
 

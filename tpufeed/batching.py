@@ -1,4 +1,5 @@
-"""Stacking elements into a batch: dicts, tuples, lists and arrays of equal shape, recursively."""
+"""Batches: stacking elements (dicts, tuples, lists and arrays of equal shape, recursively), and
+flattening, slicing and joining stacked batches."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 from tpufeed.errors import BatchError
 
 Describe = Callable[[int], str]
+TreeDef = tuple
 
 
 def stack(elements: Sequence[Any], describe: Describe | None = None) -> Any:
@@ -82,3 +84,50 @@ def _kind(value: Any) -> str:
 
 def _at(where: str) -> str:
     return f" at {where}" if where else ""
+
+
+def flatten(tree: Any) -> tuple[TreeDef, list[Any]]:
+    leaves: list[Any] = []
+    return _flatten(tree, leaves), leaves
+
+
+def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
+    if isinstance(tree, dict):
+        return ("dict", tuple(tree), tuple(_flatten(v, leaves) for v in tree.values()))
+    if isinstance(tree, (tuple, list)) and not is_leaf_list(tree):
+        kind = type(tree) if hasattr(tree, "_fields") else type(tree).__name__
+        return ("seq", kind, tuple(_flatten(v, leaves) for v in tree))
+    leaves.append(tree)
+    return ("leaf",)
+
+
+def unflatten(treedef: TreeDef, leaves: Sequence[Any]) -> Any:
+    it = iter(leaves)
+    return _unflatten(treedef, it)
+
+
+def _unflatten(treedef: TreeDef, leaves: Any) -> Any:
+    if treedef[0] == "leaf":
+        return next(leaves)
+    if treedef[0] == "dict":
+        return {k: _unflatten(d, leaves) for k, d in zip(treedef[1], treedef[2])}
+    kind, children = treedef[1], [_unflatten(d, leaves) for d in treedef[2]]
+    if kind == "list":
+        return children
+    if kind == "tuple":
+        return tuple(children)
+    return kind(*children)
+
+
+def concat(batches: Sequence[Any]) -> Any:
+    """Concatenates batches of one structure along the batch axis."""
+    if len(batches) == 1:
+        return batches[0]
+    treedef, _ = flatten(batches[0])
+    columns = list(zip(*(flatten(b)[1] for b in batches)))
+    return unflatten(treedef, [np.concatenate(column) for column in columns])
+
+
+def take(batch: Any, start: int, stop: int) -> Any:
+    treedef, leaves = flatten(batch)
+    return unflatten(treedef, [leaf[start:stop] for leaf in leaves])

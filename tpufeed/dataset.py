@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpufeed.autotune import AUTO, Options, choose
-from tpufeed.errors import InvalidArgumentError
+from tpufeed.cursor import Cursor, epoch_start, resume_all, resume_one
+from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.iterator import DatasetIterator
-from tpufeed.order import Cursor, Shuffle, resume_cursor
-from tpufeed.pipeline import Plan
+from tpufeed.order import Shuffle
+from tpufeed.plan import Plan
 from tpufeed.sources.view import SourceView
-from tpufeed.stages import BatchOp, FilterOp, MapOp, Op, RandomMapOp, describe_ops, op_name
-from tpufeed.state import fingerprint, state_from_dict
+from tpufeed.stages import Batch, Filter, FlatMap, Map, RandomMap, Stage
+from tpufeed.state import fingerprint, state_from_dict, states_from_list
 from tpufeed.storage.local import PathsLike
+from tpufeed.uneven import EvenHosts, HostAgreement, JaxAgreement, check_uneven, counts_are_even
 
 
 @dataclass(frozen=True)
@@ -67,18 +69,18 @@ def _jax_process() -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Dataset:
-    """A pipeline: source -> shuffle -> shard -> map/random_map/filter -> batch -> repeat.
+    """A pipeline: source -> shuffle -> shard -> map/random_map/filter/flat_map -> batch -> repeat.
 
     Every method returns a new Dataset. Shuffle, shard, repeat and prefetch are settings of the
-    whole pipeline; map, random_map, filter and batch run in the order they were chained
-    (stages after `batch` see whole batches). Batches never span epochs.
+    whole pipeline; map, random_map, filter, flat_map and batch run in the order they were
+    chained (stages after `batch` see whole batches). Batches never span epochs.
     """
 
     _source: SourceView
     _seed: int | None = None
     _window: int | None = None
     _sharding: Sharding = Sharding(0, 1)
-    _ops: tuple[Op, ...] = ()
+    _stages: tuple[Stage, ...] = ()
     _epochs: int | None = 1
     _prefetch: int | str = 0
     _workers: int | str = 0
@@ -169,24 +171,39 @@ class Dataset:
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
         """fn(element) -> element."""
-        return self._add(MapOp(_callable(fn, "map")))
+        return self._add(Map(_callable(fn, "map")))
 
     def random_map(self, fn: Callable[[Any, Any], Any]) -> Dataset:
-        """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)."""
-        stream = sum(isinstance(op, RandomMapOp) for op in self._ops)
-        return self._add(RandomMapOp(_callable(fn, "random_map"), stream))
+        """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)
+        and, after a `flat_map`, by the piece of the record."""
+        stream = sum(isinstance(stage, RandomMap) for stage in self._stages)
+        return self._add(RandomMap(_callable(fn, "random_map"), stream))
 
     def filter(self, fn: Callable[[Any], bool]) -> Dataset:
         """Keeps the elements for which fn(element) is true."""
-        return self._add(FilterOp(_callable(fn, "filter")))
+        return self._add(Filter(_callable(fn, "filter")))
+
+    def flat_map(self, fn: Callable[[Any], Any]) -> Dataset:
+        """fn(element) -> an iterable of zero or more elements, delivered in order: the pieces
+        of a long document, several crops of an image. A state taken between two pieces of one
+        record resumes at the next piece.
+
+        >>> ds = Dataset.from_sequence(["a b", "c"]).flat_map(str.split)
+        >>> list(ds)
+        ['a', 'b', 'c']
+        """
+        if self._batch() is not None:
+            raise InvalidArgumentError("flat_map must come before batch: it makes elements, "
+                                       "and a batch is cut from elements")
+        return self._add(FlatMap(_callable(fn, "flat_map")))
 
     def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
         """Stacks `batch_size` elements into numpy arrays (dicts, tuples and arrays nest)."""
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
-        if any(isinstance(op, BatchOp) for op in self._ops):
+        if self._batch() is not None:
             raise InvalidArgumentError("batch is already set; a pipeline batches once")
-        return self._add(BatchOp(batch_size, bool(drop_remainder)))
+        return self._add(Batch(batch_size, bool(drop_remainder)))
 
     def repeat(self, epochs: int | None = None) -> Dataset:
         """Runs `epochs` epochs (None: forever), each a new permutation when shuffled."""
@@ -233,29 +250,59 @@ class Dataset:
     def __iter__(self) -> Iterator[Any]:
         return self.iterator()
 
-    def iterator(self, state: dict[str, Any] | None = None) -> DatasetIterator:
+    def iterator(self, state: Any = None, uneven: str | None = None,
+                 agreement: HostAgreement | None = None) -> Any:
         """A new iterator, from the start or resuming right after `state` was taken.
 
-        `state` may come from any host of a lockstep run with another host count.
+        `state` is one `get_state()`, or the list of every host's, taken at one step of a run.
+        One state continues on the host that took it, and on any host of a run whose hosts
+        were in lockstep (counts that cannot depend on the data). The list of all hosts'
+        states continues on any host count, exactly once, whatever the stages.
+
+        `uneven="shortest"` or `"pad"` ends every host's epochs at the same step when hosts
+        make different numbers of batches (tpufeed.uneven), agreeing through `agreement`
+        (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
         """
         plan = self._plan()
+        n = len(plan.source)
         if state is None:
-            cursor = Cursor(0, 0, plan.hosts, plan.host, 0)
+            cursor = epoch_start(0, plan.hosts, plan.host)
+        elif isinstance(state, (list, tuple)):
+            saved = states_from_list(state, plan.fingerprint)
+            cursor = resume_all(saved, n, plan.hosts, plan.host)
         else:
-            saved = state_from_dict(state, plan.fingerprint)
-            cursor = resume_cursor(saved, len(plan.source), plan.hosts, plan.host)
+            saved_one = state_from_dict(state, plan.fingerprint)
+            cursor = resume_one(saved_one, n, plan.hosts, plan.host, plan.counts_depend_on_data)
+        if check_uneven(uneven) is None:
+            return self._iterate(plan, cursor)
+        if uneven == "pad" and plan.batch is None:
+            raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding "
+                                       "fills whole batches")
+        even = counts_are_even(plan, cursor)
+        if even and uneven == "shortest":
+            return self._iterate(plan, cursor)
+        if not even and agreement is None:
+            agreement = JaxAgreement(plan.fingerprint, hosts=plan.hosts)
+        inner = self._iterate(plan, cursor)
+        return EvenHosts(inner, uneven, None if even else agreement, plan.hosts,
+                         plan.batch.batch_size if plan.batch is not None else None,
+                         self._first_item)
+
+    def _iterate(self, plan: Plan, cursor: Cursor) -> DatasetIterator:
         if AUTO in (self._workers, self._prefetch):
             tuning = choose(plan, cursor, self._workers, self._prefetch, self._options)
             return DatasetIterator(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
                                    tuning=tuning, adapt_prefetch=self._prefetch == AUTO)
         return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers)
 
-    def to_jax(self, sharding: Any = None, prefetch: int = 2,
-               state: dict[str, Any] | None = None) -> Any:
+    def to_jax(self, sharding: Any = None, prefetch: int = 2, state: Any = None,
+               uneven: str = "shortest", agreement: HostAgreement | None = None) -> Any:
         """Iterates pytrees of global `jax.Array`s placed by `sharding`, `prefetch` ahead on
-        device, from the start or right after `state` (from the iterator's `get_state()`)."""
+        device, from the start or right after `state` (one `get_state()`, or every process's).
+        Every process ends each epoch at the same step (`uneven`: "shortest" or "pad")."""
         from tpufeed.adapters.jax import to_jax
-        return to_jax(self, sharding=sharding, prefetch=prefetch, state=state)
+        return to_jax(self, sharding=sharding, prefetch=prefetch, state=state, uneven=uneven,
+                      agreement=agreement)
 
     def to_tf(self, state: dict[str, Any] | None = None) -> Any:
         """A `tf.data.Dataset` over this pipeline, with its `element_spec` from the first batch."""
@@ -270,7 +317,8 @@ class Dataset:
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""
         return fingerprint({"source": self._source.fingerprint(), "seed": self._seed,
-                            "window": self._window, "ops": describe_ops(self._ops)})
+                            "window": self._window,
+                            "ops": [stage.describe() for stage in self._stages]})
 
     def _shuffle(self) -> Shuffle | None:
         if self._seed is None:
@@ -279,18 +327,31 @@ class Dataset:
             return Shuffle(self._seed)
         return Shuffle(self._seed, self._window, self._source.source.shard_starts)
 
+    def _first_item(self) -> Any:
+        """The first item of a one-host pass: what a host that made nothing pads from."""
+        one = dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1, _workers=0,
+                                  _prefetch=0)
+        with one.iterator() as it:
+            for item in it:
+                return item
+        raise TpufeedError(f"the pipeline makes no item at all, so there is nothing to pad "
+                           f"from: {self!r}")
+
+    def _batch(self) -> Batch | None:
+        return next((stage for stage in self._stages if isinstance(stage, Batch)), None)
+
     def _plan(self) -> Plan:
         host, hosts = self._sharding.resolve()
-        ops = list(self._ops)
-        split = next((i for i, op in enumerate(ops) if isinstance(op, BatchOp)), len(ops))
-        batch = ops[split] if split < len(ops) else None
+        stages = list(self._stages)
+        batch = self._batch()
+        split = stages.index(batch) if batch is not None else len(stages)
         return Plan(
             source=self._source,
             shuffle=self._shuffle(),
             rng_seed=self._seed if self._seed is not None else 0,
-            element_ops=tuple(ops[:split]),  # type: ignore[arg-type]
-            batch=batch,  # type: ignore[arg-type]
-            batch_ops=tuple(ops[split + 1:]),  # type: ignore[arg-type]
+            head=tuple(stages[:split]),  # type: ignore[arg-type]
+            batch=batch,
+            tail=tuple(stages[split + 1:]),  # type: ignore[arg-type]
             epochs=self._epochs,
             hosts=hosts,
             host=host,
@@ -298,12 +359,12 @@ class Dataset:
             max_errors=self._max_errors,
         )
 
-    def _add(self, op: Op) -> Dataset:
-        return dataclasses.replace(self, _ops=self._ops + (op,))
+    def _add(self, stage: Stage) -> Dataset:
+        return dataclasses.replace(self, _stages=self._stages + (stage,))
 
     def __repr__(self) -> str:
-        stages = ", ".join(f"batch({op.batch_size}, drop_remainder={op.drop_remainder})"
-                           if isinstance(op, BatchOp) else op_name(op) for op in self._ops)
+        stages = ", ".join(f"batch({stage.batch_size}, drop_remainder={stage.drop_remainder})"
+                           if isinstance(stage, Batch) else stage.name for stage in self._stages)
         return (f"Dataset({self._source.source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
                 f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
                 f"workers={self._workers})")

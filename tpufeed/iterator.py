@@ -6,9 +6,11 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from tpufeed.order import Cursor
-from tpufeed.pipeline import Counters, Plan, Producer
 from tpufeed._prefetch import ThreadPrefetcher
+from tpufeed.cursor import Cursor
+from tpufeed.pipeline import Producer
+from tpufeed.plan import Plan
+from tpufeed.stream import Counters
 from tpufeed.autotune import MAX_PREFETCH, Tuning
 from tpufeed.state import state_to_dict
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes

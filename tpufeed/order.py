@@ -1,14 +1,11 @@
-"""Record order as pure functions of (seed, epoch, host, host count): no state, no I/O.
+"""Record order as pure functions of (seed, epoch, position): no state, no I/O.
 
 An epoch is a sequence of *positions* 0..N-1. `permute` maps positions to record indices with a
 keyed bijection (a Feistel network with cycle-walking), so any slice of the order costs
 O(slice), never an O(N) table. Hosts take positions strided (host h of H takes h, h+H, ...),
 so each global step draws its records evenly from the whole epoch order.
 
-A host's cursor is a *segment* (base, hosts, host) plus the count of its positions consumed.
-Positions of the segment for host h are `base + h + k * hosts` for k = 0, 1, ... below N.
-In lockstep training every host consumed the same count k, so the positions consumed by all
-hosts together are exactly [0, base + k * hosts): a new host count starts a new segment there.
+Which positions a host takes, and how a stop continues on another host count, is cursor.py.
 """
 
 from __future__ import annotations
@@ -81,40 +78,6 @@ def permute(positions: np.ndarray, n: int, seed: int, epoch: int, stream: int = 
     return out.astype(np.int64)
 
 
-def share_size(n: int, base: int, host: int, hosts: int) -> int:
-    """Number of positions in [base, n) that host `host` of `hosts` takes."""
-    return max(0, -(-(n - base - host) // hosts))
-
-
-def host_positions(base: int, host: int, hosts: int, start: int, count: int) -> np.ndarray:
-    """Epoch positions of the host's k-th .. (k+count-1)-th records in the segment."""
-    return base + host + (start + np.arange(count, dtype=np.int64)) * hosts
-
-
-@dataclass(frozen=True)
-class Cursor:
-    """Where a host stands: epoch, segment (base, hosts, host) and positions consumed in it."""
-
-    epoch: int
-    base: int
-    hosts: int
-    host: int
-    consumed: int
-
-
-def resume_cursor(saved: Cursor, n: int, hosts: int, host: int) -> Cursor:
-    """The cursor for host `host` of `hosts` that continues from `saved`.
-
-    Same host and host count: continue exactly (no lockstep needed). Otherwise the saved host's
-    count is taken as every host's (lockstep) and a new segment starts after what all consumed:
-    positions a shorter share never had are then simply not yet consumed, so nothing repeats.
-    """
-    if (saved.hosts, saved.host) == (hosts, host):
-        return saved
-    base = min(n, saved.base + saved.consumed * saved.hosts)
-    return Cursor(saved.epoch, base, hosts, host, 0)
-
-
 @dataclass(frozen=True)
 class Shuffle:
     """A global shuffle (`window=None`), or a windowed one over shards starting at `shard_starts`.
@@ -156,15 +119,10 @@ def windowed_permute(positions: np.ndarray, shuffle: Shuffle, epoch: int) -> np.
     return out
 
 
-def record_indices(n: int, shuffle: Shuffle | None, cursor: Cursor, start: int,
-                   count: int) -> np.ndarray:
-    """Record indices of the host's `count` positions from its `start`-th in the segment.
-
-    `shuffle=None` means records in stored order.
-    """
-    positions = host_positions(cursor.base, cursor.host, cursor.hosts, start, count)
+def records_at(n: int, shuffle: Shuffle | None, epoch: int, positions: np.ndarray) -> np.ndarray:
+    """Record indices at epoch `positions` (`shuffle=None`: records in stored order)."""
     if shuffle is None:
         return positions
     if shuffle.window is None:
-        return permute(positions, n, shuffle.seed, cursor.epoch)
-    return windowed_permute(positions, shuffle, cursor.epoch)
+        return permute(positions, n, shuffle.seed, epoch)
+    return windowed_permute(positions, shuffle, epoch)

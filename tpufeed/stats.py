@@ -83,6 +83,11 @@ class PipelineStats:
     errors: int
     stages: dict[str, StageStats] = field(default_factory=dict)
     tuning: str | None = None  # why "auto" chose these workers/prefetch, if it did
+    cut_batches: int = 0  # dropped so that every host ended the epoch at once ("shortest")
+    padded_batches: int = 0  # wholly masked batches handed out for that ("pad")
+    padded_rows: int = 0  # masked rows, in padded batches and padded short batches
+    agreements: int = 0  # steps agreed with the other hosts
+    agreement_seconds: float = 0.0  # time spent agreeing
 
     @property
     def records_per_s(self) -> float:
@@ -107,6 +112,9 @@ class PipelineStats:
             "queue_depth": self.queue_depth, "memory_bytes": self.memory_bytes,
             "dropped_records": self.dropped_records, "errors": self.errors,
             "bottleneck": self.bottleneck, "tuning": self.tuning,
+            "cut_batches": self.cut_batches, "padded_batches": self.padded_batches,
+            "padded_rows": self.padded_rows, "agreements": self.agreements,
+            "agreement_seconds": self.agreement_seconds,
             "stages": {name: {"seconds": s.seconds, "records": s.records, "parallelism": s.parallelism,
                               "records_per_s": s.records_per_s} for name, s in self.stages.items()},
         }
@@ -118,6 +126,10 @@ class PipelineStats:
                  f"workers {self.workers}, prefetch {self.prefetch}, queue depth {self.queue_depth}, "
                  f"memory {self.memory_bytes / 2**20:,.1f} MiB, dropped {self.dropped_records}, "
                  f"errors {self.errors}" + (f"; auto: {self.tuning}" if self.tuning else ""),
+                 *([f"hosts ended together: {self.agreements:,} steps agreed in "
+                    f"{self.agreement_seconds:.3f} s, {self.cut_batches} batches cut, "
+                    f"{self.padded_batches} padded ({self.padded_rows} masked rows)"]
+                   if self.agreements or self.cut_batches or self.padded_rows else []),
                  f"{'stage':<32} {'seconds':>9} {'records':>11} {'records/s':>12} {'procs':>5}"]
         bottleneck = self.bottleneck
         for name, s in self.stages.items():

@@ -19,29 +19,41 @@ import jax
 from jax.sharding import NamedSharding
 
 from tpufeed.adapters._jax_layout import BatchLayout, check_sharding, data_parallel_sharding
-from tpufeed.adapters._lockstep import check_lockstep
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
 from tpufeed._prefetch import ThreadPrefetcher
 from tpufeed.iterator import DatasetIterator
+from tpufeed.uneven import EvenHosts, HostAgreement, check_uneven
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 
 
 def to_jax(ds: Any, sharding: NamedSharding | None = None, prefetch: int = 2,
-           state: dict[str, Any] | None = None) -> JaxIterator:
+           state: Any = None, uneven: str = "shortest",
+           agreement: HostAgreement | None = None) -> JaxIterator:
     """Iterates `ds` as pytrees of global jax.Arrays placed by `sharding`.
 
     sharding: a NamedSharding applied to every leaf; None is a 1-D mesh over all devices of all
       processes with the batch dimension split along it (`data_parallel_sharding()`).
     prefetch: batches transferred to the devices ahead of the loop, by a background thread
       (0: transfer in `__next__`).
-    state: a `get_state()` to resume from, as for `Dataset.iterator`.
+    state: a `get_state()` to resume from, or the list of every process's, as for
+      `Dataset.iterator`.
+    uneven: when processes make different numbers of batches (a filter, flat_map,
+      ignore_errors, an uneven last shard), every process still ends each epoch at the same
+      step: "shortest" (default) drops the longer processes' extra batches, "pad" hands out
+      fully masked batches (every batch gains a boolean `mask` leaf; short batches are padded
+      to full size). See tpufeed.uneven. In one process, "shortest" changes nothing.
+    agreement: how processes agree at each step (default: jax.distributed's coordination
+      service, used only where counts can differ).
     """
     if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
         raise InvalidArgumentError(f"to_jax prefetch must be a non-negative int, got {prefetch!r}")
-    return JaxIterator(ds, check_sharding(sharding), prefetch, state)
+    if check_uneven(uneven) is None:
+        raise InvalidArgumentError("to_jax needs uneven='shortest' or 'pad': a process that runs "
+                                   "out of batches early would stall the others")
+    return JaxIterator(ds, check_sharding(sharding), prefetch, state, uneven, agreement)
 
 
 class JaxIterator(Iterator[Any]):
@@ -49,23 +61,19 @@ class JaxIterator(Iterator[Any]):
     never the ones still waiting in the prefetch buffer; `wait_fraction` says how much of the
     loop's time went to waiting for them."""
 
-    def __init__(self, ds: Any, sharding: NamedSharding, prefetch: int,
-                 state: dict[str, Any] | None = None):
+    def __init__(self, ds: Any, sharding: NamedSharding, prefetch: int, state: Any = None,
+                 uneven: str = "shortest", agreement: HostAgreement | None = None):
         self._ds = ds
         self.sharding = sharding
         self._prefetch = prefetch
+        self._uneven, self._agreement = uneven, agreement
         self._clock = WaitClock()
         self._closed = True
         self._start(state)
 
-    def _start(self, state: dict[str, Any] | None) -> None:
-        inner = self._ds.iterator(state)
-        try:
-            self._state = inner.get_state()
-            check_lockstep(self._ds, self._state)
-        except BaseException:
-            inner.close()
-            raise
+    def _start(self, state: Any) -> None:
+        inner = self._ds.iterator(state, uneven=self._uneven, agreement=self._agreement)
+        self._state = inner.get_state()
         self._inner = inner
         self._device_clock = StageClock()
         items = _transferred(inner, BatchLayout(self.sharding), self._device_clock)
@@ -87,9 +95,9 @@ class JaxIterator(Iterator[Any]):
         """The input position after the last batch the loop received; small and JSON-able."""
         return dict(self._state)
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Continues right after `state` (from any host count of a lockstep run); drops the
-        batches prefetched so far."""
+    def set_state(self, state: Any) -> None:
+        """Continues right after `state` (one process's, or the list of all processes' for
+        another process count); drops the batches prefetched so far."""
         self.close()
         self._start(state)
 
@@ -156,7 +164,7 @@ class JaxIterator(Iterator[Any]):
             pass
 
 
-def _transferred(inner: DatasetIterator, layout: BatchLayout,
+def _transferred(inner: DatasetIterator | EvenHosts, layout: BatchLayout,
                  clock: StageClock) -> Iterator[tuple[Any, dict]]:
     """(global arrays, state after them), the arrays ready on their devices; the transfer is
     timed as the "to_device" stage."""

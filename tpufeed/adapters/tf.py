@@ -65,7 +65,7 @@ def to_tf(ds: Any, state: dict[str, Any] | None = None) -> Any:
         raise
     plan = ds._plan()
     fixed_batch = plan.batch.batch_size if plan.batch is not None and plan.batch.drop_remainder \
-        and not plan.batch_ops else None
+        and not plan.tail else None
     spec = element_spec(first, fixed_batch)
     peeked = [(first_iterator, first)]
     tracker = TfInput()

@@ -13,43 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.batching import is_leaf_list, stack
+from tpufeed.batching import TreeDef, flatten, stack, unflatten
 
-TreeDef = tuple
 _ALIGN = 64
-
-
-def flatten(tree: Any) -> tuple[TreeDef, list[Any]]:
-    leaves: list[Any] = []
-    return _flatten(tree, leaves), leaves
-
-
-def _flatten(tree: Any, leaves: list[Any]) -> TreeDef:
-    if isinstance(tree, dict):
-        return ("dict", tuple(tree), tuple(_flatten(v, leaves) for v in tree.values()))
-    if isinstance(tree, (tuple, list)) and not is_leaf_list(tree):
-        kind = type(tree) if hasattr(tree, "_fields") else type(tree).__name__
-        return ("seq", kind, tuple(_flatten(v, leaves) for v in tree))
-    leaves.append(tree)
-    return ("leaf",)
-
-
-def unflatten(treedef: TreeDef, leaves: Sequence[Any]) -> Any:
-    it = iter(leaves)
-    return _unflatten(treedef, it)
-
-
-def _unflatten(treedef: TreeDef, leaves: Any) -> Any:
-    if treedef[0] == "leaf":
-        return next(leaves)
-    if treedef[0] == "dict":
-        return {k: _unflatten(d, leaves) for k, d in zip(treedef[1], treedef[2])}
-    kind, children = treedef[1], [_unflatten(d, leaves) for d in treedef[2]]
-    if kind == "list":
-        return children
-    if kind == "tuple":
-        return tuple(children)
-    return kind(*children)
 
 
 def layout_size(leaves: Sequence[Any]) -> int:
@@ -155,20 +121,6 @@ def read_batch(layout: tuple, buffer: Any) -> Any:
             dtype, shape, offset = spec
             leaves.append(np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=offset).copy())
     return unflatten(treedef, leaves)
-
-
-def concat(batches: Sequence[Any]) -> Any:
-    """Concatenates batches of one structure along the batch axis."""
-    if len(batches) == 1:
-        return batches[0]
-    treedef, _ = flatten(batches[0])
-    columns = list(zip(*(flatten(b)[1] for b in batches)))
-    return unflatten(treedef, [np.concatenate(column) for column in columns])
-
-
-def take(batch: Any, start: int, stop: int) -> Any:
-    treedef, leaves = flatten(batch)
-    return unflatten(treedef, [leaf[start:stop] for leaf in leaves])
 
 
 def _in_shm(leaf: Any) -> bool:

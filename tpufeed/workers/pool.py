@@ -15,6 +15,7 @@ import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import WorkerError
+from tpufeed.workers.messages import Failure, Ready, Start, Stop
 from tpufeed.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
@@ -46,7 +47,7 @@ class WorkerPool:
                 self._procs.append(proc)
                 self._tasks.append(Connection(task_w, readable=False))
                 self._results.append(Connection(result_r, writable=False))
-                self._tasks[-1].send((list(sys.path), payload))
+                self._tasks[-1].send(Start(list(sys.path), payload))
         except BaseException:
             self.close()
             raise
@@ -72,18 +73,18 @@ class WorkerPool:
                     message = conn.recv()
                 except (EOFError, OSError):
                     raise self._death(worker) from None
-                if message[0] == "error":
-                    raise rebuild_error(message[2], worker)
+                if isinstance(message, Failure):
+                    raise rebuild_error(message.fields, worker)
                 self._ready.append(worker)
         return self._ready
 
-    def send(self, worker: int, message: tuple) -> None:
+    def send(self, worker: int, message: object) -> None:
         try:
             self._tasks[worker].send(message)
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
-    def receive_any(self, timeout: float = _POLL_S) -> list[tuple[int, tuple]]:
+    def receive_any(self, timeout: float = _POLL_S) -> list[tuple[int, object]]:
         """(worker, message) for every message that arrives within `timeout`, from any worker.
 
         A worker that died raises WorkerError: its pipe reads as closed at once, and a worker
@@ -97,7 +98,7 @@ class WorkerPool:
                 message = conn.recv()
             except (EOFError, OSError):
                 raise self._death(worker) from None
-            if message[0] == "ready":
+            if isinstance(message, Ready):
                 self._ready.append(worker)
             else:
                 out.append((worker, message))
@@ -125,7 +126,7 @@ class WorkerPool:
         self._closed = True
         for conn in self._tasks:
             try:
-                conn.send(("stop",))
+                conn.send(Stop())
             except (BrokenPipeError, OSError):
                 pass
         deadline = time.monotonic() + 2.0

@@ -2,7 +2,8 @@
 
 Started as a fresh interpreter (not forked, and without re-importing the user's `__main__`, so a
 script's top-level `jax.distributed.initialize()` never runs twice). It receives the pipeline
-once, then tasks: record indices to read, transform and stack into a shared-memory slot.
+once, then tasks: record indices to read, transform and stack into a shared-memory slot, with
+the same `ChunkRunner` the parent uses.
 """
 
 from __future__ import annotations
@@ -14,10 +15,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-# Messages, parent -> worker: ("task", task_id, epoch, indices bytes) | ("free", slot) | ("stop",)
-# worker -> parent: ("ready",) | ("batch", task_id, slot, new_segment, layout, offsets, skipped,
-#                    times) | ("items", task_id, elements, offsets, skipped, times)
-#                 | ("error", task_id, error fields)
+from tpufeed.workers.messages import Answer, Failure, Free, Ready, Start, Stop, Task
 
 
 def _exit_with_parent() -> None:
@@ -43,36 +41,34 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
 
 class Worker:
     def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any]):
+        from tpufeed.chunk import ChunkRunner
         from tpufeed.stats import StageClock
         from tpufeed.workers.slots import WorkerSlots
-        from tpufeed.workers.task import TaskRunner
 
         self.tasks, self.results = tasks, results
         self.index = init["index"]
         self.slots = WorkerSlots(f"{init['prefix']}-w{self.index}", init["slots"])
         self.clock = StageClock()
-        self.runner = TaskRunner(init["plan"], init["batched"], init["whole_batches"], self.clock)
+        self.runner = ChunkRunner(init["plan"], self.clock)
         self.backlog: deque = deque()
 
     def run(self) -> None:
-        import numpy as np
-
-        self.results.send(("ready",))
+        self.results.send(Ready())
         while True:
             message = self.backlog.popleft() if self.backlog else self.tasks.recv()
-            kind = message[0]
-            if kind == "stop":
+            if isinstance(message, Stop):
                 return
-            if kind == "free":
-                self.slots.release(message[1])
+            if isinstance(message, Free):
+                self.slots.release(message.slot)
                 continue
-            _, task_id, epoch, raw = message
             try:
-                self.results.send(self._task(task_id, epoch, np.frombuffer(raw, np.int64)))
+                self.results.send(self._task(message))
             except Exception as exc:  # noqa: BLE001 - every failure goes to the parent
-                self.results.send(("error", task_id, error_fields(exc)))
+                self.results.send(Failure(message.task_id, error_fields(exc)))
 
-    def _task(self, task_id: int, epoch: int, indices: Any) -> tuple:
+    def _task(self, task: Task) -> Answer:
+        import numpy as np
+
         from tpufeed.workers.layout import write_batch, write_stacked
 
         slot: list[Any] = [None, None]
@@ -84,20 +80,20 @@ class Worker:
             slot[:] = [index, name]
             return buffer
 
-        kind, payload, offsets = self.runner.run(
-            indices, epoch,
+        skips = np.frombuffer(task.skips, np.int64) if task.skips is not None else None
+        piece = self.runner.run(
+            task.epoch, np.frombuffer(task.indices, np.int64), skips,
             stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
             placer=lambda batch: write_batch(batch, buffer_for))
-        skipped = [error_fields(error) for error in self.runner.take_skipped()]
-        if kind == "items":
-            return ("items", task_id, payload, offsets, skipped, self.clock.drain())
-        return ("batch", task_id, slot[0], slot[1], payload, offsets, skipped, self.clock.drain())
+        return Answer(task.task_id, piece.payload, piece.size, piece.units, piece.outs, piece.last,
+                      piece.final, slot[0], slot[1], [error_fields(e) for e in piece.skipped],
+                      self.clock.drain())
 
     def _wait_for_free_slot(self) -> None:
         message = self.tasks.recv()
-        if message[0] == "free":
-            self.slots.release(message[1])
-        elif message[0] == "stop":
+        if isinstance(message, Free):
+            self.slots.release(message.slot)
+        elif isinstance(message, Stop):
             raise SystemExit(0)
         else:
             self.backlog.append(message)
@@ -110,17 +106,17 @@ def main(argv: list[str]) -> int:
     tasks, results = Connection(int(argv[0])), Connection(int(argv[1]))
     worker = None
     try:
-        sys_path, payload = tasks.recv()
-        sys.path[:] = sys_path
+        start: Start = tasks.recv()
+        sys.path[:] = start.sys_path
         import cloudpickle
-        init = cloudpickle.loads(payload)
+        init = cloudpickle.loads(start.payload)
         worker = Worker(tasks, results, init)
         worker.run()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the parent went away
     except Exception as exc:  # noqa: BLE001 - start-up failure, e.g. a function that won't unpickle
         try:
-            results.send(("error", -1, error_fields(exc)))
+            results.send(Failure(-1, error_fields(exc)))
         except (BrokenPipeError, OSError):
             pass
     finally:

@@ -1,0 +1,195 @@
+"""The unit of work: a chunk of a host's stream, read and run through the record stages.
+
+`ChunkRunner.run` is the one piece of code that reads records and applies `map`, `random_map`,
+`filter` and `flat_map`: worker processes run it, the parent runs it (alone, or while workers
+start), and the autotune warm-up runs it. Its `Piece` says which unit (and which of the unit's
+outputs) each element comes from, so the consumer's cursor can be exact after any element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpufeed.batching import stack
+from tpufeed.cursor import Cursor
+from tpufeed.errors import SourceError, TpufeedError
+from tpufeed.plan import Plan
+from tpufeed.rng import RecordRngs
+from tpufeed.sources.view import SourceView
+from tpufeed.stages import Context, Elements, stage_names
+from tpufeed.stats import StageClock, now
+
+Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describe) -> batch
+Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Units [start, start + len(records)) of the host's stream in the epoch of `cursor`."""
+
+    cursor: Cursor
+    start: int
+    records: np.ndarray  # record index of each unit
+    skips: np.ndarray | None = None  # outputs of each unit delivered before (None: none)
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    """The end of the host's stream in the epoch of `cursor` (its start), after `units` units."""
+
+    cursor: Cursor
+    units: int
+    dropped: int = 0  # records of a short last batch dropped unread (drop_remainder)
+
+
+@dataclass
+class Piece:
+    """The elements a chunk made, in order: a list, or stacked (batched pipelines), or one
+    finished batch (`final`: the chunk was exactly one batch and its batch stages ran).
+
+    Element i comes from unit `units[i]` of the chunk and is its output `outs[i]`, the unit's
+    last when `last[i]`; None stands for the common case (element i is unit i's only output).
+    """
+
+    chunk: Chunk | None  # set by the parent (a worker's piece travels without it)
+    payload: Any
+    size: int
+    units: list[int] | None = None
+    outs: list[int] | None = None
+    last: list[bool] | None = None
+    skipped: list[TpufeedError] = field(default_factory=list)
+    final: bool = False
+
+    def cursor_after(self, i: int) -> Cursor:
+        """The host's cursor once element i (and everything before it) is delivered."""
+        unit = self.chunk.start + (self.units[i] if self.units is not None else i)
+        if self.last is None or self.last[i]:
+            return self.chunk.cursor.after(unit + 1)
+        return self.chunk.cursor.after(unit, self.outs[i] + 1)
+
+    def record_of(self, i: int) -> int:
+        return int(self.chunk.records[self.units[i] if self.units is not None else i])
+
+
+def read(source: SourceView, indices: np.ndarray, clock: StageClock,
+         skipped: list[TpufeedError] | None = None) -> tuple[list[Any], list[int]]:
+    """Reads a chunk of records, timed as the "read" stage: (records, their units).
+
+    With `skipped` (a tolerant pipeline), a failing chunk is re-read record by record and the
+    records that fail are left out, their errors appended to `skipped`.
+    """
+    started = now()
+    try:
+        records, units = source.read(indices), list(range(len(indices)))
+    except SourceError:
+        if skipped is None:
+            raise
+        records, units = [], []
+        for unit in range(len(indices)):
+            try:
+                records += source.read(indices[unit:unit + 1])
+            except SourceError as error:
+                skipped.append(error)
+                continue
+            units.append(unit)
+    clock.add("read", now() - started, len(indices))
+    return records, units
+
+
+class ChunkRunner:
+    """Runs chunks of one plan: read, record stages, and (batched pipelines) stacking.
+
+    `stacker` stacks a list of elements where the batch should live (a worker: straight into a
+    shared-memory slot); `placer` moves an already stacked batch there.
+    """
+
+    def __init__(self, plan: Plan, clock: StageClock):
+        self.plan, self.clock = plan, clock
+        self.labels = stage_names(plan.head)
+        self.tail_labels = stage_names(plan.tail, " on batches")
+        self.splits = any(stage.splits for stage in plan.head)
+        self.tolerant = plan.max_errors > 0
+        self._rngs: dict[int, RecordRngs] = {}
+
+    def context(self, epoch: int, records: list[int]) -> Context:
+        return Context(epoch, records, self.plan.source, self.plan.rng_seed, self.clock,
+                       [] if self.tolerant else None, self._rngs)
+
+    def run_chunk(self, chunk: Chunk) -> Piece:
+        piece = self.run(chunk.cursor.epoch, chunk.records, chunk.skips)
+        piece.chunk = chunk
+        return piece
+
+    def run(self, epoch: int, indices: np.ndarray, skips: np.ndarray | None,
+            stacker: Stacker = stack, placer: Placer = lambda batch: batch) -> Piece:
+        """The piece made from records `indices` of `epoch` (`skips`: outputs of each unit to
+        leave out, as delivered before)."""
+        plan = self.plan
+        records = indices.tolist()
+        context = self.context(epoch, records)
+        values, units = read(plan.source, indices, self.clock, context.skipped)
+        elements = Elements(values, units)
+        for stage, label in zip(plan.head, self.labels):
+            elements = stage.run(elements, context, label)
+        piece = Piece(None, None, 0, skipped=context.skipped or [])
+        if self.splits or skips is not None:
+            elements, piece.outs, piece.last = _outputs(elements, skips)
+        values = elements.values
+        piece.size = len(values)
+        if piece.outs is not None or len(values) != len(records):
+            piece.units = elements.units
+        if plan.batch is None:
+            piece.payload = values
+        elif values:
+            describe = lambda i: plan.source.describe(records[elements.units[i]])  # noqa: E731
+            started = now()
+            if plan.fused and plan.tail:
+                batch = stack(values, describe)
+                self.clock.add("batch", now() - started, len(values))
+                batch = self.finish(batch, records[0], epoch, piece.skipped)
+                piece.payload = placer(batch) if batch is not None else None
+            else:
+                piece.payload = stacker(values, describe)
+                self.clock.add("batch", now() - started, len(values))
+            piece.final = plan.fused
+        return piece
+
+    def finish(self, batch: Any, first_record: int, epoch: int,
+               skipped: list[TpufeedError]) -> Any | None:
+        """Runs the stages after `batch` on one batch; None if they drop it (errors, if
+        tolerant, go to `skipped`)."""
+        if not self.plan.tail:
+            return batch
+        context = self.context(epoch, [first_record])
+        elements = Elements([batch], [0])
+        for stage, label in zip(self.plan.tail, self.tail_labels):
+            elements = stage.run(elements, context, label)
+        skipped += context.skipped or []
+        return elements.values[0] if elements.values else None
+
+
+def _outputs(elements: Elements, skips: np.ndarray | None) -> tuple[Elements, list[int], list[bool]]:
+    """Numbers each element within its unit's outputs and marks each unit's last; drops the
+    outputs a unit delivered before (`skips`)."""
+    units = elements.units
+    outs, last = [], []
+    previous, k = -1, 0
+    for i, unit in enumerate(units):
+        k = k + 1 if unit == previous else 0
+        previous = unit
+        outs.append(k)
+        last.append(i + 1 == len(units) or units[i + 1] != unit)
+    if skips is not None:
+        keep = [i for i, (unit, out) in enumerate(zip(units, outs)) if out >= skips[unit]]
+        elements = Elements([elements.values[i] for i in keep], [units[i] for i in keep],
+                            None if elements.ids is None else [elements.ids[i] for i in keep])
+        outs, last = [outs[i] for i in keep], [last[i] for i in keep]
+    return elements, outs, last

@@ -1,0 +1,239 @@
+"""Where a host stands in an epoch, and how the hosts' stops continue on another host count.
+
+Pure arithmetic on integers: no I/O, no records (order.py turns positions into records).
+
+Terms:
+- An epoch is *positions* 0..N-1. A host walks a *stream* of *units*, each one position: first
+  its *carries*, (position, skip) pairs another host left half delivered, then its *stride*, the
+  indices `base + host + k * hosts` (k = 0, 1, ...) of the segment's *index space*.
+- The index space is the epoch's positions, or what earlier stops left of them: a stop where
+  the hosts were not in lockstep (their counts depend on the data) adds a `Layer` that lists how
+  many stride indices each old host had consumed; the indices nobody consumed, in order, are the
+  next index space. A stop in lockstep only moves `base`.
+- A host's cursor counts the units it `consumed` whole and the outputs of the next unit already
+  `emitted` (a unit may make several outputs, through `flat_map`).
+
+Exactness on any host count follows: the positions consumed by all hosts of a stop are known
+from their cursors, and the new hosts split exactly the rest between them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tpufeed.errors import StateError
+
+
+def share_size(n: int, base: int, host: int, hosts: int) -> int:
+    """Number of indices in [base, n) that host `host` of `hosts` takes."""
+    return max(0, -(-(n - base - host) // hosts))
+
+
+def host_positions(base: int, host: int, hosts: int, start: int, count: int) -> np.ndarray:
+    """Indices of the host's start-th .. (start+count-1)-th stride units."""
+    return base + host + (start + np.arange(count, dtype=np.int64)) * hosts
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What a stop out of lockstep left of an index space: below `base` every index was
+    consumed; from `base` on, host h of `hosts` had consumed its first `consumed[h]` strides."""
+
+    base: int
+    hosts: int
+    consumed: tuple[int, ...]
+
+    def size(self, parent: int) -> int:
+        """Indices of the parent space of size `parent` that nobody consumed."""
+        return sum(max(0, share_size(parent, self.base, h, self.hosts) - c)
+                   for h, c in enumerate(self.consumed))
+
+    def parent_indices(self, indices: np.ndarray, parent: int) -> np.ndarray:
+        """The parent-space index of each of this layer's `indices` (its i-th unconsumed index)."""
+        starts, first_rows, widths, columns = _bands(self, parent)
+        band = np.searchsorted(starts, indices, side="right") - 1
+        offset = indices - starts[band]
+        width = np.maximum(widths[band], 1)
+        rows = first_rows[band] + offset // width
+        return self.base + columns[band, offset % width] + rows * self.hosts
+
+
+@functools.lru_cache(maxsize=64)
+def _bands(layer: Layer, parent: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows k (stride counts) split into bands in which the same hosts still have index k.
+
+    Host h has rows [consumed[h], share[h]); between two consecutive bounds the set of hosts
+    with a row is fixed. Per band: its first unconsumed index (cumulative), first row, host
+    count, and the hosts (padded to a rectangle).
+    """
+    hosts = layer.hosts
+    shares = [share_size(parent, layer.base, h, hosts) for h in range(hosts)]
+    bounds = sorted(set(layer.consumed) | set(shares))
+    starts, rows, widths, columns = [], [], [], []
+    total = 0
+    for low, high in zip(bounds, bounds[1:]):
+        live = [h for h in range(hosts) if layer.consumed[h] <= low < shares[h]]
+        starts.append(total)
+        rows.append(low)
+        widths.append(len(live))
+        columns.append(live + [0] * (hosts - len(live)))
+        total += (high - low) * len(live)
+    if not starts:
+        return (np.zeros(1, np.int64),) * 3 + (np.zeros((1, 1), np.int64),)
+    return (np.array(starts, np.int64), np.array(rows, np.int64), np.array(widths, np.int64),
+            np.array(columns, np.int64).reshape(len(starts), hosts))
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a host stands: epoch, segment (layers, base, hosts), host, carries, progress."""
+
+    epoch: int
+    base: int
+    hosts: int
+    host: int
+    consumed: int  # units of the stream delivered whole
+    emitted: int = 0  # outputs of unit `consumed` already delivered
+    layers: tuple[Layer, ...] = ()
+    carries: tuple[tuple[int, int], ...] = ()  # (epoch position, outputs already delivered)
+
+    def space_sizes(self, n: int) -> list[int]:
+        """Sizes of the index spaces, from the epoch's (n) to the stride's."""
+        sizes = [n]
+        for layer in self.layers:
+            sizes.append(layer.size(sizes[-1]))
+        return sizes
+
+    def stream_size(self, n: int) -> int:
+        """Units in this host's stream for the epoch: its carries, then its stride."""
+        top = self.space_sizes(n)[-1]
+        return len(self.carries) + share_size(top, self.base, self.host, self.hosts)
+
+    def positions(self, n: int, start: int, count: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Epoch positions of units [start, start + count) of the stream, and the outputs to
+        skip in each (None: none), which is how a stop in the middle of a unit resumes."""
+        carried = self.carries[start:start + count]
+        stride_start = max(0, start - len(self.carries))
+        stride = host_positions(self.base, self.host, self.hosts, stride_start, count - len(carried))
+        if self.layers and len(stride):
+            sizes = self.space_sizes(n)
+            for layer, parent in zip(reversed(self.layers), reversed(sizes[:-1])):
+                stride = layer.parent_indices(stride, parent)
+        skips = None
+        if carried or start <= self.consumed < start + count and self.emitted:
+            skips = np.zeros(count, np.int64)
+            skips[:len(carried)] = [skip for _, skip in carried]
+            if start <= self.consumed < start + count:
+                skips[self.consumed - start] = max(skips[self.consumed - start], self.emitted)
+        if carried:
+            stride = np.concatenate([np.array([p for p, _ in carried], np.int64), stride])
+        return stride, skips
+
+    def after(self, consumed: int, emitted: int = 0) -> Cursor:
+        """This cursor moved on to `consumed` whole units and `emitted` outputs of the next."""
+        return Cursor(self.epoch, self.base, self.hosts, self.host, consumed, emitted,
+                      self.layers, self.carries)
+
+
+def epoch_start(epoch: int, hosts: int, host: int) -> Cursor:
+    return Cursor(epoch, 0, hosts, host, 0)
+
+
+def at_segment_start(cursor: Cursor) -> bool:
+    """Nothing of a plain segment consumed yet: every host of a lockstep run is there too."""
+    return cursor.consumed == 0 and cursor.emitted == 0 and not cursor.carries and not cursor.layers
+
+
+def resume_one(saved: Cursor, n: int, hosts: int, host: int, counts_depend_on_data: bool) -> Cursor:
+    """The cursor for host `host` of `hosts` that continues from one host's `saved` cursor.
+
+    Same host and host count: continue exactly. Otherwise every host is taken to have consumed
+    what `saved` did (lockstep), which holds only where counts cannot depend on the data, or at
+    the start of a segment; elsewhere the other hosts' cursors are needed (`resume_all`).
+    """
+    if (saved.hosts, saved.host) == (hosts, host):
+        return saved
+    if (counts_depend_on_data and not at_segment_start(saved)) or saved.carries or saved.emitted:
+        raise StateError(
+            f"this state is host {saved.host}'s of {saved.hosts}, taken after its share's "
+            f"{saved.consumed} positions; the pipeline's counts depend on the data (filter, "
+            "flat_map, ignore_errors, ...), so the hosts were not in lockstep and one host's state "
+            f"cannot say what the others consumed. To continue as host {host} of {hosts}, pass "
+            "the states of all hosts: ds.iterator([state_host0, state_host1, ...])")
+    top = saved.space_sizes(n)[-1]
+    base = min(top, saved.base + saved.consumed * saved.hosts)
+    return Cursor(saved.epoch, base, hosts, host, 0, 0, saved.layers)
+
+
+def resume_all(saved: Sequence[Cursor], n: int, hosts: int, host: int) -> Cursor:
+    """The cursor for host `host` of `hosts` that continues from the cursors of all hosts of a
+    stop: exactly the positions none of them consumed, whatever each consumed."""
+    old = check_complete(saved)
+    if old[0].hosts == hosts:
+        return old[host]  # each host's own state says all it needs, wherever the others are
+    check_same_stop(old)
+    first = old[0]
+    carries: list[tuple[int, int]] = []
+    strides: list[int] = []
+    for cursor in old:
+        started = len(cursor.carries)
+        if cursor.consumed < started:
+            left = list(cursor.carries[cursor.consumed:])
+            if cursor.emitted:
+                left[0] = (left[0][0], max(left[0][1], cursor.emitted))
+            carries += left
+            strides.append(0)
+            continue
+        done = cursor.consumed - started
+        if cursor.emitted:  # a unit half delivered: another host delivers the rest
+            position = cursor.positions(n, cursor.consumed, 1)[0]
+            carries.append((int(position[0]), cursor.emitted))
+            done += 1
+        strides.append(done)
+    if len(set(strides)) == 1:
+        top = first.space_sizes(n)[-1]
+        base, layers = min(top, first.base + strides[0] * first.hosts), first.layers
+    else:
+        base, layers = 0, first.layers + (Layer(first.base, first.hosts, tuple(strides)),)
+    return Cursor(first.epoch, base, hosts, host, 0, 0, layers, tuple(carries[host::hosts]))
+
+
+def check_complete(saved: Sequence[Cursor]) -> list[Cursor]:
+    """The cursors of a run's hosts, one per host, ordered by host; raises if they are not."""
+    if not saved:
+        raise StateError("an empty list of states: pass the state of every host of the run")
+    old = sorted(saved, key=lambda c: c.host)
+    first = old[0]
+    for c in old[1:]:
+        if c.hosts != first.hosts:
+            raise StateError(f"host {c.host}'s state is of a {c.hosts}-host run, host "
+                             f"{first.host}'s of a {first.hosts}-host run: the states come from "
+                             "different runs")
+    hosts = [c.host for c in old]
+    if hosts != list(range(first.hosts)):
+        missing = sorted(set(range(first.hosts)) - set(hosts))
+        repeated = sorted({h for h in hosts if hosts.count(h) > 1})
+        raise StateError(
+            f"the states must be those of all {first.hosts} hosts of the run, one each; "
+            + "; ".join(part for part in (
+                f"missing host(s) {missing}" if missing else "",
+                f"host(s) {repeated} given more than once" if repeated else "") if part))
+    return old
+
+
+def check_same_stop(old: list[Cursor]) -> None:
+    """Raises unless the hosts' cursors continue one segment of one epoch."""
+    first = old[0]
+    for c in old[1:]:
+        if c.epoch != first.epoch:
+            raise StateError(
+                f"host {c.host}'s state is in epoch {c.epoch} and host 0's in epoch "
+                f"{first.epoch}: take the states of all hosts at one step (to_jax and "
+                "iterator(uneven=...) end every epoch on all hosts at the same step)")
+        if (c.base, c.layers) != (first.base, first.layers):
+            raise StateError(f"host {c.host}'s state and host 0's continue different stops of "
+                             "the run (their segments differ): the states come from different steps")

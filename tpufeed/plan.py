@@ -1,0 +1,49 @@
+"""Plan: the runnable, picklable form of a Dataset, as workers receive it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tpufeed.order import Shuffle
+from tpufeed.sources.view import SourceView
+from tpufeed.stages import Batch, RecordStage
+
+_UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Source, order, stages and host of a pipeline.
+
+    `head` are the record stages before `batch`, `tail` those after it (on whole batches).
+    """
+
+    source: SourceView
+    shuffle: Shuffle | None
+    rng_seed: int
+    head: tuple[RecordStage, ...]
+    batch: Batch | None
+    tail: tuple[RecordStage, ...]
+    epochs: int | None
+    hosts: int
+    host: int
+    fingerprint: str
+    max_errors: int = 0  # bad records that may be skipped (0: the first one raises)
+
+    @property
+    def counts_depend_on_data(self) -> bool:
+        """Whether the items a host makes from its share can depend on the records' contents
+        (a filter, flat_map or skipped bad records). If not, hosts with equal shares stay in
+        lockstep, and one host's state tells where every host stands. The one answer that the
+        workers, elastic resume and the device adapters all use."""
+        return self.max_errors > 0 or any(stage.changes_count for stage in self.head + self.tail)
+
+    @property
+    def fused(self) -> bool:
+        """Whether each chunk is exactly one batch (so workers finish whole batches)."""
+        return self.batch is not None and not self.counts_depend_on_data
+
+    @property
+    def chunk(self) -> int:
+        """Units read and transformed in one call."""
+        return self.batch.batch_size if self.batch is not None else _UNBATCHED_CHUNK

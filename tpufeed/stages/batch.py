@@ -1,0 +1,75 @@
+"""`batch(n, drop_remainder)`: stacks n consecutive elements into one item of numpy arrays.
+
+A stream stage: the record stages hand it *pieces* (the stacked survivors of one chunk); it cuts
+batches across piece boundaries, in order. A piece that is exactly one batch passes through
+without a copy. Batches never span epochs; at an epoch's end the rest is one short batch, or is
+dropped and counted (`drop_remainder`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tpufeed.batching import concat, take
+
+if TYPE_CHECKING:
+    from tpufeed.chunk import EpochEnd, Piece
+    from tpufeed.cursor import Cursor
+
+Cut = tuple[Any, "Cursor", int]  # (batch, cursor after it, record of its first element)
+
+
+@dataclass(frozen=True)
+class Batch:
+    batch_size: int
+    drop_remainder: bool
+    kind: ClassVar[str] = "batch"
+    name: ClassVar[str] = "batch"
+
+    def describe(self) -> Any:
+        return ["batch", self.batch_size, self.drop_remainder]
+
+
+class Batcher:
+    """The running batch stage: holds the elements of the batch being filled, as slices of
+    pieces, between the items it hands out (never at a state: a state is taken between items)."""
+
+    def __init__(self, batch: Batch):
+        self.size = batch.batch_size
+        self.drop_remainder = batch.drop_remainder
+        self._pending: list[tuple[Piece, int, int]] = []  # (piece, start, stop) slices
+        self._count = 0
+
+    def push(self, piece: Piece) -> list[Cut]:
+        """The batches completed by `piece`."""
+        if not piece.size:
+            return []
+        if not self._pending and piece.size == self.size:
+            return [(piece.payload, piece.cursor_after(piece.size - 1), piece.record_of(0))]
+        out = []
+        start = 0
+        while start < piece.size:
+            stop = min(piece.size, start + self.size - self._count)
+            self._pending.append((piece, start, stop))
+            self._count += stop - start
+            start = stop
+            if self._count == self.size:
+                out.append(self._cut(piece.cursor_after(stop - 1)))
+        return out
+
+    def end_epoch(self, end: EpochEnd) -> tuple[list[Cut], int]:
+        """The epoch's short last batch, if kept, and the count of records dropped."""
+        if not self._count:
+            return [], 0
+        if self.drop_remainder:
+            dropped, self._pending, self._count = self._count, [], 0
+            return [], dropped
+        return [self._cut(end.cursor.after(end.units))], 0
+
+    def _cut(self, cursor: Cursor) -> Cut:
+        parts = [p.payload if (lo, hi) == (0, p.size) else take(p.payload, lo, hi)
+                 for p, lo, hi in self._pending]
+        first_piece, first = self._pending[0][0], self._pending[0][1]
+        self._pending, self._count = [], 0
+        return concat(parts), cursor, first_piece.record_of(first)

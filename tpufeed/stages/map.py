@@ -1,0 +1,44 @@
+"""`map(fn)`: fn(element) -> element. `random_map(fn)`: fn(element, rng) -> element, where rng
+depends only on (seed, epoch, record, piece), never on hosts, workers or timing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from tpufeed.stages.record import Context, Elements, RecordStage
+
+
+@dataclass(frozen=True)
+class Map(RecordStage):
+    fn: Callable[[Any], Any]
+    kind: ClassVar[str] = "map"
+
+    def apply_all(self, elements: Elements, context: Context) -> Elements:
+        fn = self.fn
+        return Elements([fn(value) for value in elements.values], elements.units, elements.ids)
+
+    def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
+        return [self.fn(value)]
+
+
+@dataclass(frozen=True)
+class RandomMap(RecordStage):
+    fn: Callable[[Any, Any], Any]
+    stream: int  # tells the random_maps of one pipeline apart
+    kind: ClassVar[str] = "random_map"
+
+    def apply_all(self, elements: Elements, context: Context) -> Elements:
+        fn, for_record = self.fn, context.rngs(self.stream).for_record
+        epoch, records = context.epoch, context.records
+        if elements.ids is None:
+            values = [fn(value, for_record(epoch, records[unit]))
+                      for value, unit in zip(elements.values, elements.units)]
+        else:
+            values = [fn(value, for_record(epoch, records[unit], piece))
+                      for value, unit, piece in zip(elements.values, elements.units, elements.ids)]
+        return Elements(values, elements.units, elements.ids)
+
+    def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
+        return [self.fn(value, context.rngs(self.stream).for_record(context.epoch, record, piece))]

@@ -1,0 +1,148 @@
+"""The contract of a record stage, and the one loop that runs it with exact error reports.
+
+A record stage maps each element to zero or more elements, on its own, so it runs in any process
+on any chunk. `RecordStage.run` takes the chunk's elements at once (the fast path is one list
+comprehension); when that raises it reruns element by element to name the failing record, and in
+a tolerant pipeline (`ignore_errors`) drops that element and keeps its error.
+"""
+
+from __future__ import annotations
+
+import abc
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from tpufeed.errors import TransformError
+from tpufeed.rng import RecordRngs
+from tpufeed.stats import StageClock, now
+
+_ID_MIX = 0x9E3779B97F4A7C15
+_ID_MASK = (1 << 64) - 1
+
+
+def child_id(parent: int, k: int) -> int:
+    """The piece id of the k-th output of a `flat_map` on an element with id `parent` (the
+    element read from the record has id 0): the same whoever computes it, and fixed per piece."""
+    return ((parent * _ID_MIX) ^ (k + 1)) & _ID_MASK
+
+
+class RecordNames(Protocol):
+    """Names records in error messages."""
+
+    def describe(self, record: int) -> str: ...
+
+    def path_of(self, record: int) -> str | None: ...
+
+
+@dataclass
+class Elements:
+    """Elements of one chunk on their way through the record stages, in order.
+
+    `units[i]` is the unit (offset in the chunk) that `values[i]` comes from; `ids[i]` tells the
+    pieces of one unit apart (None: every id is 0, as before any `flat_map`).
+    """
+
+    values: list[Any]
+    units: list[int]
+    ids: list[int] | None = None
+
+
+@dataclass
+class Context:
+    """What a record stage needs besides the elements: the chunk's epoch and records, names for
+    errors, the clock, and (tolerant pipelines) where the errors of dropped elements go."""
+
+    epoch: int
+    records: Sequence[int]
+    names: RecordNames
+    rng_seed: int
+    clock: StageClock = field(default_factory=StageClock)
+    skipped: list[TransformError] | None = None
+    _rngs: dict[int, RecordRngs] = field(default_factory=dict)
+
+    def rngs(self, stream: int) -> RecordRngs:
+        rngs = self._rngs.get(stream)
+        if rngs is None:
+            rngs = self._rngs[stream] = RecordRngs(self.rng_seed, stream)
+        return rngs
+
+
+class RecordStage(abc.ABC):
+    """Base of the record stages: `fn` applied to each element. Subclasses give `kind`, the fast
+    whole-list form `apply_all` and the per-element form `apply_one` (a list of outputs)."""
+
+    kind: ClassVar[str]
+    changes_count: ClassVar[bool] = False  # may an element make other than exactly one output
+    splits: ClassVar[bool] = False  # are its outputs new pieces (with their own ids and rngs)
+    fn: Callable[..., Any]
+
+    @property
+    def name(self) -> str:
+        fn = self.fn
+        return f"{self.kind}({getattr(fn, '__name__', None) or type(fn).__name__})"
+
+    def describe(self) -> Any:
+        """What the state fingerprint knows of this stage."""
+        return self.kind
+
+    @abc.abstractmethod
+    def apply_all(self, elements: Elements, context: Context) -> Elements:
+        """The stage on every element at once (the fast path; may raise on any element)."""
+
+    @abc.abstractmethod
+    def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
+        """The outputs of one element (`piece`: its id within its record)."""
+
+    def run(self, elements: Elements, context: Context, label: str) -> Elements:
+        """Applies the stage to every element, timed under `label`."""
+        started, count = now(), len(elements.values)
+        if context.skipped is None:
+            try:
+                out = self.apply_all(elements, context)
+                context.clock.add(label, now() - started, count)
+                return out
+            except Exception:  # noqa: BLE001 - rerun one by one to name the record
+                pass
+        values: list[Any] = []
+        units: list[int] = []
+        ids: list[int] | None = [] if elements.ids is not None or self.splits else None
+        for i, (value, unit) in enumerate(zip(elements.values, elements.units)):
+            piece = elements.ids[i] if elements.ids is not None else 0
+            record = context.records[unit]
+            try:
+                outs = self.apply_one(value, record, piece, context)
+            except Exception as exc:  # noqa: BLE001 - a user function may raise anything
+                error = transform_error(self.name, exc, record, context.names)
+                if context.skipped is None:
+                    raise error from exc
+                context.skipped.append(error)
+                continue
+            for k, out in enumerate(outs):
+                values.append(out)
+                units.append(unit)
+                if ids is not None:
+                    ids.append(child_id(piece, k) if self.splits else piece)
+        context.clock.add(label, now() - started, count)
+        return Elements(values, units, ids)
+
+
+def transform_error(stage: str, exc: BaseException, record: int | None,
+                    names: RecordNames) -> TransformError:
+    """A TransformError naming the stage, the record and its file, with the traceback."""
+    where = names.describe(record) if record is not None else "a batch"
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return TransformError(f"{stage} raised {type(exc).__name__}: {exc} (on {where})\n{tb}",
+                          record=record, path=names.path_of(record) if record is not None else None,
+                          traceback_text=tb)
+
+
+def stage_names(stages: Sequence[RecordStage], suffix: str = "") -> list[str]:
+    """Unique, readable stage names: `map(decode)`, `map(decode)#2`, ..."""
+    names: list[str] = []
+    for stage in stages:
+        name = stage.name + suffix
+        repeat = sum(1 for n in names if n == name or n.startswith(name + "#"))
+        names.append(name if not repeat else f"{name}#{repeat + 1}")
+    return names

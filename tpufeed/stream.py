@@ -1,0 +1,95 @@
+"""The parent's side of every executor: pieces in order in, items and exact cursors out.
+
+Stream stages (`batch`) and the stages after them run here, skipped errors are charged against
+`ignore_errors`, and each item leaves with the cursor right after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpufeed.chunk import ChunkRunner, EpochEnd, Piece
+from tpufeed.cursor import Cursor, at_segment_start
+from tpufeed.errors import TpufeedError
+from tpufeed.plan import Plan
+from tpufeed.stages.batch import Batcher
+from tpufeed.stats import StageClock
+
+_log = logging.getLogger("tpufeed")
+
+
+@dataclass
+class Counters:
+    dropped_records: int = 0
+    errors: int = 0
+
+
+@dataclass
+class ErrorBudget:
+    """Counts skipped bad records against `ignore_errors(max_errors)`; past it, raises."""
+
+    max_errors: int
+    counters: Counters
+
+    def charge(self, errors: Sequence[TpufeedError]) -> None:
+        for error in errors:
+            self.counters.errors += 1
+            if self.counters.errors > self.max_errors:
+                error.add_note(f"tpufeed: ignore_errors({self.max_errors}) skips at most "
+                               f"{self.max_errors} bad records; this was bad record "
+                               f"{self.counters.errors}")
+                raise error
+            _log.warning("tpufeed: skipped a bad record (%d of at most %d): %s",
+                         self.counters.errors, self.max_errors, str(error).split("\n", 1)[0])
+
+
+def stream(plan: Plan, pieces: Iterator[Piece | EpochEnd], counters: Counters,
+           clock: StageClock) -> Iterator[tuple[Any, Cursor]]:
+    """(item, cursor after it) for the pieces of `walk(plan, ...)`, processed in order."""
+    budget = ErrorBudget(plan.max_errors, counters)
+    batcher = Batcher(plan.batch) if plan.batch is not None else None
+    finisher = ChunkRunner(plan, clock)  # the stages after batch, when the parent cuts batches
+    made = False  # anything this epoch
+    for piece in pieces:
+        if isinstance(piece, EpochEnd):
+            counters.dropped_records += piece.dropped
+            if batcher is not None:
+                cuts, dropped = batcher.end_epoch(piece)
+                counters.dropped_records += dropped
+                for item in _finish(finisher, budget, cuts, piece.cursor.epoch):
+                    made = True
+                    yield item
+            if not made and plan.epochs is None and at_segment_start(piece.cursor) \
+                    and piece.cursor.base == 0:
+                raise TpufeedError(
+                    f"epoch {piece.cursor.epoch} produced nothing for host {piece.cursor.host} of "
+                    f"{piece.cursor.hosts} ({len(plan.source)} records; a filter may drop them "
+                    "all), so repeat() would loop forever")
+            made = False
+            continue
+        budget.charge(piece.skipped)
+        if piece.final:
+            if piece.payload is not None:
+                made = True
+                yield piece.payload, piece.cursor_after(piece.size - 1)
+        elif batcher is None:
+            for i, element in enumerate(piece.payload):
+                made = True
+                yield element, piece.cursor_after(i)
+        else:
+            for item in _finish(finisher, budget, batcher.push(piece), piece.chunk.cursor.epoch):
+                made = True
+                yield item
+
+
+def _finish(finisher: ChunkRunner, budget: ErrorBudget, cuts: list, epoch: int
+            ) -> Iterator[tuple[Any, Cursor]]:
+    for batch, cursor, first_record in cuts:
+        skipped: list[TpufeedError] = []
+        batch = finisher.finish(batch, first_record, epoch, skipped)
+        budget.charge(skipped)
+        if batch is not None:
+            yield batch, cursor

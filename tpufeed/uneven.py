@@ -1,0 +1,315 @@
+"""Hosts end together: every host's epoch ends at the same step, whatever each host made.
+
+In SPMD training every process takes part in every step; a host that runs out of batches one
+step early leaves the others waiting in a collective forever. With a filter, `flat_map`,
+`ignore_errors` or an uneven last shard, hosts make different numbers of batches. Before each
+step, every host says whether its next batch belongs to the epoch being run, through a small
+collective (`HostAgreement.sum`), and all hosts act on the same answer:
+
+- `"shortest"` (the default): the epoch ends at the step where the first host has no full batch
+  left; the other hosts drop the rest of their epoch (counted in `stats().cut_batches` and
+  `dropped_records`). Batches keep their structure.
+- `"pad"`: the epoch lasts as long as the longest host; a host that has run out hands over fully
+  masked batches (zeros) until then. Every batch gains a boolean `mask` leaf (False on padding)
+  and a short last batch is padded to full size, so every step has one shape
+  (`stats().padded_batches`, `padded_rows`).
+
+Where the counts cannot depend on the data and every host's share gives the same batches, no
+step needs agreeing and nothing is exchanged.
+
+>>> it = ds.shard().filter(keep).batch(64).iterator(uneven="pad")   # doctest: +SKIP
+>>> for batch in it: loss = step(batch, batch["mask"])              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import numpy as np
+
+from tpufeed.cursor import Cursor, epoch_start
+from tpufeed.errors import InvalidArgumentError, TpufeedError
+from tpufeed.plan import Plan
+from tpufeed.stats import PipelineStats, now
+
+UNEVEN = ("shortest", "pad")
+MASK = "mask"
+_HAVE_BITS = 24  # a sum packs (hosts having a batch) + (hosts with anything left) << 24
+
+
+class HostAgreement(Protocol):
+    """A small collective over the hosts of a run: every host calls `sum` at the same step."""
+
+    def sum(self, value: int) -> int:
+        """The sum of `value` (0 <= value < 2**40) over all hosts."""
+        ...
+
+
+def check_uneven(uneven: str | None) -> str | None:
+    if uneven is not None and uneven not in UNEVEN:
+        raise InvalidArgumentError(f"uneven must be None, 'shortest' or 'pad', got {uneven!r}")
+    return uneven
+
+
+def counts_are_even(plan: Plan, cursor: Cursor) -> bool:
+    """Whether every host makes the same batches (count and last size) from `cursor` on,
+    decided from the record count alone; never true where counts depend on the data."""
+    if plan.hosts == 1:
+        return True
+    if plan.counts_depend_on_data or cursor.carries:
+        return False
+    n = len(plan.source)
+    size = plan.batch.batch_size if plan.batch is not None else 1
+    drop = plan.batch.drop_remainder if plan.batch is not None else False
+    fresh = [epoch_start(cursor.epoch + 1, plan.hosts, h) for h in range(plan.hosts)]
+    resumed = [dataclasses.replace(cursor, host=h) for h in range(plan.hosts)]
+    more_epochs = plan.epochs is None or cursor.epoch + 1 < plan.epochs
+    for cursors in ([resumed, fresh] if more_epochs else [resumed]):
+        left = {c.stream_size(n) - c.consumed for c in cursors}
+        shapes = {(units // size, 0 if drop else units % size) for units in left}
+        if len(shapes) > 1:
+            return False
+    return True
+
+
+class EvenHosts(Iterator[Any]):
+    """Wraps a host's iterator so that all hosts end each epoch at the same step.
+
+    `inner` yields items and has `get_state()` (a DatasetIterator); `batch_size` is the
+    pipeline's (None: no batch stage, every item counts as full); `template` makes an item to
+    pad from when this host has seen none.
+    """
+
+    def __init__(self, inner: Any, uneven: str, agreement: HostAgreement | None, hosts: int,
+                 batch_size: int | None, template: Callable[[], Any]):
+        self._inner, self._uneven, self._agreement = inner, uneven, agreement
+        self._hosts, self._batch_size, self._template_source = hosts, batch_size, template
+        self._state = inner.get_state()
+        self._epoch = self._state["epoch"]  # the epoch all hosts are running: the same on all
+        self._peeked: tuple[Any, dict] | None = None
+        self._ended = False
+        self._template: Any = None
+        self.cut_batches = self.cut_records = self.padded_batches = self.padded_rows = 0
+        self.agreements, self.agreement_seconds = 0, 0.0
+        if uneven == "pad" and batch_size is None:
+            raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding "
+                                       "fills whole batches")
+
+    def __iter__(self) -> EvenHosts:
+        return self
+
+    def __next__(self) -> Any:
+        while True:
+            head = self._peek()
+            have = head is not None and head[1]["epoch"] == self._epoch and self._full(head[0])
+            everyone = self._hosts
+            if self._agreement is None:  # the counts are even: nothing to agree on
+                everyone, having, alive = 1, int(have), int(head is not None)
+            else:
+                started = now()
+                total = self._agreement.sum(int(have) + (int(head is not None) << _HAVE_BITS))
+                self.agreement_seconds += now() - started
+                self.agreements += 1
+                having, alive = total & ((1 << _HAVE_BITS) - 1), total >> _HAVE_BITS
+            if having == everyone:
+                return self._deliver()
+            if having and self._uneven == "pad":
+                return self._deliver() if have else self._pad()
+            if having:  # "shortest": the epoch ends here on every host
+                self._drop_epoch()
+            elif not alive:
+                self._ended = True
+                raise StopIteration
+            else:
+                self._drop_epoch()  # short batches of this epoch, if any, end it too
+
+    def get_state(self) -> dict[str, Any]:
+        """The state after the last item handed out (padding and cut batches change nothing)."""
+        return dict(self._state)
+
+    def stats(self) -> PipelineStats:
+        stats = self._inner.stats()
+        return dataclasses.replace(
+            stats, dropped_records=stats.dropped_records + self.cut_records,
+            cut_batches=self.cut_batches, padded_batches=self.padded_batches,
+            padded_rows=self.padded_rows, agreements=self.agreements,
+            agreement_seconds=self.agreement_seconds)
+
+    @property
+    def records_delivered(self) -> int:
+        return self._inner.records_delivered
+
+    @property
+    def dropped_records(self) -> int:
+        return self._inner.dropped_records + self.cut_records
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def __enter__(self) -> EvenHosts:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _peek(self) -> tuple[Any, dict] | None:
+        if self._peeked is None and not self._ended:
+            try:
+                item = next(self._inner)
+            except StopIteration:
+                self._ended = True
+                return None
+            self._peeked = (item, self._inner.get_state())
+            if self._template is None:
+                self._template = item
+        return self._peeked
+
+    def _deliver(self) -> Any:
+        item, self._state = self._peeked
+        self._peeked = None
+        if self._uneven != "pad":
+            return item
+        rows = _rows(item)
+        short = self._batch_size - rows
+        if short:
+            self.padded_rows += short
+            item = _map_leaves(lambda leaf: _padded(leaf, self._batch_size), item)
+        return _masked(item, np.arange(self._batch_size) < rows)
+
+    def _pad(self) -> Any:
+        if self._template is None:
+            self._template = self._template_source()
+        self.padded_batches += 1
+        self.padded_rows += self._batch_size
+        zeros = _map_leaves(lambda leaf: np.zeros((self._batch_size, *np.shape(leaf)[1:]),
+                                                  np.asarray(leaf).dtype), self._template)
+        return _masked(zeros, np.zeros(self._batch_size, bool))
+
+    def _drop_epoch(self) -> None:
+        """Drops what is left of the epoch being run, then runs the next."""
+        while (head := self._peek()) is not None and head[1]["epoch"] == self._epoch:
+            self.cut_batches += 1
+            self.cut_records += _rows(head[0])
+            self._peeked = None
+        self._epoch += 1
+
+    def _full(self, item: Any) -> bool:
+        """Whether `item` can be a step of a multi-host run: a short batch cannot (its shape
+        differs) unless it is padded."""
+        return (self._batch_size is None or self._uneven == "pad" or self._agreement is None
+                or _rows(item) == self._batch_size)
+
+
+def _rows(item: Any) -> int:
+    while isinstance(item, (dict, list, tuple)) and len(item):
+        item = next(iter(item.values())) if isinstance(item, dict) else item[0]
+    return len(item) if np.ndim(item) else 1
+
+
+def _map_leaves(fn: Callable[[Any], Any], tree: Any) -> Any:
+    if isinstance(tree, dict):
+        return {k: _map_leaves(fn, v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map_leaves(fn, v) for v in tree)
+    return fn(tree)
+
+
+def _padded(leaf: Any, size: int) -> np.ndarray:
+    leaf = np.asarray(leaf)
+    filler = np.zeros((size - len(leaf), *leaf.shape[1:]), leaf.dtype)
+    return np.concatenate([leaf, filler])
+
+
+def _masked(item: Any, mask: np.ndarray) -> Any:
+    if not isinstance(item, dict):
+        raise InvalidArgumentError(f"uneven='pad' adds a {MASK!r} leaf, so batches must be dicts; "
+                                   f"got a {type(item).__name__}")
+    if MASK in item:
+        raise InvalidArgumentError(f"uneven='pad' adds a {MASK!r} leaf, but the batch already has "
+                                   f"one: rename it in a map()")
+    return {**item, MASK: mask}
+
+
+class ThreadAgreement:
+    """`HostAgreement` for hosts that are threads of one process (tests, simulations):
+    `ThreadAgreement.group(3)` gives one agreement per thread."""
+
+    def __init__(self, barrier: threading.Barrier, totals: list[int], lock: threading.Lock):
+        self._barrier, self._totals, self._lock = barrier, totals, lock
+
+    @classmethod
+    def group(cls, hosts: int, timeout_s: float = 60.0) -> list[ThreadAgreement]:
+        totals = [0, 0]  # the running sum, and the finished round's
+        lock = threading.Lock()
+
+        def publish() -> None:  # run by one thread when all have added
+            totals[1], totals[0] = totals[0], 0
+
+        barrier = threading.Barrier(hosts, action=publish, timeout=timeout_s)
+        return [cls(barrier, totals, lock) for _ in range(hosts)]
+
+    def sum(self, value: int) -> int:
+        with self._lock:
+            self._totals[0] += value
+        try:
+            self._barrier.wait()
+            total = self._totals[1]
+            self._barrier.wait()  # nobody adds to the next round before all have read this one
+        except threading.BrokenBarrierError:
+            raise TpufeedError("host agreement: another host stopped iterating") from None
+        return total
+
+
+_JAX_AGREEMENTS = itertools.count()
+
+
+class JaxAgreement:
+    """`HostAgreement` through the coordination service of `jax.distributed`: per step, one
+    atomic increment and one read (no device collective, so it never waits on the device
+    queue). Every process must build its iterators in the same order (as SPMD programs do)."""
+
+    def __init__(self, name: str, hosts: int, timeout_s: float = 600.0):
+        try:
+            import jax
+            from jax._src.distributed import global_state
+        except ImportError:
+            global_state = None
+        if global_state is None or global_state.client is None:
+            raise InvalidArgumentError(
+                f"the {hosts} hosts of this run make different numbers of batches and must agree "
+                "at each step: call jax.distributed.initialize() first, or pass "
+                "agreement= (a tpufeed.uneven.HostAgreement)")
+        if jax.process_count() != hosts:
+            raise InvalidArgumentError(
+                f"the pipeline is sharded over {hosts} hosts but jax.distributed runs "
+                f"{jax.process_count()} processes: agreeing through jax needs one host per "
+                "process, or pass agreement=")
+        self._client = global_state.client
+        self._hosts, self._host = hosts, jax.process_index()
+        self._prefix = f"tpufeed/{name}/{next(_JAX_AGREEMENTS)}/"
+        self._timeout_ms = int(timeout_s * 1000)
+        self._step = 0
+
+    def sum(self, value: int) -> int:
+        key = f"{self._prefix}{self._step}"
+        total = self._client.key_value_increment(key, value + (1 << 40))
+        if total >> 40 == self._hosts:  # the last to add tells the others
+            self._client.key_value_set(key + "/sum", str(total))
+        else:
+            try:
+                total = int(self._client.blocking_key_value_get(key + "/sum", self._timeout_ms))
+            except Exception as exc:  # noqa: BLE001 - the runtime raises its own error types
+                raise TpufeedError(
+                    f"host agreement at step {self._step} ({key}): no answer from every process "
+                    f"within {self._timeout_ms / 1000:.0f} s; another process stopped iterating, "
+                    f"died, or built its iterators in another order ({exc})") from None
+        if self._host == 0 and self._step >= 2:  # every host has read step - 2's answer
+            old = f"{self._prefix}{self._step - 2}"
+            self._client.key_value_delete(old)
+            self._client.key_value_delete(old + "/sum")
+        self._step += 1
+        return total & ((1 << 40) - 1)
