@@ -57,6 +57,9 @@ PIPELINES = {
     "after-batch": lambda ds: ds.batch(6).map(lambda b: {**b, "sum": b["x"].sum(axis=1)}),
     "unbatched": lambda ds: ds.random_map(augment),
     "strings": lambda ds: ds.map(lambda e: {**e, "name": f"r{e['id']}"}).batch(4),
+    "flat_map": lambda ds: ds.flat_map(lambda e: [e] * int(e["id"] % 3)).random_map(augment).batch(5),
+    "flat_map-unbatched": lambda ds: ds.flat_map(lambda e: [e, e] if e["id"] % 2 else []),
+    "errors": lambda ds: ds.map(lambda e: e if e["id"] % 9 else 1 / 0).ignore_errors(100).batch(4),
 }
 
 
@@ -81,7 +84,7 @@ def test_output_is_identical_for_any_worker_count(pipeline, workers):
     same(list(make(pipeline).workers(workers).prefetch(2)), expected)
 
 
-@pytest.mark.parametrize("pipeline", ["batch", "filter", "unbatched"])
+@pytest.mark.parametrize("pipeline", ["batch", "filter", "unbatched", "flat_map", "flat_map-unbatched"])
 def test_resume_with_workers_matches_resume_without(pipeline):
     ds = make(pipeline, n=23)
     full = list(ds)

@@ -38,14 +38,13 @@ from tpufeed.stats import PipelineStats, now
 
 UNEVEN = ("shortest", "pad")
 MASK = "mask"
-_HAVE_BITS = 24  # a sum packs (hosts having a batch) + (hosts with anything left) << 24
 
 
 class HostAgreement(Protocol):
-    """A small collective over the hosts of a run: every host calls `sum` at the same step."""
+    """A small collective over the hosts of a run: every host calls `count` at the same step."""
 
-    def sum(self, value: int) -> int:
-        """The sum of `value` (0 <= value < 2**40) over all hosts."""
+    def count(self, flags: tuple[bool, ...]) -> tuple[int, ...]:
+        """For each position of `flags`, how many hosts passed True there."""
         ...
 
 
@@ -111,10 +110,9 @@ class EvenHosts(Iterator[Any]):
                 everyone, having, alive = 1, int(have), int(head is not None)
             else:
                 started = now()
-                total = self._agreement.sum(int(have) + (int(head is not None) << _HAVE_BITS))
+                having, alive = self._agreement.count((have, head is not None))
                 self.agreement_seconds += now() - started
                 self.agreements += 1
-                having, alive = total & ((1 << _HAVE_BITS) - 1), total >> _HAVE_BITS
             if having == everyone:
                 return self._deliver()
             if having and self._uneven == "pad":
@@ -238,23 +236,24 @@ class ThreadAgreement:
     """`HostAgreement` for hosts that are threads of one process (tests, simulations):
     `ThreadAgreement.group(3)` gives one agreement per thread."""
 
-    def __init__(self, barrier: threading.Barrier, totals: list[int], lock: threading.Lock):
+    def __init__(self, barrier: threading.Barrier, totals: list[Any], lock: threading.Lock):
         self._barrier, self._totals, self._lock = barrier, totals, lock
 
     @classmethod
     def group(cls, hosts: int, timeout_s: float = 60.0) -> list[ThreadAgreement]:
-        totals = [0, 0]  # the running sum, and the finished round's
-        lock = threading.Lock()
+        totals: list[Any] = [None, None]  # the round being counted, and the finished one
 
         def publish() -> None:  # run by one thread when all have added
-            totals[1], totals[0] = totals[0], 0
+            totals[1], totals[0] = totals[0], None
 
         barrier = threading.Barrier(hosts, action=publish, timeout=timeout_s)
+        lock = threading.Lock()
         return [cls(barrier, totals, lock) for _ in range(hosts)]
 
-    def sum(self, value: int) -> int:
+    def count(self, flags: tuple[bool, ...]) -> tuple[int, ...]:
         with self._lock:
-            self._totals[0] += value
+            running = self._totals[0] or (0,) * len(flags)
+            self._totals[0] = tuple(t + bool(f) for t, f in zip(running, flags))
         try:
             self._barrier.wait()
             total = self._totals[1]
@@ -265,6 +264,7 @@ class ThreadAgreement:
 
 
 _JAX_AGREEMENTS = itertools.count()
+_COUNTER_BITS = 31  # the coordination service's counters hold 32-bit signed ints
 
 
 class JaxAgreement:
@@ -290,26 +290,36 @@ class JaxAgreement:
                 "process, or pass agreement=")
         self._client = global_state.client
         self._hosts, self._host = hosts, jax.process_index()
+        self._bits = hosts.bit_length()  # one field holds a count of hosts
         self._prefix = f"tpufeed/{name}/{next(_JAX_AGREEMENTS)}/"
         self._timeout_ms = int(timeout_s * 1000)
         self._step = 0
 
-    def sum(self, value: int) -> int:
+    def count(self, flags: tuple[bool, ...]) -> tuple[int, ...]:
+        """Fields of `bits` bits packed in counters: the first counts the hosts that arrived,
+        the others the flags (as many counters as the 31-bit limit needs)."""
+        fields = [1, *map(int, flags)]
+        per_counter = max(1, _COUNTER_BITS // self._bits)
         key = f"{self._prefix}{self._step}"
-        total = self._client.key_value_increment(key, value + (1 << 40))
-        if total >> 40 == self._hosts:  # the last to add tells the others
-            self._client.key_value_set(key + "/sum", str(total))
+        totals = []
+        for k in range(0, len(fields), per_counter):
+            packed = sum(f << (self._bits * i) for i, f in enumerate(fields[k:k + per_counter]))
+            totals.append(self._client.key_value_increment(f"{key}/{k}", packed))
+        mask = (1 << self._bits) - 1
+        if totals[0] & mask == self._hosts:  # the last to arrive tells the others
+            self._client.key_value_set(f"{key}/sum", ",".join(map(str, totals)))
         else:
             try:
-                total = int(self._client.blocking_key_value_get(key + "/sum", self._timeout_ms))
+                answer = self._client.blocking_key_value_get(f"{key}/sum", self._timeout_ms)
             except Exception as exc:  # noqa: BLE001 - the runtime raises its own error types
                 raise TpufeedError(
                     f"host agreement at step {self._step} ({key}): no answer from every process "
                     f"within {self._timeout_ms / 1000:.0f} s; another process stopped iterating, "
                     f"died, or built its iterators in another order ({exc})") from None
+            totals = [int(t) for t in answer.split(",")]
         if self._host == 0 and self._step >= 2:  # every host has read step - 2's answer
-            old = f"{self._prefix}{self._step - 2}"
-            self._client.key_value_delete(old)
-            self._client.key_value_delete(old + "/sum")
+            self._client.key_value_delete(f"{self._prefix}{self._step - 2}")
         self._step += 1
-        return total & ((1 << 40) - 1)
+        counts = [(totals[k // per_counter] >> (self._bits * (k % per_counter))) & mask
+                  for k in range(len(fields))]
+        return tuple(counts[1:])
