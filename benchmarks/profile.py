@@ -41,10 +41,11 @@ STAGES = [
     ("wait", _WAIT),
     ("rng", ("for_record (", "record_rng (")),
     ("transform", ()),  # the workload's fn: filled in per workload
-    ("read", ("ShardedSource.__getitems__", "ShardReader.read", "read (tpufeed/pipeline.py")),
+    ("read", ("ShardedSource.__getitems__", "ShardReader.read", "read (tpufeed/chunk.py")),
     ("stack / write slot", ("write_stacked", "stack_batch", "stack (tpufeed/batching.py",
                             "write_batch")),
-    ("hand-off to consumer", ("read_batch", "ParallelProducer", "DatasetIterator")),
+    ("hand-off to consumer", ("read_batch", "ParallelProducer", "DatasetIterator",
+                              "stream (tpufeed/stream.py", "Batcher")),
 ]
 ROWS = ["bare-loop", "bare-parallel", "tpufeed"]
 

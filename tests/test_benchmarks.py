@@ -56,7 +56,7 @@ def test_profile_puts_each_sample_in_one_stage(tmp_path):
     head = 'process 1:"python";process 2:"python -m tpufeed.workers.worker";Worker.run (w.py:1)'
     raw.write_text(
         f"{head};augment_w2 (workloads.py:41);pad (numpy/_arraypad_impl.py:838) 30\n"
-        f"{head};ElementStage.run (stages.py:116);RecordRngs.for_record (rng.py:30) 5\n"
+        f"{head};RandomMap.apply_all (map.py:33);RecordRngs.for_record (rng.py:30) 5\n"
         f"{head};ShardedSource.__getitems__ (sharded.py:110) 10\n"
         f"{head};write_stacked (layout.py:60) 4\n"
         f"{head};Connection.recv (connection.py:250) 50\n"

@@ -1,0 +1,116 @@
+"""What it costs hosts to end every epoch together: the per-step agreement of `tpufeed.uneven`.
+
+    python -m benchmarks.agreement --processes 2 3 4 --steps 300
+
+For each process count, that many JAX processes on localhost (`jax.distributed`, CPU devices)
+each time `--steps` calls of `JaxAgreement.count` (one step's agreement through the coordination
+service), and then a whole `to_jax(uneven=...)` epoch of a filtered dataset, whose statistics
+give the time spent agreeing per step. Reported: median and 90th percentile per call, and the
+share of the to_jax loop's wall time that went to agreeing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT_S = 300
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(processes: int, steps: int, out: Path) -> list[dict]:
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "JAX_PLATFORMS": "cpu", "PYTHONPATH": ROOT}
+    port = _free_port()
+    children = [subprocess.Popen([sys.executable, __file__, "worker", str(pid), str(processes),
+                                  str(port), str(steps), str(out)], env=env)
+                for pid in range(processes)]
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while any(p.poll() is None for p in children):
+            if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in children):
+                raise SystemExit(f"{processes}-process run failed: "
+                                 f"{[p.poll() for p in children]}")
+            time.sleep(0.1)
+    finally:
+        for p in children:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    return [json.loads((out / f"agreement-{pid}.json").read_text()) for pid in range(processes)]
+
+
+def worker(pid: int, processes: int, port: int, steps: int, out: Path) -> None:
+    import jax
+    import numpy as np
+
+    import tpufeed
+    from tpufeed.uneven import JaxAgreement
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=processes,
+                               process_id=pid, initialization_timeout=60)
+    agreement = JaxAgreement("benchmark", processes)
+    times = []
+    for step in range(steps):
+        started = time.perf_counter()
+        agreement.count((step % 3 != 0, True))
+        times.append(time.perf_counter() - started)
+    ds = (tpufeed.Dataset.from_sequence(list(range(20_000))).shuffle(0).shard()
+          .map(lambda i: {"x": np.full(64, i, np.float32)}).filter(lambda e: int(e["x"][0]) % 7)
+          .batch(32))
+    it = ds.to_jax(uneven="pad", prefetch=2)
+    started = time.perf_counter()
+    for batch in it:
+        jax.block_until_ready(batch["x"])
+    wall = time.perf_counter() - started
+    stats = it.stats()
+    result = {"call_s": times, "loop_s": wall, "agreements": stats.agreements,
+              "agreement_s": stats.agreement_seconds, "padded_batches": stats.padded_batches}
+    (out / f"agreement-{pid}.json").write_text(json.dumps(result))
+    jax.distributed.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--processes", type=int, nargs="+", default=[2, 3, 4])
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args(argv)
+    rows = []
+    print("| processes | per call: median ms | p90 ms | to_jax steps | agreeing / loop wall |")
+    print("|---|---|---|---|---|")
+    for processes in args.processes:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = run(processes, args.steps, Path(tmp))
+        calls = sorted(t for r in results for t in r["call_s"][10:])  # first calls warm up
+        median = statistics.median(calls)
+        p90 = calls[int(0.9 * (len(calls) - 1))]
+        share = max(r["agreement_s"] / r["loop_s"] for r in results)
+        rows.append({"processes": processes, "median_ms": median * 1e3, "p90_ms": p90 * 1e3,
+                     "steps": results[0]["agreements"], "agreeing_share_of_loop": share})
+        print(f"| {processes} | {median * 1e3:.2f} | {p90 * 1e3:.2f} | "
+              f"{results[0]['agreements']} | {share:.1%} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"command": " ".join(sys.argv), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+    a = sys.argv[2:]
+    worker(int(a[0]), int(a[1]), int(a[2]), int(a[3]), Path(a[4]))
+elif __name__ == "__main__":
+    main()

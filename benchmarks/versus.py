@@ -1,0 +1,87 @@
+"""This checkout against another (say, the commit before a refactor), on the same data, in turns.
+
+    git worktree add /tmp/before <commit>
+    python -m benchmarks.versus --reference /tmp/before --rounds 3 --workload W1 --systems tpufeed
+
+Each round runs `benchmarks/compare.py` once in the reference checkout, then once in this one
+(each imports its own tpufeed: the rows run with their checkout as working directory), on the
+same shards (`--data-dir`, default this checkout's benchmarks/data). Each row pools its passes
+over the rounds; the table gives both medians and their ratio, so a drift of the machine hits
+both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--reference", required=True, help="the other checkout (a git worktree)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workload", choices=["W1", "W2", "all"], default="all")
+    p.add_argument("--systems", default="tpufeed")
+    p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--records", type=int, default=None)
+    p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
+    p.add_argument("--json", dest="json_path", default=None)
+    args = p.parse_args(argv)
+    if not os.path.isfile(os.path.join(args.reference, "benchmarks", "compare.py")):
+        p.error(f"{args.reference} has no benchmarks/compare.py: not a tpufeed checkout")
+    return args
+
+
+def run_compare(tree: str, args: argparse.Namespace, out: str) -> dict:
+    cmd = [sys.executable, "benchmarks/compare.py", "--workload", args.workload, "--systems",
+           args.systems, "--passes", str(args.passes), "--workers", str(args.workers),
+           "--data-dir", args.data_dir, "--json", out]
+    if args.records is not None:
+        cmd += ["--records", str(args.records)]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return json.load(f)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    trees = {"reference": os.path.abspath(args.reference), "this": ROOT}
+    rates: dict[tuple[str, str, int, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for round_number in range(args.rounds):
+            for side, tree in trees.items():
+                report = run_compare(tree, args, os.path.join(tmp, f"{side}-{round_number}.json"))
+                for workload, data in report["workloads"].items():
+                    for row in data["rows"]:
+                        key = (workload, row["system"], row["workers"], side)
+                        rates.setdefault(key, []).extend(row.get("rates", []))
+                print(f"round {round_number + 1}: {side} done", flush=True)
+    rows = []
+    print("\n| workload | row | reference records/s | this records/s | this / reference |")
+    print("|---|---|---|---|---|")
+    for workload, system, workers in sorted({k[:3] for k in rates}):
+        before = statistics.median(rates[(workload, system, workers, "reference")])
+        after = statistics.median(rates[(workload, system, workers, "this")])
+        rows.append({"workload": workload, "system": system, "workers": workers,
+                     "reference": before, "this": after, "ratio": after / before,
+                     "passes": len(rates[(workload, system, workers, "this")])})
+        print(f"| {workload} | {system} {workers}w | {before:,.0f} | {after:,.0f} | "
+              f"{after / before:.3f} |")
+    if args.json_path:
+        with open(args.json_path, "w") as f:
+            json.dump({"command": " ".join(["python -m benchmarks.versus"] + (argv or sys.argv[1:])),
+                       "reference": trees["reference"], "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
