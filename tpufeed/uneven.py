@@ -2,9 +2,10 @@
 
 In SPMD training every process takes part in every step; a host that runs out of batches one
 step early leaves the others waiting in a collective forever. With a filter, `flat_map`,
-`ignore_errors` or an uneven last shard, hosts make different numbers of batches. Before each
-step, every host says whether its next batch belongs to the epoch being run, through a small
-collective (`HostAgreement.sum`), and all hosts act on the same answer:
+`ignore_errors` or an uneven last shard, hosts make different numbers of batches. So the hosts
+agree, through a small collective (`HostAgreement.count`), on how many more steps each epoch
+has: each holds the next few batches ready and says how many of them belong to the epoch being
+run; all hosts act on the same answer (one agreement per `LOOKAHEAD` steps mid-epoch):
 
 - `"shortest"` (the default): the epoch ends at the step where the first host has no full batch
   left; the other hosts drop the rest of their epoch (counted in `stats().cut_batches` and
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -38,6 +40,7 @@ from tpufeed.stats import PipelineStats, now
 
 UNEVEN = ("shortest", "pad")
 MASK = "mask"
+LOOKAHEAD = 4  # steps agreed at once in the middle of an epoch (items held ahead per host)
 
 
 class HostAgreement(Protocol):
@@ -81,6 +84,10 @@ class EvenHosts(Iterator[Any]):
     `inner` yields items and has `get_state()` (a DatasetIterator); `batch_size` is the
     pipeline's (None: no batch stage, every item counts as full); `template` makes an item to
     pad from when this host has seen none.
+
+    Hosts agree once per `LOOKAHEAD` steps in the middle of an epoch: each holds up to that many
+    items of the epoch ready and says how many it holds; all then run as many steps as the
+    answer allows, without talking, and agree again.
     """
 
     def __init__(self, inner: Any, uneven: str, agreement: HostAgreement | None, hosts: int,
@@ -89,8 +96,10 @@ class EvenHosts(Iterator[Any]):
         self._hosts, self._batch_size, self._template_source = hosts, batch_size, template
         self._state = inner.get_state()
         self._epoch = self._state["epoch"]  # the epoch all hosts are running: the same on all
-        self._peeked: tuple[Any, dict] | None = None
+        self._ahead: deque[tuple[Any, dict]] = deque()  # items taken from `inner`, not handed out
         self._ended = False
+        self._steps: deque[bool] = deque()  # agreed steps: True hands an item, False pads
+        self._after_steps = ""  # what the agreed steps end with: "", "cut" or "next epoch"
         self._template: Any = None
         self.cut_batches = self.cut_records = self.padded_batches = self.padded_rows = 0
         self.agreements, self.agreement_seconds = 0, 0.0
@@ -102,28 +111,57 @@ class EvenHosts(Iterator[Any]):
         return self
 
     def __next__(self) -> Any:
-        while True:
-            head = self._peek()
-            have = head is not None and head[1]["epoch"] == self._epoch and self._full(head[0])
-            everyone = self._hosts
-            if self._agreement is None:  # the counts are even: nothing to agree on
-                everyone, having, alive = 1, int(have), int(head is not None)
-            else:
-                started = now()
-                having, alive = self._agreement.count((have, head is not None))
-                self.agreement_seconds += now() - started
-                self.agreements += 1
-            if having == everyone:
-                return self._deliver()
-            if having and self._uneven == "pad":
-                return self._deliver() if have else self._pad()
-            if having:  # "shortest": the epoch ends here on every host
+        while not self._steps:
+            if self._after_steps:
                 self._drop_epoch()
-            elif not alive:
+            self._agree()
+        return self._deliver() if self._steps.popleft() else self._pad()
+
+    def _agree(self) -> None:
+        """Agrees on the next steps with the other hosts; raises StopIteration at the end."""
+        ready = self._ready()
+        flags = tuple(i < ready for i in range(LOOKAHEAD)) + (bool(self._fill(1)),)
+        everyone = self._hosts
+        if self._agreement is None:  # the counts are even: nothing to agree on
+            everyone, counts = 1, tuple(map(int, flags))
+        else:
+            started = now()
+            counts = self._agreement.count(flags)
+            self.agreement_seconds += now() - started
+            self.agreements += 1
+        having, alive = counts[:-1], counts[-1]
+        common = sum(1 for c in having if c == everyone)  # steps every host can make
+        longest = sum(1 for c in having if c)  # steps some host can make
+        if not longest and not alive:
+            self._ended = True
+            raise StopIteration
+        steps = common if self._uneven == "shortest" else longest
+        self._steps.extend(i < ready for i in range(steps))
+        # Fewer than LOOKAHEAD steps: some host reached the end of the epoch.
+        self._after_steps = "" if steps == LOOKAHEAD else "next epoch"
+
+    def _ready(self) -> int:
+        """Full items of the running epoch held ready, up to LOOKAHEAD."""
+        count = 0
+        while count < LOOKAHEAD and count < self._fill(count + 1):
+            item, state = self._ahead[count]
+            if state["epoch"] != self._epoch or not self._full(item):
+                break
+            count += 1
+        return count
+
+    def _fill(self, n: int) -> int:
+        """Takes items from `inner` until `n` are ahead (or it ends); how many are ahead."""
+        while len(self._ahead) < n and not self._ended:
+            try:
+                item = next(self._inner)
+            except StopIteration:
                 self._ended = True
-                raise StopIteration
-            else:
-                self._drop_epoch()  # short batches of this epoch, if any, end it too
+                break
+            self._ahead.append((item, self._inner.get_state()))
+            if self._template is None:
+                self._template = item
+        return len(self._ahead)
 
     def get_state(self) -> dict[str, Any]:
         """The state after the last item handed out (padding and cut batches change nothing)."""
@@ -154,21 +192,8 @@ class EvenHosts(Iterator[Any]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _peek(self) -> tuple[Any, dict] | None:
-        if self._peeked is None and not self._ended:
-            try:
-                item = next(self._inner)
-            except StopIteration:
-                self._ended = True
-                return None
-            self._peeked = (item, self._inner.get_state())
-            if self._template is None:
-                self._template = item
-        return self._peeked
-
     def _deliver(self) -> Any:
-        item, self._state = self._peeked
-        self._peeked = None
+        item, self._state = self._ahead.popleft()
         if self._uneven != "pad":
             return item
         rows = _rows(item)
@@ -188,12 +213,13 @@ class EvenHosts(Iterator[Any]):
         return _masked(zeros, np.zeros(self._batch_size, bool))
 
     def _drop_epoch(self) -> None:
-        """Drops what is left of the epoch being run, then runs the next."""
-        while (head := self._peek()) is not None and head[1]["epoch"] == self._epoch:
+        """Drops what is left of the epoch being run (counted), then runs the next."""
+        while self._fill(1) and self._ahead[0][1]["epoch"] == self._epoch:
+            item, _ = self._ahead.popleft()
             self.cut_batches += 1
-            self.cut_records += _rows(head[0])
-            self._peeked = None
+            self.cut_records += _rows(item)
         self._epoch += 1
+        self._after_steps = ""
 
     def _full(self, item: Any) -> bool:
         """Whether `item` can be a step of a multi-host run: a short batch cannot (its shape
