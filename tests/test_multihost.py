@@ -176,7 +176,7 @@ def _assert_ended_together(results: list[dict], processes: int, mode: str) -> No
         delivered = sum(sum(r["counts"][str(e)]) for r in runs[:1] for e in range(UNEVEN_EPOCHS))
         cut = sum(r["cut_records"] for r in runs)
         assert delivered + cut == sum(kept_ids) * UNEVEN_EPOCHS
-    assert all(r["agreements"] >= r["steps"] for r in runs)
+    assert all(0 < r["agreements"] < r["steps"] for r in runs)  # several steps per agreement
 
 
 @pytest.fixture(scope="module")
