@@ -204,6 +204,20 @@ def test_state_with_bad_fields_is_rejected():
             make().iterator({**state, key: value})
 
 
+@pytest.mark.parametrize("field,value,match", [
+    ("consumed", 38, "37 in an epoch"),
+    ("base", 40, "past the 37 positions"),
+    ("epoch", 2, "runs 2 epoch"),
+    ("carries", [[37, 0]], "past the 37 records"),
+    ("layers", [[0, 2, 0, [20, 0]]], "does not fit this dataset"),
+])
+def test_a_state_whose_numbers_do_not_fit_the_dataset_is_refused(field, value, match):
+    ds = make(epochs=2)
+    state = {**ds.iterator().get_state(), field: value}
+    with pytest.raises(StateError, match=match):
+        ds.iterator(state)
+
+
 # -- 5. elastic resume --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("old_hosts,new_hosts", [(4, 2), (2, 3), (3, 8), (8, 1), (1, 4)])

@@ -139,6 +139,33 @@ class Cursor:
                       self.layers, self.carries)
 
 
+def check_in_range(cursor: Cursor, n: int) -> Cursor:
+    """Raises StateError unless every number of `cursor` fits an epoch of `n` positions (a
+    hand-edited or damaged state would otherwise resume to silently nothing)."""
+    size = n
+    for depth, layer in enumerate(cursor.layers):
+        for h, done in enumerate(layer.consumed):
+            if layer.base > size or done > share_size(size, layer.base, h, layer.hosts):
+                raise StateError(f"iterator state layer {depth} says host {h} consumed {done} of "
+                                 f"an index space of {size} from {layer.base}: it does not fit "
+                                 f"this dataset ({n} records per epoch)")
+        size = layer.size(size)
+    if cursor.base > size:
+        raise StateError(f"iterator state starts its segment at {cursor.base}, past the "
+                         f"{size} positions it has ({n} records per epoch)")
+    for position, _ in cursor.carries:
+        if position >= n:
+            raise StateError(f"iterator state carries position {position}, past the {n} "
+                             "records of an epoch")
+    units = cursor.stream_size(n)
+    if cursor.consumed > units or (cursor.emitted and cursor.consumed >= units):
+        raise StateError(f"iterator state says {cursor.consumed} units consumed"
+                         + (f" and {cursor.emitted} outputs of the next" if cursor.emitted else "")
+                         + f", but host {cursor.host} of {cursor.hosts} has {units} in an epoch "
+                         f"of this dataset ({n} records)")
+    return cursor
+
+
 def epoch_start(epoch: int, hosts: int, host: int) -> Cursor:
     return Cursor(epoch, 0, hosts, host, 0)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpufeed.autotune import AUTO, Options, choose
-from tpufeed.cursor import Cursor, epoch_start, resume_all, resume_one
-from tpufeed.errors import InvalidArgumentError, TpufeedError
+from tpufeed.cursor import Cursor, check_in_range, epoch_start, resume_all, resume_one
+from tpufeed.errors import InvalidArgumentError, StateError, TpufeedError
 from tpufeed.iterator import DatasetIterator
 from tpufeed.order import Shuffle
 from tpufeed.plan import Plan
@@ -268,11 +268,14 @@ class Dataset:
         if state is None:
             cursor = epoch_start(0, plan.hosts, plan.host)
         elif isinstance(state, (list, tuple)):
-            saved = states_from_list(state, plan.fingerprint)
+            saved = [check_in_range(c, n) for c in states_from_list(state, plan.fingerprint)]
             cursor = resume_all(saved, n, plan.hosts, plan.host)
         else:
-            saved_one = state_from_dict(state, plan.fingerprint)
+            saved_one = check_in_range(state_from_dict(state, plan.fingerprint), n)
             cursor = resume_one(saved_one, n, plan.hosts, plan.host, plan.counts_depend_on_data)
+        if plan.epochs is not None and cursor.epoch >= max(1, plan.epochs):
+            raise StateError(f"iterator state is in epoch {cursor.epoch}, but this pipeline runs "
+                             f"{plan.epochs} epoch(s): it comes from a run with more epochs")
         if check_uneven(uneven) is None:
             return self._iterate(plan, cursor)
         if uneven == "pad" and plan.batch is None:
