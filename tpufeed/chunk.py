@@ -17,6 +17,8 @@ import numpy as np
 from tpufeed.batching import stack
 from tpufeed.cursor import Cursor
 from tpufeed.errors import SourceError, TpufeedError
+from tpufeed.order import records_at
+from tpufeed.padding import pad_elements
 from tpufeed.plan import Plan
 from tpufeed.rng import RecordRngs
 from tpufeed.sources.view import SourceView
@@ -33,6 +35,7 @@ class Chunk:
 
     cursor: Cursor
     start: int
+    positions: np.ndarray  # epoch position of each unit
     records: np.ndarray  # record index of each unit
     skips: np.ndarray | None = None  # outputs of each unit delivered before (None: none)
 
@@ -123,6 +126,19 @@ class ChunkRunner:
         return Context(epoch, records, self.plan.source, self.plan.rng_seed, self.clock,
                        [] if self.tolerant else None, self._rngs)
 
+    def outputs(self, epoch: int, positions: list[int]) -> dict[int, list[Any]]:
+        """Every output of the records at epoch `positions`, read and transformed again (what
+        a stage that holds elements across items restores from)."""
+        shuffle, n = self.plan.shuffle, len(self.plan.source)
+        records = records_at(n, shuffle, epoch, np.asarray(positions, np.int64))
+        piece = self.run(epoch, records, None)
+        if piece.skipped:
+            raise piece.skipped[0]
+        found: dict[int, list[Any]] = {p: [] for p in positions}
+        for i, element in enumerate(piece.payload):
+            found[positions[piece.units[i] if piece.units is not None else i]].append(element)
+        return found
+
     def run_chunk(self, chunk: Chunk) -> Piece:
         piece = self.run(chunk.cursor.epoch, chunk.records, chunk.skips)
         piece.chunk = chunk
@@ -146,10 +162,13 @@ class ChunkRunner:
         piece.size = len(values)
         if piece.outs is not None or len(values) != len(records):
             piece.units = elements.units
-        if plan.batch is None:
-            piece.payload = values
+        if plan.batch is None or plan.pack is not None:
+            piece.payload = values  # elements: unbatched, or packed in order by the parent
         elif values:
             describe = lambda i: plan.source.describe(records[elements.units[i]])  # noqa: E731
+            if plan.batch.pad:  # to each key's bucket if this is the batch, else the longest
+                values = pad_elements(values, plan.batch.pad, plan.batch.cut,
+                                      fixed=not plan.fused, describe=describe)
             started = now()
             if plan.fused and plan.tail:
                 batch = stack(values, describe)

@@ -20,10 +20,13 @@ from tpufeed.cursor import Cursor, check_in_range, epoch_start, resume_all, resu
 from tpufeed.errors import InvalidArgumentError, StateError, TpufeedError
 from tpufeed.iterator import DatasetIterator
 from tpufeed.order import Shuffle
+from tpufeed.packing import check_lengths
+from tpufeed.padding import check_pad
 from tpufeed.plan import Plan
 from tpufeed.sources.view import SourceView
-from tpufeed.stages import Batch, Filter, FlatMap, Map, RandomMap, Stage
-from tpufeed.state import fingerprint, state_from_dict, states_from_list
+from tpufeed.stages import Batch, Filter, FlatMap, Map, Pack, RandomMap, Stage
+from tpufeed.stages.pack import resume_pack
+from tpufeed.state import fingerprint, stages_from_dict, state_from_dict, states_from_list
 from tpufeed.storage.local import PathsLike
 from tpufeed.uneven import EvenHosts, HostAgreement, JaxAgreement, check_uneven, counts_are_even
 
@@ -192,18 +195,50 @@ class Dataset:
         >>> list(ds)
         ['a', 'b', 'c']
         """
-        if self._batch() is not None:
-            raise InvalidArgumentError("flat_map must come before batch: it makes elements, "
-                                       "and a batch is cut from elements")
+        if self._batch() is not None or self._pack() is not None:
+            raise InvalidArgumentError("flat_map must come before pack and batch: it makes "
+                                       "elements, and rows and batches are cut from elements")
         return self._add(FlatMap(_callable(fn, "flat_map")))
 
-    def batch(self, batch_size: int, drop_remainder: bool = False) -> Dataset:
-        """Stacks `batch_size` elements into numpy arrays (dicts, tuples and arrays nest)."""
+    def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Dataset:
+        """Packs sequences into rows of fixed length, first-fit over `open_rows` open rows.
+
+        Each key k of `lengths` gives `k`, `k_segment_ids` (1, 2, ... per sequence in the
+        row, 0 on padding) and `k_positions` (restarting at every sequence); keys packed
+        together (inputs and targets) share rows. A sequence longer than its row is split over
+        rows (`cut=True` keeps only its first row's worth). With `batch(B)` after it, every step
+        is `[B, length]`, the epoch's last batch filled with empty rows (`stats().padded_rows`).
+
+        >>> ds = Dataset.from_sequence([{"tokens": [5, 6, 7]}, {"tokens": [8, 9]}])
+        >>> next(iter(ds.pack({"tokens": 4}).batch(2)))["tokens_segment_ids"].tolist()
+        [[1, 1, 1, 0], [1, 1, 0, 0]]
+        """
+        if self._batch() is not None or any(isinstance(s, Pack) for s in self._stages):
+            raise InvalidArgumentError("pack comes once, before batch: it makes the rows that "
+                                       "batch stacks")
+        return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut)))
+
+    def batch(self, batch_size: int, drop_remainder: bool = False,
+              pad: dict[str, int | list[int]] | None = None, cut: bool = False) -> Dataset:
+        """Stacks `batch_size` elements into numpy arrays (dicts, tuples and arrays nest).
+
+        `pad={"tokens": 512}` pads a variable-length key to 512 along its first axis;
+        `pad={"tokens": [128, 256, 512]}` to the smallest of those that fits the batch's
+        longest. Each padded key gains `{key}_lengths` (int32, the true lengths). An element
+        longer than the largest length raises, unless `cut=True`.
+
+        >>> ds = Dataset.from_sequence([{"t": [1, 2]}, {"t": [3]}])
+        >>> next(iter(ds.batch(2, pad={"t": [4, 8]})))["t"].tolist()
+        [[1, 2, 0, 0], [3, 0, 0, 0]]
+        """
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
         if self._batch() is not None:
             raise InvalidArgumentError("batch is already set; a pipeline batches once")
-        return self._add(Batch(batch_size, bool(drop_remainder)))
+        checked = check_pad(pad)
+        if checked and self._pack() is not None:
+            raise InvalidArgumentError("batch after pack takes no pad: packed rows have one length")
+        return self._add(Batch(batch_size, bool(drop_remainder), checked, bool(cut)))
 
     def repeat(self, epochs: int | None = None) -> Dataset:
         """Runs `epochs` epochs (None: forever), each a new permutation when shuffled."""
@@ -265,38 +300,50 @@ class Dataset:
         """
         plan = self._plan()
         n = len(plan.source)
+        stages = None
         if state is None:
             cursor = epoch_start(0, plan.hosts, plan.host)
         elif isinstance(state, (list, tuple)):
             saved = [check_in_range(c, n) for c in states_from_list(state, plan.fingerprint)]
             cursor = resume_all(saved, n, plan.hosts, plan.host)
+            held = [stages_from_dict(s) for s in state]
+            if saved[0].hosts == plan.hosts:
+                stages = held[[c.host for c in saved].index(plan.host)]
+            elif plan.pack is not None:
+                stages = {"pack": resume_pack([h and h.get("pack") for h in held],
+                                              plan.hosts, plan.host)}
         else:
             saved_one = check_in_range(state_from_dict(state, plan.fingerprint), n)
             cursor = resume_one(saved_one, n, plan.hosts, plan.host, plan.counts_depend_on_data)
+            if cursor == saved_one:
+                stages = stages_from_dict(state)
         if plan.epochs is not None and cursor.epoch >= max(1, plan.epochs):
             raise StateError(f"iterator state is in epoch {cursor.epoch}, but this pipeline runs "
                              f"{plan.epochs} epoch(s): it comes from a run with more epochs")
         if check_uneven(uneven) is None:
-            return self._iterate(plan, cursor)
+            return self._iterate(plan, cursor, stages)
         if uneven == "pad" and plan.batch is None:
             raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding "
                                        "fills whole batches")
         even = counts_are_even(plan, cursor)
         if even and uneven == "shortest":
-            return self._iterate(plan, cursor)
+            return self._iterate(plan, cursor, stages)
         if not even and agreement is None:
             agreement = JaxAgreement(plan.fingerprint, hosts=plan.hosts)
-        inner = self._iterate(plan, cursor)
+        inner = self._iterate(plan, cursor, stages)
         return EvenHosts(inner, uneven, None if even else agreement, plan.hosts,
                          plan.batch.batch_size if plan.batch is not None else None,
                          self._first_item)
 
-    def _iterate(self, plan: Plan, cursor: Cursor) -> DatasetIterator:
+    def _iterate(self, plan: Plan, cursor: Cursor,
+                 stages: dict[str, Any] | None) -> DatasetIterator:
         if AUTO in (self._workers, self._prefetch):
             tuning = choose(plan, cursor, self._workers, self._prefetch, self._options)
             return DatasetIterator(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
-                                   tuning=tuning, adapt_prefetch=self._prefetch == AUTO)
-        return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers)
+                                   tuning=tuning, adapt_prefetch=self._prefetch == AUTO,
+                                   stages=stages)
+        return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers,
+                               stages=stages)
 
     def to_jax(self, sharding: Any = None, prefetch: int = 2, state: Any = None,
                uneven: str = "shortest", agreement: HostAgreement | None = None) -> Any:
@@ -343,23 +390,32 @@ class Dataset:
     def _batch(self) -> Batch | None:
         return next((stage for stage in self._stages if isinstance(stage, Batch)), None)
 
+    def _pack(self) -> Pack | None:
+        return next((stage for stage in self._stages if isinstance(stage, Pack)), None)
+
     def _plan(self) -> Plan:
         host, hosts = self._sharding.resolve()
         stages = list(self._stages)
-        batch = self._batch()
-        split = stages.index(batch) if batch is not None else len(stages)
+        pack, batch = self._pack(), self._batch()
+        stream = [stages.index(s) for s in (pack, batch) if s is not None]
+        head_end = stream[0] if stream else len(stages)
+        tail_start = stream[-1] + 1 if stream else len(stages)
+        if pack is not None and tail_start - head_end != len(stream):
+            raise InvalidArgumentError("nothing can come between pack and batch: map the rows "
+                                       "after batch, or the elements before pack")
         return Plan(
             source=self._source,
             shuffle=self._shuffle(),
             rng_seed=self._seed if self._seed is not None else 0,
-            head=tuple(stages[:split]),  # type: ignore[arg-type]
+            head=tuple(stages[:head_end]),  # type: ignore[arg-type]
             batch=batch,
-            tail=tuple(stages[split + 1:]),  # type: ignore[arg-type]
+            tail=tuple(stages[tail_start:]),  # type: ignore[arg-type]
             epochs=self._epochs,
             hosts=hosts,
             host=host,
             fingerprint=self.fingerprint(),
             max_errors=self._max_errors,
+            pack=pack,
         )
 
     def _add(self, stage: Stage) -> Dataset:
@@ -367,7 +423,9 @@ class Dataset:
 
     def __repr__(self) -> str:
         stages = ", ".join(f"batch({stage.batch_size}, drop_remainder={stage.drop_remainder})"
-                           if isinstance(stage, Batch) else stage.name for stage in self._stages)
+                           if isinstance(stage, Batch) else
+                           f"pack({dict(stage.lengths)}, open_rows={stage.open_rows})"
+                           if isinstance(stage, Pack) else stage.name for stage in self._stages)
         return (f"Dataset({self._source.source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
                 f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
                 f"workers={self._workers})")

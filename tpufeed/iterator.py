@@ -26,9 +26,10 @@ class DatasetIterator(Iterator[Any]):
     """
 
     def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0, workers: int = 0,
-                 tuning: Tuning | None = None, adapt_prefetch: bool = False):
+                 tuning: Tuning | None = None, adapt_prefetch: bool = False,
+                 stages: dict[str, Any] | None = None):
         self._plan = plan
-        self._cursor = cursor
+        self._cursor, self._stages = cursor, stages
         self._counters = Counters()
         self._clock = StageClock()
         self._prefetcher = None
@@ -42,10 +43,11 @@ class DatasetIterator(Iterator[Any]):
             from tpufeed.workers.engine import ParallelProducer
             self._parallel = ParallelProducer(plan, cursor, workers, prefetch, self._counters,
                                               self._clock,
-                                              max_prefetch=MAX_PREFETCH if adapt_prefetch else prefetch)
+                                              max_prefetch=MAX_PREFETCH if adapt_prefetch else prefetch,
+                                              stages=stages)
             self._items = self._parallel.items(self._parallel.start())
         else:
-            self._items = Producer(plan, cursor, self._counters, self._clock).items()
+            self._items = Producer(plan, cursor, self._counters, self._clock, stages).items()
             if prefetch > 0:
                 self._prefetcher = ThreadPrefetcher(self._items, prefetch)
         self._closed = False
@@ -59,14 +61,14 @@ class DatasetIterator(Iterator[Any]):
         started = now()
         try:
             if self._prefetcher is not None:
-                item, cursor = self._prefetcher.get()
+                item, cursor, stages = self._prefetcher.get()
             else:
-                item, cursor = next(self._items)
+                item, cursor, stages = next(self._items)
         finally:
             waited = now() - started
             self._waited += waited
             self._window_wait += waited
-        self._cursor = cursor
+        self._cursor, self._stages = cursor, stages
         self._delivered += 1
         if self._adapt and self._delivered % _ADAPT_EVERY == 0:
             self._adapt_prefetch()
@@ -75,7 +77,7 @@ class DatasetIterator(Iterator[Any]):
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-able dict; `ds.iterator(state)` resumes right after the last item returned."""
-        return state_to_dict(self._cursor, self._plan.fingerprint)
+        return state_to_dict(self._cursor, self._plan.fingerprint, self._stages)
 
     def _adapt_prefetch(self) -> None:
         """Deepens prefetch while the consumer waits more than 10% of the time, within budget."""
@@ -111,6 +113,9 @@ class DatasetIterator(Iterator[Any]):
             prefetch=self._prefetch, queue_depth=depth,
             memory_bytes=sum(rss_bytes(pid) for pid in pids),
             dropped_records=self._counters.dropped_records, errors=self._counters.errors,
+            padded_rows=self._counters.padded_rows,
+            pack_fill=(self._counters.pack_tokens / self._counters.pack_capacity
+                       if self._counters.pack_capacity else None),
             stages=stages, tuning=self._tuning.reason if self._tuning is not None else None)
 
     @property

@@ -1,7 +1,7 @@
 """The in-process executor: walk the plan, run each chunk here, stream the pieces.
 
-`Producer.items()` yields (item, cursor after it), like the worker engine does with the same
-walk, the same `ChunkRunner` and the same `stream`.
+`Producer.items()` yields (item, cursor after it, stream stages' state), like the worker engine
+does with the same walk, the same `ChunkRunner` and the same `stream`.
 """
 
 from __future__ import annotations
@@ -20,15 +20,17 @@ from tpufeed.walk import walk
 
 @dataclass
 class Producer:
-    """Walks a plan from a cursor in this process; `items()` yields (item, cursor after it)."""
+    """Walks a plan from a cursor (and stream stages' state) in this process; `items()` yields
+    (item, cursor after it, stream stages' state then)."""
 
     plan: Plan
     cursor: Cursor
     counters: Counters = field(default_factory=Counters)
     clock: StageClock = field(default_factory=StageClock)
+    stages: dict[str, Any] | None = None
 
-    def items(self) -> Iterator[tuple[Any, Cursor]]:
+    def items(self) -> Iterator[tuple[Any, Cursor, dict[str, Any] | None]]:
         runner = ChunkRunner(self.plan, self.clock)
         pieces = (runner.run_chunk(step) if isinstance(step, Chunk) else step
                   for step in walk(self.plan, self.cursor))
-        return stream(self.plan, pieces, self.counters, self.clock)
+        return stream(self.plan, pieces, self.counters, self.clock, self.cursor, self.stages)

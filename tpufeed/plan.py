@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from tpufeed.order import Shuffle
 from tpufeed.sources.view import SourceView
-from tpufeed.stages import Batch, RecordStage
+from tpufeed.stages import Batch, Pack, RecordStage
 
 _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
 
@@ -15,7 +15,8 @@ _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
 class Plan:
     """Source, order, stages and host of a pipeline.
 
-    `head` are the record stages before `batch`, `tail` those after it (on whole batches).
+    `head` are the record stages before `pack` and `batch`, `tail` those after them (on
+    whole items).
     """
 
     source: SourceView
@@ -29,14 +30,16 @@ class Plan:
     host: int
     fingerprint: str
     max_errors: int = 0  # bad records that may be skipped (0: the first one raises)
+    pack: Pack | None = None
 
     @property
     def counts_depend_on_data(self) -> bool:
         """Whether the items a host makes from its share can depend on the records' contents
-        (a filter, flat_map or skipped bad records). If not, hosts with equal shares stay in
+        (a filter, flat_map, pack or skipped bad records). If not, hosts with equal shares stay in
         lockstep, and one host's state tells where every host stands. The one answer that the
         workers, elastic resume and the device adapters all use."""
-        return self.max_errors > 0 or any(stage.changes_count for stage in self.head + self.tail)
+        return (self.max_errors > 0 or self.pack is not None
+                or any(stage.changes_count for stage in self.head + self.tail))
 
     @property
     def fused(self) -> bool:
@@ -46,4 +49,6 @@ class Plan:
     @property
     def chunk(self) -> int:
         """Units read and transformed in one call."""
-        return self.batch.batch_size if self.batch is not None else _UNBATCHED_CHUNK
+        if self.batch is None or self.pack is not None:
+            return _UNBATCHED_CHUNK
+        return self.batch.batch_size

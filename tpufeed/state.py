@@ -6,8 +6,9 @@
 Only what differs from a plain cursor is written: `emitted` (outputs of the next unit already
 delivered, after a `flat_map`), `layers` (what stops out of lockstep left, each as
 [base, hosts, least consumed, [each host's consumed minus the least]]) and `carries`
-([position, outputs delivered] pairs this host finishes first). Version 1 states (before those
-existed) still load.
+([position, outputs delivered] pairs this host finishes first), and the state of stream stages
+that hold elements between items (`pack`: the segments waiting in its rows, named by epoch
+position). Version 1 states (before those existed) still load.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tpufeed.errors import StateError
 STATE_VERSION = 2
 _READABLE = (1, 2)
 _CURSOR_KEYS = ("epoch", "base", "hosts", "host", "consumed")
+STAGE_KEYS = ("pack",)  # stream stages that hold elements between items
 
 
 def fingerprint(description: Any) -> str:
@@ -31,7 +33,9 @@ def fingerprint(description: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def state_to_dict(cursor: Cursor, fingerprint_: str) -> dict[str, Any]:
+def state_to_dict(cursor: Cursor, fingerprint_: str,
+                  stages: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The state of a cursor, and of the stream stages that hold elements (`stages`, by name)."""
     state: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint_}
     for key in _CURSOR_KEYS:
         state[key] = getattr(cursor, key)
@@ -41,7 +45,20 @@ def state_to_dict(cursor: Cursor, fingerprint_: str) -> dict[str, Any]:
         state["layers"] = [_layer_to_list(layer) for layer in cursor.layers]
     if cursor.carries:
         state["carries"] = [list(carry) for carry in cursor.carries]
+    if stages:
+        state.update(stages)
     return state
+
+
+def stages_from_dict(state: Any) -> dict[str, Any] | None:
+    """The stream stages' part of a state (each stage checks its own)."""
+    if isinstance(state, (str, bytes)):
+        state = json.loads(state)
+    found = {key: state[key] for key in STAGE_KEYS if key in state}
+    for key, value in found.items():
+        if not isinstance(value, dict):
+            raise StateError(f"iterator state field {key!r} must be a dict, got {value!r}")
+    return found or None
 
 
 def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:

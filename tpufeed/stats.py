@@ -85,7 +85,8 @@ class PipelineStats:
     tuning: str | None = None  # why "auto" chose these workers/prefetch, if it did
     cut_batches: int = 0  # dropped so that every host ended the epoch at once ("shortest")
     padded_batches: int = 0  # wholly masked batches handed out for that ("pad")
-    padded_rows: int = 0  # masked rows, in padded batches and padded short batches
+    padded_rows: int = 0  # empty or masked rows: padded batches, short batches, packed epochs' ends
+    pack_fill: float | None = None  # share of the packed rows' room that holds tokens
     agreements: int = 0  # steps agreed with the other hosts
     agreement_seconds: float = 0.0  # time spent agreeing
 
@@ -114,7 +115,7 @@ class PipelineStats:
             "bottleneck": self.bottleneck, "tuning": self.tuning,
             "cut_batches": self.cut_batches, "padded_batches": self.padded_batches,
             "padded_rows": self.padded_rows, "agreements": self.agreements,
-            "agreement_seconds": self.agreement_seconds,
+            "agreement_seconds": self.agreement_seconds, "pack_fill": self.pack_fill,
             "stages": {name: {"seconds": s.seconds, "records": s.records, "parallelism": s.parallelism,
                               "records_per_s": s.records_per_s} for name, s in self.stages.items()},
         }
@@ -130,6 +131,7 @@ class PipelineStats:
                     f"{self.agreement_seconds:.3f} s, {self.cut_batches} batches cut, "
                     f"{self.padded_batches} padded ({self.padded_rows} masked rows)"]
                    if self.agreements or self.cut_batches or self.padded_rows else []),
+                 *([f"pack: rows {self.pack_fill:.1%} full"] if self.pack_fill is not None else []),
                  f"{'stage':<32} {'seconds':>9} {'records':>11} {'records/s':>12} {'procs':>5}"]
         bottleneck = self.bottleneck
         for name, s in self.stages.items():

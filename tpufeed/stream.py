@@ -1,7 +1,8 @@
 """The parent's side of every executor: pieces in order in, items and exact cursors out.
 
-Stream stages (`batch`) and the stages after them run here, skipped errors are charged against
-`ignore_errors`, and each item leaves with the cursor right after it.
+Stream stages (`pack`, `batch`) and the stages after them run here, skipped errors are charged
+against `ignore_errors`, and each item leaves with the cursor right after it and the state of
+the stream stages then.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from tpufeed.cursor import Cursor, at_segment_start
 from tpufeed.errors import TpufeedError
 from tpufeed.plan import Plan
 from tpufeed.stages.batch import Batcher
+from tpufeed.stages.pack import Packer
 from tpufeed.stats import StageClock
 
 _log = logging.getLogger("tpufeed")
@@ -25,6 +27,9 @@ _log = logging.getLogger("tpufeed")
 class Counters:
     dropped_records: int = 0
     errors: int = 0
+    padded_rows: int = 0  # empty rows that fill a packed epoch's last batch
+    pack_tokens: int = 0  # tokens of the first packed key in the rows handed out
+    pack_capacity: int = 0  # room for them in those rows
 
 
 @dataclass
@@ -47,19 +52,25 @@ class ErrorBudget:
 
 
 def stream(plan: Plan, pieces: Iterator[Piece | EpochEnd], counters: Counters,
-           clock: StageClock) -> Iterator[tuple[Any, Cursor]]:
-    """(item, cursor after it) for the pieces of `walk(plan, ...)`, processed in order."""
+           clock: StageClock, start: Cursor, stages: dict[str, Any] | None = None
+           ) -> Iterator[tuple[Any, Cursor, dict[str, Any] | None]]:
+    """(item, cursor after it, state of the stream stages then) for the pieces of
+    `walk(plan, start)`, processed in order; `stages` is a state to restore them from."""
     budget = ErrorBudget(plan.max_errors, counters)
-    batcher = Batcher(plan.batch) if plan.batch is not None else None
     finisher = ChunkRunner(plan, clock)  # the stages after batch, when the parent cuts batches
+    runner: Packer | Batcher | None = None
+    if plan.pack is not None:
+        runner = Packer(plan.pack, plan.batch, counters)
+        if stages is not None and "pack" in stages:
+            runner.restore(stages["pack"], start.epoch, finisher.outputs)
+    elif plan.batch is not None:
+        runner = Batcher(plan.batch, counters)
     made = False  # anything this epoch
     for piece in pieces:
         if isinstance(piece, EpochEnd):
             counters.dropped_records += piece.dropped
-            if batcher is not None:
-                cuts, dropped = batcher.end_epoch(piece)
-                counters.dropped_records += dropped
-                for item in _finish(finisher, budget, cuts, piece.cursor.epoch):
+            if runner is not None:
+                for item in _finish(finisher, budget, runner.end_epoch(piece), piece.cursor.epoch):
                     made = True
                     yield item
             if not made and plan.epochs is None and at_segment_start(piece.cursor) \
@@ -74,22 +85,22 @@ def stream(plan: Plan, pieces: Iterator[Piece | EpochEnd], counters: Counters,
         if piece.final:
             if piece.payload is not None:
                 made = True
-                yield piece.payload, piece.cursor_after(piece.size - 1)
-        elif batcher is None:
+                yield piece.payload, piece.cursor_after(piece.size - 1), None
+        elif runner is None:
             for i, element in enumerate(piece.payload):
                 made = True
-                yield element, piece.cursor_after(i)
+                yield element, piece.cursor_after(i), None
         else:
-            for item in _finish(finisher, budget, batcher.push(piece), piece.chunk.cursor.epoch):
+            for item in _finish(finisher, budget, runner.push(piece), piece.chunk.cursor.epoch):
                 made = True
                 yield item
 
 
 def _finish(finisher: ChunkRunner, budget: ErrorBudget, cuts: list, epoch: int
-            ) -> Iterator[tuple[Any, Cursor]]:
-    for batch, cursor, first_record in cuts:
+            ) -> Iterator[tuple[Any, Cursor, dict[str, Any] | None]]:
+    for item, cursor, first_record, state in cuts:
         skipped: list[TpufeedError] = []
-        batch = finisher.finish(batch, first_record, epoch, skipped)
+        item = finisher.finish(item, first_record, epoch, skipped)
         budget.charge(skipped)
-        if batch is not None:
-            yield batch, cursor
+        if item is not None:
+            yield item, cursor, None if state is None else {"pack": state}

@@ -172,7 +172,7 @@ class EvenHosts(Iterator[Any]):
         return dataclasses.replace(
             stats, dropped_records=stats.dropped_records + self.cut_records,
             cut_batches=self.cut_batches, padded_batches=self.padded_batches,
-            padded_rows=self.padded_rows, agreements=self.agreements,
+            padded_rows=stats.padded_rows + self.padded_rows, agreements=self.agreements,
             agreement_seconds=self.agreement_seconds)
 
     @property

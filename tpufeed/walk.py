@@ -34,24 +34,24 @@ def walk(plan: Plan, cursor: Cursor, announce: bool = True) -> Iterator[Chunk | 
             if fused_drop and count < plan.chunk:
                 dropped = count  # a short last batch that would be dropped: never read
                 break
-            records, skips = blocks.get(k, count)
-            yield Chunk(cursor, k, records, skips)
+            positions, records, skips = blocks.get(k, count)
+            yield Chunk(cursor, k, positions, records, skips)
             k += count
         yield EpochEnd(cursor, units, dropped)
         cursor = epoch_start(cursor.epoch + 1, plan.hosts, plan.host)
 
 
 class _Blocks:
-    """Record indices (and outputs to skip) of one epoch's units, a block at a time."""
+    """Positions, record indices and outputs to skip of one epoch's units, a block at a time."""
 
     def __init__(self, plan: Plan, cursor: Cursor, n: int, units: int, announce: bool):
         self._plan, self._cursor, self._n, self._units = plan, cursor, n, units
         self._announce = announce
         self._start = 0
-        self._block: tuple[np.ndarray, np.ndarray | None] = (np.empty(0, np.int64), None)
-        self._next: tuple[int, tuple[np.ndarray, np.ndarray | None]] | None = None
+        self._block: _Block = (np.empty(0, np.int64), np.empty(0, np.int64), None)
+        self._next: tuple[int, _Block] | None = None
 
-    def get(self, start: int, count: int) -> tuple[np.ndarray, np.ndarray | None]:
+    def get(self, start: int, count: int) -> _Block:
         end = start + count
         if not (self._start <= start and end <= self._start + len(self._block[0])):
             if self._next is not None and self._next[0] == start and len(self._next[1][0]) >= count:
@@ -61,14 +61,18 @@ class _Blocks:
             after = self._start + len(self._block[0])
             self._next = (after, self._compute(after, count)) if after < self._units else None
         lo, hi = start - self._start, end - self._start
-        records, skips = self._block
-        return records[lo:hi], None if skips is None or not skips[lo:hi].any() else skips[lo:hi]
+        positions, records, skips = self._block
+        skips = None if skips is None or not skips[lo:hi].any() else skips[lo:hi]
+        return positions[lo:hi], records[lo:hi], skips
 
-    def _compute(self, start: int, count: int) -> tuple[np.ndarray, np.ndarray | None]:
+    def _compute(self, start: int, count: int) -> _Block:
         # Blocks are whole chunks, so consecutive chunks never straddle two blocks.
         size = min(max(count, _BLOCK // count * count), self._units - start)
         positions, skips = self._cursor.positions(self._n, start, size)
         records = records_at(self._n, self._plan.shuffle, self._cursor.epoch, positions)
         if self._announce:
             self._plan.source.will_read(records)
-        return records, skips
+        return positions, records, skips
+
+
+_Block = tuple[np.ndarray, np.ndarray, "np.ndarray | None"]  # positions, records, skips

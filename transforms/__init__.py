@@ -16,6 +16,7 @@ from tpufeed.transforms.image import (CenterCrop, DecodeImage, Normalize, Random
                                       RandomFlip, Resize, decode_image)
 from tpufeed.transforms.packing import PackSequences, pack_sequences
 from tpufeed.transforms.text import ByteTokenizer
+from tpufeed.transforms.tokenize import Tokenize
 
 __all__ = [
     "ByteTokenizer",
@@ -30,6 +31,7 @@ __all__ = [
     "Rename",
     "Resize",
     "Select",
+    "Tokenize",
     "decode_image",
     "encode_example",
     "pack_sequences",

@@ -2,9 +2,10 @@
 
 Each output row has `length` tokens, `segment_ids` (1, 2, ... per sequence in the row, 0 on
 padding) and `positions` (0, 1, ... restarting at every segment). A sequence longer than
-`length` is cut into pieces; a row holds at most one such partial piece, so every other
-segment in it is a whole sequence. Rows are filled first-fit among the `max_open` most
-recently opened rows, in input order: the result is a pure function of the input.
+`length` is split into pieces, each its own segment. Rows are filled first-fit over
+`max_open` open rows (the packer of `Dataset.pack`, tpufeed.packing), in input order: the
+result is a pure function of the input. In a pipeline, prefer `Dataset.pack`, which packs
+across batches into rows of one shape; this map packs what one element holds.
 
 >>> packed = pack_sequences([np.array([5, 6, 7]), np.array([8, 9])], length=4)
 >>> packed["tokens"].tolist(), packed["segment_ids"].tolist()
@@ -20,58 +21,36 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.packing import RowPacker, Segment, split, write_rows
 
 __all__ = ["PackSequences", "pack_sequences"]
 
 
-class _Row:
-    __slots__ = ("pieces", "used", "has_partial")
-
-    def __init__(self) -> None:
-        self.pieces: list[np.ndarray] = []
-        self.used = 0
-        self.has_partial = False
-
-
 def pack_sequences(sequences: Sequence[Any], length: int, pad_id: int = 0,
                    max_open: int = 8) -> dict[str, np.ndarray]:
-    """Packs 1-D token sequences into int32 arrays [rows, length]: tokens, segment_ids, positions."""
+    """Packs 1-D token sequences into int32 arrays [rows, length]: tokens, segment_ids, positions.
+
+    The same first-fit packer as `Dataset.pack` (tpufeed.packing), over one list.
+    """
     if not isinstance(length, int) or isinstance(length, bool) or length < 1:
         raise InvalidArgumentError(f"pack length must be a positive int, got {length!r}")
-    if not isinstance(max_open, int) or max_open < 1:
+    if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open < 1:
         raise InvalidArgumentError(f"max_open must be a positive int, got {max_open!r}")
-    rows: list[_Row] = []
-    open_from = 0  # rows before this index take no more pieces
+    packer = RowPacker([length], max_open)
+    rows = []
     for i, seq in enumerate(sequences):
         seq = np.asarray(seq)
         if seq.ndim != 1:
             raise ValueError(f"sequence {i} has shape {seq.shape}; packing needs 1-D sequences")
-        if seq.size == 0:
-            continue
-        partial = seq.size > length
-        for start in range(0, seq.size, length):
-            piece = seq[start:start + length]
-            row = next((r for r in rows[open_from:] if r.used + piece.size <= length
-                        and not (partial and r.has_partial)), None)
-            if row is None:
-                row = _Row()
-                rows.append(row)
-                open_from = max(open_from, len(rows) - max_open)
-            row.pieces.append(piece)
-            row.used += piece.size
-            row.has_partial |= partial
-    tokens = np.full((len(rows), length), pad_id, np.int32)
-    segment_ids = np.zeros((len(rows), length), np.int32)
-    positions = np.zeros((len(rows), length), np.int32)
-    for r, row in enumerate(rows):
-        at = 0
-        for segment, piece in enumerate(row.pieces, start=1):
-            end = at + piece.size
-            tokens[r, at:end] = piece
-            segment_ids[r, at:end] = segment
-            positions[r, at:end] = np.arange(piece.size)
-            at = end
-    return {"tokens": tokens, "segment_ids": segment_ids, "positions": positions}
+        if seq.size:
+            for piece in split((seq,), [length], cut=False):
+                rows += packer.add(Segment(piece, i))
+    rows += packer.close_all()
+    out = write_rows(rows, ["tokens"], [length], [np.dtype(np.int32)], len(rows))
+    if pad_id:
+        out["tokens"][out["tokens_segment_ids"] == 0] = pad_id
+    return {"tokens": out["tokens"], "segment_ids": out["tokens_segment_ids"],
+            "positions": out["tokens_positions"]}
 
 
 @dataclass(frozen=True)

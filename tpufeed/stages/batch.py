@@ -1,9 +1,10 @@
-"""`batch(n, drop_remainder)`: stacks n consecutive elements into one item of numpy arrays.
+"""`batch(n, drop_remainder, pad)`: stacks n consecutive elements into one item of numpy arrays.
 
 A stream stage: the record stages hand it *pieces* (the stacked survivors of one chunk); it cuts
 batches across piece boundaries, in order. A piece that is exactly one batch passes through
 without a copy. Batches never span epochs; at an epoch's end the rest is one short batch, or is
-dropped and counted (`drop_remainder`).
+dropped and counted (`drop_remainder`). With `pad`, variable-length keys are padded
+(tpufeed.padding) before they are stacked.
 """
 
 from __future__ import annotations
@@ -12,30 +13,37 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tpufeed.batching import concat, take
+from tpufeed.padding import Pad, trim
 
 if TYPE_CHECKING:
     from tpufeed.chunk import EpochEnd, Piece
     from tpufeed.cursor import Cursor
+    from tpufeed.stream import Counters
 
-Cut = tuple[Any, "Cursor", int]  # (batch, cursor after it, record of its first element)
+Cut = tuple[Any, "Cursor", int, None]  # (batch, cursor after it, first element's record, state)
 
 
 @dataclass(frozen=True)
 class Batch:
     batch_size: int
     drop_remainder: bool
+    pad: Pad | None = None  # keys padded to a length or the smallest fitting bucket
+    cut: bool = False  # cut padded keys longer than their largest bucket
     kind: ClassVar[str] = "batch"
     name: ClassVar[str] = "batch"
 
     def describe(self) -> Any:
-        return ["batch", self.batch_size, self.drop_remainder]
+        extra = [[[k, list(b)] for k, b in self.pad], self.cut] if self.pad else []
+        return ["batch", self.batch_size, self.drop_remainder, *extra]
 
 
 class Batcher:
     """The running batch stage: holds the elements of the batch being filled, as slices of
     pieces, between the items it hands out (never at a state: a state is taken between items)."""
 
-    def __init__(self, batch: Batch):
+    def __init__(self, batch: Batch, counters: Counters):
+        self.counters = counters
+        self.pad = batch.pad  # pieces come padded to the largest buckets: batches are trimmed
         self.size = batch.batch_size
         self.drop_remainder = batch.drop_remainder
         self._pending: list[tuple[Piece, int, int]] = []  # (piece, start, stop) slices
@@ -46,7 +54,8 @@ class Batcher:
         if not piece.size:
             return []
         if not self._pending and piece.size == self.size:
-            return [(piece.payload, piece.cursor_after(piece.size - 1), piece.record_of(0))]
+            batch = trim(piece.payload, self.pad) if self.pad else piece.payload
+            return [(batch, piece.cursor_after(piece.size - 1), piece.record_of(0), None)]
         out = []
         start = 0
         while start < piece.size:
@@ -58,18 +67,20 @@ class Batcher:
                 out.append(self._cut(piece.cursor_after(stop - 1)))
         return out
 
-    def end_epoch(self, end: EpochEnd) -> tuple[list[Cut], int]:
-        """The epoch's short last batch, if kept, and the count of records dropped."""
+    def end_epoch(self, end: EpochEnd) -> list[Cut]:
+        """The epoch's short last batch, if kept (if dropped, counted)."""
         if not self._count:
-            return [], 0
+            return []
         if self.drop_remainder:
-            dropped, self._pending, self._count = self._count, [], 0
-            return [], dropped
-        return [self._cut(end.cursor.after(end.units))], 0
+            self.counters.dropped_records += self._count
+            self._pending, self._count = [], 0
+            return []
+        return [self._cut(end.cursor.after(end.units))]
 
     def _cut(self, cursor: Cursor) -> Cut:
         parts = [p.payload if (lo, hi) == (0, p.size) else take(p.payload, lo, hi)
                  for p, lo, hi in self._pending]
         first_piece, first = self._pending[0][0], self._pending[0][1]
         self._pending, self._count = [], 0
-        return concat(parts), cursor, first_piece.record_of(first)
+        batch = concat(parts)
+        return trim(batch, self.pad) if self.pad else batch, cursor, first_piece.record_of(first), None

@@ -12,12 +12,23 @@ from tpufeed.stages.record import Context, Elements, RecordStage
 
 @dataclass(frozen=True)
 class Map(RecordStage):
+    """`fn(element)`; a `fn` with a `map_batch(elements) -> elements` method (such as
+    `transforms.Tokenize`) gets each chunk's elements in one call instead."""
+
     fn: Callable[[Any], Any]
     kind: ClassVar[str] = "map"
 
     def apply_all(self, elements: Elements, context: Context) -> Elements:
         fn = self.fn
-        return Elements([fn(value) for value in elements.values], elements.units, elements.ids)
+        map_batch = getattr(fn, "map_batch", None)
+        if map_batch is None:
+            values = [fn(value) for value in elements.values]
+        else:
+            values = list(map_batch(elements.values))
+            if len(values) != len(elements.values):
+                raise ValueError(f"{self.name}.map_batch returned {len(values)} elements for "
+                                 f"{len(elements.values)}")
+        return Elements(values, elements.units, elements.ids)
 
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
         return [self.fn(value)]

@@ -108,6 +108,7 @@ class ParallelProducer:
     counters: Counters = field(default_factory=Counters)
     clock: StageClock = field(default_factory=StageClock)
     max_prefetch: int = 0  # slots are sized for this depth; segments are made only when used
+    stages: dict[str, Any] | None = None  # stream stages' state to restore
 
     def __post_init__(self) -> None:
         self.depth = self.depth_for(self.prefetch)
@@ -129,10 +130,11 @@ class ParallelProducer:
         self.worker_pids = pool.pids
         return pool
 
-    def items(self, pool: WorkerPool | None = None) -> Iterator[tuple[Any, Cursor]]:
+    def items(self, pool: WorkerPool | None = None) -> Iterator[tuple[Any, Cursor, Any]]:
         pool = pool or self.start()
         try:
-            yield from stream(self.plan, self._pieces(pool), self.counters, self.clock)
+            yield from stream(self.plan, self._pieces(pool), self.counters, self.clock,
+                              self.cursor, self.stages)
         finally:
             pool.close()
 

@@ -1,0 +1,191 @@
+"""pack: fixed-length rows from sequences of any length, exact, resumable, the same anywhere."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tpufeed
+from tpufeed.errors import InvalidArgumentError, TransformError
+from tpufeed.packing import RowPacker, Segment, split
+
+L = 16
+
+
+def lengths_of(n, seed=0):
+    """Skewed lengths: mostly short, some longer than a row."""
+    rng = np.random.default_rng(seed)
+    return (rng.lognormal(1.8, 0.9, n).astype(int) + 1).tolist()
+
+
+def docs(n=80, seed=0):
+    # Token t of record r is r * 1000 + t + 1: every token says where it comes from.
+    return [{"tokens": np.arange(r * 1000 + 1, r * 1000 + 1 + k, dtype=np.int32)}
+            for r, k in enumerate(lengths_of(n, seed))]
+
+
+def make(n=80, batch=4, epochs=1, open_rows=4, hosts=1, host=0, workers=0, shuffle=True,
+         extra=None, cut=False):
+    ds = tpufeed.Dataset.from_sequence(docs(n))
+    if shuffle:
+        ds = ds.shuffle(3)
+    ds = ds.shard(host, hosts)
+    if extra is not None:
+        ds = extra(ds)
+    ds = ds.pack({"tokens": L}, open_rows=open_rows, cut=cut)
+    if batch:
+        ds = ds.batch(batch)
+    return ds.repeat(epochs).workers(workers)
+
+
+def segments(item):
+    """The token runs of an item's rows, one per segment, as tuples."""
+    tokens = np.atleast_2d(item["tokens"])
+    ids = np.atleast_2d(item["tokens_segment_ids"])
+    positions = np.atleast_2d(item["tokens_positions"])
+    out = []
+    for row, seg, pos in zip(tokens, ids, positions):
+        for s in range(1, int(seg.max(initial=0)) + 1):
+            run = row[seg == s]
+            assert pos[seg == s].tolist() == list(range(len(run)))  # positions restart
+            out.append(tuple(run.tolist()))
+        assert (row[seg == 0] == 0).all()
+    return out
+
+
+def pieces_of(items):
+    return sorted(p for item in items for p in segments(item))
+
+
+def expected_pieces(n=80, hosts=None):
+    out = []
+    for d in docs(n):
+        t = tuple(d["tokens"].tolist())
+        out += [t[i:i + L] for i in range(0, len(t), L)]
+    return sorted(out)
+
+
+def test_rows_are_full_length_with_segments_and_positions():
+    items = list(make())
+    assert all(item["tokens"].shape == (4, L) for item in items)
+    assert all(item["tokens_segment_ids"].dtype == np.int32 for item in items)
+    assert pieces_of(items) == expected_pieces()
+
+
+def test_a_long_sequence_is_split_in_order_not_cut_unless_asked():
+    items = list(make(batch=None, shuffle=False))
+    by_record = {}
+    for item in items:
+        for piece in segments(item):
+            by_record.setdefault(piece[0] // 1000, []).append(piece)
+    for r, d in enumerate(docs()):
+        assert sorted(t for p in by_record[r] for t in p) == d["tokens"].tolist()
+    cut = pieces_of(make(cut=True))
+    assert cut == sorted(tuple(d["tokens"][:L].tolist()) for d in docs())
+
+
+def test_the_last_batch_of_every_epoch_is_filled_with_counted_empty_rows():
+    it = make(batch=5, epochs=2).iterator()
+    items = list(it)
+    assert all(item["tokens"].shape == (5, L) for item in items)
+    empty = sum(int((item["tokens_segment_ids"].max(axis=1) == 0).sum()) for item in items)
+    assert empty == it.stats().padded_rows > 0
+    assert 0.5 < it.stats().pack_fill <= 1
+
+
+def test_inputs_and_targets_pack_together_each_with_its_length():
+    def pair(d):
+        return {"inputs": d["tokens"], "targets": d["tokens"][: max(1, len(d["tokens"]) // 2)]}
+    ds = (tpufeed.Dataset.from_sequence(docs(40)).map(pair)
+          .pack({"inputs": 16, "targets": 8}).batch(2))
+    for item in ds:
+        assert item["inputs"].shape == (2, 16) and item["targets"].shape == (2, 8)
+        # segment s of inputs and segment s of targets come from the same record
+        for row in range(2):
+            for s in range(1, int(item["inputs_segment_ids"][row].max()) + 1):
+                a = item["inputs"][row][item["inputs_segment_ids"][row] == s]
+                b = item["targets"][row][item["targets_segment_ids"][row] == s]
+                assert len(b) == 0 or a[0] // 1000 == b[0] // 1000
+
+
+@pytest.mark.parametrize("workers,prefetch", [(0, 3), (2, 0), (2, 4)])
+def test_the_output_is_the_same_for_any_worker_count_and_prefetch(workers, prefetch):
+    expected = [segments(i) for i in make(epochs=2)]
+    got = [segments(i) for i in make(epochs=2, workers=workers).prefetch(prefetch)]
+    assert got == expected
+
+
+def test_the_state_holds_refs_not_tokens_and_stays_small_with_16_open_rows():
+    ds = make(n=400, open_rows=16, batch=8)
+    it = ds.iterator()
+    largest = {}
+    for _ in it:
+        state = it.get_state()
+        assert set(state["pack"]) == {"closed", "rows"}
+        assert all(len(row) % 3 == 0 for row in state["pack"]["rows"])  # [position, output, piece]
+        if len(json.dumps(state)) > len(json.dumps(largest)):
+            largest = state
+    assert len(json.dumps(largest)) < 4096
+    assert len(largest["pack"]["rows"]) >= 16
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 60), st.integers(1, 6), st.sampled_from([None, 1, 3]), st.integers(1, 5))
+def test_resume_at_any_step_continues_exactly(n, open_rows, batch, step):
+    ds = make(n=n, open_rows=open_rows, batch=batch, epochs=2)
+    full = [segments(i) for i in ds]
+    it = ds.iterator()
+    for _ in range(min(step, len(full))):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    assert [segments(i) for i in ds.iterator(state)] == full[min(step, len(full)):]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 5), st.integers(1, 5), st.lists(st.integers(0, 6), min_size=5, max_size=5),
+       st.integers(20, 80))
+def test_all_hosts_states_restore_on_another_host_count_exactly_once(old, new, steps, n):
+    before, states = [], []
+    for host in range(old):
+        it = make(n=n, hosts=old, host=host, batch=2).iterator()
+        for _ in range(steps[host]):
+            item = next(it, None)
+            if item is not None:
+                before += segments(item)
+        states.append(it.get_state())
+    after = []
+    for host in range(new):
+        after += pieces_of(make(n=n, hosts=new, host=host, batch=2).iterator(states))
+    assert sorted(before + after) == expected_pieces(n)
+
+
+def test_first_fit_fills_rows_well_on_skewed_lengths():
+    it = make(n=2000, open_rows=16, batch=8).iterator()
+    list(it)
+    assert it.stats().pack_fill > 0.95
+
+
+def test_bad_elements_and_bad_places_are_named():
+    with pytest.raises(TransformError, match=r"exactly those keys.*\['id', 'tokens'\]"):
+        list(tpufeed.Dataset.from_sequence([{"tokens": [1], "id": 3}]).pack({"tokens": 4}))
+    with pytest.raises(TransformError, match=r"shape \(2, 2\).*1-D"):
+        list(tpufeed.Dataset.from_sequence([{"tokens": [[1, 2], [3, 4]]}]).pack({"tokens": 4}))
+    with pytest.raises(InvalidArgumentError, match="before batch"):
+        tpufeed.Dataset.from_sequence([]).batch(2).pack({"tokens": 4})
+    with pytest.raises(InvalidArgumentError, match="between pack and batch"):
+        list(tpufeed.Dataset.from_sequence([]).pack({"tokens": 4}).map(lambda r: r).batch(2))
+    for bad in ({}, {"tokens": 0}, {1: 4}):
+        with pytest.raises(InvalidArgumentError):
+            tpufeed.Dataset.from_sequence([]).pack(bad)
+
+
+def test_the_packer_closes_the_fullest_row_when_none_has_room():
+    packer = RowPacker([10], open_rows=2)
+    add = lambda n, ref: packer.add(Segment((np.zeros(n),), ref))  # noqa: E731
+    assert add(6, "a") == [] and add(7, "b") == []
+    closed = add(5, "c")  # neither has room: "b" (7 of 10) is the fullest
+    assert [[s.ref for s in row.segments] for row in closed] == [["b"]]
+    assert [[s.ref for s in row.segments] for row in packer.open] == [["a"], ["c"]]
+    assert [len(p[0]) for p in split((np.arange(25),), [10], cut=False)] == [10, 10, 5]

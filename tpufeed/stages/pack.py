@@ -1,0 +1,187 @@
+"""`pack({"tokens": 1024}, open_rows=16)`: sequences of any length into rows of one length.
+
+A stream stage: it sees the elements in order and fills rows first-fit over `open_rows` open
+rows (tpufeed.packing). Each packed key k gives `k`, `k_segment_ids` (0 on padding) and
+`k_positions`, as Grain names them. A sequence longer than its row is split over several rows
+(each piece its own segment), never cut, unless `cut=True`. With `batch(B)` after it, every
+step is `[B, length]`; an epoch's last batch is filled with empty rows (counted in
+`stats().padded_rows`) unless `drop_remainder`.
+
+The state holds no tokens: each segment waiting in a row is named by (epoch position, output of
+that record, piece), and is read again on restore. Rows do not span epochs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from tpufeed.errors import StateError, TransformError
+from tpufeed.packing import Row, RowPacker, Segment, split, write_rows
+
+if TYPE_CHECKING:
+    from tpufeed.chunk import EpochEnd, Piece
+    from tpufeed.cursor import Cursor
+    from tpufeed.stages.batch import Batch
+    from tpufeed.stream import Counters
+
+Ref = tuple[int, int, int]  # (epoch position, output of its record, piece)
+Cut = tuple[Any, "Cursor", int, dict]  # (item, cursor after it, first record, stage state)
+Outputs = Callable[[int, list[int]], dict[int, list[Any]]]  # (epoch, positions) -> outputs
+
+
+@dataclass(frozen=True)
+class Pack:
+    lengths: tuple[tuple[str, int], ...]
+    open_rows: int = 16
+    cut: bool = False
+    kind: ClassVar[str] = "pack"
+    name: ClassVar[str] = "pack"
+
+    def describe(self) -> Any:
+        return ["pack", [list(kv) for kv in self.lengths], self.open_rows, self.cut]
+
+
+class Packer:
+    """The running pack stage (and the batch after it, if any): rows closed but not yet handed
+    out wait in `closed`; `state()` names every segment of those and of the open rows."""
+
+    def __init__(self, pack: Pack, batch: Batch | None, counters: Counters):
+        self.keys = [key for key, _ in pack.lengths]
+        self.lengths = [length for _, length in pack.lengths]
+        self.cut, self.batch = pack.cut, batch
+        self.rows_per_item = batch.batch_size if batch is not None else 1
+        self.packer = RowPacker(self.lengths, pack.open_rows)
+        self.closed: deque[Row] = deque()
+        self.dtypes: list[np.dtype] | None = None
+        self.counters = counters
+
+    def push(self, piece: Piece) -> list[Cut]:
+        out: list[Cut] = []
+        positions = piece.chunk.positions
+        for i, element in enumerate(piece.payload):
+            unit = piece.units[i] if piece.units is not None else i
+            ref_base = (int(positions[unit]), piece.outs[i] if piece.outs is not None else 0)
+            self._add(element, ref_base, piece.record_of(i))
+            if len(self.closed) >= self.rows_per_item:
+                out += self._items(piece.cursor_after(i))
+        return out
+
+    def end_epoch(self, end: EpochEnd) -> list[Cut]:
+        """Closes every row; the last item is filled with empty rows (or dropped)."""
+        self.closed.extend(self.packer.close_all())
+        cursor = end.cursor.after(end.units)
+        out = self._items(cursor)
+        if self.closed:
+            if self.batch is not None and self.batch.drop_remainder:
+                self.counters.dropped_records += sum(len(row.segments) for row in self.closed)
+                self.closed.clear()
+            else:
+                self.counters.padded_rows += self.rows_per_item - len(self.closed)
+                out.append(self._item(len(self.closed), cursor))
+        return out
+
+    def state(self) -> dict[str, Any]:
+        rows = list(self.closed) + self.packer.open
+        return {"closed": len(self.closed),
+                "rows": [[n for s in row.segments for n in s.ref] for row in rows]}
+
+    def restore(self, state: dict[str, Any], epoch: int, outputs: Outputs) -> None:
+        """Rebuilds the rows of `state` (or, after a change of host count, places its `loose`
+        segments afresh), reading their records again."""
+        rows = [_refs(row) for row in _field(state, "rows", [])]
+        loose = _refs([n for ref in _field(state, "loose", []) for n in ref])
+        wanted = sorted({ref[0] for row in rows for ref in row} | {ref[0] for ref in loose})
+        found = outputs(epoch, wanted) if wanted else {}
+        closed = _field(state, "closed", 0)
+        for r, refs in enumerate(rows):
+            row = Row(self.lengths)
+            for ref in refs:
+                segment = self._segment(ref, found)
+                row.put(segment, [len(a) for a in segment.arrays])
+            (self.closed.append if r < closed else self.packer.open.append)(row)
+        for ref in loose:
+            self.closed.extend(self.packer.add(self._segment(ref, found)))
+
+    def _segment(self, ref: Ref, found: dict[int, list[Any]]) -> Segment:
+        position, out, part = ref
+        outputs = found.get(position, [])
+        if out >= len(outputs):
+            raise StateError(f"the state names output {out} of epoch position {position}, which "
+                             f"now makes {len(outputs)}: the data or the stages changed")
+        pieces = split(self._arrays(outputs[out], position), self.lengths, self.cut)
+        if part >= len(pieces):
+            raise StateError(f"the state names piece {part} of epoch position {position}, which "
+                             f"now has {len(pieces)}: the data or the stages changed")
+        return Segment(pieces[part], (position, out, part))
+
+    def _add(self, element: Any, ref_base: tuple[int, int], record: int) -> None:
+        arrays = self._arrays(element, record)
+        for part, arrays_of_part in enumerate(split(arrays, self.lengths, self.cut)):
+            if not any(len(a) for a in arrays_of_part):
+                continue
+            self.closed.extend(self.packer.add(Segment(arrays_of_part, (*ref_base, part))))
+
+    def _arrays(self, element: Any, record: int) -> tuple[np.ndarray, ...]:
+        if not isinstance(element, dict) or set(element) != set(self.keys):
+            got = sorted(element) if isinstance(element, dict) else type(element).__name__
+            raise TransformError(
+                f"pack({dict(zip(self.keys, self.lengths))}) packs elements that are dicts of "
+                f"exactly those keys; record {record} gave {got} (select the keys in a map "
+                "before pack)", record=record)
+        arrays = tuple(np.asarray(element[key]) for key in self.keys)
+        for key, array in zip(self.keys, arrays):
+            if array.ndim != 1:
+                raise TransformError(f"pack: {key!r} of record {record} has shape {array.shape}; "
+                                     "packing needs 1-D sequences", record=record)
+        if self.dtypes is None:
+            self.dtypes = [a.dtype for a in arrays]
+        return arrays
+
+    def _items(self, cursor: Cursor) -> list[Cut]:
+        out = []
+        while len(self.closed) >= self.rows_per_item:
+            out.append(self._item(self.rows_per_item, cursor))
+        return out
+
+    def _item(self, rows: int, cursor: Cursor) -> Cut:
+        taken = [self.closed.popleft() for _ in range(rows)]
+        dtypes = self.dtypes or [np.dtype(np.int32)] * len(self.keys)
+        item = write_rows(taken, self.keys, self.lengths, dtypes, self.rows_per_item)
+        self.counters.pack_capacity += self.rows_per_item * self.lengths[0]
+        self.counters.pack_tokens += sum(len(s.arrays[0]) for row in taken for s in row.segments)
+        if self.batch is None:
+            item = {key: value[0] for key, value in item.items()}
+        # The stages after batch draw their rng from the first segment's epoch position.
+        first = taken[0].segments[0].ref[0] if taken and taken[0].segments else 0
+        return item, cursor, first, self.state()
+
+
+def resume_pack(states: Sequence[dict[str, Any] | None], hosts: int, host: int) -> dict[str, Any]:
+    """What host `host` of `hosts` packs first after a stop of another host count: its share
+    of the segments the old hosts held in rows (closed or open), placed afresh."""
+    refs = [_refs(row) for state in states if state for row in _field(state, "rows", [])]
+    refs += [_refs([n for ref in _field(state, "loose", []) for n in ref])
+             for state in states if state]
+    flat = [ref for row in refs for ref in row]
+    return {"loose": [list(ref) for ref in flat[host::hosts]]}
+
+
+def _field(state: dict[str, Any], key: str, default: Any) -> Any:
+    value = state.get(key, default)
+    if not isinstance(value, type(default)):
+        raise StateError(f"iterator state field pack.{key} must be a {type(default).__name__}, "
+                         f"got {value!r}")
+    return value
+
+
+def _refs(flat: Sequence[Any]) -> list[Ref]:
+    if len(flat) % 3 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                for n in flat):
+        raise StateError(f"iterator state field pack holds {list(flat)!r}, not "
+                         "[position, output, piece, ...] triples")
+    return [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
