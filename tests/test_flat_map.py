@@ -102,7 +102,7 @@ def test_a_failing_flat_map_names_the_record_and_a_non_iterable_is_refused():
 
 
 def test_flat_map_after_batch_is_refused():
-    with pytest.raises(InvalidArgumentError, match="flat_map must come before batch"):
+    with pytest.raises(InvalidArgumentError, match="flat_map must come before pack and batch"):
         tpufeed.Dataset.from_sequence([1]).batch(1).flat_map(lambda b: [b])
 
 

@@ -52,6 +52,14 @@ class EpochEnd:
     units: int
     dropped: int = 0  # records of a short last batch dropped unread (drop_remainder)
 
+    @property
+    def epoch(self) -> int:
+        return self.cursor.epoch
+
+    def final_cursor(self) -> Cursor:
+        """The cursor once the whole epoch is delivered."""
+        return self.cursor.after(self.units)
+
 
 @dataclass
 class Piece:
@@ -78,8 +86,17 @@ class Piece:
             return self.chunk.cursor.after(unit + 1)
         return self.chunk.cursor.after(unit, self.outs[i] + 1)
 
+    @property
+    def epoch(self) -> int:
+        return self.chunk.cursor.epoch
+
     def record_of(self, i: int) -> int:
         return int(self.chunk.records[self.units[i] if self.units is not None else i])
+
+    def ref_of(self, i: int) -> tuple[int, ...]:
+        """Names element i for a state: (epoch position, output of its record)."""
+        unit = self.units[i] if self.units is not None else i
+        return int(self.chunk.positions[unit]), self.outs[i] if self.outs is not None else 0
 
 
 def read(source: SourceView, indices: np.ndarray, clock: StageClock,

@@ -19,6 +19,7 @@ from tpufeed.autotune import AUTO, Options, choose
 from tpufeed.cursor import Cursor, check_in_range, epoch_start, resume_all, resume_one
 from tpufeed.errors import InvalidArgumentError, StateError, TpufeedError
 from tpufeed.iterator import DatasetIterator
+from tpufeed.mix import MixPlan, Mixture, check_mix, mix_cursor, resume_mix
 from tpufeed.order import Shuffle
 from tpufeed.packing import check_lengths
 from tpufeed.padding import check_pad
@@ -79,7 +80,7 @@ class Dataset:
     chained (stages after `batch` see whole batches). Batches never span epochs.
     """
 
-    _source: SourceView
+    _source: SourceView | None
     _seed: int | None = None
     _window: int | None = None
     _sharding: Sharding = Sharding(0, 1)
@@ -89,6 +90,7 @@ class Dataset:
     _workers: int | str = 0
     _max_errors: int = 0
     _options: Options = Options()
+    _mixture: Mixture | None = None
 
     # -- constructors -------------------------------------------------------------------------
 
@@ -137,9 +139,42 @@ class Dataset:
         return cls(SourceView(ManifestSource(path, verify=verify,
                                              cache=_cache(cache_dir, cache_bytes))))
 
+    @classmethod
+    def mix(cls, datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
+            seed: int = 0, on_end: str = "restart") -> Dataset:
+        """Several pipelines as one stream, in the exact proportions of `weights` (default
+        equal): after any N elements each component is within 1 of its share (tpufeed.mix).
+
+        Each component keeps its own source, shuffle, epochs and per-element stages; `pack`
+        and `batch` after `mix` see the mixture. `on_end`: "restart" a component that ends
+        with its next epoch (default), "stop" the mixture, or "drop" the component.
+
+        >>> a = Dataset.from_sequence(["a"] * 6)
+        >>> b = Dataset.from_sequence(["b"] * 6)
+        >>> "".join(Dataset.mix([a, b], weights=[2, 1], on_end="stop"))
+        'aabaabaab'
+        """
+        checked, on_end = check_mix(datasets, weights, seed, on_end)
+        for i, ds in enumerate(datasets):
+            if not isinstance(ds, Dataset) or ds._mixture is not None:
+                raise InvalidArgumentError(f"mix component {i} must be a Dataset (not a mixture), "
+                                           f"got {ds!r}")
+            if ds._batch() is not None or ds._pack() is not None:
+                raise InvalidArgumentError(f"mix component {i} batches or packs: batch and pack "
+                                           "the mixture, after mix")
+            if ds._sharding != Sharding(0, 1):
+                raise InvalidArgumentError(f"mix component {i} is sharded ({ds._sharding}): shard "
+                                           "the mixture, which shards every component alike")
+            if AUTO in (ds._workers, ds._prefetch):
+                raise InvalidArgumentError(f"mix component {i} has 'auto' workers or prefetch; "
+                                           "give the mixture or the component a number")
+        return cls(None, _mixture=Mixture(tuple(datasets), checked, seed, on_end))
+
     @property
     def schema(self) -> dict[str, Any] | None:
         """The manifest's inferred schema for datasets from `Dataset.open`, else None."""
+        if self._source is None:
+            return None
         return getattr(self._source.source, "schema", None)
 
     # -- settings -----------------------------------------------------------------------------
@@ -147,6 +182,7 @@ class Dataset:
     @property
     def source(self) -> Any:
         """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source."""
+        self._not_mixture("source")
         return self._source.source
 
     def shuffle(self, seed: int, window: int | None = None) -> Dataset:
@@ -156,6 +192,7 @@ class Dataset:
         records within each group of K consecutive shards, so only about K shards are needed at
         once — for datasets larger than the local cache.
         """
+        self._not_mixture("shuffle")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
         if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
@@ -242,6 +279,7 @@ class Dataset:
 
     def repeat(self, epochs: int | None = None) -> Dataset:
         """Runs `epochs` epochs (None: forever), each a new permutation when shuffled."""
+        self._not_mixture("repeat")
         if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0):
             raise InvalidArgumentError(f"epochs must be None or a non-negative int, got {epochs!r}")
         return dataclasses.replace(self, _epochs=epochs)
@@ -266,6 +304,7 @@ class Dataset:
         Each skip is counted (`it.stats().errors`) and logged with its file, record and cause;
         the bad record after the last allowed one raises. Off by default: errors raise.
         """
+        self._not_mixture("ignore_errors")
         if not isinstance(max_errors, int) or isinstance(max_errors, bool) or max_errors < 0:
             raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")
         return dataclasses.replace(self, _max_errors=max_errors)
@@ -299,6 +338,9 @@ class Dataset:
         (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
         """
         plan = self._plan()
+        if isinstance(plan, MixPlan):
+            cursor, stages = self._mix_cursor(plan, state)
+            return self._iterate_uneven(plan, cursor, stages, uneven, agreement)
         n = len(plan.source)
         stages = None
         if state is None:
@@ -320,6 +362,33 @@ class Dataset:
         if plan.epochs is not None and cursor.epoch >= max(1, plan.epochs):
             raise StateError(f"iterator state is in epoch {cursor.epoch}, but this pipeline runs "
                              f"{plan.epochs} epoch(s): it comes from a run with more epochs")
+        return self._iterate_uneven(plan, cursor, stages, uneven, agreement)
+
+    def _mix_cursor(self, plan: MixPlan, state: Any) -> tuple[Any, dict[str, Any] | None]:
+        if state is None:
+            return plan.start(), None
+        if isinstance(state, (list, tuple)):
+            saved = [mix_cursor(s, plan) for s in state]
+            if len(saved) == saved[0].cursors[0].hosts == plan.hosts:
+                mine = [i for i, s in enumerate(saved) if s.cursors[0].host == plan.host]
+                if len(mine) == 1:
+                    return saved[mine[0]], stages_from_dict(state[mine[0]])
+            sizes = [len(component.source) for component in plan.components]
+            cursor = resume_mix(plan, saved, sizes)
+            held = [(stages_from_dict(s) or {}).get("pack") for s in state]
+            stages = ({"pack": resume_pack(held, plan.hosts, plan.host, plan.record_key + 2)}
+                      if plan.pack is not None else None)
+            return cursor, stages
+        cursor = mix_cursor(state, plan)
+        first = cursor.cursors[0]
+        if (first.hosts, first.host) != (plan.hosts, plan.host):
+            raise StateError(f"this state is host {first.host}'s of {first.hosts}: a mixture's "
+                             "counts depend on its components' data, so to continue on another "
+                             "host pass the states of all hosts: ds.iterator([state_host0, ...])")
+        return cursor, stages_from_dict(state)
+
+    def _iterate_uneven(self, plan: Any, cursor: Any, stages: dict[str, Any] | None,
+                        uneven: str | None, agreement: HostAgreement | None) -> Any:
         if check_uneven(uneven) is None:
             return self._iterate(plan, cursor, stages)
         if uneven == "pad" and plan.batch is None:
@@ -335,8 +404,13 @@ class Dataset:
                          plan.batch.batch_size if plan.batch is not None else None,
                          self._first_item)
 
-    def _iterate(self, plan: Plan, cursor: Cursor,
+    def _iterate(self, plan: Any, cursor: Any,
                  stages: dict[str, Any] | None) -> DatasetIterator:
+        if isinstance(plan, MixPlan):  # its workers run inside its components
+            if self._prefetch == AUTO or self._workers == AUTO:
+                raise InvalidArgumentError("a mixture takes a number of workers and prefetch, "
+                                           "not 'auto'")
+            return DatasetIterator(plan, cursor, prefetch=self._prefetch, stages=stages)
         if AUTO in (self._workers, self._prefetch):
             tuning = choose(plan, cursor, self._workers, self._prefetch, self._options)
             return DatasetIterator(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
@@ -366,6 +440,9 @@ class Dataset:
 
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""
+        if self._mixture is not None:
+            return fingerprint({**self._mixture.describe(),
+                                "ops": [stage.describe() for stage in self._stages]})
         return fingerprint({"source": self._source.fingerprint(), "seed": self._seed,
                             "window": self._window,
                             "ops": [stage.describe() for stage in self._stages]})
@@ -393,8 +470,17 @@ class Dataset:
     def _pack(self) -> Pack | None:
         return next((stage for stage in self._stages if isinstance(stage, Pack)), None)
 
-    def _plan(self) -> Plan:
+    def _not_mixture(self, what: str) -> None:
+        if self._mixture is not None:
+            raise InvalidArgumentError(
+                f"{what} belongs to each component of a mixture, not to the mixture: "
+                "set it on the datasets given to Dataset.mix")
+
+    def _plan(self) -> Any:
         host, hosts = self._sharding.resolve()
+        if self._mixture is not None:
+            workers = self._workers if isinstance(self._workers, int) else 0
+            return self._mixture.plan(host, hosts, workers, self._stages, self.fingerprint())
         stages = list(self._stages)
         pack, batch = self._pack(), self._batch()
         stream = [stages.index(s) for s in (pack, batch) if s is not None]
@@ -422,6 +508,10 @@ class Dataset:
         return dataclasses.replace(self, _stages=self._stages + (stage,))
 
     def __repr__(self) -> str:
+        if self._mixture is not None:
+            return (f"Dataset.mix({len(self._mixture.datasets)} components, weights="
+                    f"{[round(w, 4) for w in self._mixture.weights]}, on_end="
+                    f"{self._mixture.on_end!r}, stages={[s.name for s in self._stages]})")
         stages = ", ".join(f"batch({stage.batch_size}, drop_remainder={stage.drop_remainder})"
                            if isinstance(stage, Batch) else
                            f"pack({dict(stage.lengths)}, open_rows={stage.open_rows})"

@@ -12,7 +12,7 @@ from tpufeed.pipeline import Producer
 from tpufeed.plan import Plan
 from tpufeed.stream import Counters
 from tpufeed.autotune import MAX_PREFETCH, Tuning
-from tpufeed.state import state_to_dict
+from tpufeed.mix import MixPlan, MixProducer
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
 
 _ADAPT_EVERY = 16  # items between prefetch adjustments
@@ -39,7 +39,11 @@ class DatasetIterator(Iterator[Any]):
         self._window_start, self._window_wait = now(), 0.0
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._closed = True  # until construction succeeds
-        if workers > 0:
+        if isinstance(plan, MixPlan):
+            self._items = MixProducer(plan, cursor, self._counters, self._clock, stages).items()
+            if prefetch > 0:
+                self._prefetcher = ThreadPrefetcher(self._items, prefetch)
+        elif workers > 0:
             from tpufeed.workers.engine import ParallelProducer
             self._parallel = ParallelProducer(plan, cursor, workers, prefetch, self._counters,
                                               self._clock,
@@ -77,7 +81,7 @@ class DatasetIterator(Iterator[Any]):
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-able dict; `ds.iterator(state)` resumes right after the last item returned."""
-        return state_to_dict(self._cursor, self._plan.fingerprint, self._stages)
+        return self._plan.state_of(self._cursor, self._stages)
 
     def _adapt_prefetch(self) -> None:
         """Deepens prefetch while the consumer waits more than 10% of the time, within budget."""
@@ -116,7 +120,17 @@ class DatasetIterator(Iterator[Any]):
             padded_rows=self._counters.padded_rows,
             pack_fill=(self._counters.pack_tokens / self._counters.pack_capacity
                        if self._counters.pack_capacity else None),
-            stages=stages, tuning=self._tuning.reason if self._tuning is not None else None)
+            stages=stages, tuning=self._tuning.reason if self._tuning is not None else None,
+            mixture=self._mixture_stats())
+
+    def _mixture_stats(self) -> list[dict[str, Any]] | None:
+        """Per component of a mixture: elements taken into it, their share, the weight."""
+        if not isinstance(self._plan, MixPlan):
+            return None
+        taken = self._cursor.taken
+        total = sum(taken) or 1
+        return [{"component": label, "taken": t, "share": t / total, "weight": w}
+                for label, t, w in zip(self._plan.labels, taken, self._plan.weights)]
 
     @property
     def records_delivered(self) -> int:

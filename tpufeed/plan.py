@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from tpufeed.cursor import Cursor
 from tpufeed.order import Shuffle
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import Batch, Pack, RecordStage
+from tpufeed.state import state_to_dict
 
 _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
 
@@ -31,6 +34,9 @@ class Plan:
     fingerprint: str
     max_errors: int = 0  # bad records that may be skipped (0: the first one raises)
     pack: Pack | None = None
+    pieces_only: bool = False  # a mixture's component: stacks pieces, never finishes batches
+
+    record_key = 1  # ints that name a record in a state: its epoch position
 
     @property
     def counts_depend_on_data(self) -> bool:
@@ -44,7 +50,11 @@ class Plan:
     @property
     def fused(self) -> bool:
         """Whether each chunk is exactly one batch (so workers finish whole batches)."""
-        return self.batch is not None and not self.counts_depend_on_data
+        return self.batch is not None and not self.counts_depend_on_data and not self.pieces_only
+
+    def state_of(self, cursor: Cursor, stages: dict[str, Any] | None) -> dict[str, Any]:
+        """The iterator state at `cursor` (with the stream stages' `stages`)."""
+        return state_to_dict(cursor, self.fingerprint, stages)
 
     @property
     def chunk(self) -> int:

@@ -87,6 +87,7 @@ class PipelineStats:
     padded_batches: int = 0  # wholly masked batches handed out for that ("pad")
     padded_rows: int = 0  # empty or masked rows: padded batches, short batches, packed epochs' ends
     pack_fill: float | None = None  # share of the packed rows' room that holds tokens
+    mixture: list[dict[str, Any]] | None = None  # per component: taken, share, weight
     agreements: int = 0  # steps agreed with the other hosts
     agreement_seconds: float = 0.0  # time spent agreeing
 
@@ -116,6 +117,7 @@ class PipelineStats:
             "cut_batches": self.cut_batches, "padded_batches": self.padded_batches,
             "padded_rows": self.padded_rows, "agreements": self.agreements,
             "agreement_seconds": self.agreement_seconds, "pack_fill": self.pack_fill,
+            "mixture": self.mixture,
             "stages": {name: {"seconds": s.seconds, "records": s.records, "parallelism": s.parallelism,
                               "records_per_s": s.records_per_s} for name, s in self.stages.items()},
         }
@@ -132,6 +134,8 @@ class PipelineStats:
                     f"{self.padded_batches} padded ({self.padded_rows} masked rows)"]
                    if self.agreements or self.cut_batches or self.padded_rows else []),
                  *([f"pack: rows {self.pack_fill:.1%} full"] if self.pack_fill is not None else []),
+                 *([f"mixture {c['component']}: {c['taken']:,} taken, {c['share']:.1%} of the "
+                    f"mix (weight {c['weight']:.1%})" for c in self.mixture or []]),
                  f"{'stage':<32} {'seconds':>9} {'records':>11} {'records/s':>12} {'procs':>5}"]
         bottleneck = self.bottleneck
         for name, s in self.stages.items():

@@ -17,7 +17,7 @@ from tpufeed.cursor import Cursor, at_segment_start
 from tpufeed.errors import TpufeedError
 from tpufeed.plan import Plan
 from tpufeed.stages.batch import Batcher
-from tpufeed.stages.pack import Packer
+from tpufeed.stages.pack import Outputs, Packer
 from tpufeed.stats import StageClock
 
 _log = logging.getLogger("tpufeed")
@@ -51,30 +51,34 @@ class ErrorBudget:
                          self.counters.errors, self.max_errors, str(error).split("\n", 1)[0])
 
 
-def stream(plan: Plan, pieces: Iterator[Piece | EpochEnd], counters: Counters,
-           clock: StageClock, start: Cursor, stages: dict[str, Any] | None = None
-           ) -> Iterator[tuple[Any, Cursor, dict[str, Any] | None]]:
+def stream(plan: Plan, pieces: Iterator[Any], counters: Counters, clock: StageClock, start: Any,
+           stages: dict[str, Any] | None = None, reread: Outputs | None = None
+           ) -> Iterator[tuple[Any, Any, dict[str, Any] | None]]:
     """(item, cursor after it, state of the stream stages then) for the pieces of
-    `walk(plan, start)`, processed in order; `stages` is a state to restore them from."""
+    `walk(plan, start)` (or a mixture's), processed in order; `stages` is a state to restore
+    them from, re-reading the records it names with `reread` (default: the plan's)."""
     budget = ErrorBudget(plan.max_errors, counters)
     finisher = ChunkRunner(plan, clock)  # the stages after batch, when the parent cuts batches
     runner: Packer | Batcher | None = None
     if plan.pack is not None:
-        runner = Packer(plan.pack, plan.batch, counters)
+        runner = Packer(plan.pack, plan.batch, counters, plan.record_key + 2)
         if stages is not None and "pack" in stages:
-            runner.restore(stages["pack"], start.epoch, finisher.outputs)
+            def outputs(records: list[tuple[int, ...]]) -> dict[tuple[int, ...], list[Any]]:
+                found = finisher.outputs(start.epoch, [r[0] for r in records])
+                return {(position,): outs for position, outs in found.items()}
+            runner.restore(stages["pack"], reread or outputs)
     elif plan.batch is not None:
         runner = Batcher(plan.batch, counters)
     made = False  # anything this epoch
     for piece in pieces:
-        if isinstance(piece, EpochEnd):
-            counters.dropped_records += piece.dropped
+        if hasattr(piece, "final_cursor"):  # the end of an epoch (or of a mixture)
+            counters.dropped_records += getattr(piece, "dropped", 0)
             if runner is not None:
-                for item in _finish(finisher, budget, runner.end_epoch(piece), piece.cursor.epoch):
+                for item in _finish(finisher, budget, runner.end_epoch(piece), piece.epoch):
                     made = True
                     yield item
-            if not made and plan.epochs is None and at_segment_start(piece.cursor) \
-                    and piece.cursor.base == 0:
+            if not made and isinstance(piece, EpochEnd) and plan.epochs is None \
+                    and at_segment_start(piece.cursor) and piece.cursor.base == 0:
                 raise TpufeedError(
                     f"epoch {piece.cursor.epoch} produced nothing for host {piece.cursor.host} of "
                     f"{piece.cursor.hosts} ({len(plan.source)} records; a filter may drop them "
@@ -91,7 +95,7 @@ def stream(plan: Plan, pieces: Iterator[Piece | EpochEnd], counters: Counters,
                 made = True
                 yield element, piece.cursor_after(i), None
         else:
-            for item in _finish(finisher, budget, runner.push(piece), piece.chunk.cursor.epoch):
+            for item in _finish(finisher, budget, runner.push(piece), piece.epoch):
                 made = True
                 yield item
 

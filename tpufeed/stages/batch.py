@@ -75,7 +75,7 @@ class Batcher:
             self.counters.dropped_records += self._count
             self._pending, self._count = [], 0
             return []
-        return [self._cut(end.cursor.after(end.units))]
+        return [self._cut(end.final_cursor())]
 
     def _cut(self, cursor: Cursor) -> Cut:
         parts = [p.payload if (lo, hi) == (0, p.size) else take(p.payload, lo, hi)

@@ -7,8 +7,9 @@ rows (tpufeed.packing). Each packed key k gives `k`, `k_segment_ids` (0 on paddi
 step is `[B, length]`; an epoch's last batch is filled with empty rows (counted in
 `stats().padded_rows`) unless `drop_remainder`.
 
-The state holds no tokens: each segment waiting in a row is named by (epoch position, output of
-that record, piece), and is read again on restore. Rows do not span epochs.
+The state holds no tokens: each segment waiting in a row is named by its record (epoch
+position; in a mixture, component, epoch and position), the output of that record and the
+piece, and is read again on restore. Rows do not span epochs.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ if TYPE_CHECKING:
     from tpufeed.stages.batch import Batch
     from tpufeed.stream import Counters
 
-Ref = tuple[int, int, int]  # (epoch position, output of its record, piece)
-Cut = tuple[Any, "Cursor", int, dict]  # (item, cursor after it, first record, stage state)
-Outputs = Callable[[int, list[int]], dict[int, list[Any]]]  # (epoch, positions) -> outputs
+Ref = tuple[int, ...]  # the element's name (its piece's ref_of), then the piece of it
+Cut = tuple[Any, Any, int, dict]  # (item, cursor after it, first record, stage state)
+Outputs = Callable[[list[tuple[int, ...]]], dict[tuple[int, ...], list[Any]]]  # record -> outputs
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class Packer:
     """The running pack stage (and the batch after it, if any): rows closed but not yet handed
     out wait in `closed`; `state()` names every segment of those and of the open rows."""
 
-    def __init__(self, pack: Pack, batch: Batch | None, counters: Counters):
+    def __init__(self, pack: Pack, batch: Batch | None, counters: Counters, arity: int = 3):
+        self.arity = arity  # ints naming a segment: its element's ref, then output, then piece
         self.keys = [key for key, _ in pack.lengths]
         self.lengths = [length for _, length in pack.lengths]
         self.cut, self.batch = pack.cut, batch
@@ -62,11 +64,8 @@ class Packer:
 
     def push(self, piece: Piece) -> list[Cut]:
         out: list[Cut] = []
-        positions = piece.chunk.positions
         for i, element in enumerate(piece.payload):
-            unit = piece.units[i] if piece.units is not None else i
-            ref_base = (int(positions[unit]), piece.outs[i] if piece.outs is not None else 0)
-            self._add(element, ref_base, piece.record_of(i))
+            self._add(element, piece.ref_of(i), piece.record_of(i))
             if len(self.closed) >= self.rows_per_item:
                 out += self._items(piece.cursor_after(i))
         return out
@@ -74,7 +73,7 @@ class Packer:
     def end_epoch(self, end: EpochEnd) -> list[Cut]:
         """Closes every row; the last item is filled with empty rows (or dropped)."""
         self.closed.extend(self.packer.close_all())
-        cursor = end.cursor.after(end.units)
+        cursor = end.final_cursor()
         out = self._items(cursor)
         if self.closed:
             if self.batch is not None and self.batch.drop_remainder:
@@ -90,13 +89,13 @@ class Packer:
         return {"closed": len(self.closed),
                 "rows": [[n for s in row.segments for n in s.ref] for row in rows]}
 
-    def restore(self, state: dict[str, Any], epoch: int, outputs: Outputs) -> None:
+    def restore(self, state: dict[str, Any], outputs: Outputs) -> None:
         """Rebuilds the rows of `state` (or, after a change of host count, places its `loose`
         segments afresh), reading their records again."""
-        rows = [_refs(row) for row in _field(state, "rows", [])]
-        loose = _refs([n for ref in _field(state, "loose", []) for n in ref])
-        wanted = sorted({ref[0] for row in rows for ref in row} | {ref[0] for ref in loose})
-        found = outputs(epoch, wanted) if wanted else {}
+        rows = [_refs(row, self.arity) for row in _field(state, "rows", [])]
+        loose = _refs([n for ref in _field(state, "loose", []) for n in ref], self.arity)
+        wanted = sorted({ref[:-2] for row in rows for ref in row} | {ref[:-2] for ref in loose})
+        found = outputs(wanted) if wanted else {}
         closed = _field(state, "closed", 0)
         for r, refs in enumerate(rows):
             row = Row(self.lengths)
@@ -107,17 +106,17 @@ class Packer:
         for ref in loose:
             self.closed.extend(self.packer.add(self._segment(ref, found)))
 
-    def _segment(self, ref: Ref, found: dict[int, list[Any]]) -> Segment:
-        position, out, part = ref
-        outputs = found.get(position, [])
+    def _segment(self, ref: Ref, found: dict[tuple[int, ...], list[Any]]) -> Segment:
+        record, out, part = ref[:-2], ref[-2], ref[-1]
+        outputs = found.get(record, [])
         if out >= len(outputs):
-            raise StateError(f"the state names output {out} of epoch position {position}, which "
-                             f"now makes {len(outputs)}: the data or the stages changed")
-        pieces = split(self._arrays(outputs[out], position), self.lengths, self.cut)
+            raise StateError(f"the state names output {out} of record {list(record)}, which now "
+                             f"makes {len(outputs)}: the data or the stages changed")
+        pieces = split(self._arrays(outputs[out], record[-1]), self.lengths, self.cut)
         if part >= len(pieces):
-            raise StateError(f"the state names piece {part} of epoch position {position}, which "
-                             f"now has {len(pieces)}: the data or the stages changed")
-        return Segment(pieces[part], (position, out, part))
+            raise StateError(f"the state names piece {part} of record {list(record)}, which now "
+                             f"has {len(pieces)}: the data or the stages changed")
+        return Segment(pieces[part], ref)
 
     def _add(self, element: Any, ref_base: tuple[int, int], record: int) -> None:
         arrays = self._arrays(element, record)
@@ -161,11 +160,12 @@ class Packer:
         return item, cursor, first, self.state()
 
 
-def resume_pack(states: Sequence[dict[str, Any] | None], hosts: int, host: int) -> dict[str, Any]:
+def resume_pack(states: Sequence[dict[str, Any] | None], hosts: int, host: int,
+                arity: int = 3) -> dict[str, Any]:
     """What host `host` of `hosts` packs first after a stop of another host count: its share
     of the segments the old hosts held in rows (closed or open), placed afresh."""
-    refs = [_refs(row) for state in states if state for row in _field(state, "rows", [])]
-    refs += [_refs([n for ref in _field(state, "loose", []) for n in ref])
+    refs = [_refs(row, arity) for state in states if state for row in _field(state, "rows", [])]
+    refs += [_refs([n for ref in _field(state, "loose", []) for n in ref], arity)
              for state in states if state]
     flat = [ref for row in refs for ref in row]
     return {"loose": [list(ref) for ref in flat[host::hosts]]}
@@ -179,9 +179,9 @@ def _field(state: dict[str, Any], key: str, default: Any) -> Any:
     return value
 
 
-def _refs(flat: Sequence[Any]) -> list[Ref]:
-    if len(flat) % 3 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                for n in flat):
-        raise StateError(f"iterator state field pack holds {list(flat)!r}, not "
-                         "[position, output, piece, ...] triples")
-    return [(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+def _refs(flat: Sequence[Any], arity: int) -> list[Ref]:
+    if len(flat) % arity or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                                    for n in flat):
+        raise StateError(f"iterator state field pack holds {list(flat)!r}, not groups of "
+                         f"{arity} non-negative ints (record, output, piece)")
+    return [tuple(flat[i:i + arity]) for i in range(0, len(flat), arity)]

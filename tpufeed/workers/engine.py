@@ -133,12 +133,13 @@ class ParallelProducer:
     def items(self, pool: WorkerPool | None = None) -> Iterator[tuple[Any, Cursor, Any]]:
         pool = pool or self.start()
         try:
-            yield from stream(self.plan, self._pieces(pool), self.counters, self.clock,
+            yield from stream(self.plan, self.pieces(pool), self.counters, self.clock,
                               self.cursor, self.stages)
         finally:
             pool.close()
 
-    def _pieces(self, pool: WorkerPool) -> Iterator[Piece | EpochEnd]:
+    def pieces(self, pool: WorkerPool) -> Iterator[Piece | EpochEnd]:
+        """The plan's pieces in order, their chunks run by the pool's workers."""
         dealer = _Dealer(pool, walk(self.plan, self.cursor), self.slots_per_worker)
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
