@@ -16,59 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpufeed.autotune import AUTO, Options, choose
-from tpufeed.cursor import Cursor, check_in_range, epoch_start, resume_all, resume_one
-from tpufeed.errors import InvalidArgumentError, StateError, TpufeedError
+from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.iterator import DatasetIterator
-from tpufeed.mix import MixPlan, Mixture, check_mix, mix_cursor, resume_mix
+from tpufeed.mix import MixPlan, Mixture, check_mix
 from tpufeed.order import Shuffle
 from tpufeed.packing import check_lengths
 from tpufeed.padding import check_pad
 from tpufeed.plan import Plan
+from tpufeed.resume import resume
+from tpufeed.sharding import Sharding
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import Batch, Filter, FlatMap, Map, Pack, RandomMap, Stage
-from tpufeed.stages.pack import resume_pack
-from tpufeed.state import fingerprint, stages_from_dict, state_from_dict, states_from_list
+from tpufeed.state import fingerprint
 from tpufeed.storage.local import PathsLike
-from tpufeed.uneven import EvenHosts, HostAgreement, JaxAgreement, check_uneven, counts_are_even
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """Which share of every epoch this host reads; None means "ask jax when iterating"."""
-
-    index: int | None = None
-    count: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("index", "count"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-                raise InvalidArgumentError(f"shard {name} must be an int, got {value!r}")
-        if self.count is not None and self.count < 1:
-            raise InvalidArgumentError(f"shard count must be >= 1, got {self.count}")
-        if self.index is not None and self.index < 0:
-            raise InvalidArgumentError(f"shard index must be >= 0, got {self.index}")
-        if self.index is not None and self.count is not None and self.index >= self.count:
-            raise InvalidArgumentError(f"shard index {self.index} is not below shard count {self.count}")
-
-    def resolve(self) -> tuple[int, int]:
-        """(index, count), the missing parts from jax.process_index()/process_count()."""
-        index, count = self.index, self.count
-        if index is None or count is None:
-            jax_index, jax_count = _jax_process()
-            index = jax_index if index is None else index
-            count = jax_count if count is None else count
-        if index >= count:
-            raise InvalidArgumentError(f"shard index {index} is not below shard count {count}")
-        return index, count
-
-
-def _jax_process() -> tuple[int, int]:
-    try:
-        import jax
-    except ImportError:
-        return 0, 1
-    return jax.process_index(), jax.process_count()
+from tpufeed.uneven import HostAgreement, end_together
 
 
 @dataclass(frozen=True)
@@ -338,71 +299,9 @@ class Dataset:
         (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
         """
         plan = self._plan()
-        if isinstance(plan, MixPlan):
-            cursor, stages = self._mix_cursor(plan, state)
-            return self._iterate_uneven(plan, cursor, stages, uneven, agreement)
-        n = len(plan.source)
-        stages = None
-        if state is None:
-            cursor = epoch_start(0, plan.hosts, plan.host)
-        elif isinstance(state, (list, tuple)):
-            saved = [check_in_range(c, n) for c in states_from_list(state, plan.fingerprint)]
-            cursor = resume_all(saved, n, plan.hosts, plan.host)
-            held = [stages_from_dict(s) for s in state]
-            if saved[0].hosts == plan.hosts:
-                stages = held[[c.host for c in saved].index(plan.host)]
-            elif plan.pack is not None:
-                stages = {"pack": resume_pack([h and h.get("pack") for h in held],
-                                              plan.hosts, plan.host)}
-        else:
-            saved_one = check_in_range(state_from_dict(state, plan.fingerprint), n)
-            cursor = resume_one(saved_one, n, plan.hosts, plan.host, plan.counts_depend_on_data)
-            if cursor == saved_one:
-                stages = stages_from_dict(state)
-        if plan.epochs is not None and cursor.epoch >= max(1, plan.epochs):
-            raise StateError(f"iterator state is in epoch {cursor.epoch}, but this pipeline runs "
-                             f"{plan.epochs} epoch(s): it comes from a run with more epochs")
-        return self._iterate_uneven(plan, cursor, stages, uneven, agreement)
-
-    def _mix_cursor(self, plan: MixPlan, state: Any) -> tuple[Any, dict[str, Any] | None]:
-        if state is None:
-            return plan.start(), None
-        if isinstance(state, (list, tuple)):
-            saved = [mix_cursor(s, plan) for s in state]
-            if len(saved) == saved[0].cursors[0].hosts == plan.hosts:
-                mine = [i for i, s in enumerate(saved) if s.cursors[0].host == plan.host]
-                if len(mine) == 1:
-                    return saved[mine[0]], stages_from_dict(state[mine[0]])
-            sizes = [len(component.source) for component in plan.components]
-            cursor = resume_mix(plan, saved, sizes)
-            held = [(stages_from_dict(s) or {}).get("pack") for s in state]
-            stages = ({"pack": resume_pack(held, plan.hosts, plan.host, plan.record_key + 2)}
-                      if plan.pack is not None else None)
-            return cursor, stages
-        cursor = mix_cursor(state, plan)
-        first = cursor.cursors[0]
-        if (first.hosts, first.host) != (plan.hosts, plan.host):
-            raise StateError(f"this state is host {first.host}'s of {first.hosts}: a mixture's "
-                             "counts depend on its components' data, so to continue on another "
-                             "host pass the states of all hosts: ds.iterator([state_host0, ...])")
-        return cursor, stages_from_dict(state)
-
-    def _iterate_uneven(self, plan: Any, cursor: Any, stages: dict[str, Any] | None,
-                        uneven: str | None, agreement: HostAgreement | None) -> Any:
-        if check_uneven(uneven) is None:
-            return self._iterate(plan, cursor, stages)
-        if uneven == "pad" and plan.batch is None:
-            raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding "
-                                       "fills whole batches")
-        even = counts_are_even(plan, cursor)
-        if even and uneven == "shortest":
-            return self._iterate(plan, cursor, stages)
-        if not even and agreement is None:
-            agreement = JaxAgreement(plan.fingerprint, hosts=plan.hosts)
-        inner = self._iterate(plan, cursor, stages)
-        return EvenHosts(inner, uneven, None if even else agreement, plan.hosts,
-                         plan.batch.batch_size if plan.batch is not None else None,
-                         self._first_item)
+        cursor, stages = resume(plan, state)
+        return end_together(lambda: self._iterate(plan, cursor, stages), plan, cursor, uneven,
+                            agreement, self._first_item)
 
     def _iterate(self, plan: Any, cursor: Any,
                  stages: dict[str, Any] | None) -> DatasetIterator:

@@ -12,7 +12,8 @@ from tpufeed.pipeline import Producer
 from tpufeed.plan import Plan
 from tpufeed.stream import Counters
 from tpufeed.autotune import MAX_PREFETCH, Tuning
-from tpufeed.mix import MixPlan, MixProducer
+from tpufeed.mix import MixPlan
+from tpufeed.mixing import MixProducer
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
 
 _ADAPT_EVERY = 16  # items between prefetch adjustments

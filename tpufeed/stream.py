@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpufeed.chunk import ChunkRunner, EpochEnd, Piece
+from tpufeed.chunk import ChunkRunner, EpochEnd
 from tpufeed.cursor import Cursor, at_segment_start
 from tpufeed.errors import TpufeedError
 from tpufeed.plan import Plan

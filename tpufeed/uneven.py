@@ -349,3 +349,21 @@ class JaxAgreement:
         counts = [(totals[k // per_counter] >> (self._bits * (k % per_counter))) & mask
                   for k in range(len(fields))]
         return tuple(counts[1:])
+
+
+def end_together(make: Callable[[], Any], plan: Any, cursor: Any, uneven: str | None,
+                 agreement: HostAgreement | None, template: Callable[[], Any]) -> Any:
+    """The iterator `make()` gives, ending each epoch with the other hosts (`uneven`), agreeing
+    only where the counts can differ (default agreement: jax.distributed's)."""
+    if check_uneven(uneven) is None:
+        return make()
+    if uneven == "pad" and plan.batch is None:
+        raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding fills "
+                                   "whole batches")
+    even = counts_are_even(plan, cursor)
+    if even and uneven == "shortest":
+        return make()
+    if not even and agreement is None:
+        agreement = JaxAgreement(plan.fingerprint, hosts=plan.hosts)
+    batch_size = plan.batch.batch_size if plan.batch is not None else None
+    return EvenHosts(make(), uneven, None if even else agreement, plan.hosts, batch_size, template)

@@ -24,7 +24,6 @@ class FlatMap(RecordStage):
     splits: ClassVar[bool] = True
 
     def apply_all(self, elements: Elements, context: Context) -> Elements:
-        fn = self.fn
         parents = elements.ids if elements.ids is not None else [0] * len(elements.values)
         values: list[Any] = []
         units: list[int] = []
