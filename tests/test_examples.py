@@ -65,3 +65,16 @@ def test_torch_example_resumes_exactly(data, tmp_path):
 def test_torch_example_with_dataloader_workers_sees_each_record_once_per_epoch(data):
     out = run_example("torch_train.py", "--data", data, "--epochs", "2", "--workers", "2")
     assert field(out, "epoch") == "True"
+
+
+def test_lm_example_trains_on_a_packed_mixture_and_resumes_exactly(tmp_path):
+    data, ckpt = tmp_path / "corpora", tmp_path / "ckpt"
+    straight = run_example("lm_pretrain.py", "--data", str(data), "--steps", "40",
+                           "--checkpoint-at", "20", "--checkpoint", str(ckpt), devices=2)
+    assert (ckpt / "input_state.json").exists()
+    resumed = run_example("lm_pretrain.py", "--data", str(data), "--steps", "40",
+                          "--resume", str(ckpt), devices=2)
+    assert field(resumed, "checksum") == field(straight, "checksum")
+    assert float(field(straight, "full")[:-1]) > 95  # rows full, in percent
+    losses = [float(x) for x in re.findall(r"loss (\S+)", straight)]
+    assert losses[-1] < losses[0]

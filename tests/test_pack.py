@@ -184,7 +184,7 @@ def test_bad_elements_and_bad_places_are_named():
 def test_the_packer_closes_the_fullest_row_when_none_has_room():
     packer = RowPacker([10], open_rows=2)
     add = lambda n, ref: packer.add(Segment((np.zeros(n),), ref))  # noqa: E731
-    assert add(6, "a") == [] and add(7, "b") == []
+    assert not add(6, "a") and not add(7, "b")
     closed = add(5, "c")  # neither has room: "b" (7 of 10) is the fullest
     assert [[s.ref for s in row.segments] for row in closed] == [["b"]]
     assert [[s.ref for s in row.segments] for row in packer.open] == [["a"], ["c"]]

@@ -164,7 +164,7 @@ def test_a_pipeline_tokenizes_whole_chunks_with_the_batched_encoder():
     texts = [{"text": f"def g{i}(y): return y + {i}"} for i in range(200)]
     ds = tpufeed.Dataset.from_sequence(texts).map(Tokenize(counting)).pack({"tokens": 64}).batch(4)
     batches = list(ds)
-    assert counting.single == 0 and counting.batches == -(-200 // 64)  # one call per chunk
+    assert counting.single == 0 and counting.batches == -(-200 // ds._plan().chunk)  # per chunk
     expected = sum(len(counting.inner.encode(t["text"]).ids) for t in texts)
     assert sum(int((b["tokens_segment_ids"] > 0).sum()) for b in batches) == expected
     with_workers = [b["tokens"].tolist() for b in ds.workers(2)]

@@ -93,10 +93,13 @@ class Piece:
     def record_of(self, i: int) -> int:
         return int(self.chunk.records[self.units[i] if self.units is not None else i])
 
-    def ref_of(self, i: int) -> tuple[int, ...]:
-        """Names element i for a state: (epoch position, output of its record)."""
-        unit = self.units[i] if self.units is not None else i
-        return int(self.chunk.positions[unit]), self.outs[i] if self.outs is not None else 0
+    def refs(self) -> list[tuple[int, ...]]:
+        """Names each element for a state: (epoch position, output of its record)."""
+        positions = self.chunk.positions.tolist()
+        if self.units is not None:
+            positions = [positions[u] for u in self.units]
+        outs = self.outs if self.outs is not None else [0] * len(positions)
+        return list(zip(positions, outs))
 
 
 def read(source: SourceView, indices: np.ndarray, clock: StageClock,

@@ -121,7 +121,8 @@ def mix_state(plan: MixPlan, cursor: MixCursor, stages: dict[str, Any] | None) -
              "mix": {"taken": list(cursor.taken), "active": [int(a) for a in cursor.active],
                      "components": components}}
     if stages:
-        state.update(stages)
+        state.update({key: value.to_dict() if hasattr(value, "to_dict") else value
+                      for key, value in stages.items()})
     return state
 
 

@@ -69,10 +69,15 @@ class MixPiece:
         piece, index = self._element(i)
         return piece.record_of(index)
 
-    def ref_of(self, i: int) -> tuple[int, ...]:
-        """(component, epoch, epoch position, output of its record) of output i."""
-        piece, index = self._element(i)
-        return (int(self.order[i]), piece.epoch, *piece.ref_of(index))
+    def refs(self) -> list[tuple[int, ...]]:
+        """(component, epoch, epoch position, output of its record) of each output."""
+        out: list[tuple[int, ...]] = [()] * self.size
+        for component, slices in self.parts.items():
+            theirs = [(component, piece.epoch, *ref) for piece, lo, hi in slices
+                      for ref in piece.refs()[lo:hi]]
+            for slot, ref in zip(np.flatnonzero(self.order == component).tolist(), theirs):
+                out[slot] = ref
+        return out
 
     def _element(self, i: int) -> tuple[Piece, int]:
         component = int(self.order[i])

@@ -15,34 +15,34 @@ fixed order, so the output is a pure function of the input order.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     arrays: tuple[np.ndarray, ...]  # one 1-D array per packed key
     ref: Any  # what the segment is, for whoever packs (opaque here)
 
 
 class Row:
+    """Segments in order, and the room each key has left (`Row([], list(lengths))` is empty;
+    `Row([segment], [0])` one that a single-key segment fills)."""
+
     __slots__ = ("segments", "free")
 
-    def __init__(self, lengths: Sequence[int]):
-        self.segments: list[Segment] = []
-        self.free = list(lengths)
-
-    def fits(self, sizes: Sequence[int]) -> bool:
-        return all(size <= free for size, free in zip(sizes, self.free))
+    def __init__(self, segments: list[Segment], free: list[int]):
+        self.segments, self.free = segments, free
 
     def put(self, segment: Segment, sizes: Sequence[int]) -> None:
         self.segments.append(segment)
-        self.free = [free - size for free, size in zip(self.free, sizes)]
+        free = self.free
+        for k, size in enumerate(sizes):
+            free[k] -= size
 
 
 class RowPacker:
@@ -52,35 +52,69 @@ class RowPacker:
         self.lengths = list(lengths)
         self.open_rows = open_rows
         self.open: list[Row] = []
+        self._room: list[int] = []  # one key: each open row's room (the hot loop reads ints)
+        self._single = len(self.lengths) == 1
+        self._length = self.lengths[0]
 
-    def add(self, segment: Segment) -> list[Row]:
-        sizes = [len(a) for a in segment.arrays]
-        for row in self.open:
-            if row.fits(sizes):
-                return self._put(row, segment, sizes)
-        closed = []
+    def add(self, segment: Segment) -> Sequence[Row]:
+        if self._single:  # the hot path: one key, rooms as plain ints
+            size = len(segment[0][0])
+            if size == self._length:  # a whole row: no open row has room, none need close
+                return (Row([segment], [0]),)
+            room = self._room
+            for i in range(len(room)):
+                if size <= room[i]:
+                    row = self.open[i]
+                    row.segments.append(segment)
+                    left = room[i] - size
+                    row.free[0] = left
+                    if left:
+                        room[i] = left
+                        return ()
+                    del room[i]
+                    return (self.open.pop(i),)
+        else:
+            sizes = [len(a) for a in segment.arrays]
+            for i, row in enumerate(self.open):
+                if all(size <= free for size, free in zip(sizes, row.free)):
+                    row.put(segment, sizes)
+                    self._room[i] = row.free[0]
+                    return () if any(row.free) else (self._take(i),)
+        closed: tuple[Row, ...] = ()
         if len(self.open) == self.open_rows:
-            fullest = min(range(len(self.open)), key=lambda i: sum(self.open[i].free))
-            closed.append(self.open.pop(fullest))
-        row = Row(self.lengths)
-        self.open.append(row)
-        return closed + self._put(row, segment, sizes)
-
-    def _put(self, row: Row, segment: Segment, sizes: list[int]) -> list[Row]:
-        row.put(segment, sizes)
+            if self._single:
+                fullest = self._room.index(min(self._room))
+            else:
+                fullest = min(range(len(self.open)), key=lambda i: sum(self.open[i].free))
+            closed = (self._take(fullest),)
+        row = Row([], list(self.lengths))
+        row.put(segment, [len(a) for a in segment.arrays])
         if not any(row.free):
-            self.open.remove(row)
-            return [row]
-        return []
+            return closed + (row,)
+        self.open.append(row)
+        self._room.append(row.free[0])
+        return closed
+
+    def _take(self, i: int) -> Row:
+        del self._room[i]
+        return self.open.pop(i)
+
+    def reopen(self, row: Row) -> None:
+        """Puts back a row that was open (restoring a state)."""
+        self.open.append(row)
+        self._room.append(row.free[0])
 
     def close_all(self) -> list[Row]:
-        closed, self.open = self.open, []
+        closed, self.open, self._room = self.open, [], []
         return closed
 
 
-def split(arrays: Sequence[np.ndarray], lengths: Sequence[int], cut: bool) -> list[tuple[np.ndarray, ...]]:
+def split(arrays: tuple[np.ndarray, ...], lengths: Sequence[int],
+          cut: bool) -> list[tuple[np.ndarray, ...]]:
     """The segments of one sequence tuple: piece c holds tokens [c * L, (c + 1) * L) of each
     key (L its length); with `cut`, only the first piece."""
+    if all(len(a) <= length for a, length in zip(arrays, lengths)):
+        return [arrays]
     pieces = max([-(-len(a) // length) for a, length in zip(arrays, lengths)] + [1])
     if cut:
         pieces = 1
@@ -95,23 +129,43 @@ def write_rows(rows: Sequence[Row], keys: Sequence[str], lengths: Sequence[int],
     restarting at every segment)."""
     out: dict[str, np.ndarray] = {}
     for k, (key, length, dtype) in enumerate(zip(keys, lengths, dtypes)):
-        tokens = np.zeros((count, length), dtype)
-        segment_ids = np.zeros((count, length), np.int32)
-        positions = np.zeros((count, length), np.int32)
-        ramp = np.arange(length, dtype=np.int32)
+        filled = [len(row.segments) == 1 and not row.free[k] for row in rows]
+        whole = [r for r, full in enumerate(filled) if full]
+        if len(whole) == count:  # every row filled by one segment: nothing to zero
+            tokens = np.empty((count, length), dtype)
+            segment_ids = np.ones((count, length), np.int32)
+            positions = np.broadcast_to(_ramp(length), (count, length)).copy()
+        else:
+            tokens = np.zeros((count, length), dtype)
+            segment_ids = np.zeros((count, length), np.int32)
+            positions = np.zeros((count, length), np.int32)
+            segment_ids[whole] = 1
+            positions[whole] = _ramp(length)
+        for r in whole:  # rows that one segment fills: one copy each
+            tokens[r] = rows[r].segments[0].arrays[k]
+        ramp = _ramp(length)
         for r, row in enumerate(rows):
+            if filled[r]:
+                continue
             offset = 0
             for s, segment in enumerate(row.segments, 1):
                 array = segment.arrays[k]
                 end = offset + len(array)
                 tokens[r, offset:end] = array
                 segment_ids[r, offset:end] = s
-                positions[r, offset:end] = ramp[:len(array)]
+                positions[r, offset:end] = ramp[:end - offset]
                 offset = end
         out[key] = tokens
         out[f"{key}_segment_ids"] = segment_ids
         out[f"{key}_positions"] = positions
     return out
+
+
+@functools.lru_cache(maxsize=16)
+def _ramp(length: int) -> np.ndarray:
+    ramp = np.arange(length, dtype=np.int32)
+    ramp.flags.writeable = False
+    return ramp
 
 
 def check_lengths(lengths: Any, open_rows: Any) -> tuple[tuple[str, int], ...]:

@@ -12,6 +12,7 @@ from tpufeed.stages import Batch, Pack, RecordStage
 from tpufeed.state import state_to_dict
 
 _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
+_PACKED_CHUNK = 256  # units per chunk feeding pack: fewer, larger hand-offs to the parent
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Plan:
     @property
     def chunk(self) -> int:
         """Units read and transformed in one call."""
-        if self.batch is None or self.pack is not None:
+        if self.pack is not None:
+            return _PACKED_CHUNK
+        if self.batch is None:
             return _UNBATCHED_CHUNK
         return self.batch.batch_size

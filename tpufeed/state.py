@@ -46,7 +46,8 @@ def state_to_dict(cursor: Cursor, fingerprint_: str,
     if cursor.carries:
         state["carries"] = [list(carry) for carry in cursor.carries]
     if stages:
-        state.update(stages)
+        state.update({key: value.to_dict() if hasattr(value, "to_dict") else value
+                      for key, value in stages.items()})
     return state
 
 

@@ -14,10 +14,10 @@ piece, and is read again on restore. Rows do not span epochs.
 
 from __future__ import annotations
 
-from collections import deque
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from tpufeed.stages.batch import Batch
     from tpufeed.stream import Counters
 
+_SEGMENTS = operator.attrgetter("segments")
+
+new_segment = tuple.__new__  # new_segment(Segment, (arrays, ref)): Segment(...) minus a Python call
 Ref = tuple[int, ...]  # the element's name (its piece's ref_of), then the piece of it
 Cut = tuple[Any, Any, int, dict]  # (item, cursor after it, first record, stage state)
 Outputs = Callable[[list[tuple[int, ...]]], dict[tuple[int, ...], list[Any]]]  # record -> outputs
@@ -47,6 +50,20 @@ class Pack:
         return ["pack", [list(kv) for kv in self.lengths], self.open_rows, self.cut]
 
 
+class PackState(NamedTuple):
+    """The pack stage's state at one item: its rows (closed ones first) and the number of
+    segments each held then (rows only grow, so the count fixes them)."""
+
+    rows: tuple[Row, ...]
+    counts: tuple[int, ...]  # segments in each row then
+    closed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"closed": self.closed,
+                "rows": [[n for s in row.segments[:count] for n in s.ref]
+                         for row, count in zip(self.rows, self.counts)]}
+
+
 class Packer:
     """The running pack stage (and the batch after it, if any): rows closed but not yet handed
     out wait in `closed`; `state()` names every segment of those and of the open rows."""
@@ -54,19 +71,42 @@ class Packer:
     def __init__(self, pack: Pack, batch: Batch | None, counters: Counters, arity: int = 3):
         self.arity = arity  # ints naming a segment: its element's ref, then output, then piece
         self.keys = [key for key, _ in pack.lengths]
+        self.keyset = set(self.keys)
         self.lengths = [length for _, length in pack.lengths]
         self.cut, self.batch = pack.cut, batch
         self.rows_per_item = batch.batch_size if batch is not None else 1
         self.packer = RowPacker(self.lengths, pack.open_rows)
-        self.closed: deque[Row] = deque()
+        self.closed: list[Row] = []  # closed rows waiting to be handed out, in order
         self.dtypes: list[np.dtype] | None = None
         self.counters = counters
 
     def push(self, piece: Piece) -> list[Cut]:
         out: list[Cut] = []
-        for i, element in enumerate(piece.payload):
-            self._add(element, piece.ref_of(i), piece.record_of(i))
-            if len(self.closed) >= self.rows_per_item:
+        closed, add, per_item = self.closed, self.packer.add, self.rows_per_item
+        key, limit = self.keys[0], self.lengths[0]
+        fast = len(self.keys) == 1
+        for i, (element, ref) in enumerate(zip(piece.payload, piece.refs())):
+            # The common case inline (one key, a 1-D array that fits a row): this loop runs on
+            # the parent's CPU, the scarcest on a many-core host.
+            array = element.get(key) if fast and type(element) is dict else None
+            if type(array) is np.ndarray and array.ndim == 1 and len(element) == 1:
+                if self.dtypes is None:
+                    self.dtypes = [array.dtype]
+                size = len(array)
+                if size <= limit:
+                    if size:
+                        closed.extend(add(new_segment(Segment, ((array,), (*ref, 0)))))
+                else:  # whole rows first, then the rest first-fit
+                    wholes = 1 if self.cut else size // limit
+                    closed.extend([Row([new_segment(Segment, ((array[p * limit:(p + 1) * limit],),
+                                                                (*ref, p)))], [0])
+                                   for p in range(wholes)])
+                    if wholes * limit < size and not self.cut:
+                        closed.extend(add(new_segment(Segment, ((array[wholes * limit:],),
+                                                                (*ref, wholes)))))
+            else:
+                self._add(element, ref, piece, i)
+            if len(closed) >= per_item:
                 out += self._items(piece.cursor_after(i))
         return out
 
@@ -84,10 +124,10 @@ class Packer:
                 out.append(self._item(len(self.closed), cursor))
         return out
 
-    def state(self) -> dict[str, Any]:
-        rows = list(self.closed) + self.packer.open
-        return {"closed": len(self.closed),
-                "rows": [[n for s in row.segments for n in s.ref] for row in rows]}
+    def state(self) -> PackState:
+        """What the stage holds now: a snapshot, written out only when a state is asked for."""
+        rows = (*self.closed, *self.packer.open)
+        return PackState(rows, tuple(map(len, map(_SEGMENTS, rows))), len(self.closed))
 
     def restore(self, state: dict[str, Any], outputs: Outputs) -> None:
         """Rebuilds the rows of `state` (or, after a change of host count, places its `loose`
@@ -98,11 +138,11 @@ class Packer:
         found = outputs(wanted) if wanted else {}
         closed = _field(state, "closed", 0)
         for r, refs in enumerate(rows):
-            row = Row(self.lengths)
+            row = Row([], list(self.lengths))
             for ref in refs:
                 segment = self._segment(ref, found)
                 row.put(segment, [len(a) for a in segment.arrays])
-            (self.closed.append if r < closed else self.packer.open.append)(row)
+            (self.closed.append if r < closed else self.packer.reopen)(row)
         for ref in loose:
             self.closed.extend(self.packer.add(self._segment(ref, found)))
 
@@ -112,31 +152,35 @@ class Packer:
         if out >= len(outputs):
             raise StateError(f"the state names output {out} of record {list(record)}, which now "
                              f"makes {len(outputs)}: the data or the stages changed")
-        pieces = split(self._arrays(outputs[out], record[-1]), self.lengths, self.cut)
+        pieces = split(self._arrays(outputs[out], lambda: record[-1]), self.lengths, self.cut)
         if part >= len(pieces):
             raise StateError(f"the state names piece {part} of record {list(record)}, which now "
                              f"has {len(pieces)}: the data or the stages changed")
         return Segment(pieces[part], ref)
 
-    def _add(self, element: Any, ref_base: tuple[int, int], record: int) -> None:
-        arrays = self._arrays(element, record)
+    def _add(self, element: Any, ref: tuple[int, ...], piece: Piece, i: int) -> None:
+        arrays = self._arrays(element, lambda: piece.record_of(i))
+        if len(arrays) == 1 and 0 < len(arrays[0]) <= self.lengths[0]:  # the common case
+            self.closed.extend(self.packer.add(Segment(arrays, (*ref, 0))))
+            return
+        add, closed = self.packer.add, self.closed
         for part, arrays_of_part in enumerate(split(arrays, self.lengths, self.cut)):
-            if not any(len(a) for a in arrays_of_part):
-                continue
-            self.closed.extend(self.packer.add(Segment(arrays_of_part, (*ref_base, part))))
+            if any(len(a) for a in arrays_of_part):
+                closed.extend(add(Segment(arrays_of_part, (*ref, part))))
 
-    def _arrays(self, element: Any, record: int) -> tuple[np.ndarray, ...]:
-        if not isinstance(element, dict) or set(element) != set(self.keys):
+    def _arrays(self, element: Any, record: Callable[[], int]) -> tuple[np.ndarray, ...]:
+        if not isinstance(element, dict) or element.keys() != self.keyset:
             got = sorted(element) if isinstance(element, dict) else type(element).__name__
             raise TransformError(
                 f"pack({dict(zip(self.keys, self.lengths))}) packs elements that are dicts of "
-                f"exactly those keys; record {record} gave {got} (select the keys in a map "
-                "before pack)", record=record)
+                f"exactly those keys; record {record()} gave {got} (select the keys in a map "
+                "before pack)", record=record())
         arrays = tuple(np.asarray(element[key]) for key in self.keys)
         for key, array in zip(self.keys, arrays):
             if array.ndim != 1:
-                raise TransformError(f"pack: {key!r} of record {record} has shape {array.shape}; "
-                                     "packing needs 1-D sequences", record=record)
+                raise TransformError(f"pack: {key!r} of record {record()} has shape "
+                                     f"{array.shape}; packing needs 1-D sequences",
+                                     record=record())
         if self.dtypes is None:
             self.dtypes = [a.dtype for a in arrays]
         return arrays
@@ -148,11 +192,12 @@ class Packer:
         return out
 
     def _item(self, rows: int, cursor: Cursor) -> Cut:
-        taken = [self.closed.popleft() for _ in range(rows)]
+        taken = self.closed[:rows]
+        del self.closed[:rows]
         dtypes = self.dtypes or [np.dtype(np.int32)] * len(self.keys)
         item = write_rows(taken, self.keys, self.lengths, dtypes, self.rows_per_item)
         self.counters.pack_capacity += self.rows_per_item * self.lengths[0]
-        self.counters.pack_tokens += sum(len(s.arrays[0]) for row in taken for s in row.segments)
+        self.counters.pack_tokens += self.lengths[0] * len(taken) - sum([r.free[0] for r in taken])
         if self.batch is None:
             item = {key: value[0] for key, value in item.items()}
         # The stages after batch draw their rng from the first segment's epoch position.
