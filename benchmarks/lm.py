@@ -206,9 +206,11 @@ def grain_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
     ds = FirstFitPackIterDataset(ds, length_struct={"tokens": LENGTH},
                                  num_packing_bins=OPEN_ROWS, shuffle_bins=False)
     it = iter(ds.batch(BATCH))
-    for batch in it:
-        yield {"tokens": batch["tokens"], "tokens_segment_ids": batch["tokens_segment_ids"]}
-    _RESULT["state_bytes"] = len(json.dumps(it.get_state(), default=str))
+    try:
+        for batch in it:
+            yield {"tokens": batch["tokens"], "tokens_segment_ids": batch["tokens_segment_ids"]}
+    finally:
+        _RESULT["state_bytes"] = len(json.dumps(it.get_state(), default=str))
 
 
 def tfdata_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
@@ -228,6 +230,16 @@ def tfdata_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
         yield {"tokens": tokens, "tokens_segment_ids": (tokens > 0).astype(np.int32)}
 
 
+def _import(row: str) -> None:
+    if row.startswith("tpufeed"):
+        import tpufeed  # noqa: F401
+    elif row == "grain":
+        import grain  # noqa: F401
+    elif row == "tfdata-padded":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow  # noqa: F401
+
+
 RUNNERS = {"plain-loop": (plain_loop, 0), "tpufeed": (tpufeed_rows, 0),
            "tpufeed-workers": (tpufeed_rows, None), "grain": (grain_rows, 0),
            "tfdata-padded": (tfdata_rows, 0)}
@@ -238,12 +250,14 @@ def measure(row: str, files: dict, passes: int, workers: int) -> dict[str, Any]:
     """One warm-up epoch, then `passes` timed epochs, told apart by the real tokens seen."""
     fn, fixed_workers = RUNNERS[row]
     per_epoch = files["cut_tokens" if row == "tfdata-padded" else "tokens"]
+    _import(row)  # the framework's import is not part of the time to the first batch
     started = time.perf_counter()
     first = None
     real = room = 0
     marks: list[float] = []
     shapes = set()
-    for batch in fn(files, passes + 1, workers if fixed_workers is None else fixed_workers):
+    batches = fn(files, passes + 1, workers if fixed_workers is None else fixed_workers)
+    for batch in batches:
         now = time.perf_counter()
         if first is None:
             first = now - started
@@ -255,6 +269,7 @@ def measure(row: str, files: dict, passes: int, workers: int) -> dict[str, Any]:
             marks.append(now)
         if len(marks) > passes:
             break
+    batches.close()  # ends the row's iterator (and writes what it reports on the way out)
     seconds = [b - a for a, b in zip(marks, marks[1:])]
     return {"row": row, "first_batch_s": first, "pass_s": seconds,
             "tokens_per_s": [per_epoch / s for s in seconds], "fill": real / room,

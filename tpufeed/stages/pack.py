@@ -98,9 +98,9 @@ class Packer:
                         closed.extend(add(new_segment(Segment, ((array,), (*ref, 0)))))
                 else:  # whole rows first, then the rest first-fit
                     wholes = 1 if self.cut else size // limit
-                    closed.extend([Row([new_segment(Segment, ((array[p * limit:(p + 1) * limit],),
-                                                                (*ref, p)))], [0])
-                                   for p in range(wholes)])
+                    views = array[:wholes * limit].reshape(wholes, limit)
+                    closed.extend([Row([new_segment(Segment, ((view,), (*ref, p)))], [0])
+                                   for p, view in enumerate(views)])
                     if wholes * limit < size and not self.cut:
                         closed.extend(add(new_segment(Segment, ((array[wholes * limit:],),
                                                                 (*ref, wholes)))))
