@@ -175,7 +175,7 @@ def tpufeed_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
             yield batch
     finally:
         it.close()
-    _RESULT["state_bytes"] = state_bytes
+        _RESULT["state_bytes"] = state_bytes
 
 
 class _Cut:

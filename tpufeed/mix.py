@@ -27,6 +27,7 @@ from tpufeed.stages import Batch, Pack, RecordStage
 from tpufeed.state import STATE_VERSION, state_from_dict, state_to_dict
 
 ON_END = ("restart", "stop", "drop")
+_PIECE = 256  # units per component chunk when the mixture does not batch
 
 
 @dataclass(frozen=True)
@@ -100,14 +101,15 @@ class _Labels:
         return None
 
 
-def component_plan(plan: Plan, mixture_batch: Batch | None, restart: bool) -> Plan:
-    """A component as the mixture runs it: its survivors stacked into pieces when the mixture
-    batches (so workers stack them), never finished into batches of its own."""
-    batch = (Batch(mixture_batch.batch_size, False, mixture_batch.pad, mixture_batch.cut)
-             if mixture_batch is not None else None)
-    return dataclasses.replace(plan, batch=batch, tail=(), pieces_only=True,
+def component_plan(plan: Plan, mixture_batch: Batch | None, stacked: bool, restart: bool) -> Plan:
+    """A component as the mixture runs it: in chunks of a mixture batch's size, its survivors
+    stacked into pieces if `stacked` (what workers do), never finished into batches."""
+    batch = None
+    if stacked and mixture_batch is not None:
+        batch = Batch(mixture_batch.batch_size, False, mixture_batch.pad, mixture_batch.cut)
+    size = mixture_batch.batch_size if mixture_batch is not None else _PIECE
+    return dataclasses.replace(plan, batch=batch, tail=(), pieces_only=True, piece_size=size,
                                epochs=None if restart else plan.epochs)
-
 
 
 def mix_state(plan: MixPlan, cursor: MixCursor, stages: dict[str, Any] | None) -> dict[str, Any]:
@@ -183,11 +185,13 @@ class Mixture:
         components, labels, shares = [], [], []
         for i, (ds, weight) in enumerate(zip(self.datasets, self.weights)):
             plan = ds.shard(host, hosts)._plan()
-            components.append(component_plan(plan, batch if pack is None else None,
-                                             restart=self.on_end == "restart"))
-            labels.append(f"#{i} {ds.source!r}"[:80])
             own = ds._workers  # noqa: SLF001 - the mixture runs its components
             shares.append(own if own else (max(1, round(workers * weight)) if workers else 0))
+            # Workers stack their pieces in shared memory; this process hands over elements.
+            components.append(component_plan(plan, batch if pack is None else None,
+                                             stacked=bool(shares[-1]),
+                                             restart=self.on_end == "restart"))
+            labels.append(f"#{i} {ds.source!r}"[:80])
         return MixPlan(tuple(components), tuple(labels), self.weights, self.seed, self.on_end,
                        tuple(shares), pack, batch, tuple(stages[(at[-1] + 1) if at else 0:]),
                        hosts, host, fingerprint)

@@ -4,12 +4,13 @@ Components with workers run their chunks in their own worker pools; the parent t
 pieces in order (`ComponentFeed`), picks the outputs of each block by the schedule
 (`MixedPieces`) and hands the mixed pieces (`MixPiece`, which quacks like a `Piece`) to the same
 stream as any pipeline. A batched mixture gathers rows of the components' stacked pieces into
-each batch: one copy, no per-element Python.
+each batch, or stacks the elements of components run in this process once, in order.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.batching import concat, flatten, take, unflatten
+from tpufeed.batching import concat, flatten, stack, take, unflatten
 from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece
 from tpufeed.cursor import Cursor, at_segment_start
 from tpufeed.errors import BatchError, TpufeedError
 from tpufeed.mix import MixCursor, MixPlan
+from tpufeed.padding import pad_elements
 from tpufeed.plan import Plan
 from tpufeed.schedule import next_components, phases
 from tpufeed.stats import StageClock
@@ -29,6 +31,7 @@ from tpufeed.stream import Counters, ErrorBudget, stream
 from tpufeed.walk import walk
 
 _ELEMENT_BLOCK = 64  # outputs mixed at once when the mixture does not batch
+_BLOCKS_AHEAD = 16  # blocks of the schedule computed at once (it depends on the counts only)
 
 
 @dataclass(frozen=True)
@@ -54,8 +57,11 @@ class MixPiece:
                  before: MixCursor, payload: Any):
         self.order, self.parts, self.before, self.payload = order, parts, before, payload
         self.size = len(order)
+        self._last: MixCursor | None = None  # the cursor after the whole piece, once asked
 
     def cursor_after(self, i: int) -> MixCursor:
+        if i == self.size - 1 and self._last is not None:
+            return self._last
         counts = np.bincount(self.order[:i + 1], minlength=len(self.before.taken))
         cursors = list(self.before.cursors)
         for component, count in enumerate(counts.tolist()):
@@ -63,7 +69,10 @@ class MixPiece:
                 piece, index = self._locate(component, count - 1)
                 cursors[component] = piece.cursor_after(index)
         taken = tuple(t + c for t, c in zip(self.before.taken, counts.tolist()))
-        return MixCursor(tuple(cursors), taken, self.before.active)
+        cursor = MixCursor(tuple(cursors), taken, self.before.active)
+        if i == self.size - 1:
+            self._last = cursor
+        return cursor
 
     def record_of(self, i: int) -> int:
         piece, index = self._element(i)
@@ -151,9 +160,12 @@ class MixedPieces:
 
     def __iter__(self) -> Iterator[MixPiece | MixEnd]:
         cursor = self.start
+        ahead = np.empty(0, np.int64)  # the schedule's next outputs, computed many at once
         while any(cursor.active):
-            order = next_components(cursor.taken, self.plan.weights, self.phase, cursor.active,
-                                    self.block)
+            if len(ahead) < self.block:
+                ahead = next_components(cursor.taken, self.plan.weights, self.phase,
+                                        cursor.active, self.block * _BLOCKS_AHEAD)
+            order, ahead = ahead[:self.block], ahead[self.block:]
             wanted = np.bincount(order, minlength=len(self.feeds))
             short = [i for i, n in enumerate(wanted.tolist())
                      if n and self.feeds[i].fill(n) < n]
@@ -170,6 +182,7 @@ class MixedPieces:
                 cursor = piece.cursor_after(len(order) - 1)
                 yield piece
             if short:
+                ahead = np.empty(0, np.int64)  # the schedule changes with the active set
                 if self.plan.on_end == "stop":
                     cursor = dataclasses.replace(cursor, active=(False,) * len(cursor.active))
                 else:  # "drop" ("restart" components never end: their epochs repeat)
@@ -178,15 +191,44 @@ class MixedPieces:
         yield MixEnd(cursor)
 
     def _payload(self, order: np.ndarray, parts: dict[int, list[tuple[Piece, int, int]]]) -> Any:
-        if not self.stacked:
-            out: list[Any] = [None] * len(order)
+        """The outputs in order: a list, or (a batched mixture) stacked. Components run here
+        hand over elements, stacked once, in order; components with workers hand over rows
+        stacked in shared memory, gathered into place."""
+        lists = {c: slices for c, slices in parts.items() if isinstance(slices[0][0].payload, list)}
+        if not self.stacked or len(lists) == len(parts):
+            values: list[Any] = []  # component by component, then put in order in one C call
+            slots = []
             for component, slices in parts.items():
-                values = [v for piece, lo, hi in slices for v in piece.payload[lo:hi]]
-                for slot, value in zip(np.flatnonzero(order == component).tolist(), values):
-                    out[slot] = value
-            return out
-        rows = {c: [take(p.payload, lo, hi) for p, lo, hi in slices] for c, slices in parts.items()}
+                for piece, lo, hi in slices:
+                    values.extend(piece.payload[lo:hi])
+                slots.append(np.flatnonzero(order == component))
+            where = np.concatenate(slots)
+            source = np.empty_like(where)
+            source[where] = np.arange(len(where))
+            out = list(operator.itemgetter(*source.tolist())(values)) if len(values) > 1 else values
+            return self._stack(out, order) if self.stacked else out
+        rows = {c: [take(p.payload, lo, hi) for p, lo, hi in slices]
+                for c, slices in parts.items() if c not in lists}
+        for c, slices in lists.items():
+            values = [v for piece, lo, hi in slices for v in piece.payload[lo:hi]]
+            rows[c] = [self._stack(values, np.full(len(values), c))]
         return self._scatter(order, rows)
+
+    def _stack(self, values: list[Any], order: np.ndarray) -> Any:
+        """`values` (the outputs of components `order`) stacked, padded as the batch says."""
+        describe = lambda i: f"an element of mixture component {self.plan.labels[order[i]]}"  # noqa: E731
+        batch = self.plan.batch
+        if batch.pad:
+            values = pad_elements(values, batch.pad, batch.cut, fixed=True, describe=describe)
+        try:
+            return stack(values, describe)
+        except BatchError as error:
+            components = sorted(set(order.tolist()))
+            if len(components) > 1:
+                names = " and ".join(self.plan.labels[c] for c in components)
+                raise BatchError(f"mixture components {names} make elements that do not batch "
+                                 f"together: {error}; make them alike in each component's map") from None
+            raise
 
     def _scatter(self, order: np.ndarray, rows: dict[int, list[Any]]) -> Any:
         """One stacked batch whose row i is the next row of component order[i]."""

@@ -36,6 +36,7 @@ class Plan:
     max_errors: int = 0  # bad records that may be skipped (0: the first one raises)
     pack: Pack | None = None
     pieces_only: bool = False  # a mixture's component: stacks pieces, never finishes batches
+    piece_size: int | None = None  # a mixture's component: units per chunk
 
     record_key = 1  # ints that name a record in a state: its epoch position
 
@@ -60,6 +61,8 @@ class Plan:
     @property
     def chunk(self) -> int:
         """Units read and transformed in one call."""
+        if self.piece_size is not None:
+            return self.piece_size
         if self.pack is not None:
             return _PACKED_CHUNK
         if self.batch is None:
