@@ -124,11 +124,24 @@ def test_the_state_holds_refs_not_tokens_and_stays_small_with_16_open_rows():
     for _ in it:
         state = it.get_state()
         assert set(state["pack"]) == {"closed", "rows"}
-        assert all(len(row) % 3 == 0 for row in state["pack"]["rows"])  # [position, output, piece]
+        # [count, position, output, piece, ...]: refs to records, never tokens
+        assert all((len(row) - 1) % 3 == 0 and row[0] >= 1 for row in state["pack"]["rows"])
         if len(json.dumps(state)) > len(json.dumps(largest)):
             largest = state
     assert len(json.dumps(largest)) < 4096
     assert len(largest["pack"]["rows"]) >= 16
+
+
+def test_a_long_document_waiting_in_whole_rows_stays_a_few_ints_in_the_state():
+    long = [{"tokens": np.arange(1, 1 + 50 * L, dtype=np.int32)}] + docs(20)
+    ds = tpufeed.Dataset.from_sequence(long).pack({"tokens": L}, open_rows=4).batch(2)
+    full = [segments(b) for b in ds]
+    it = ds.iterator()
+    next(it)
+    state = it.get_state()
+    assert [50 - 2, 0, 0, 2] in state["pack"]["rows"]  # 48 whole rows left, from piece 2
+    assert len(json.dumps(state)) < 600
+    assert [segments(b) for b in ds.iterator(json.loads(json.dumps(state)))] == full[1:]
 
 
 @settings(max_examples=25, deadline=None)

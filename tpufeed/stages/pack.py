@@ -59,9 +59,28 @@ class PackState(NamedTuple):
     closed: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"closed": self.closed,
-                "rows": [[n for s in row.segments[:count] for n in s.ref]
-                         for row, count in zip(self.rows, self.counts)]}
+        """{"closed": entries closed, "rows": entries}. An entry is `[1, *refs]`, one row and
+        its segments, or `[n, *ref]`, n rows that consecutive pieces of one record fill alone
+        (a long document waiting to be handed out stays a few ints)."""
+        entries: list[list[int]] = []
+        closed = 0
+        for r, (row, count) in enumerate(zip(self.rows, self.counts)):
+            refs = [s.ref for s in row.segments[:count]]
+            last = entries[-1] if entries and r <= self.closed else None
+            if (r < self.closed and len(refs) == 1 and not row.free[0] and last is not None
+                    and last[0] >= 1 and len(last) == 1 + len(refs[0])
+                    and _whole_run_follows(last, refs[0])):
+                last[0] += 1
+                continue
+            entries.append([1, *(n for ref in refs for n in ref)])
+            closed += r < self.closed
+        return {"closed": closed, "rows": entries}
+
+
+def _whole_run_follows(entry: list[int], ref: tuple[int, ...]) -> bool:
+    """Whether `ref` is the next piece of the run `entry` ([n, *first ref]) of whole rows."""
+    first = entry[1:]
+    return list(ref[:-1]) == first[:-1] and ref[-1] == first[-1] + entry[0]
 
 
 class Packer:
@@ -132,19 +151,27 @@ class Packer:
     def restore(self, state: dict[str, Any], outputs: Outputs) -> None:
         """Rebuilds the rows of `state` (or, after a change of host count, places its `loose`
         segments afresh), reading their records again."""
-        rows = [_refs(row, self.arity) for row in _field(state, "rows", [])]
-        loose = _refs([n for ref in _field(state, "loose", []) for n in ref], self.arity)
-        wanted = sorted({ref[:-2] for row in rows for ref in row} | {ref[:-2] for ref in loose})
+        rows = [_entry(e, self.arity) for e in _field(state, "rows", [])]
+        loose = [_entry(e, self.arity) for e in _field(state, "loose", [])]
+        wanted = sorted({ref[:-2] for _, refs in rows + loose for ref in refs})
         found = outputs(wanted) if wanted else {}
         closed = _field(state, "closed", 0)
-        for r, refs in enumerate(rows):
+        for r, (count, refs) in enumerate(rows):
+            if count > 1:  # whole rows, one piece each
+                if r >= closed:
+                    raise StateError("iterator state field pack holds a run of whole rows "
+                                     "among its open rows")
+                self.closed.extend(Row([self._segment(piece, found)], [0])
+                                   for piece in _pieces(refs[0], count))
+                continue
             row = Row([], list(self.lengths))
             for ref in refs:
                 segment = self._segment(ref, found)
                 row.put(segment, [len(a) for a in segment.arrays])
             (self.closed.append if r < closed else self.packer.reopen)(row)
-        for ref in loose:
-            self.closed.extend(self.packer.add(self._segment(ref, found)))
+        for count, refs in loose:
+            for ref in refs if count == 1 else _pieces(refs[0], count):
+                self.closed.extend(self.packer.add(self._segment(ref, found)))
 
     def _segment(self, ref: Ref, found: dict[tuple[int, ...], list[Any]]) -> Segment:
         record, out, part = ref[:-2], ref[-2], ref[-1]
@@ -209,11 +236,27 @@ def resume_pack(states: Sequence[dict[str, Any] | None], hosts: int, host: int,
                 arity: int = 3) -> dict[str, Any]:
     """What host `host` of `hosts` packs first after a stop of another host count: its share
     of the segments the old hosts held in rows (closed or open), placed afresh."""
-    refs = [_refs(row, arity) for state in states if state for row in _field(state, "rows", [])]
-    refs += [_refs([n for ref in _field(state, "loose", []) for n in ref], arity)
-             for state in states if state]
-    flat = [ref for row in refs for ref in row]
-    return {"loose": [list(ref) for ref in flat[host::hosts]]}
+    entries: list[list[int]] = []
+    for state in states:
+        for count, refs in (_entry(e, arity) for key in ("rows", "loose") if state
+                            for e in _field(state, key, [])):
+            entries += [[count, *refs[0]]] if count > 1 else [[1, *ref] for ref in refs]
+    return {"loose": entries[host::hosts]}
+
+
+def _entry(entry: Any, arity: int) -> tuple[int, list[Ref]]:
+    """(n, refs) of a state entry `[n, *refs]` (n > 1: one ref, the first of n pieces)."""
+    if not isinstance(entry, list) or not entry or not isinstance(entry[0], int) or entry[0] < 1:
+        raise StateError(f"iterator state field pack holds {entry!r}, not [count, record, "
+                         "output, piece, ...]")
+    refs = _refs(entry[1:], arity)
+    if entry[0] > 1 and len(refs) != 1:
+        raise StateError(f"iterator state field pack holds a run {entry!r} of more than one piece")
+    return entry[0], refs
+
+
+def _pieces(first: Ref, count: int) -> list[Ref]:
+    return [(*first[:-1], first[-1] + j) for j in range(count)]
 
 
 def _field(state: dict[str, Any], key: str, default: Any) -> Any:
