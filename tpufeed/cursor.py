@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,9 +89,10 @@ def _bands(layer: Layer, parent: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
             np.array(columns, np.int64).reshape(len(starts), hosts))
 
 
-@dataclass(frozen=True)
-class Cursor:
-    """Where a host stands: epoch, segment (layers, base, hosts), host, carries, progress."""
+class Cursor(NamedTuple):
+    """Where a host stands: epoch, segment (layers, base, hosts), host, carries, progress.
+
+    A named tuple rather than a dataclass: one is made for every item handed out."""
 
     epoch: int
     base: int

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -30,8 +30,7 @@ ON_END = ("restart", "stop", "drop")
 _PIECE = 256  # units per component chunk when the mixture does not batch
 
 
-@dataclass(frozen=True)
-class MixCursor:
+class MixCursor(NamedTuple):
     """Where a mixture stands: each component's cursor, the elements taken from each (the
     schedule's state), and which components are still mixed."""
 

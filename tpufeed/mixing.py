@@ -9,7 +9,6 @@ each batch, or stacks the elements of components run in this process once, in or
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections import deque
 from collections.abc import Iterator
@@ -184,9 +183,9 @@ class MixedPieces:
             if short:
                 ahead = np.empty(0, np.int64)  # the schedule changes with the active set
                 if self.plan.on_end == "stop":
-                    cursor = dataclasses.replace(cursor, active=(False,) * len(cursor.active))
+                    cursor = cursor._replace(active=(False,) * len(cursor.active))
                 else:  # "drop" ("restart" components never end: their epochs repeat)
-                    cursor = dataclasses.replace(cursor, active=tuple(
+                    cursor = cursor._replace(active=tuple(
                         a and i not in short for i, a in enumerate(cursor.active)))
         yield MixEnd(cursor)
 
@@ -197,15 +196,15 @@ class MixedPieces:
         lists = {c: slices for c, slices in parts.items() if isinstance(slices[0][0].payload, list)}
         if not self.stacked or len(lists) == len(parts):
             values: list[Any] = []  # component by component, then put in order in one C call
-            slots = []
-            for component, slices in parts.items():
-                for piece, lo, hi in slices:
+            for component in sorted(parts):
+                for piece, lo, hi in parts[component]:
                     values.extend(piece.payload[lo:hi])
-                slots.append(np.flatnonzero(order == component))
-            where = np.concatenate(slots)
-            source = np.empty_like(where)
-            source[where] = np.arange(len(where))
-            out = list(operator.itemgetter(*source.tolist())(values)) if len(values) > 1 else values
+            if len(parts) > 1:
+                where = np.argsort(order, kind="stable")  # output slots, component by component
+                source = np.empty_like(where)
+                source[where] = np.arange(len(where))
+                values = list(operator.itemgetter(*source.tolist())(values))
+            out = values
             return self._stack(out, order) if self.stacked else out
         rows = {c: [take(p.payload, lo, hi) for p, lo, hi in slices]
                 for c, slices in parts.items() if c not in lists}

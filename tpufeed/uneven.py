@@ -68,7 +68,7 @@ def counts_are_even(plan: Plan, cursor: Cursor) -> bool:
     size = plan.batch.batch_size if plan.batch is not None else 1
     drop = plan.batch.drop_remainder if plan.batch is not None else False
     fresh = [epoch_start(cursor.epoch + 1, plan.hosts, h) for h in range(plan.hosts)]
-    resumed = [dataclasses.replace(cursor, host=h) for h in range(plan.hosts)]
+    resumed = [cursor._replace(host=h) for h in range(plan.hosts)]
     more_epochs = plan.epochs is None or cursor.epoch + 1 < plan.epochs
     for cursors in ([resumed, fresh] if more_epochs else [resumed]):
         left = {c.stream_size(n) - c.consumed for c in cursors}
