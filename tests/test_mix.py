@@ -166,3 +166,24 @@ def test_mistakes_are_named():
         tpufeed.Dataset.mix([a]).shuffle(0)
     with pytest.raises(InvalidArgumentError, match="put per-element stages .* in the components"):
         next(iter(tpufeed.Dataset.mix([a]).map(lambda e: e).batch(2)))
+
+
+def test_a_component_that_makes_nothing_fails_instead_of_looping_forever():
+    empty = component(1, 10, keep=lambda e: False)
+    with pytest.raises(tpufeed.TpufeedError, match="component #1 .* made nothing .* loop forever"):
+        next(iter(tpufeed.Dataset.mix([component(0, 10), empty])))
+
+
+@pytest.mark.multiprocess
+def test_a_mixture_with_workers_leaves_no_process_behind():
+    import psutil
+
+    ds = tpufeed.Dataset.mix([component(0, 2000), component(1, 2000)]).batch(16).workers(2)
+    it = ds.iterator()
+    next(it)
+    children = [c for c in psutil.Process().children(recursive=True)
+                if "tpufeed.workers.worker" in " ".join(c.cmdline())]
+    assert len(children) == 2  # one worker per component, by weight
+    it.close()
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpufeed.autotune import AUTO, Options, choose
-from tpufeed.errors import InvalidArgumentError, TpufeedError
+from tpufeed.errors import InvalidArgumentError
 from tpufeed.iterator import DatasetIterator
-from tpufeed.mix import MixPlan, Mixture, check_mix
+from tpufeed.mix import MixPlan, Mixture, check_component, check_mix
 from tpufeed.order import Shuffle
 from tpufeed.packing import check_lengths
 from tpufeed.padding import check_pad
@@ -27,9 +27,11 @@ from tpufeed.resume import resume
 from tpufeed.sharding import Sharding
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import Batch, Filter, FlatMap, Map, Pack, RandomMap, Stage
+from tpufeed.stages.record import check_callable
 from tpufeed.state import fingerprint
 from tpufeed.storage.local import PathsLike
-from tpufeed.uneven import HostAgreement, end_together
+from tpufeed.storage.settings import cache_for
+from tpufeed.uneven import HostAgreement, end_together, first_item
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class Dataset:
         gs://. gs:// shards go through the local shard cache (`cache_dir`, default
         $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space)."""
         from tpufeed.sources.array_record import ArrayRecordSource
-        return cls(SourceView(ArrayRecordSource(paths, cache=_cache(cache_dir, cache_bytes))))
+        return cls(SourceView(ArrayRecordSource(paths, cache=cache_for(cache_dir, cache_bytes))))
 
     @classmethod
     def from_tfrecord(cls, paths: PathsLike, index_dir: str | os.PathLike | None = None,
@@ -82,7 +84,7 @@ class Dataset:
         gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs."""
         from tpufeed.sources.tfrecord import TFRecordSource
         return cls(SourceView(TFRecordSource(paths, index_dir=index_dir,
-                                             cache=_cache(cache_dir, cache_bytes))))
+                                             cache=cache_for(cache_dir, cache_bytes))))
 
     @classmethod
     def open(cls, path: str | os.PathLike, verify: bool = False,
@@ -98,7 +100,7 @@ class Dataset:
         """
         from tpufeed.sources.manifest import ManifestSource
         return cls(SourceView(ManifestSource(path, verify=verify,
-                                             cache=_cache(cache_dir, cache_bytes))))
+                                             cache=cache_for(cache_dir, cache_bytes))))
 
     @classmethod
     def mix(cls, datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
@@ -120,15 +122,8 @@ class Dataset:
             if not isinstance(ds, Dataset) or ds._mixture is not None:
                 raise InvalidArgumentError(f"mix component {i} must be a Dataset (not a mixture), "
                                            f"got {ds!r}")
-            if ds._batch() is not None or ds._pack() is not None:
-                raise InvalidArgumentError(f"mix component {i} batches or packs: batch and pack "
-                                           "the mixture, after mix")
-            if ds._sharding != Sharding(0, 1):
-                raise InvalidArgumentError(f"mix component {i} is sharded ({ds._sharding}): shard "
-                                           "the mixture, which shards every component alike")
-            if AUTO in (ds._workers, ds._prefetch):
-                raise InvalidArgumentError(f"mix component {i} has 'auto' workers or prefetch; "
-                                           "give the mixture or the component a number")
+            check_component(i, ds._batch() or ds._pack(), ds._sharding != Sharding(0, 1),
+                            AUTO in (ds._workers, ds._prefetch))
         return cls(None, _mixture=Mixture(tuple(datasets), checked, seed, on_end))
 
     @property
@@ -172,17 +167,17 @@ class Dataset:
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
         """fn(element) -> element."""
-        return self._add(Map(_callable(fn, "map")))
+        return self._add(Map(check_callable(fn, "map")))
 
     def random_map(self, fn: Callable[[Any, Any], Any]) -> Dataset:
         """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)
         and, after a `flat_map`, by the piece of the record."""
         stream = sum(isinstance(stage, RandomMap) for stage in self._stages)
-        return self._add(RandomMap(_callable(fn, "random_map"), stream))
+        return self._add(RandomMap(check_callable(fn, "random_map"), stream))
 
     def filter(self, fn: Callable[[Any], bool]) -> Dataset:
         """Keeps the elements for which fn(element) is true."""
-        return self._add(Filter(_callable(fn, "filter")))
+        return self._add(Filter(check_callable(fn, "filter")))
 
     def flat_map(self, fn: Callable[[Any], Any]) -> Dataset:
         """fn(element) -> an iterable of zero or more elements, delivered in order: the pieces
@@ -196,7 +191,7 @@ class Dataset:
         if self._batch() is not None or self._pack() is not None:
             raise InvalidArgumentError("flat_map must come before pack and batch: it makes "
                                        "elements, and rows and batches are cut from elements")
-        return self._add(FlatMap(_callable(fn, "flat_map")))
+        return self._add(FlatMap(check_callable(fn, "flat_map")))
 
     def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Dataset:
         """Packs sequences into rows of fixed length, first-fit over `open_rows` open rows.
@@ -355,13 +350,8 @@ class Dataset:
 
     def _first_item(self) -> Any:
         """The first item of a one-host pass: what a host that made nothing pads from."""
-        one = dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1, _workers=0,
-                                  _prefetch=0)
-        with one.iterator() as it:
-            for item in it:
-                return item
-        raise TpufeedError(f"the pipeline makes no item at all, so there is nothing to pad "
-                           f"from: {self!r}")
+        return first_item(dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1,
+                                              _workers=0, _prefetch=0))
 
     def _batch(self) -> Batch | None:
         return next((stage for stage in self._stages if isinstance(stage, Batch)), None)
@@ -418,17 +408,3 @@ class Dataset:
         return (f"Dataset({self._source.source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
                 f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
                 f"workers={self._workers})")
-
-
-def _cache(cache_dir: str | os.PathLike | None, cache_bytes: int | None) -> Any:
-    """A ShardCache when the caller set one up; None lets gs:// sources make the default."""
-    if cache_dir is None and cache_bytes is None:
-        return None
-    from tpufeed.storage.cache import ShardCache
-    return ShardCache(cache_dir, cache_bytes)
-
-
-def _callable(fn: Any, stage: str) -> Any:
-    if not callable(fn):
-        raise InvalidArgumentError(f"{stage} needs a callable, got {fn!r}")
-    return fn

@@ -200,6 +200,19 @@ class Mixture:
                 "seed": self.seed, "on_end": self.on_end}
 
 
+def check_component(i: int, stream_stage: Any, sharded: bool, auto: bool) -> None:
+    """Raises unless a dataset can be component `i` of a mixture."""
+    if stream_stage is not None:
+        raise InvalidArgumentError(f"mix component {i} batches or packs: batch and pack the "
+                                   "mixture, after mix")
+    if sharded:
+        raise InvalidArgumentError(f"mix component {i} is sharded: shard the mixture, which "
+                                   "shards every component alike")
+    if auto:
+        raise InvalidArgumentError(f"mix component {i} has 'auto' workers or prefetch; give the "
+                                   "mixture or the component a number")
+
+
 def check_mix(datasets: Any, weights: Any, seed: Any, on_end: Any) -> tuple[tuple[float, ...], str]:
     """Validated weights (summing to 1) for `datasets`; raises naming the bad value."""
     if not isinstance(datasets, (list, tuple)) or not datasets:

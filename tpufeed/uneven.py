@@ -351,6 +351,15 @@ class JaxAgreement:
         return tuple(counts[1:])
 
 
+def first_item(one_host: Any) -> Any:
+    """The first item of a one-host pass of a dataset: what a host that made nothing pads from."""
+    with one_host.iterator() as it:
+        for item in it:
+            return item
+    raise TpufeedError(f"the pipeline makes no item at all, so there is nothing to pad from: "
+                       f"{one_host!r}")
+
+
 def end_together(make: Callable[[], Any], plan: Any, cursor: Any, uneven: str | None,
                  agreement: HostAgreement | None, template: Callable[[], Any]) -> Any:
     """The iterator `make()` gives, ending each epoch with the other hosts (`uneven`), agreeing

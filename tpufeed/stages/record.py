@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from tpufeed.errors import TransformError
+from tpufeed.errors import InvalidArgumentError, TransformError
 from tpufeed.rng import RecordRngs
 from tpufeed.stats import StageClock, now
 
@@ -126,6 +126,13 @@ class RecordStage(abc.ABC):
                     ids.append(child_id(piece, k) if self.splits else piece)
         context.clock.add(label, now() - started, count)
         return Elements(values, units, ids)
+
+
+def check_callable(fn: Any, stage: str) -> Any:
+    """`fn`, if it can be called; raises naming the stage otherwise."""
+    if not callable(fn):
+        raise InvalidArgumentError(f"{stage} needs a callable, got {fn!r}")
+    return fn
 
 
 def transform_error(stage: str, exc: BaseException, record: int | None,
