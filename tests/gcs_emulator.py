@@ -137,6 +137,19 @@ class Counters:
     media_bytes: int = 0  # object bytes served (whole or partial)
     faults: int = 0
     ranges: list[tuple[str, str]] = field(default_factory=list)  # (object path, Range header)
+    paths: list[str] = field(default_factory=list)  # every request's path, in order
+    media: list[tuple[str, int]] = field(default_factory=list)  # (path, bytes) of media answers
+
+    def only(self, bucket: str) -> Counters:
+        """The counts of requests for `bucket` alone. The proxy serves the whole session, and
+        a download another test left running in the background must not count here."""
+        from urllib.parse import unquote
+        mine = lambda path: f"/b/{bucket}/" in unquote(path)  # noqa: E731
+        media = [(path, size) for path, size in self.media if mine(path)]
+        return Counters(requests=sum(map(mine, self.paths)), media_requests=len(media),
+                        media_bytes=sum(size for _, size in media), faults=self.faults,
+                        ranges=[r for r in self.ranges if mine(r[0])],
+                        paths=[p for p in self.paths if mine(p)], media=media)
 
 
 class FaultProxy:
@@ -199,6 +212,7 @@ class FaultProxy:
         with self._lock:
             f, x = self.faults, self._rng.random()
             self.counters.requests += 1
+            self.counters.paths.append(path)
             if f.deny_paths and re.search(f.deny_paths, path):
                 return "403"
             if f.slow_paths and re.search(f.slow_paths, path):
@@ -255,6 +269,7 @@ class FaultProxy:
             if media:
                 self.counters.media_requests += 1
                 self.counters.media_bytes += len(sent)
+                self.counters.media.append((handler.path, len(sent)))
                 self.counters.ranges.append((handler.path.split("?", 1)[0],
                                              handler.headers.get("Range", "")))
         _paced_write(handler.wfile, sent, self.faults.mbps)

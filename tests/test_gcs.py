@@ -109,13 +109,13 @@ def test_permanent_errors_fail_at_once_with_the_path(objects, gcs):
     denied = rf"gs://{bucket}/d/a-0.bin: permission denied \(HTTP 403\)"
     with pytest.raises(SourceError, match=denied):
         read_range(obj, 0, 10, FAST)
-    assert gcs.counters.requests == 1
+    assert gcs.counters.only(bucket).requests == 1
     gcs.reset()
     gone = GcsObject(bucket, "d/gone.bin", 10, 1, None)
     missing = rf"gs://{bucket}/d/gone.bin: not found \(HTTP 404\)"
     with pytest.raises(SourceNotFoundError, match=missing):
         read_range(gone, 0, 10, FAST)
-    assert gcs.counters.requests == 1
+    assert gcs.counters.only(bucket).requests == 1
 
 
 def test_transient_errors_give_up_after_the_attempts(objects, gcs, caplog):
@@ -126,7 +126,7 @@ def test_transient_errors_give_up_after_the_attempts(objects, gcs, caplog):
     with caplog.at_level(logging.INFO, logger="tpufeed.gcs"):
         with pytest.raises(SourceError, match=r"gave up .* after 4 attempts.*HTTP 503"):
             read_range(obj, 0, 10, FAST)
-    assert gcs.counters.requests == 4
+    assert gcs.counters.only(bucket).requests == 4
     assert len(caplog.records) == 3
     for record in caplog.records:
         text = record.getMessage().lower()

@@ -47,7 +47,7 @@ def test_an_epoch_is_exactly_once_with_a_fifth_of_requests_failing(
     with caplog.at_level(logging.WARNING, logger="tpufeed"):
         got = list(ds.shuffle(seed=1).workers(workers))
     assert sorted(got) == sorted(records)
-    assert gcs.counters.faults >= 0.1 * gcs.counters.requests > 0
+    assert gcs.counters.faults >= 0.1 * gcs.counters.only(bucket).requests > 0
     assert not caplog.records  # every failure was retried away, quietly
 
 
@@ -88,15 +88,15 @@ def test_a_second_epoch_reads_nothing_from_gcs_once_all_is_cached(
     it = iter(ds)
     first = [next(it) for _ in records]
     assert sorted(first) == sorted(records)
-    assert gcs.counters.media_bytes > 0
+    assert gcs.counters.only(bucket).media_bytes > 0
     gcs.reset()
     second = list(it)
     assert sorted(second) == sorted(records) and second != first
-    assert (gcs.counters.media_requests, gcs.counters.media_bytes) == (0, 0)
+    assert (gcs.counters.only(bucket).media_requests, gcs.counters.only(bucket).media_bytes) == (0, 0)
     # A restarted job (new source, same cache directory) downloads nothing either.
     again = list(_dataset(url, tmp_path / "c").shuffle(seed=2))
     assert sorted(again) == sorted(records)
-    assert gcs.counters.media_bytes == 0
+    assert gcs.counters.only(bucket).media_bytes == 0
 
 
 def test_a_damaged_cached_file_is_detected_and_fetched_again(gcs, bucket, upload, tmp_path):
@@ -186,14 +186,14 @@ def test_uncached_tfrecord_reads_fetch_only_the_records_asked_for(gcs, bucket, u
     no_cache = ShardCache(tmp_path / "c", 0)
     gcs.reset()
     source = TFRecordSource(url, cache=no_cache)  # builds the index: one streamed pass
-    assert gcs.counters.media_bytes == total
+    assert gcs.counters.only(bucket).media_bytes == total
     gcs.reset()
     again = TFRecordSource(url, cache=no_cache)  # the index is cached by generation
-    assert gcs.counters.media_bytes == 0
+    assert gcs.counters.only(bucket).media_bytes == 0
     wanted = np.array([7, 5, 399, 6, 400, 790, 5])
     assert again.__getitems__(wanted) == [records[i] for i in wanted]
-    assert 0 < gcs.counters.media_bytes < total // 20
+    assert 0 < gcs.counters.only(bucket).media_bytes < total // 20
     # GETs: records 5-7 (adjacent, one GET) and 399 of the first file; 400 and 790 (its 0 and 390).
-    assert gcs.counters.media_requests == 4
+    assert gcs.counters.only(bucket).media_requests == 4
     assert no_cache.usage() == 0 and not os.path.isdir(no_cache.shards_dir)
     assert len(source) == len(records)

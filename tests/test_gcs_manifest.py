@@ -119,12 +119,12 @@ def test_a_second_epoch_downloads_nothing(gcs, bucket, upload, built, tmp_path, 
     gcs.reset()
     second = list(it)
     assert sorted(second) == list(range(N)) and second != first
-    assert (gcs.counters.media_requests, gcs.counters.media_bytes) == (0, 0)
+    assert (gcs.counters.only(bucket).media_requests, gcs.counters.only(bucket).media_bytes) == (0, 0)
     # A restarted job (new source, same cache directory) downloads the manifest alone.
     again = tpufeed.Dataset.open(url, cache_dir=tmp_path / "c").shuffle(seed=2, window=2)
     assert [r["label"] for r in again] == first
-    assert gcs.counters.media_requests == 1
-    assert gcs.counters.media_bytes == os.path.getsize(folder / "manifest.json")
+    assert gcs.counters.only(bucket).media_requests == 1
+    assert gcs.counters.only(bucket).media_bytes == os.path.getsize(folder / "manifest.json")
 
 
 def test_a_replaced_shard_is_refused_naming_its_url_and_both_checksums(gcs, bucket, upload,
@@ -141,7 +141,7 @@ def test_a_replaced_shard_is_refused_naming_its_url_and_both_checksums(gcs, buck
     with pytest.raises(CorruptDataError, match=re.escape(
             f"{shard_url}: CRC32C is {crc}, the manifest says {entry['crc32c']}")):
         tpufeed.Dataset.open(url, verify=True, cache_dir=tmp_path / "c")
-    assert gcs.counters.media_requests == 1  # the manifest: shards are checked by metadata
+    assert gcs.counters.only(bucket).media_requests == 1  # the manifest: shards are checked by metadata
     source = tpufeed.Dataset.open(url, cache_dir=tmp_path / "c").source  # checks on first read
     local = tpufeed.Dataset.open(folder).source
     first = _manifest(folder)["shards"][0]["num_records"]
@@ -183,7 +183,7 @@ def test_shard_paths_leaving_the_dataset_prefix_are_refused(gcs, bucket, upload,
     with pytest.raises(CorruptDataError, match="shard path") as info:
         tpufeed.Dataset.open(url)
     assert repr(name) in str(info.value) and f"{url}/manifest.json" in str(info.value)
-    assert gcs.counters.media_requests == 1  # refused before any shard was looked at
+    assert gcs.counters.only(bucket).media_requests == 1  # refused before any shard was looked at
 
 
 def test_a_missing_shard_or_manifest_is_not_found(gcs, emulator, bucket, upload, built):
@@ -215,7 +215,7 @@ def test_malformed_manifests_are_refused_naming_the_url(gcs, bucket, upload, mon
     with pytest.raises(CorruptDataError, match=match) as info:
         tpufeed.Dataset.open(f"gs://{bucket}/ds")
     assert info.value.path == url
-    assert gcs.counters.media_requests == (0 if len(content) > 1000 else 1)  # too big: not fetched
+    assert gcs.counters.only(bucket).media_requests == (0 if len(content) > 1000 else 1)  # too big: not fetched
 
 
 def test_array_record_shards_need_a_cache(gcs, bucket, upload, built, tmp_path):
@@ -235,7 +235,7 @@ def test_objects_without_a_crc32c_in_their_metadata_are_summed(gcs, bucket, uplo
                         ShardCache(tmp_path / "c", cache_bytes))
     gcs.reset()
     VerifiedShard(shard.path, entry, "array_record", remote).verify()
-    assert gcs.counters.media_bytes == entry["num_bytes"]  # read whole, once
+    assert gcs.counters.only(bucket).media_bytes == entry["num_bytes"]  # read whole, once
     wrong = VerifiedShard(shard.path, {**entry, "crc32c": "00000000"}, "array_record", remote)
     with pytest.raises(CorruptDataError, match=f"CRC32C is {entry['crc32c']}, the manifest says "
                                                "00000000"):
