@@ -195,3 +195,23 @@ def test_ignore_errors_skips_unreadable_records():
     assert it.stats().errors == 1
     with pytest.raises(SourceError, match="bad sector"):
         list(tpufeed.Dataset.from_source(HalfBroken()))
+
+
+def test_len_is_the_items_of_this_hosts_epoch_where_the_record_count_decides_it():
+    seq = lambda n: tpufeed.Dataset.from_sequence(list(range(n)))  # noqa: E731
+    assert len(seq(10)) == 10 and len(seq(10).batch(3)) == 4
+    assert len(seq(10).batch(3, drop_remainder=True)) == 3
+    assert [len(seq(10).shard(h, 3).batch(2)) for h in range(3)] == [2, 2, 2]
+    assert len(seq(10).map(lambda x: x).batch(5).repeat(3)) == 2  # per epoch
+    for unknown in (seq(10).filter(bool), seq(10).flat_map(lambda x: [x]),
+                    tpufeed.Dataset.mix([seq(3), seq(4)])):
+        with pytest.raises(TypeError, match="depend on the data"):
+            len(unknown)
+
+
+def test_tpufeed_version():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "tpufeed.cli", "--version"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.stdout.strip() == f"tpufeed {tpufeed.__version__}"

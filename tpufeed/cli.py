@@ -126,7 +126,10 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tpufeed import __version__
+
     parser = argparse.ArgumentParser(prog="tpufeed", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tpufeed {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     quick = sub.add_parser("quickstart", help="build a small real dataset locally and train from it")
     quick.add_argument("--output", default="tpufeed-quickstart", help="dataset folder")

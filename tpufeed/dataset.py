@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpufeed.autotune import AUTO, Options, choose
+from tpufeed.cursor import epoch_start
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.iterator import DatasetIterator
 from tpufeed.mix import MixPlan, Mixture, check_component, check_mix
@@ -279,6 +280,22 @@ class Dataset:
 
     def __iter__(self) -> Iterator[Any]:
         return self.iterator()
+
+    def __bool__(self) -> bool:
+        return True  # a Dataset is a description: truthy, whatever len() would say
+
+    def __len__(self) -> int:
+        """Items (batches, or elements) in one epoch of this host's share, where the record
+        count alone decides it; raises TypeError saying why where the data decides it."""
+        plan = self._plan()
+        if plan.counts_depend_on_data:
+            raise TypeError("len() of this Dataset is unknown before iterating: its counts "
+                            "depend on the data (filter, flat_map, pack, mix or ignore_errors)")
+        share = epoch_start(0, plan.hosts, plan.host).stream_size(len(plan.source))
+        if plan.batch is None:
+            return share
+        size = plan.batch.batch_size
+        return share // size if plan.batch.drop_remainder else -(-share // size)
 
     def iterator(self, state: Any = None, uneven: str | None = None,
                  agreement: HostAgreement | None = None) -> Any:
