@@ -243,3 +243,25 @@ def test_parent_killed_takes_its_workers_along(tmp_path):
     gone, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive
     assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
+
+
+def test_an_iterator_made_in_a_thread_that_exits_keeps_its_workers():
+    """Training frameworks make iterators in helper threads; the workers outlive that thread."""
+    import threading
+
+    ds = make("batch", n=200, epochs=1).workers(2)
+    made = {}
+
+    def make_and_start():
+        it = made["it"] = ds.iterator()
+        made["first"] = [next(it)]
+        while "transfer" not in it.stats().stages:  # until workers answer
+            made["first"].append(next(it))
+        time.sleep(1.0)  # every worker is past its start-up
+
+    thread = threading.Thread(target=make_and_start)
+    thread.start()
+    thread.join()
+    time.sleep(0.5)  # time for a signal sent at the thread's exit to arrive
+    same([*made["first"], *made["it"]], list(make("batch", n=200, epochs=1)))
+    made["it"].close()

@@ -40,7 +40,8 @@ class WorkerPool:
                 task_r, task_w = os.pipe()
                 result_r, result_w = os.pipe()
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "tpufeed.workers.worker", str(task_r), str(result_w)],
+                    [sys.executable, "-m", "tpufeed.workers.worker", str(task_r), str(result_w),
+                     str(os.getpid())],
                     pass_fds=(task_r, result_w), stdin=subprocess.DEVNULL, env=env, close_fds=True)
                 os.close(task_r)
                 os.close(result_w)

@@ -1,4 +1,4 @@
-"""A worker process: `python -m tpufeed.workers.worker TASK_FD RESULT_FD`.
+"""A worker process: `python -m tpufeed.workers.worker TASK_FD RESULT_FD PARENT_PID`.
 
 Started as a fresh interpreter (not forked, and without re-importing the user's `__main__`, so a
 script's top-level `jax.distributed.initialize()` never runs twice). It receives the pipeline
@@ -17,15 +17,29 @@ from typing import Any
 
 from tpufeed.workers.messages import Answer, Failure, Free, Ready, Start, Stop, Task
 
+_WATCH_S = 0.2  # how often a worker checks that its parent is alive
 
-def _exit_with_parent() -> None:
-    """Ask Linux to SIGTERM us when the parent dies, so no worker outlives it."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+
+def _exit_with_parent(parent: int) -> None:
+    """Stops this worker when its parent process is gone, so no worker outlives it.
+
+    A watch on the parent's pid rather than PR_SET_PDEATHSIG: that signal fires when the *thread*
+    that started the worker exits, and iterators are often made in helper threads. SIGTERM runs
+    the worker's clean exit (its shared memory unlinked); a worker stuck in native code that
+    cannot take the signal is ended hard a little later.
+    """
+    import os
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_WATCH_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="tpufeed-parent-watch", daemon=True).start()
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
@@ -102,7 +116,7 @@ class Worker:
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    _exit_with_parent()
+    _exit_with_parent(int(argv[2]))
     tasks, results = Connection(int(argv[0])), Connection(int(argv[1]))
     worker = None
     try:
