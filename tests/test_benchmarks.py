@@ -50,7 +50,7 @@ def test_compare_runs_every_row(tmp_path, workload):
 
 
 def test_profile_puts_each_sample_in_one_stage(tmp_path):
-    from benchmarks.profile import RATE_HZ, summarise
+    from benchmarks.profiling import RATE_HZ, summarise
 
     raw = tmp_path / "raw.txt"
     head = 'process 1:"python";process 2:"python -m tpufeed.workers.worker";Worker.run (w.py:1)'

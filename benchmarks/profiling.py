@@ -1,7 +1,7 @@
 """Where the time goes: py-spy samples of the bare loop and of tpufeed with N workers, by stage.
 
-    pip install py-spy   # a profiler, not a tpufeed dependency
-    python -m benchmarks.profile --workload W2 --workers 2 [--records 100000] [--json F]
+    pip install -e ".[dev]"   # py-spy, the sampling profiler, is in the dev extra
+    python -m benchmarks.profiling --workload W2 --workers 2 [--records 100000] [--json F]
 
 Each row runs one epoch of the workload under `py-spy record --subprocesses --idle
 --nonblocking` (the sampled processes are never paused). Every sample of every process is put
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         run_row(args.run, args.workload, records, args.workers, args.result)
         return 0
     if shutil.which("py-spy") is None:
-        p.error("py-spy is not installed: pip install py-spy")
+        p.error("py-spy is not installed (or not on PATH); it is in the dev extra: "
+                "pip install -e \".[dev]\" (or pip install py-spy)")
     prepare(workload, records, os.path.join(ROOT, "benchmarks", "data"), SEED)  # not profiled
     fn_name = workload.fn.__name__
     results = {}
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             raw, result = os.path.join(tmp, f"{row}.txt"), os.path.join(tmp, f"{row}.json")
             cmd = ["py-spy", "record", "--subprocesses", "--idle", "--nonblocking",
                    "--rate", str(RATE_HZ), "--format", "raw", "-o", raw, "--",
-                   sys.executable, "-m", "benchmarks.profile", "--run", row,
+                   sys.executable, "-m", "benchmarks.profiling", "--run", row,
                    "--workload", args.workload, "--records", str(records),
                    "--workers", str(args.workers), "--result", result]
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
