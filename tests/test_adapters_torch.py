@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -13,6 +16,8 @@ from tpufeed.errors import StateError
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
+
+from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  # noqa: E402, F401
 
 N = 45
 
@@ -95,3 +100,97 @@ def test_wait_fraction_of_the_pass():
     for _ in torch_ds:
         pass
     assert 0.0 < torch_ds.wait_fraction <= 1.0
+
+
+# Runs in a fresh interpreter: the riegeli state that broke forked workers is per process, and a
+# worker killed by a signal must fail this test, not the test process. The parent reads first
+# (a batch, and its prefetch thread keeps reading) so the workers are forked from a process that
+# has used every reader.
+_FORKED_WORKERS = r"""
+import json, sys
+import numpy as np
+import tpufeed
+from torch.utils.data import DataLoader
+
+def delivered(kind, arg):
+    if kind == "array_record":
+        ds = tpufeed.Dataset.from_array_record(arg)
+    elif kind == "tfrecord":
+        ds = tpufeed.Dataset.from_tfrecord(arg)
+    elif kind == "dataset":
+        ds = tpufeed.Dataset.open(arg)
+    else:
+        ds = tpufeed.Dataset.from_sequence([b"%d" % i for i in range(arg)])
+    # Each record as text: a decoded record's "id", a raw record's bytes in hex.
+    ds = ds.shuffle(seed=0).map(
+        lambda r: {"key": str(r["id"]) if isinstance(r, dict) else r.hex()}).batch(8)
+    peek = iter(ds.prefetch(2))
+    next(peek)
+    loader = DataLoader(ds.to_torch(), batch_size=None, num_workers=2,
+                        multiprocessing_context="fork", timeout=60)
+    got = [key for batch in loader for key in batch["key"]]
+    peek.close()
+    return got
+
+print(json.dumps({name: delivered(kind, arg) for name, kind, arg in json.loads(sys.argv[1])}))
+"""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_forked_workers(cases: list[tuple[str, str, object]]) -> dict[str, list[str]]:
+    """{case name: the records a DataLoader with 2 forked workers delivered, as text}."""
+    proc = subprocess.run([sys.executable, "-c", _FORKED_WORKERS, json.dumps(cases)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_dataloader_workers_forked_after_the_parent_read_deliver_every_source_exactly(tmp_path):
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    from test_manifest import make_dataset
+    from tpufeed.sources.array_record import write_array_records
+    from tpufeed.sources.tfrecord import write_tfrecords
+
+    n = 120
+    records = [b"%d" % i for i in range(n)]
+    parts = [records[i::3] for i in range(3)]
+    for s, part in enumerate(parts):
+        write_array_records(tmp_path / f"ours-{s}.array_record", part)
+        writer = ArrayRecordWriter(str(tmp_path / f"theirs-{s}.array_record"), "")  # big chunks
+        for r in part:
+            writer.write(r)
+        writer.close()
+        write_tfrecords(tmp_path / f"ours-{s}.tfrecord", part)
+    cases = [("array_record (ours)", "array_record", str(tmp_path / "ours-*.array_record")),
+             ("array_record (array_record's writer)", "array_record",
+              str(tmp_path / "theirs-*.array_record")),
+             ("tfrecord (ours)", "tfrecord", str(tmp_path / "ours-*.tfrecord")),
+             ("sequence", "sequence", n)]
+    tf = pytest.importorskip("tensorflow")
+    for s, part in enumerate(parts):
+        with tf.io.TFRecordWriter(str(tmp_path / f"tf-{s}.tfrecord")) as writer:
+            for r in part:
+                writer.write(r)
+    cases.append(("tfrecord (tf.io.TFRecordWriter)", "tfrecord", str(tmp_path / "tf-*.tfrecord")))
+    for file_format in ("array_record", "tfrecord"):
+        folder = tmp_path / f"dataset-{file_format}"
+        make_dataset(folder, [[{"id": i} for i in range(s, n, 3)] for s in range(3)], file_format)
+        cases.append((f"dataset folder ({file_format})", "dataset", str(folder)))
+    got = run_forked_workers(cases)
+    expected = {name: sorted(str(i) if kind == "dataset" else records[i].hex() for i in range(n))
+                for name, kind, _ in cases}
+    assert {name: sorted(keys) for name, keys in got.items()} == expected
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.emulator
+@pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
+def test_dataloader_workers_forked_after_the_parent_read_deliver_gcs_shards_exactly(
+        gcs, bucket, upload, file_format):
+    url, records = upload_shards(upload, bucket, "ds", 3, 40, file_format)
+    got = run_forked_workers([("gs", file_format, url)])["gs"]
+    assert sorted(got) == sorted(r.hex() for r in records)

@@ -3,6 +3,8 @@
 Hand it to `DataLoader(..., batch_size=None)`: tpufeed batches already. With `num_workers=W`
 each DataLoader worker reads the disjoint share `host * W + worker` of `hosts * W`, so no record
 is delivered twice; tpufeed's own `.workers(n)` is the cheaper way to parallelise transforms.
+Workers started by fork are safe after the parent has read: open files are reopened in each
+worker, and ArrayRecord files are read through a helper process (see `sources._reader_process`).
 Numeric leaves become tensors (sharing memory with the batch); bytes and str leaves become
 lists, as torch's default collation makes them.
 

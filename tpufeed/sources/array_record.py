@@ -37,6 +37,8 @@ from array_record.python.array_record_module import ArrayRecordReader
 
 from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError, SourceError,
                             SourceNotFoundError)
+from tpufeed.sources._after_fork import forget_in_children
+from tpufeed.sources._reader_process import ReaderProcess, native_state_inherited
 from tpufeed.sources.array_record_writer import write_array_records
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.storage.array_record_footer import BLOCK_SIZE, footer_offset, sparse_copy
@@ -107,11 +109,14 @@ class ArrayRecordFile:
         self._lock = threading.Lock()
         self._use = threading.Lock()  # a read of a cached copy, which eviction checks wait for
 
+        forget_in_children(self)
     def __len__(self) -> int:
         if self._num_records is None:
             with self._lock:
                 if self._num_records is None:
-                    if self.remote is not None:
+                    if native_state_inherited():
+                        self._num_records = ReaderProcess.shared().call("count", self)
+                    elif self.remote is not None:
                         self._num_records = self._count_remote()
                     else:
                         self._open_checked().close()
@@ -121,6 +126,8 @@ class ArrayRecordFile:
         """Returns the records at local `indices` (any order, repeats allowed), in that order."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if self.remote is not None:
+        if native_state_inherited():
+            return ReaderProcess.shared().call("read", self, idx)
             return self._read_cached(idx)
         reader = self._reader if self._reader is not None else self._open_for_reading()
         return self._read_with(reader, idx)
@@ -187,7 +194,7 @@ class ArrayRecordFile:
         """A function reading one record by local index, unchecked, for local files of one
         record per chunk (the fastest access path); None otherwise. The caller re-reads a
         failure through `read`, which names the bad record."""
-        if self.remote is not None:
+        if self.remote is not None or native_state_inherited():
             return None
         reader = self._reader if self._reader is not None else self._open_for_reading()
         if not self._per_record_reads:
@@ -200,6 +207,9 @@ class ArrayRecordFile:
         """`record_reader` for a gs:// file: reads its cached copy, held in place (not closed
         for eviction) until the block ends. None if the file is not of one record per chunk."""
         with self._use:
+        if native_state_inherited():
+            yield None
+            return
             if self._reader is None or not self.remote.unchanged(self._opened):
                 self.close()  # evicted, replaced or changed since the reader opened it
                 with self.remote.pinned():
@@ -213,6 +223,8 @@ class ArrayRecordFile:
 
     def close(self) -> None:
         with self._lock:
+        if native_state_inherited() and ReaderProcess._shared is not None:
+            ReaderProcess.shared().forget(self)
             if self._reader is not None:
                 reader, self._reader = self._reader, None
                 _close_reporting(reader)  # a failure here was raised when the read failed
@@ -234,6 +246,15 @@ class ArrayRecordFile:
         count = "unopened" if self._num_records is None else f"{self._num_records} records"
         return f"ArrayRecordFile({self.path!r}, {count})"
 
+        forget_in_children(self)
+
+    def _after_fork_in_child(self) -> tuple:
+        """In a forked child: the parent's reader and hold are left alone (see `_after_fork`)."""
+        inherited = (self._reader, self._opened)
+        self._reader, self._opened = None, None
+        self._lock = threading.Lock()
+        self._use = threading.Lock()
+        return inherited
     def _open_for_reading(self) -> ArrayRecordReader:
         with self._lock:
             if self._reader is None:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.errors import InvalidArgumentError, RecordIndexError
 from tpufeed.storage.readahead import ReadAhead
 
@@ -64,6 +65,7 @@ class ShardedSource:
         # gs:// files read their cached copies one record at a time, held for each batch.
         self._leased = bool(self._remote_ids) and all(
             r is not None and r.cached and hasattr(f, "leased_record_reader")
+        forget_in_children(self)
             for f, r in zip(self.files, self._remote))
 
     def __getstate__(self) -> dict[str, Any]:
@@ -71,6 +73,18 @@ class ShardedSource:
         state["_readahead"] = None  # threads stay with the process that announced the plan
         state["_record_readers"] = None  # open readers stay with their process
         return state
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        forget_in_children(self)
+
+    def _after_fork_in_child(self) -> Any:
+        """In a forked child: the parent's read-ahead (its threads are not in the child) and
+        one-record readers are left alone (see `_after_fork`)."""
+        inherited = (self._readahead, self._record_readers)
+        self._readahead = None
+        self._record_readers = None
+        return inherited
+
 
     def will_read(self, indices: np.ndarray) -> None:
         """The records the plan reads next, in order: gs:// shards among them are fetched ahead."""

@@ -27,6 +27,7 @@ from typing import BinaryIO
 import numpy as np
 
 from tpufeed.errors import RecordIndexError, SourceNotFoundError
+from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, _atomic_write, _corrupt, _masked_crc,
                                              _scan, scan_records, write_tfrecords)
@@ -117,6 +118,7 @@ class TFRecordFile:
         self._lock = threading.Lock()
         self._use = threading.Lock()
         if remote is None:
+        forget_in_children(self)
             self.index_path, self._offsets, self._lengths = self._load_or_build_index()
         else:
             self.index_path, self._offsets, self._lengths = self._load_or_build_remote_index()
@@ -281,6 +283,19 @@ class TFRecordFile:
 
     def __repr__(self) -> str:
         return f"TFRecordFile({self.path!r}, {len(self)} records)"
+        forget_in_children(self)
+
+    def _after_fork_in_child(self) -> object:
+        """In a forked child: the parent's handle is closed (only this process's copy of the
+        descriptor) and reopened on the next read; the hold on a cached copy is left alone; the
+        locks are new, as a thread the child does not have may have held them."""
+        inherited, held = self._file, self._opened
+        self._file, self._opened = None, None
+        self._lock = threading.Lock()
+        self._use = threading.Lock()
+        if inherited is not None:
+            inherited.close()
+        return held
 
 
 class TFRecordSource(ShardedSource):

@@ -18,6 +18,7 @@ import google_crc32c
 import numpy as np
 
 from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
+from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.storage import cache_layout
 from tpufeed.storage.remote import RemoteFile
 
@@ -69,6 +70,7 @@ class VerifiedShard:
         self.verified = False
         self._file: ArrayRecordFile | TFRecordFile | None = None
         self._lock = threading.Lock()
+        forget_in_children(self)
 
     def __len__(self) -> int:
         return self.num_records
@@ -154,6 +156,11 @@ class VerifiedShard:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._lock = threading.Lock()
+        forget_in_children(self)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: a fresh lock (the opened file drops its own reader)."""
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -1,0 +1,121 @@
+"""Sources at their edges: forked processes, files changed while read, files that are not files."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import threading
+import traceback
+
+import numpy as np
+import pytest
+
+from tpufeed.errors import CorruptDataError
+from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
+from tpufeed.sources.tfrecord import TFRecordSource, write_tfrecords
+
+
+def in_forked_child(fn, timeout: float = 60.0):
+    """fn() run in a process forked from this one: its result, or its error raised here."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            send.send(("ok", fn()))
+        except BaseException as e:  # noqa: BLE001 - everything goes back to the test
+            send.send(("error", (e, traceback.format_exc())))
+
+    proc = ctx.Process(target=child, daemon=True)
+    proc.start()
+    try:
+        if not receive.poll(timeout):
+            raise AssertionError(f"the forked child gave no answer in {timeout} s (blocked?)")
+        status, value = receive.recv()
+    finally:
+        proc.kill()
+        proc.join()
+    if status == "error":
+        raise value[0]
+    return value
+
+
+def _array_record_files(tmp_path, records, shards=2, options="group_size:1"):
+    from array_record.python.array_record_module import ArrayRecordWriter
+    paths = []
+    for s in range(shards):
+        path = str(tmp_path / f"part-{s}.array_record")
+        writer = ArrayRecordWriter(path, options)
+        for r in records[s::shards]:
+            writer.write(r)
+        writer.close()
+        paths.append(path)
+    return paths
+
+
+# --- readers never cross a fork ---------------------------------------------------------------
+
+def test_a_forked_child_reads_array_record_through_its_own_helper_exactly(tmp_path):
+    records = [b"%d" % i for i in range(50)]
+    _array_record_files(tmp_path, records)
+    source = ArrayRecordSource(str(tmp_path / "part-*.array_record"))
+    expected = source.__getitems__(list(range(len(source))))  # the parent's readers are open
+
+    def child():
+        from tpufeed.sources._reader_process import ReaderProcess
+        got = source.__getitems__([7, 3, 44, 3])
+        fresh = ArrayRecordSource(str(tmp_path / "part-*.array_record"))  # counted in the helper
+        return got, len(fresh), fresh.__getitems__([0, 49]), ReaderProcess._shared is not None
+
+    got, count, ends, helped = in_forked_child(child)
+    assert got == [expected[i] for i in (7, 3, 44, 3)]
+    assert count == 50 and ends == [expected[0], expected[49]]
+    assert helped  # array_record's state inherited from this process was never touched
+    assert source.__getitems__([1]) == [expected[1]]  # and the parent's readers still work
+
+
+def test_a_damaged_record_read_in_a_forked_child_names_the_file_and_record(tmp_path):
+    rng = random.Random(0)
+    records = [rng.randbytes(1000) for _ in range(20)]
+    (path,) = _array_record_files(tmp_path, records, shards=1)
+    data = bytearray(open(path, "rb").read())
+    data[64 + 40 + 20] ^= 0xFF  # inside the first record's chunk
+    open(path, "wb").write(bytes(data))
+    source = ArrayRecordSource(path)
+    assert len(source) == 20
+
+    def child():
+        try:
+            source.__getitems__([2, 0])
+        except CorruptDataError as e:
+            return type(e).__name__, e.path, e.record, str(e)
+        return None
+
+    name, where, record, message = in_forked_child(child)
+    assert (name, where, record) == ("CorruptDataError", path, 0)
+    assert f"{path} record 0 " in message
+
+
+@pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
+def test_a_read_in_progress_in_another_thread_at_fork_time_does_not_block_the_child(
+        tmp_path, file_format):
+    records = [b"r%d" % i for i in range(10)]
+    if file_format == "array_record":
+        write_array_records(tmp_path / "a.array_record", records)
+        source = ArrayRecordSource(str(tmp_path / "a.array_record"))
+    else:
+        write_tfrecords(tmp_path / "a.tfrecord", records)
+        source = TFRecordSource(str(tmp_path / "a.tfrecord"))
+    assert source.__getitems__([0]) == [records[0]]
+    # The file's lock as a parent thread holds it in the middle of a read: a child that
+    # inherited it locked would wait forever for a thread it does not have.
+    held = source.files[0]._lock
+    holder = threading.Thread(target=held.acquire)
+    holder.start()
+    holder.join()
+    try:
+        assert in_forked_child(lambda: source.__getitems__([9, 4]), timeout=30) == [
+            records[9], records[4]]
+    finally:
+        held.release()
