@@ -108,8 +108,8 @@ class ArrayRecordFile:
         self._per_record_reads = False
         self._lock = threading.Lock()
         self._use = threading.Lock()  # a read of a cached copy, which eviction checks wait for
-
         forget_in_children(self)
+
     def __len__(self) -> int:
         if self._num_records is None:
             with self._lock:
@@ -125,9 +125,9 @@ class ArrayRecordFile:
     def read(self, indices: np.ndarray) -> list[bytes]:
         """Returns the records at local `indices` (any order, repeats allowed), in that order."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if self.remote is not None:
         if native_state_inherited():
             return ReaderProcess.shared().call("read", self, idx)
+        if self.remote is not None:
             return self._read_cached(idx)
         reader = self._reader if self._reader is not None else self._open_for_reading()
         return self._read_with(reader, idx)
@@ -206,10 +206,10 @@ class ArrayRecordFile:
     def leased_record_reader(self) -> Iterator[Callable[[int], bytes] | None]:
         """`record_reader` for a gs:// file: reads its cached copy, held in place (not closed
         for eviction) until the block ends. None if the file is not of one record per chunk."""
-        with self._use:
         if native_state_inherited():
             yield None
             return
+        with self._use:
             if self._reader is None or not self.remote.unchanged(self._opened):
                 self.close()  # evicted, replaced or changed since the reader opened it
                 with self.remote.pinned():
@@ -222,9 +222,9 @@ class ArrayRecordFile:
             yield lambda i: read(i, i + 1)[0]
 
     def close(self) -> None:
-        with self._lock:
         if native_state_inherited() and ReaderProcess._shared is not None:
             ReaderProcess.shared().forget(self)
+        with self._lock:
             if self._reader is not None:
                 reader, self._reader = self._reader, None
                 _close_reporting(reader)  # a failure here was raised when the read failed
@@ -241,11 +241,6 @@ class ArrayRecordFile:
         self._per_record_reads = False
         self._lock = threading.Lock()
         self._use = threading.Lock()
-
-    def __repr__(self) -> str:
-        count = "unopened" if self._num_records is None else f"{self._num_records} records"
-        return f"ArrayRecordFile({self.path!r}, {count})"
-
         forget_in_children(self)
 
     def _after_fork_in_child(self) -> tuple:
@@ -255,6 +250,11 @@ class ArrayRecordFile:
         self._lock = threading.Lock()
         self._use = threading.Lock()
         return inherited
+
+    def __repr__(self) -> str:
+        count = "unopened" if self._num_records is None else f"{self._num_records} records"
+        return f"ArrayRecordFile({self.path!r}, {count})"
+
     def _open_for_reading(self) -> ArrayRecordReader:
         with self._lock:
             if self._reader is None:

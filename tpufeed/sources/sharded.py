@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.errors import InvalidArgumentError, RecordIndexError
+from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.storage.readahead import ReadAhead
 
 
@@ -65,14 +65,15 @@ class ShardedSource:
         # gs:// files read their cached copies one record at a time, held for each batch.
         self._leased = bool(self._remote_ids) and all(
             r is not None and r.cached and hasattr(f, "leased_record_reader")
-        forget_in_children(self)
             for f, r in zip(self.files, self._remote))
+        forget_in_children(self)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_readahead"] = None  # threads stay with the process that announced the plan
         state["_record_readers"] = None  # open readers stay with their process
         return state
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         forget_in_children(self)
@@ -84,7 +85,6 @@ class ShardedSource:
         self._readahead = None
         self._record_readers = None
         return inherited
-
 
     def will_read(self, indices: np.ndarray) -> None:
         """The records the plan reads next, in order: gs:// shards among them are fetched ahead."""

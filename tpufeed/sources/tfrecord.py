@@ -117,8 +117,8 @@ class TFRecordFile:
         self._opened: list[int] | None = None  # stamp of the cached copy self._file is
         self._lock = threading.Lock()
         self._use = threading.Lock()
-        if remote is None:
         forget_in_children(self)
+        if remote is None:
             self.index_path, self._offsets, self._lengths = self._load_or_build_index()
         else:
             self.index_path, self._offsets, self._lengths = self._load_or_build_remote_index()
@@ -280,9 +280,6 @@ class TFRecordFile:
         self.__dict__.update(state)
         self._lock = threading.Lock()
         self._use = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"TFRecordFile({self.path!r}, {len(self)} records)"
         forget_in_children(self)
 
     def _after_fork_in_child(self) -> object:
@@ -296,6 +293,9 @@ class TFRecordFile:
         if inherited is not None:
             inherited.close()
         return held
+
+    def __repr__(self) -> str:
+        return f"TFRecordFile({self.path!r}, {len(self)} records)"
 
 
 class TFRecordSource(ShardedSource):
