@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -310,3 +311,82 @@ def test_tfrecord_output_reads_in_tf_data(tmp_path):
     ds = tf.data.TFRecordDataset(paths).map(lambda x: tf.io.parse_single_example(x, spec))
     got = [(int(e["id"]), e["tokens"].values.numpy().tolist()) for e in ds]
     assert got == [(r["id"], r["tokens"]) for r in _json_records(9)]
+
+
+def test_a_json_error_names_its_line_and_real_column(tmp_path):
+    from tpufeed.beam.inputs import InputFile, read_input
+
+    path = write_jsonl(tmp_path / "in.jsonl", ['{"id": 0}', '{"id": 3, "score": ',
+                                               '{"name": "ré", "x": nope}'])
+    bad = [str(r) for _, _, r in read_input(InputFile(path, "jsonl")) if not isinstance(r, dict)]
+    assert bad == [f"{path} line 2: invalid JSON: Expecting value at column 20 (the end of the "
+                   "line)", f"{path} line 3: invalid JSON: Expecting value at column 21"]
+
+
+def test_progress_counts_to_a_total_with_an_eta(tmp_path, caplog, monkeypatch):
+    import logging
+
+    from tpufeed.beam import build_pipeline
+
+    monkeypatch.setattr(build_pipeline, "_PROGRESS_EVERY_S", 0.0)  # a line per record
+    write_jsonl(tmp_path / "a.jsonl", _json_records(3))
+    write_jsonl(tmp_path / "b.jsonl", _json_records(3, start=3))
+    caplog.set_level(logging.INFO, logger="tpufeed")
+    build(BuildConfig(inputs=(str(tmp_path / "*.jsonl"),), output=str(tmp_path / "ds"),
+                      num_shards=2))
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("building ") and line.endswith(
+        "from 2 input files into 2 array_record shards") for line in lines)
+    reads = [line for line in lines if line.startswith("read ")]
+    assert re.search(r"a\.jsonl: 3 records \(input 1 of 2; \d\d% of the input bytes, ETA \d+ s\)$",
+                     reads[0])
+    assert reads[1].endswith("b.jsonl: 3 records (input 2 of 2; 100% of the input bytes)")
+    processed = [line for line in lines if line.startswith("processed ")]
+    assert processed[2].startswith("processed 3 of 6 records (50%, ETA ")
+    assert processed[-1] == "processed 6 of 6 records (100%)"
+    assert "shards written, 100%)" in [line for line in lines if line.startswith("wrote ")][-1]
+
+
+def test_a_transform_file_imports_the_modules_next_to_it(tmp_path):
+    os.makedirs(tmp_path / "lib")
+    (tmp_path / "lib" / "prep.py").write_text(
+        "from build_test_sibling_helpers import tag\ndef prep(r):\n    return tag(r)\n")
+    (tmp_path / "lib" / "build_test_sibling_helpers.py").write_text(
+        "def tag(r):\n    return {**r, 'tagged': True}\n")
+    write_jsonl(tmp_path / "in.jsonl", _json_records(3))
+    build(BuildConfig(inputs=(str(tmp_path / "in.jsonl"),), output=str(tmp_path / "ds"),
+                      transforms=(f"{tmp_path}/lib/prep.py:prep",)))
+    assert [r["tagged"] for r in _all(tmp_path / "ds")] == [True] * 3
+
+
+def _holes_supported(path) -> bool:
+    with open(path, "wb") as f:
+        f.truncate(1 << 20)
+    supported = os.stat(path).st_blocks * 512 < (1 << 20)
+    os.remove(path)
+    return supported
+
+
+def test_small_shards_take_little_disk_and_array_record_reads_them(tmp_path):
+    """ArrayRecord pads its footer and postscript to 64 KiB blocks, so a shard of 65 CSV rows
+    is 128 KiB long; the padding is kept as holes, and ArrayRecord's own reader reads it."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    if not _holes_supported(tmp_path / "probe"):
+        pytest.skip("this filesystem does not keep holes in files")
+    with open(tmp_path / "in.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "text"])
+        writer.writerows([[i, f"row {i}"] for i in range(65)])
+    build(BuildConfig(inputs=(str(tmp_path / "in.csv"),), output=str(tmp_path / "ds")))
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    shard = tmp_path / "ds" / manifest["shards"][0]["path"]
+    assert os.stat(shard).st_blocks * 512 <= 32 << 10  # was 128 KiB of disk
+    reader = ArrayRecordReader(str(shard), "readahead_buffer_size:0")
+    try:
+        assert reader.num_records() == 65
+        assert [tpufeed.codec.decode(r)["text"] for r in reader.read(list(range(65)))] == \
+            [f"row {i}" for i in range(65)]
+    finally:
+        reader.close()
+    assert len(_all(tmp_path / "ds")) == 65  # and the manifest's size and CRC32C still hold

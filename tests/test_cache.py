@@ -196,7 +196,7 @@ def test_cache_ls_and_clear(gcs, bucket, upload, tmp_path, capsys):
     with ShardCache(cache_dir).pinned(first):
         assert main(["cache", "clear", "--dir", str(cache_dir)]) == 0
         out = capsys.readouterr().out
-    assert f"({total - first.size:,} bytes of shards)" in out and "1 entries in use" in out
+    assert f"({total - first.size:,} bytes of shards)" in out and "1 entry in use" in out
     assert [e.url for e in ShardCache(cache_dir).entries()] == [first.url]
     assert main(["cache", "clear", "--dir", str(cache_dir)]) == 0
     assert ShardCache(cache_dir).entries() == [] and ShardCache(cache_dir).usage() == 0

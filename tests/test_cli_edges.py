@@ -3,9 +3,13 @@ README's benchmark commands; every case runs the real `tpufeed` command in a sub
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -54,3 +58,229 @@ def test_the_profiler_says_how_to_install_py_spy():
     assert result.returncode == 2
     assert "py-spy is not installed" in result.stderr and ".[dev]" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def write_jsonl(path, n: int) -> str:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": i, "text": "x" * i}) + "\n")
+    return str(path)
+
+
+def built(tmp_path, num_shards: int = 3, n: int = 30) -> str:
+    """A dataset written by the in-process build, in tmp_path/ds."""
+    pytest.importorskip("apache_beam")
+    from tpufeed.beam import BuildConfig, build
+
+    out = str(tmp_path / "ds")
+    build(BuildConfig(inputs=(write_jsonl(tmp_path / "in.jsonl", n),), output=out,
+                      num_shards=num_shards))
+    return out
+
+
+# tpufeed build: the output, options, interrupts, progress
+
+
+def test_an_output_that_is_a_file_is_refused_before_beam_runs(tmp_path):
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 3)
+    (tmp_path / "taken").write_text("not a folder")
+    for output, says in (("taken", "--output taken is a file"),
+                         ("taken/ds", f"cannot be made: {tmp_path / 'taken'} is a file")):
+        result = tpufeed("build", "--input", "in.jsonl", "--output", output, cwd=tmp_path)
+        assert result.returncode == 2 and says in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_build_prints_one_line_and_exits_130(tmp_path):
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 200)
+    started = tmp_path / "started"
+    (tmp_path / "slow.py").write_text(
+        "import pathlib, time\n"
+        f"def slow(r):\n    pathlib.Path({str(started)!r}).touch()\n    time.sleep(0.05)\n"
+        "    return r\n")
+    proc = subprocess.Popen([*tpufeed_command(), "build", "--input", "in.jsonl", "--output",
+                             "ds", "--transform", "slow.py:slow"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert err.splitlines()[-1] == ("tpufeed: interrupted: the build's temporary shards in ds "
+                                    "were removed; no new manifest was written")
+    assert not (tmp_path / "ds").exists() or os.listdir(tmp_path / "ds") == []
+
+
+@pytest.mark.parametrize("given, meant", [
+    (["--transfrom", "prep.py:fn"], "--transform"),
+    (["--num_shards", "4"], "--num-shards"),  # the underscore spelling of a tpufeed option
+    (["--max_bad=3"], "--max-bad"),
+    (["--temp_locaton", "/tmp"], "--temp_location"),  # a typo of a Beam option
+])
+def test_unknown_build_options_are_refused_with_the_option_meant(tmp_path, given, meant):
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 3)
+    result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", *given, cwd=tmp_path)
+    name = given[0].split("=")[0]
+    assert result.returncode == 2
+    assert f"unknown option {name} (did you mean {meant}?)" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "ds").exists()
+
+
+@pytest.mark.slow
+def test_beam_options_pass_through_and_the_build_reports_totals(tmp_path):
+    """Also: no `apitools not found` warning, and counts in the singular where they are 1."""
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 5)
+    result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", "--runner",
+                     "BundleBasedDirectRunner", "--direct_num_workers", "1", "--temp_location",
+                     str(tmp_path / "beam-tmp"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "apitools" not in result.stderr and "WARNING" not in result.stderr
+    assert "building ds from 1 input file into 1 array_record shard\n" in result.stderr
+    assert "read in.jsonl: 5 records (input 1 of 1; 100% of the input bytes)" in result.stderr
+    assert ("wrote data-00000-of-00001.array_record: 5 records, 131,072 bytes (1 shard "
+            "written, 100%)") in result.stderr
+    from tpufeed import Dataset
+    assert [r["id"] for r in Dataset.open(tmp_path / "ds").source.__getitems__(range(5))] == \
+        list(range(5))
+
+
+@pytest.mark.slow
+def test_a_build_into_a_dataset_needs_overwrite(tmp_path):
+    out = built(tmp_path, num_shards=3)
+    manifest = (tmp_path / "ds" / "manifest.json").read_bytes()
+    result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--output ds already holds a dataset (ds/manifest.json); pass --overwrite" in result.stderr
+    assert (tmp_path / "ds" / "manifest.json").read_bytes() == manifest
+    from tpufeed.beam import BuildConfig, build
+    from tpufeed.errors import InvalidArgumentError
+
+    config = dict(inputs=(str(tmp_path / "in.jsonl"),), output=out, num_shards=2)
+    with pytest.raises(InvalidArgumentError, match="pass --overwrite"):
+        build(BuildConfig(**config))
+    assert build(BuildConfig(**config, overwrite=True))["shards"] == 2
+    assert sorted(os.listdir(out)) == ["data-00000-of-00002.array_record",
+                                       "data-00001-of-00002.array_record", "manifest.json"]
+
+
+def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):
+    pytest.importorskip("apache_beam")
+    from tpufeed.beam import BuildConfig, build
+    from tpufeed.errors import InvalidArgumentError
+
+    os.makedirs(tmp_path / "ds")
+    (tmp_path / "ds" / "data-00000-of-00001.array_record").write_bytes(b"mine")
+    with pytest.raises(InvalidArgumentError, match=r"holds 1 file this build would replace "
+                                                   r"\(data-00000-of-00001\.array_record\)"):
+        build(BuildConfig(inputs=(write_jsonl(tmp_path / "in.jsonl", 2),),
+                          output=str(tmp_path / "ds")))
+    assert (tmp_path / "ds" / "data-00000-of-00001.array_record").read_bytes() == b"mine"
+
+
+# tpufeed inspect
+
+
+def test_inspect_verify_names_a_corrupted_shard_and_exits_1(tmp_path):
+    built(tmp_path, num_shards=3)
+    result = tpufeed("inspect", "--verify", "ds", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "verify: 3 shards: size, crc32c and record count checked" in result.stdout
+    shard = tmp_path / "ds" / "data-00001-of-00003.array_record"
+    data = bytearray(shard.read_bytes())
+    data[100] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    result = tpufeed("inspect", "--verify", "ds", cwd=tmp_path)
+    assert result.returncode == 1
+    failed = [line for line in result.stdout.splitlines() if "FAILED" in line]
+    assert len(failed) == 1 and f"FAILED {shard}: CRC32C is" in failed[0]
+    assert "1 shard failed verification" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_inspect_verify_checks_record_counts(tmp_path):
+    built(tmp_path, num_shards=2, n=10)
+    path = tmp_path / "ds" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["shards"][0]["num_records"] += 1  # the total still adds up
+    manifest["shards"][1]["num_records"] -= 1
+    path.write_text(json.dumps(manifest))
+    result = tpufeed("inspect", "--verify", "ds", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "data-00000-of-00002.array_record: shard holds 5 records, the manifest says 6" in result.stdout
+    assert "data-00001-of-00002.array_record: shard holds 5 records, the manifest says 4" in result.stdout
+
+
+def test_inspect_describes_the_quickstart_folder_as_a_plain_folder_of_shards(tmp_path):
+    pytest.importorskip("sklearn")
+    from tpufeed.quickstart import NUM_SHARDS, build
+
+    build(tmp_path / "qs")
+    result = tpufeed("inspect", "--verify", "qs", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (f"qs: a plain folder of {NUM_SHARDS} ArrayRecord files with no manifest.json (not "
+            "written by `tpufeed build`); open it with Dataset.from_array_record("
+            "'qs/*.array_record')") in result.stdout
+    assert "did not finish" not in result.stdout + result.stderr
+    assert "image: uint8[8, 8]" in result.stdout
+    assert f"verify: {NUM_SHARDS} files: every record read" in result.stdout
+
+
+def test_inspect_of_a_folder_a_build_left_unfinished_says_so(tmp_path):
+    os.makedirs(tmp_path / "ds" / ".tpufeed-tmp-0123456789ab")
+    result = tpufeed("inspect", "ds", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "a build into it did not finish" in result.stderr
+    os.makedirs(tmp_path / "empty")
+    result = tpufeed("inspect", "empty", cwd=tmp_path)
+    assert result.returncode == 2 and "not a dataset" in result.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`tpufeed inspect ... | head`: the reader goes away; no BrokenPipeError traceback."""
+    from tpufeed.sources.array_record import write_array_records
+
+    write_array_records(tmp_path / "one.array_record", [b"a", b"b"])
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the command writes anything: every write fails
+    try:
+        result = subprocess.run([*tpufeed_command(), "inspect", "one.array_record"],
+                                cwd=tmp_path, stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141 and result.stderr == ""
+
+
+def test_counts_of_one_are_singular(tmp_path):
+    from tpufeed.sources.array_record import write_array_records
+
+    write_array_records(tmp_path / "one.array_record", [b"a"])
+    result = tpufeed("inspect", "one.array_record", cwd=tmp_path)
+    assert result.returncode == 0
+    assert result.stdout.startswith("1 file, 1 record\n  one.array_record: 1 record\n"
+                                    "record 0: 1 byte\n")
+
+
+@pytest.mark.parametrize("command", ["quickstart", "inspect", "bench", "build", "cache"])
+def test_every_help_shows_the_defaults(command):
+    from tpufeed.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    result = tpufeed(command, "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    for action in sub.choices[command]._actions:
+        default = action.default
+        if not (default is None or default is False or default == [] or default == argparse.SUPPRESS):
+            assert f"(default: {default})" in text, (command, action.dest)

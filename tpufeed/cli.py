@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import os
 import sys
 
+from tpufeed._words import plural
 from tpufeed.bench import add_parser as add_bench_parser
 from tpufeed.errors import TpufeedError
+
+_EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
+_EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for `yes | head`
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in --help, except where there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        default = action.default
+        if default is None or default is False or default == [] or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _quickstart(args: argparse.Namespace) -> int:
@@ -29,43 +45,45 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from tpufeed.sources.manifest import is_dataset_path
+    from tpufeed.inspect import inspect_paths
 
-    if len(args.paths) == 1 and is_dataset_path(args.paths[0]):
-        print(_describe_dataset(args.paths[0]))
-        return 0
-    from tpufeed.inspect import describe
-
-    print(describe(args.paths, args.format))
+    lines, failures = inspect_paths(args.paths, args.format, verify=args.verify)
+    for line in lines:
+        print(line)
+    for failure in failures:
+        print(f"  FAILED {failure}")
+    if failures:
+        print(f"tpufeed: error: {plural(len(failures), 'shard')} failed verification (listed "
+              "above as FAILED)", file=sys.stderr)
+        return 1
     return 0
 
 
-def _describe_dataset(path: str) -> str:
-    """A built dataset: its manifest's summary, schema, and record 0 (its shard verified)."""
-    import json
+def _refuse_unknown_options(args: argparse.Namespace) -> None:
+    """Extra options of `tpufeed build` go to Beam, which silently drops those it does not
+    know: a usage error instead, naming the option meant where one is close."""
+    from tpufeed.beam import beam_option_names, unknown_beam_args
 
-    import numpy as np
-
-    from tpufeed.sources.manifest import ManifestSource
-
-    source = ManifestSource(path)
-    m = source.manifest
-    total_bytes = sum(s["num_bytes"] for s in m["shards"])
-    lines = [f"{source.manifest_path}: {m['num_records']:,} records in {len(m['shards'])} "
-             f"{m['file_format']} shards, {total_bytes:,} bytes ({m['record_format']} records, "
-             f"built by tpufeed {m.get('tpufeed_version')})"]
-    lines += [f"  {s['path']}: {s['num_records']:,} records, {s['num_bytes']:,} bytes, "
-              f"crc32c {s['crc32c']}" for s in m["shards"]]
-    for key, spec in (source.schema or {}).items():
-        lines.append(f"  schema {key}: {json.dumps(spec, sort_keys=True)}")
-    if len(source):
-        lines.append("record 0:")
-        for key, value in (source[0].items() if isinstance(source[0], dict) else [("", source[0])]):
-            if isinstance(value, np.ndarray):
-                lines.append(f"  {key}: {value.dtype}{list(value.shape)}")
-            else:
-                lines.append(f"  {key}: {type(value).__name__} = {value!r:.60}")
-    return "\n".join(lines)
+    unknown = unknown_beam_args(args.beam_args)
+    if not unknown:
+        return
+    ours = [o for action in args.parser._actions for o in action.option_strings  # noqa: SLF001
+            if o.startswith("--")]
+    problems, previous_was_option = [], False
+    for token in unknown:
+        if not token.startswith("-"):
+            if not previous_was_option:  # else the value of an option refused already
+                problems.append(f"unexpected argument {token!r}")
+            previous_was_option = False
+            continue
+        name = token.split("=", 1)[0]
+        dashed = "--" + name.lstrip("-").replace("_", "-")
+        close = ([dashed] if dashed in ours else difflib.get_close_matches(name, ours, n=1)
+                 or difflib.get_close_matches(name, beam_option_names(), n=1, cutoff=0.8))
+        problems.append(f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+        previous_was_option = "=" not in token
+    args.parser.error("; ".join(problems) + ". Options that are not tpufeed build's go to Apache "
+                      "Beam, and Beam has none of these names either")
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -73,6 +91,7 @@ def _build(args: argparse.Namespace) -> int:
 
     from tpufeed.beam import BuildConfig, build
 
+    _refuse_unknown_options(args)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tpufeed: %(message)s"))
     logger = logging.getLogger("tpufeed")
@@ -86,7 +105,7 @@ def _build(args: argparse.Namespace) -> int:
         config = BuildConfig(inputs=tuple(args.input), output=args.output,
                              num_shards=args.num_shards, file_format=args.format,
                              transforms=tuple(args.transform), max_bad=args.max_bad,
-                             beam_args=tuple(args.beam_args))
+                             beam_args=tuple(args.beam_args), overwrite=args.overwrite)
         summary = build(config)
     finally:
         logger.removeHandler(handler)
@@ -111,8 +130,10 @@ def _cache(args: argparse.Namespace) -> int:
     cache = ShardCache(args.dir)
     if args.action == "clear":
         removed, freed, skipped = cache.clear()
-        kept = f"; {skipped} entries in use by a running job were kept" if skipped else ""
-        print(f"removed {removed} files ({freed:,} bytes of shards) from {cache.root}{kept}")
+        kept = (f"; {plural(skipped, 'entry', 'entries')} in use by a running job "
+                f"{'was' if skipped == 1 else 'were'} kept" if skipped else "")
+        print(f"removed {plural(removed, 'file')} ({freed:,} bytes of shards) from "
+              f"{cache.root}{kept}")
         return 0
     entries = cache.entries()
     for e in entries:
@@ -121,24 +142,32 @@ def _cache(args: argparse.Namespace) -> int:
         state = "cached" if e.complete else "partial"
         print(f"{e.size:>15,}  {state:<8} {read:<19}  {e.url or e.key}")
     total = sum(e.size for e in entries)
-    print(f"{len(entries)} shards, {total:,} bytes in {cache.root}")
+    print(f"{plural(len(entries), 'shard')}, {total:,} bytes in {cache.root}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     from tpufeed import __version__
 
-    parser = argparse.ArgumentParser(prog="tpufeed", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tpufeed", description=__doc__,
+                                     formatter_class=_HelpFormatter)
     parser.add_argument("--version", action="version", version=f"tpufeed {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     quick = sub.add_parser("quickstart", help="build a small real dataset locally and train from it")
-    quick.add_argument("--output", default="tpufeed-quickstart", help="dataset folder")
-    quick.add_argument("--epochs", type=int, default=20)
+    quick.add_argument("--output", default="tpufeed-quickstart", help="folder for its shards")
+    quick.add_argument("--epochs", type=int, default=20, help="training epochs")
     quick.set_defaults(run=_quickstart)
-    inspect = sub.add_parser("inspect", help="record counts and a sample record of data files")
-    inspect.add_argument("paths", nargs="+", help="files or globs")
+    inspect = sub.add_parser(
+        "inspect", help="what a dataset or record files hold: counts, schema, a sample record",
+        description="Describes a dataset built by `tpufeed build` (a folder or gs:// prefix), a "
+                    "plain folder of shards, or record files; --verify checks them.")
+    inspect.add_argument("paths", nargs="+", help="a dataset folder, or record files or globs")
     inspect.add_argument("--format", choices=["array_record", "tfrecord"], default=None,
-                         help="default: from the file extension")
+                         help="of record files (default: from the file extension)")
+    inspect.add_argument("--verify", action="store_true",
+                         help="check every shard (a dataset's: size, crc32c and record count "
+                              "against its manifest; plain files: every record read); exit 1 "
+                              "naming the shards that fail")
     inspect.set_defaults(run=_inspect)
     add_bench_parser(sub)
     build = sub.add_parser(
@@ -146,26 +175,41 @@ def build_parser() -> argparse.ArgumentParser:
         description="Reads --input files, applies --transform functions and writes balanced "
                     "shards plus manifest.json. Other --options are Beam pipeline options "
                     "(e.g. --runner DataflowRunner --project P --region R --temp_location "
-                    "gs://...); the default runner is in-process.")
+                    "gs://...); the default runner is in-process. An option that neither "
+                    "tpufeed nor Beam knows is refused. ArrayRecord shards are at least 128 KiB "
+                    "long (the format pads its footer to 64 KiB blocks); small local shards "
+                    "keep that padding as holes, which take no disk space.")
     build.add_argument("--input", action="extend", nargs="+", required=True,
                        help="paths or globs: .jsonl, .csv, .tfrecord (tf.train.Example), "
                             ".array_record, or a folder of images")
     build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
-    build.add_argument("--num-shards", type=int, default=1)
-    build.add_argument("--format", choices=["array_record", "tfrecord"], default="array_record")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace the dataset already in --output (refused otherwise)")
+    build.add_argument("--num-shards", type=int, default=1, help="shards to write")
+    build.add_argument("--format", choices=["array_record", "tfrecord"], default="array_record",
+                       help="shard file format")
     build.add_argument("--transform", action="append", default=[],
                        help="module:function or path/to/file.py:function; repeat to chain")
     build.add_argument("--max-bad", type=int, default=0,
                        help="skip (and count) up to N malformed records instead of failing")
     build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    build.set_defaults(run=_build)
+    build.set_defaults(run=_build, parser=build)
     cache = sub.add_parser("cache", help="show or empty the local shard cache of gs:// files")
     cache.add_argument("action", choices=["ls", "clear"],
                        help="ls: cached shards, sizes, last reads; clear: remove all not in use")
     cache.add_argument("--dir", default=None,
                        help="cache directory (default: $TPUFEED_CACHE_DIR, else ~/.cache/tpufeed)")
     cache.set_defaults(run=_cache)
+    for command in sub.choices.values():
+        command.formatter_class = _HelpFormatter
     return parser
+
+
+def _silence_stdout() -> None:
+    """After EPIPE: point stdout at /dev/null so the exit's flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,12 +220,18 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # here, where a closed pipe can still be handled
+        return code
     except TpufeedError as e:
         print(f"tpufeed: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"tpufeed: interrupted{f': {e}' if str(e) else ''}", file=sys.stderr)
+        return _EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`tpufeed inspect ... | head`)
+        _silence_stdout()
+        return _EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

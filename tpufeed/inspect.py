@@ -1,12 +1,27 @@
-"""`tpufeed inspect`: what is in a set of record files."""
+"""`tpufeed inspect`: what is in a built dataset, a plain folder of shards, or record files;
+with `verify=True`, whether every shard is intact.
+
+>>> lines, failures = inspect_paths(["data/train"], verify=True)  # doctest: +SKIP
+"""
 
 from __future__ import annotations
+
+import json
+import os
+from typing import Any
 
 import numpy as np
 
 from tpufeed import codec
-from tpufeed.errors import CodecError, InvalidArgumentError
+from tpufeed._words import plural
+from tpufeed.errors import CodecError, InvalidArgumentError, SourceNotFoundError, TpufeedError
+from tpufeed.sources.manifest import FILE_EXTENSIONS, MANIFEST_NAME, is_dataset_path
 from tpufeed.storage.local import expand_paths
+
+__all__ = ["describe", "describe_dataset", "folder_shards", "inspect_paths", "open_source"]
+
+_FORMAT_NAMES = {"array_record": "ArrayRecord", "tfrecord": "TFRecord"}
+_VERIFY_BATCH = 1024
 
 
 def open_source(paths: list[str], fmt: str | None):
@@ -19,24 +34,137 @@ def open_source(paths: list[str], fmt: str | None):
     return TFRecordSource(files)
 
 
+def folder_shards(path: str) -> tuple[str, list[str]] | None:
+    """(format, sorted record files) of a local folder with no manifest that holds ArrayRecord
+    or TFRecord files (as `tpufeed quickstart` writes); None for anything else."""
+    if "://" in path or not os.path.isdir(path) or os.path.exists(os.path.join(path, MANIFEST_NAME)):
+        return None
+    found = {fmt: sorted(os.path.join(path, name) for name in os.listdir(path)
+                         if name.endswith(ext) and not name.startswith("."))
+             for fmt, ext in FILE_EXTENSIONS.items()}
+    found = {fmt: files for fmt, files in found.items() if files}
+    if len(found) > 1:
+        raise InvalidArgumentError(f"{path} holds both ArrayRecord and TFRecord files and no "
+                                   f"{MANIFEST_NAME}; name one kind by a glob, e.g. "
+                                   f"{os.path.join(path, '*.array_record')}")
+    return next(iter(found.items()), None)
+
+
 def describe(paths: list[str], fmt: str | None = None) -> str:
-    source = open_source(paths, fmt)
-    lines = [f"{len(source.files)} files, {len(source):,} records"]
-    lines += [f"  {f.path}: {len(f):,} records" for f in source.files]
-    if len(source):
+    """Record files: their counts and record 0, decoded when it is a tpufeed.codec record."""
+    return _describe_files(open_source(paths, fmt))
+
+
+def _describe_files(source: Any, sample: bool = True) -> str:
+    lines = [f"{plural(len(source.files), 'file')}, {plural(len(source), 'record')}"]
+    lines += [f"  {f.path}: {plural(len(f), 'record')}" for f in source.files]
+    if sample and len(source):
         record = source[0]
-        lines.append(f"record 0: {len(record):,} bytes")
+        lines.append(f"record 0: {plural(len(record), 'byte')}")
         try:
             decoded = codec.decode(record)
         except CodecError:
             lines.append(f"  raw bytes: {record[:64]!r}{'...' if len(record) > 64 else ''}")
         else:
-            for key, value in decoded.items():
-                if isinstance(value, np.ndarray):
-                    lines.append(f"  {key}: {value.dtype}{list(value.shape)}")
-                else:
-                    lines.append(f"  {key}: {type(value).__name__} = {value!r:.60}")
+            lines += _fields(decoded)
     return "\n".join(lines)
+
+
+def describe_dataset(source: Any, sample: bool = True) -> str:
+    """A built dataset (a `ManifestSource`): its manifest's summary, schema, and record 0 (which
+    checks shard 0) if `sample`."""
+    m = source.manifest
+    total_bytes = sum(s["num_bytes"] for s in m["shards"])
+    lines = [f"{source.manifest_path}: {plural(m['num_records'], 'record')} in "
+             f"{plural(len(m['shards']), m['file_format'] + ' shard')}, "
+             f"{plural(total_bytes, 'byte')} ({m['record_format']} records, built by tpufeed "
+             f"{m.get('tpufeed_version')}); counts and crc32c as the manifest lists them "
+             "(--verify checks them)"]
+    lines += [f"  {s['path']}: {plural(s['num_records'], 'record')}, "
+              f"{plural(s['num_bytes'], 'byte')}, crc32c {s['crc32c']}" for s in m["shards"]]
+    for key, spec in (source.schema or {}).items():
+        lines.append(f"  schema {key}: {json.dumps(spec, sort_keys=True)}")
+    if sample and len(source):
+        record = source[0]
+        lines.append("record 0:")
+        lines += _fields(record if isinstance(record, dict) else {"": record})
+    return "\n".join(lines)
+
+
+def _fields(record: dict) -> list[str]:
+    lines = []
+    for key, value in record.items():
+        if isinstance(value, np.ndarray):
+            lines.append(f"  {key}: {value.dtype}{list(value.shape)}")
+        else:
+            lines.append(f"  {key}: {type(value).__name__} = {value!r:.60}")
+    return lines
+
+
+def _verify_dataset(source: Any) -> tuple[str, list[str]]:
+    """Every shard's size, CRC32C and record count against the manifest."""
+    failures = []
+    for shard in source.files:
+        try:
+            shard.verify()  # size and CRC32C
+            shard.read(np.arange(min(len(shard), 1)))  # opening it compares the record count
+        except TpufeedError as e:
+            failures.append(str(e))
+    checked = plural(len(source.files), "shard")
+    return f"verify: {checked}: size, crc32c and record count checked against the manifest", failures
+
+
+def _verify_files(source: Any) -> tuple[str, list[str]]:
+    """Every record of every file read (the formats' own checksums); no manifest to compare."""
+    failures = []
+    for shard in source.files:
+        try:
+            for start in range(0, len(shard), _VERIFY_BATCH):
+                shard.read(np.arange(start, min(len(shard), start + _VERIFY_BATCH)))
+        except TpufeedError as e:
+            failures.append(str(e))
+    checked = plural(len(source.files), "file")
+    return f"verify: {checked}: every record read (no manifest, so no crc32c to compare)", failures
+
+
+def inspect_paths(paths: list[str], fmt: str | None = None,
+                  verify: bool = False) -> tuple[list[str], list[str]]:
+    """(lines to print, verification failures) for `tpufeed inspect PATHS`."""
+    from tpufeed.sources.manifest import ManifestSource
+
+    header: list[str] = []
+    if len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
+        file_format, files = plain
+        glob = os.path.join(paths[0], f"*{FILE_EXTENSIONS[file_format]}")
+        kind = _FORMAT_NAMES[file_format] + " file"
+        header = [f"{paths[0]}: a plain folder of {plural(len(files), kind)} with no "
+                  f"{MANIFEST_NAME} (not written by `tpufeed build`); open it with "
+                  f"Dataset.from_{file_format}({glob!r})"]
+        source = open_source(files, file_format)
+    elif len(paths) == 1 and is_dataset_path(paths[0]):
+        _refuse_unfinished(paths[0])
+        source = ManifestSource(paths[0])
+    else:
+        source = open_source(paths, fmt)
+    describe_source = describe_dataset if hasattr(source, "manifest") else _describe_files
+    if not verify:
+        return [*header, describe_source(source)], []
+    # Verified first, so that a damaged first shard is listed with the others.
+    summary, failures = (_verify_dataset if hasattr(source, "manifest") else _verify_files)(source)
+    return [*header, describe_source(source, sample=not failures), summary], failures
+
+
+def _refuse_unfinished(path: str) -> None:
+    """A local folder with no manifest and no record files: what it is, not a bare not-found."""
+    if "://" in path or not os.path.isdir(path) or os.path.exists(os.path.join(path, MANIFEST_NAME)):
+        return
+    temporary = sorted(n for n in os.listdir(path) if n.startswith(".tpufeed-tmp-"))
+    if temporary:
+        raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME}, and a build's temporary folder "
+                                  f"{temporary[0]} is there: a build into it did not finish",
+                                  path=path)
+    raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME} and no .array_record or .tfrecord "
+                              "files: not a dataset", path=path)
 
 
 def _format_of(path: str) -> str:

@@ -12,8 +12,12 @@ fail the build before anything is finalized.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,10 +30,12 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from apache_beam.pvalue import AsSingleton, TaggedOutput
 
 from tpufeed.beam import ranking, shard_files
+from tpufeed.beam.build_progress import progress
 from tpufeed.beam.inputs import InputFile, Malformed, expand_inputs, read_input
 from tpufeed.beam.user_transforms import (TransformChain, load_transform, normalize_record,
                                           resolve_spec)
 from tpufeed.beam.write_shards import ShardEncoded, encode_record
+from tpufeed._words import plural
 from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError, TransformError
 from tpufeed.sources.manifest import FILE_EXTENSIONS, MANIFEST_NAME
 
@@ -48,7 +54,8 @@ def in_process_runner() -> beam.runners.PipelineRunner:
 
 @dataclass(frozen=True)
 class BuildConfig:
-    """What to build; `beam_args` are Beam pipeline options (`--runner DataflowRunner ...`)."""
+    """What to build; `beam_args` are Beam pipeline options (`--runner DataflowRunner ...`).
+    A folder that already holds a dataset is replaced only with `overwrite=True`."""
 
     inputs: tuple[str, ...]
     output: str
@@ -57,6 +64,7 @@ class BuildConfig:
     transforms: tuple[str, ...] = ()
     max_bad: int = 0
     beam_args: tuple[str, ...] = ()
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str) or not self.inputs:
@@ -69,20 +77,29 @@ class BuildConfig:
                                        f"got {self.file_format!r}")
         if not isinstance(self.max_bad, int) or self.max_bad < 0:
             raise InvalidArgumentError(f"--max-bad must be a non-negative int, got {self.max_bad!r}")
+        if not isinstance(self.overwrite, bool):
+            raise InvalidArgumentError(f"overwrite must be True or False, got {self.overwrite!r}")
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "transforms", tuple(resolve_spec(t) for t in self.transforms))
         object.__setattr__(self, "beam_args", tuple(self.beam_args))
 
 
 class _ReadInput(beam.DoFn):
-    """Reads one input file: records go on, malformed ones to "bad" (or raise, with no skips)."""
+    """Reads one input file: records go on, malformed ones to "bad" (or raise, with no skips).
+    Logs each file read with the share of the input done and an ETA (for this worker)."""
 
-    def __init__(self, fail_fast: bool):
+    def __init__(self, fail_fast: bool, sizes: list[int | None]):
         self._fail_fast = fail_fast
+        self._sizes = sizes
         self._read = Metrics.counter("tpufeed", "records_in")
+
+    def setup(self) -> None:
+        self._files_done, self._bytes_done, self._start = 0, 0, None
 
     def process(self, element: tuple[int, InputFile]) -> Iterator[Any]:
         file_index, item = element
+        if self._start is None:
+            self._start = time.monotonic()
         count = bad = 0
         for index, origin, record in read_input(item):
             count += 1
@@ -95,11 +112,20 @@ class _ReadInput(beam.DoFn):
             else:
                 yield file_index, index, origin, record
         self._read.inc(count)
-        log.info("read %s: %d records%s", item.path, count, f", {bad} malformed" if bad else "")
+        self._files_done += 1
+        elapsed = time.monotonic() - self._start
+        if None in self._sizes:  # a folder of images, or a size unknown: count files
+            done = progress(self._files_done, len(self._sizes), elapsed)
+        else:
+            self._bytes_done += self._sizes[file_index]
+            done = progress(self._bytes_done, sum(self._sizes), elapsed, " of the input bytes")
+        log.info("read %s: %s%s (input %d of %d; %s)", item.path, plural(count, "record"),
+                 f", {bad} malformed" if bad else "", self._files_done, len(self._sizes), done)
 
 
 class _Process(beam.DoFn):
-    """Runs the transforms and encodes: (order key, (bytes, kind)); failures go to "bad"."""
+    """Runs the transforms and encodes: (order key, (bytes, kind)); failures go to "bad".
+    Every few seconds logs the records done of those read, with an ETA (for this worker)."""
 
     def __init__(self, transforms: tuple[str, ...], paths: list[str], fail_fast: bool):
         self._specs, self._paths, self._fail_fast = transforms, paths, fail_fast
@@ -108,10 +134,12 @@ class _Process(beam.DoFn):
 
     def setup(self) -> None:
         self._chain = TransformChain(self._specs)
-        self._done, self._last_log = 0, time.monotonic()
+        self._done, self._start, self._last_log = 0, None, time.monotonic()
 
-    def process(self, element: tuple[int, int, str, Any]) -> Iterator[Any]:
+    def process(self, element: tuple[int, int, str, Any], total: int) -> Iterator[Any]:
         file_index, index, origin, record = element
+        if self._start is None:
+            self._start = time.monotonic()
         try:
             outputs = self._chain(record, file_index, index)
             encoded = [encode_record(normalize_record(r), origin) for r in outputs]
@@ -130,9 +158,11 @@ class _Process(beam.DoFn):
             yield ranking.order_key((file_index, index, sub)), item
         self._out.inc(len(encoded))
         self._done += 1
-        if time.monotonic() - self._last_log > _PROGRESS_EVERY_S:
-            self._last_log = time.monotonic()
-            log.info("processed %d records", self._done)
+        now = time.monotonic()
+        if now - self._last_log >= _PROGRESS_EVERY_S:
+            self._last_log = now
+            log.info("processed %s of %s (%s)", f"{self._done:,}", plural(total, "record"),
+                     progress(self._done, total, now - self._start))
 
 
 class _BadRecords(beam.CombineFn):
@@ -175,13 +205,17 @@ class _CheckBad(beam.DoFn):
 def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, files: list[InputFile]) -> ShardEncoded:
     fail_fast = config.max_bad == 0
     read = (p | "Inputs" >> beam.Create(list(enumerate(files)))
-            | "Read" >> beam.ParDo(_ReadInput(fail_fast)).with_outputs("bad", main="records"))
+            | "Read" >> beam.ParDo(_ReadInput(fail_fast, [_input_bytes(f) for f in files]))
+            .with_outputs("bad", main="records"))
+    ok = read.records | "ReadOk" >> beam.Map(lambda _: 1)
+    n_ok = ok | "CountOk" >> beam.CombineGlobally(sum)  # the total that progress counts to
     processed = (read.records | "Spread" >> beam.Reshuffle()
-                 | "Process" >> beam.ParDo(_Process(config.transforms, [f.path for f in files], fail_fast))
+                 | "Process" >> beam.ParDo(_Process(config.transforms, [f.path for f in files],
+                                                    fail_fast), AsSingleton(n_ok))
                  .with_outputs("bad", "filtered", main="records"))
     bad = ((read.bad, processed.bad) | "AllBad" >> beam.Flatten()
            | "CountBad" >> beam.CombineGlobally(_BadRecords()))
-    n_read = ((read.records | "ReadOk" >> beam.Map(lambda _: 1), read.bad | "ReadBad" >> beam.Map(lambda _: 1))
+    n_read = ((ok, read.bad | "ReadBad" >> beam.Map(lambda _: 1))
               | "AllRead" >> beam.Flatten() | "CountRead" >> beam.CombineGlobally(sum))
     n_filtered = processed.filtered | "CountFiltered" >> beam.CombineGlobally(sum)
     info = (p | "Check" >> beam.Create([None])
@@ -194,6 +228,17 @@ def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, files: list[InputFile
         info=info)
     processed.records | "WriteShards" >> writer
     return writer
+
+
+def _input_bytes(item: InputFile) -> int | None:
+    """The size of an input file, for progress; None for a folder or where it is unknown."""
+    try:
+        if "://" in item.path:
+            from apache_beam.io.filesystems import FileSystems
+            return FileSystems.match([item.path])[0].metadata_list[0].size_in_bytes
+        return None if os.path.isdir(item.path) else os.path.getsize(item.path)
+    except Exception:  # noqa: BLE001 - progress is best effort; the read reports real errors
+        return None
 
 
 _IN_PROCESS_RUNNERS = {None, "directrunner", "direct", "fnapirunner", "switchingdirectrunner",
@@ -239,25 +284,55 @@ def _check_counts(result: Any, manifest: dict[str, Any], output: str) -> None:
                            "manifest was removed, so the dataset does not open")
 
 
+@contextlib.contextmanager
+def _noting_interrupts() -> Iterator[threading.Event]:
+    """An event set by Ctrl-C while the pipeline runs: Beam re-raises a KeyboardInterrupt in a
+    step as a RuntimeError, which must not read as a failed build."""
+    interrupted = threading.Event()
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield interrupted  # signals go to the main thread; a caller's own handler stays
+        return
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        interrupted.set()
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def build(config: BuildConfig) -> dict[str, Any]:
-    """Runs the build and returns its summary (records in/out, skipped, shards, bytes, seconds)."""
+    """Runs the build and returns its summary (records in/out, skipped, shards, bytes, seconds).
+
+    Ctrl-C raises KeyboardInterrupt, with the temporary shards removed and no manifest written.
+    """
     start = time.monotonic()
+    shard_files.check_output(config.output, config.num_shards, config.file_format,
+                             overwrite=config.overwrite)
     files = expand_inputs(config.inputs)
     for spec in config.transforms:  # fail here, before any work, on a bad name
         load_transform(spec)
     options = PipelineOptions(list(config.beam_args))
     runner = _runner(options)
-    log.info("building %s from %d input files into %d %s shards", config.output, len(files),
-             config.num_shards, config.file_format)
+    log.info("building %s from %s into %s", config.output, plural(len(files), "input file"),
+             plural(config.num_shards, f"{config.file_format} shard"))
     pipeline = beam.Pipeline(runner=runner, options=options)
     writer = _pipeline_parts(pipeline, config, files)
-    try:
-        result = pipeline.run()
-        result.wait_until_finish()
-    except BaseException:
-        if not shard_files.is_remote(writer.temp_dir):
-            shard_files.delete_paths([writer.temp_dir])
-        raise
+    with _noting_interrupts() as interrupted:
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+        except BaseException:
+            if not shard_files.is_remote(writer.temp_dir):
+                shard_files.delete_paths([writer.temp_dir])
+            if interrupted.is_set():
+                raise KeyboardInterrupt(f"the build's temporary shards in {config.output} were "
+                                        "removed; no new manifest was written") from None
+            raise
     text = shard_files.read_text(shard_files.join(writer.output, MANIFEST_NAME))
     if text is None:
         raise TpufeedError(f"{config.output}: the pipeline finished but wrote no manifest")

@@ -112,11 +112,15 @@ def _jsonl(path: str) -> Iterator[tuple[int, str, Any]]:
                 continue
             origin = f"{path} line {number}"
             try:
-                record = json.loads(line)
+                # Without its line end, so that an error at the end of the line is reported
+                # there, not at column 1 of a next line; columns count characters.
+                text = line.decode("utf-8-sig").rstrip("\r\n")  # a BOM may open the file
+                record = json.loads(text)
             except UnicodeDecodeError as e:
                 record = Malformed(origin, f"not UTF-8: {e}")
             except json.JSONDecodeError as e:
-                record = Malformed(origin, f"invalid JSON: {e.msg} at column {e.colno}")
+                end = " (the end of the line)" if e.pos >= len(text) else ""
+                record = Malformed(origin, f"invalid JSON: {e.msg} at column {e.colno}{end}")
             else:
                 if not isinstance(record, dict):
                     record = Malformed(origin, f"expected a JSON object, got {type(record).__name__}")

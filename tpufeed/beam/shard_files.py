@@ -20,17 +20,20 @@ import tempfile
 from collections.abc import Iterable
 from typing import Any
 
-from tpufeed.errors import SourceError
+from tpufeed._words import plural
+from tpufeed.errors import InvalidArgumentError, SourceError
 from tpufeed.sources.array_record import write_array_records
 from tpufeed.sources.manifest import (FILE_EXTENSIONS, MANIFEST_NAME, file_crc32c,
                                       safe_shard_path)
 from tpufeed.sources.tfrecord import write_tfrecords
 
-__all__ = ["delete_paths", "finalize", "is_remote", "join", "manifest_text", "read_text",
-           "shard_name", "temp_dir", "write_shard_file"]
+__all__ = ["check_output", "delete_paths", "exists", "finalize", "is_remote", "join",
+           "manifest_text", "read_text", "shard_name", "temp_dir", "write_shard_file"]
 
 log = logging.getLogger("tpufeed.build")
 _UPLOAD_CHUNK = 8 << 20
+_PAGE = 4096
+_SPARSE_BELOW = 1 << 20  # files smaller than this get their zero padding back as holes
 
 
 def is_remote(path: str) -> bool:
@@ -49,9 +52,71 @@ def temp_dir(output: str, build_id: str) -> str:
     return join(output, f".tpufeed-tmp-{build_id}")
 
 
+def check_output(output: str, num_shards: int, file_format: str, *, overwrite: bool,
+                 prefix: str = "data") -> None:
+    """Refuses, before any work, an output that cannot be a folder, and one that already holds
+    a dataset (or files this build would replace) unless `overwrite`."""
+    if not is_remote(output):
+        path = probe = os.path.abspath(output)
+        while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+            probe = os.path.dirname(probe)  # the nearest part of the path that exists
+        if os.path.exists(probe) and not os.path.isdir(probe):
+            where = "is a file" if probe == path else f"cannot be made: {probe} is a file"
+            raise InvalidArgumentError(f"--output {output} {where}; the output is a dataset "
+                                       "folder: name a new folder")
+    if overwrite:
+        return
+    manifest = join(output, MANIFEST_NAME)
+    if exists(manifest):
+        raise InvalidArgumentError(f"--output {output} already holds a dataset ({manifest}); "
+                                   "pass --overwrite to replace it, or name another folder")
+    if not is_remote(output):  # a remote check would cost a request per shard
+        names = [shard_name(prefix, i, num_shards, file_format) for i in range(num_shards)]
+        clash = [n for n in names if os.path.lexists(os.path.join(output, n))]
+        if clash:
+            raise InvalidArgumentError(
+                f"--output {output} already holds {plural(len(clash), 'file')} this build "
+                f"would replace ({clash[0]}{', ...' if len(clash) > 1 else ''}); pass "
+                "--overwrite to replace them, or name another folder")
+
+
+def _sparsify(path: str) -> None:
+    """Rewrites a small file with its all-zero pages as holes (same bytes, CRC and size).
+
+    ArrayRecord pads its footer and postscript to 64 KiB blocks, and its reader finds the
+    postscript in the file's last 64 KiB, so every file is at least 128 KiB long even for a
+    few records. The padding is zeros: as holes it takes no disk space.
+    """
+    size = os.path.getsize(path)
+    if size >= _SPARSE_BELOW:
+        return  # the padding is at most 128 KiB: not worth rewriting a large file for
+    with open(path, "rb") as f:
+        data = f.read()
+    zero = bytes(_PAGE)
+    if not any(data[i:i + _PAGE] == zero for i in range(0, size - _PAGE + 1, _PAGE)):
+        return
+    tmp = f"{path}.sparse-{os.urandom(4).hex()}"
+    try:
+        with open(tmp, "xb") as f:
+            for i in range(0, size, _PAGE):
+                page = data[i:i + _PAGE]
+                if page == zero:
+                    f.seek(_PAGE, os.SEEK_CUR)
+                else:
+                    f.write(page)
+            f.truncate(size)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
 def _write_local(path: str, records: Iterable[bytes], file_format: str, options: str) -> int:
     if file_format == "array_record":
-        return write_array_records(path, records, options=options)
+        count = write_array_records(path, records, options=options)
+        _sparsify(path)
+        return count
     return write_tfrecords(path, records)
 
 
@@ -76,7 +141,7 @@ def write_shard_file(path: str, records: Iterable[bytes], file_format: str,
     return count, size, crc
 
 
-def _exists(path: str) -> bool:
+def exists(path: str) -> bool:
     if not is_remote(path):
         return os.path.exists(path)
     from apache_beam.io.filesystems import FileSystems
@@ -105,7 +170,7 @@ def _move(src: str, dst: str) -> None:
 
 
 def read_text(path: str) -> str | None:
-    if not _exists(path):
+    if not exists(path):
         return None
     if not is_remote(path):
         with open(path, encoding="utf-8") as f:
@@ -164,14 +229,14 @@ def finalize(output: str, tmp: str, manifest: dict[str, Any]) -> None:
     delete_paths([manifest_path])
     for shard, name in zip(manifest["shards"], names):
         src, dst = join(tmp, name), join(output, name)
-        if _exists(src):
+        if exists(src):
             _move(src, dst)
-        elif not _exists(dst):
+        elif not exists(dst):
             raise SourceError(f"cannot finalize {output}: shard {src} is missing "
                               "(was the temporary folder removed during the build?)", path=src)
-        log.info("shard %s: %d records, %d bytes, crc32c %s", dst, shard["num_records"],
-                 shard["num_bytes"], shard["crc32c"])
+        log.debug("shard %s: %d records, %d bytes, crc32c %s", dst, shard["num_records"],
+                  shard["num_bytes"], shard["crc32c"])
     delete_paths([join(output, n) for n in stale] + [tmp])
     _write_text(manifest_path, manifest_text(manifest))
-    log.info("manifest %s: %d shards, %d records", manifest_path, len(names),
-             manifest["num_records"])
+    log.info("manifest %s: %s, %s", manifest_path, plural(len(names), "shard"),
+             plural(manifest["num_records"], "record"))

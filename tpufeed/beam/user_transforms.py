@@ -36,16 +36,31 @@ def resolve_spec(spec: str) -> str:
     return f"{os.path.abspath(module)}:{name}" if module.endswith(".py") else spec
 
 
-def load_transform(spec: str) -> Callable[..., Any]:
-    """The callable named by `spec` (see the module docstring)."""
-    module_name, _, attr = spec.rpartition(":")
+def _on_path(folder: str) -> None:
+    """Lets imports find modules in `folder`; appended, so it never hides an installed one."""
+    if folder not in sys.path and not (folder == os.getcwd() and "" in sys.path):
+        sys.path.append(folder)
+
+
+def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]:
+    """The callable named by `spec` (see the module docstring); errors name it as `option`.
+
+    A module is looked for in the current directory too (as `python -m` does, which the
+    `tpufeed` script does not), and a file's own folder is searched by its imports, so a
+    transform file can import a module next to it.
+    """
+    module_name, sep, attr = spec.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidArgumentError(f"{option} {spec!r}: expected module:function or "
+                                   "path/to/file.py:function")
     try:
         if module_name.endswith(".py"):
             if not os.path.isfile(module_name):
-                raise InvalidArgumentError(f"--transform {spec!r}: no such file: {module_name}")
+                raise InvalidArgumentError(f"{option} {spec!r}: no such file: {module_name}")
             unique = "tpufeed_transform_" + hashlib.sha256(module_name.encode()).hexdigest()[:16]
             module = sys.modules.get(unique)
             if module is None:
+                _on_path(os.path.dirname(os.path.abspath(module_name)))
                 loader_spec = importlib.util.spec_from_file_location(unique, module_name)
                 module = importlib.util.module_from_spec(loader_spec)
                 sys.modules[unique] = module
@@ -55,15 +70,18 @@ def load_transform(spec: str) -> Callable[..., Any]:
                     del sys.modules[unique]
                     raise
         else:
+            _on_path(os.getcwd())
             module = importlib.import_module(module_name)
     except InvalidArgumentError:
         raise
     except Exception as e:  # noqa: BLE001 - importing user code may raise anything
-        raise InvalidArgumentError(f"--transform {spec!r}: cannot import {module_name}: "
-                                   f"{type(e).__name__}: {e}") from e
+        where = (f" (looked in the current directory {os.getcwd()} too)"
+                 if isinstance(e, ModuleNotFoundError) else "")
+        raise InvalidArgumentError(f"{option} {spec!r}: cannot import {module_name}: "
+                                   f"{type(e).__name__}: {e}{where}") from e
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise InvalidArgumentError(f"--transform {spec!r}: {module_name} has no callable {attr!r}")
+        raise InvalidArgumentError(f"{option} {spec!r}: {module_name} has no callable {attr!r}")
     return fn
 
 

@@ -16,7 +16,9 @@ and a shard are each held in one worker's memory while sorted.
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +29,9 @@ from apache_beam.pvalue import AsDict, AsList, AsSingleton
 
 import tpufeed
 from tpufeed import codec
+from tpufeed._words import plural
 from tpufeed.beam import ranking, shard_files
+from tpufeed.beam.build_progress import progress
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.sources.manifest import (CODEC_RECORDS, FILE_EXTENSIONS, FORMAT, FORMAT_VERSION,
@@ -39,6 +43,7 @@ CODEC, RAW = 0, 1  # record kinds: tpufeed.codec bytes of a dict, or raw bytes
 _KIND_NAMES = {CODEC: CODEC_RECORDS, RAW: RAW_RECORDS}
 _BUCKETS_PER_SHARD = 4
 _NAMESPACE = "tpufeed"
+log = logging.getLogger("tpufeed.build")
 
 
 def encode_record(record: object, where: str) -> tuple[bytes, int]:
@@ -83,7 +88,8 @@ class _RankBucket(beam.DoFn):
 
 
 class _WriteShard(beam.DoFn):
-    """Writes one shard under the temporary folder; yields its manifest entry and summary."""
+    """Writes one shard under the temporary folder; yields its manifest entry and summary.
+    Logs each shard written, with the shards this worker wrote so far and an ETA."""
 
     def __init__(self, tmp: str, prefix: str, num_shards: int, file_format: str, options: str):
         self._tmp, self._prefix, self._num_shards = tmp, prefix, num_shards
@@ -91,8 +97,13 @@ class _WriteShard(beam.DoFn):
         self._records = Metrics.counter(_NAMESPACE, "records_written")
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
 
+    def setup(self) -> None:
+        self._written, self._start = 0, None
+
     def process(self, element: tuple[int, dict[str, list]]) -> Iterator[dict[str, Any]]:
         index, groups = element
+        if self._start is None:
+            self._start = time.monotonic()
         items = sorted(groups["records"], key=lambda item: item[0])
         summary = RecordSummary()
         kinds = set()
@@ -105,6 +116,10 @@ class _WriteShard(beam.DoFn):
             self._options)
         self._records.inc(count)
         self._bytes.inc(size)
+        self._written += 1
+        log.info("wrote %s: %s, %s bytes (%s written, %s)", name, plural(count, "record"),
+                 f"{size:,}", plural(self._written, "shard"),
+                 progress(self._written, self._num_shards, time.monotonic() - self._start))
         yield {"index": index, "path": name, "num_records": count, "num_bytes": size,
                "crc32c": crc, "kinds": sorted(kinds), "summary": summary.to_json()}
 
