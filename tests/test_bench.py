@@ -5,7 +5,11 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
+
+from tpufeed import codec
+from tpufeed.sources.array_record import write_array_records
 
 TARGET = textwrap.dedent("""
     import time, numpy as np, tpufeed
@@ -27,9 +31,11 @@ def target(tmp_path):
     return f"{path}:make_dataset"
 
 
-def bench(*args):
-    return subprocess.run([sys.executable, "-m", "tpufeed.cli", "bench", *args],
-                          capture_output=True, text=True, timeout=120)
+def bench(*args, cwd=None):
+    # -P: like the installed `tpufeed` script, without the working directory on sys.path.
+    python = [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
+    return subprocess.run([*python, "-m", "tpufeed.cli", "bench", *map(str, args)],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def test_json_output_names_the_slow_stage_and_suggests_workers(target, tmp_path):
@@ -61,3 +67,60 @@ def test_text_output_gives_a_verdict(target):
 def test_a_bad_target_is_a_clear_error(tmp_path):
     result = bench(f"{tmp_path}/nothing.py:make")
     assert result.returncode == 2 and "no such file" in result.stderr
+
+
+def test_without_a_step_time_the_verdict_is_the_rate_it_can_feed(target):
+    result = bench(target, "--batches", "20")
+    assert result.returncode == 0, result.stderr
+    assert "no --step-time: the pipeline alone delivers" in result.stdout
+    assert "enough for a training step of" in result.stdout
+    assert "input-bound" not in result.stdout and "local SSD" not in result.stdout
+    result = bench(target, "--batches", "20", "--json")
+    verdict = json.loads(result.stdout)["verdict"]
+    assert verdict["input_bound"] is None and verdict["shortest_step_fed"] > 0
+
+
+def test_a_transform_module_in_the_working_directory_is_found(tmp_path):
+    """`--transform my_prep:fn` as the README writes it, and my_prep imports a module next to
+    it; the `tpufeed` script does not put the working directory on sys.path by itself."""
+    write_array_records(tmp_path / "data.array_record",
+                        [codec.encode({"x": np.arange(3) + i}) for i in range(16)])
+    (tmp_path / "my_prep.py").write_text(
+        "from tpufeed import codec\nfrom my_prep_helpers import twice\n"
+        "def decode(data):\n    return twice(codec.decode(data)['x'])\n")
+    (tmp_path / "my_prep_helpers.py").write_text("def twice(x):\n    return x * 2\n")
+    result = bench("data.array_record", "--transform", "my_prep:decode", "--batches", "3",
+                   "--batch-size", "4", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["stats"]["records"] == 12
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("my_prep", "expected module:function or path/to/file.py:function"),
+    ("no_such_module_xyz:decode", "cannot import no_such_module_xyz: ModuleNotFoundError"),
+    ("broken_prep:decode", "cannot import broken_prep: ZeroDivisionError"),
+])
+def test_a_bad_transform_spec_is_a_clear_error(tmp_path, spec, says):
+    write_array_records(tmp_path / "data.array_record", [b"a"])
+    (tmp_path / "broken_prep.py").write_text("1 / 0\n")
+    result = bench("data.array_record", "--transform", spec, "--batches", "1", cwd=tmp_path)
+    assert result.returncode == 2
+    assert says in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_the_help_says_dataset_records_arrive_decoded():
+    result = bench("--help")
+    text = " ".join(result.stdout.split())
+    assert "records arrive already decoded" in text and "fails with CodecError" in text
+    assert "(default: 0.0)" in text and "(default: 256)" in text
+
+
+def test_a_plain_folder_of_shards_is_a_target(tmp_path):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for i in range(2):
+        write_array_records(folder / f"part-{i}.array_record",
+                            [codec.encode({"x": np.full(2, j)}) for j in range(8)])
+    result = bench(folder, "--batches", "2", "--batch-size", "4", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["stats"]["records"] == 8

@@ -7,8 +7,6 @@ by `tpufeed build`, or ArrayRecord/TFRecord files — with `--transform module:f
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import sys
@@ -21,37 +19,30 @@ from tpufeed.errors import InvalidArgumentError
 from tpufeed.stats import PipelineStats
 
 
-def load_callable(spec: str) -> Any:
-    """`module:function` or `path/to/file.py:function`."""
-    target, sep, name = spec.rpartition(":")
-    if not sep or not target or not name:
-        raise InvalidArgumentError(f"expected module:function or file.py:function, got {spec!r}")
-    if target.endswith(".py"):
-        if not os.path.isfile(target):
-            raise InvalidArgumentError(f"{spec}: no such file {target}")
-        module_spec = importlib.util.spec_from_file_location(
-            os.path.splitext(os.path.basename(target))[0], target)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-        module_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise InvalidArgumentError(f"{spec}: {target} has no attribute {name!r}") from None
+def load_callable(spec: str, option: str = "--transform") -> Any:
+    """`module:function` (found in the current directory too) or `path/to/file.py:function`
+    (whose imports find the modules next to it)."""
+    from tpufeed.beam.user_transforms import load_transform
+
+    return load_transform(spec, option)
 
 
 def make_target(args: argparse.Namespace) -> Dataset:
     target = args.target
     if ":" in target and not target.startswith("gs://") and not os.path.exists(target):
-        ds = load_callable(target)()
+        ds = load_callable(target, "target")()
         if not isinstance(ds, Dataset):
             raise InvalidArgumentError(f"{target} returned {type(ds).__name__}, not a tpufeed.Dataset")
         return ds
+    from tpufeed.inspect import folder_shards
     from tpufeed.sources.manifest import is_dataset_path
 
-    if is_dataset_path(target):
+    plain = folder_shards(target)
+    if plain is not None:  # a folder of shards with no manifest, as `tpufeed quickstart` writes
+        file_format, files = plain
+        ds = (Dataset.from_array_record(files) if file_format == "array_record"
+              else Dataset.from_tfrecord(files))
+    elif is_dataset_path(target):
         ds = Dataset.open(target)
     elif ".tfrecord" in target:
         ds = Dataset.from_tfrecord(target)
@@ -86,37 +77,51 @@ def run(ds: Dataset, seconds: float, batches: int | None, step_time: float,
     return stats, samples
 
 
+def _speedup(stats: PipelineStats) -> str:
+    """What would make the pipeline itself faster, from its slowest stage."""
+    bottleneck, cores = stats.bottleneck, cpu_count()
+    if bottleneck not in (None, "transfer", "read"):
+        if stats.workers < cores:
+            return (f"{bottleneck} limits the pipeline: run it in more processes with "
+                    f".workers({cores}) (now {stats.workers})")
+        return (f"{bottleneck} limits the pipeline and all {cores} cores run it: move it "
+                "offline into `tpufeed build --transform ...`, so training reads its output")
+    if bottleneck == "read":
+        return ("reading records limits the pipeline: put the shards on local SSD or give "
+                "the shard cache more room (cache_bytes), and read with more workers")
+    return "the transfer to the consumer limits the pipeline: use fewer, larger batches"
+
+
 def verdict(stats: PipelineStats, step_time: float) -> dict[str, Any]:
-    """Input-bound or not, by how much, and what to change."""
+    """Input-bound or not, by how much, and what to change. Without a step time (0) there is
+    nothing to be bound by: the verdict is the rate and the shortest step it can feed."""
     batches_per_s = stats.batches / stats.wall_seconds if stats.wall_seconds else 0.0
-    input_bound = stats.wait_fraction > 0.05
-    bottleneck = stats.bottleneck
-    cores = cpu_count()
-    worker_side = bottleneck not in (None, "transfer", "read")
     per_batch = stats.records / stats.batches if stats.batches else 0.0
-    needed = per_batch / step_time if step_time > 0 else float("inf")  # records/s training takes
-    capacity = stats.stages[bottleneck].records_per_s if bottleneck else float("inf")
+    shortest_step = 1 / batches_per_s if batches_per_s else float("inf")
+    common = {"batches_per_s": batches_per_s, "records_per_s": stats.records_per_s,
+              "shortest_step_fed": shortest_step, "step_time": step_time,
+              "bottleneck": stats.bottleneck}
+    if step_time <= 0:
+        advice = (f"the pipeline alone delivers {stats.records_per_s:,.0f} records/s "
+                  f"({batches_per_s:,.1f} batches of {per_batch:,.0f}), enough for a training "
+                  f"step of {shortest_step * 1000:,.1f} ms or longer; pass --step-time "
+                  "(your step, in seconds) to learn whether training would wait for it. If "
+                  f"your step is shorter: {_speedup(stats)}")
+        return {**common, "input_bound": None, "slowdown": None, "suggestion": advice}
+    input_bound = stats.wait_fraction > 0.05
+    needed = per_batch / step_time  # records/s that training takes
+    capacity = (stats.stages[stats.bottleneck].records_per_s if stats.bottleneck
+                else float("inf"))
     if not input_bound:
         advice = "the pipeline keeps up: nothing to change"
     elif capacity >= 1.1 * needed:
         advice = (f"the pipeline could give {capacity:,.0f} records/s and training takes "
                   f"{needed:,.0f}, but they take turns: overlap them with "
                   f".prefetch({max(2, 2 * stats.prefetch)}) (now {stats.prefetch})")
-    elif worker_side and stats.workers < cores:
-        advice = (f"{bottleneck} limits the pipeline: run it in more processes with "
-                  f".workers({cores}) (now {stats.workers})")
-    elif worker_side:
-        advice = (f"{bottleneck} limits the pipeline and all {cores} cores run it: move it "
-                  "offline into `tpufeed build --transform ...`, so training reads its output")
-    elif bottleneck == "read":
-        advice = ("reading records limits the pipeline: put the shards on local SSD or give "
-                  "the shard cache more room (cache_bytes), and read with more workers")
     else:
-        advice = "the transfer to the consumer limits the pipeline: use fewer, larger batches"
+        advice = _speedup(stats)
     slowdown = 1 / (1 - stats.wait_fraction) if stats.wait_fraction < 1 else float("inf")
-    return {"input_bound": input_bound, "batches_per_s": batches_per_s,
-            "step_time": step_time, "slowdown": slowdown, "bottleneck": bottleneck,
-            "suggestion": advice}
+    return {**common, "input_bound": input_bound, "slowdown": slowdown, "suggestion": advice}
 
 
 def plot(path: str, stats: PipelineStats, samples: list[tuple[float, int]]) -> None:
@@ -140,13 +145,28 @@ def plot(path: str, stats: PipelineStats, samples: list[tuple[float, int]]) -> N
 
 
 def add_parser(sub: Any) -> None:
-    bench = sub.add_parser("bench", help="measure a pipeline, name its bottleneck, suggest a fix")
-    bench.add_argument("target", help="file.py:make_dataset, or a dataset folder / files")
-    bench.add_argument("--transform", action="append", default=[], help="module:function map")
-    bench.add_argument("--batch-size", type=int, default=256)
-    bench.add_argument("--seconds", type=float, default=10.0)
-    bench.add_argument("--batches", type=int, default=None, help="stop after this many instead")
-    bench.add_argument("--step-time", type=float, default=0.0, help="training step, seconds")
+    bench = sub.add_parser(
+        "bench", help="measure a pipeline, name its bottleneck, suggest a fix",
+        description="Runs TARGET for a while, with a simulated training step of --step-time "
+                    "seconds per batch, then names the slowest stage and suggests a change. "
+                    "On a dataset folder (built by `tpufeed build`) records arrive already "
+                    "decoded, as dicts of arrays: a --transform gets those, so a decode "
+                    "transform is not needed there and fails with CodecError.")
+    bench.add_argument("target", help="file.py:make_dataset or module:make_dataset (a function "
+                                      "returning a Dataset), or a dataset folder, ArrayRecord "
+                                      "or TFRecord files")
+    bench.add_argument("--transform", action="append", default=[],
+                       help="module:function or file.py:function mapped over each record of a "
+                            "dataset or files target (decoded dicts for a dataset folder, "
+                            "bytes for record files); repeat to chain")
+    bench.add_argument("--batch-size", type=int, default=256,
+                       help="records per batch of a dataset or files target")
+    bench.add_argument("--seconds", type=float, default=10.0, help="how long to run")
+    bench.add_argument("--batches", type=int, default=None,
+                       help="stop after this many batches instead of --seconds")
+    bench.add_argument("--step-time", type=float, default=0.0,
+                       help="seconds of one training step, slept after each batch; 0 measures "
+                            "the pipeline alone and reports the shortest step it can feed")
     bench.add_argument("--json", action="store_true", help="print the numbers as JSON")
     bench.add_argument("--plot", default=None, help="write a PNG of throughput and stages")
     bench.set_defaults(run=main)
@@ -163,8 +183,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
     v = result["verdict"]
     print(stats.summary())
-    bound = (f"input-bound: each step waits for input {stats.wait_fraction:.0%} of the time, "
-             f"so training runs {v['slowdown']:.2f}x slower than its step time allows"
-             if v["input_bound"] else "not input-bound: the consumer rarely waits")
-    print(f"\n{bound}\nsuggestion: {v['suggestion']}")
+    if v["input_bound"] is None:
+        print(f"\nno --step-time: {v['suggestion']}")
+    else:
+        bound = (f"input-bound: each step waits for input {stats.wait_fraction:.0%} of the "
+                 f"time, so training runs {v['slowdown']:.2f}x slower than its step time "
+                 "allows" if v["input_bound"] else "not input-bound: the consumer rarely waits")
+        print(f"\n{bound}\nsuggestion: {v['suggestion']}")
     return 0
