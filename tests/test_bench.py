@@ -124,3 +124,10 @@ def test_a_plain_folder_of_shards_is_a_target(tmp_path):
     result = bench(folder, "--batches", "2", "--batch-size", "4", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["stats"]["records"] == 8
+
+
+def test_counts_of_one_are_singular(tmp_path):
+    write_array_records(tmp_path / "data.array_record", [b"a", b"b"])
+    result = bench("data.array_record", "--batches", "1", "--batch-size", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "\n1 record in 1 item over " in "\n" + result.stdout

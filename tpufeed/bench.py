@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+from tpufeed._words import plural
 from tpufeed.autotune import cpu_count
 from tpufeed.dataset import Dataset
 from tpufeed.errors import InvalidArgumentError
@@ -84,7 +85,7 @@ def _speedup(stats: PipelineStats) -> str:
         if stats.workers < cores:
             return (f"{bottleneck} limits the pipeline: run it in more processes with "
                     f".workers({cores}) (now {stats.workers})")
-        return (f"{bottleneck} limits the pipeline and all {cores} cores run it: move it "
+        return (f"{bottleneck} limits the pipeline and all {plural(cores, 'core')} run it: move it "
                 "offline into `tpufeed build --transform ...`, so training reads its output")
     if bottleneck == "read":
         return ("reading records limits the pipeline: put the shards on local SSD or give "

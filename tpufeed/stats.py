@@ -15,6 +15,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpufeed._words import plural
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 PARENT_STAGES = ("transfer", "to_device")
@@ -123,7 +125,8 @@ class PipelineStats:
         }
 
     def summary(self) -> str:
-        lines = [f"{self.records:,} records in {self.batches:,} items over {self.wall_seconds:.2f} s: "
+        lines = [f"{plural(self.records, 'record')} in {plural(self.batches, 'item')} over "
+                 f"{self.wall_seconds:.2f} s: "
                  f"{self.records_per_s:,.0f} records/s; consumer waited {self.wait_fraction:.1%} "
                  f"of the time",
                  f"workers {self.workers}, prefetch {self.prefetch}, queue depth {self.queue_depth}, "
