@@ -43,6 +43,7 @@ from tpufeed.sources.array_record_writer import write_array_records
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.storage.array_record_footer import BLOCK_SIZE, footer_offset, sparse_copy
 from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.remote import RemoteFile
@@ -104,7 +105,7 @@ class ArrayRecordFile:
         self.remote = remote
         self._num_records: int | None = None
         self._reader: ArrayRecordReader | None = None
-        self._opened: list[int] | None = None  # stamp of the cached copy the reader has open
+        self._opened: CopyHold | None = None  # on the cached copy the reader has open
         self._per_record_reads = False
         self._lock = threading.Lock()
         self._use = threading.Lock()  # a read of a cached copy, which eviction checks wait for
@@ -143,7 +144,7 @@ class ArrayRecordFile:
                     self.close()  # evicted, replaced or changed since the reader opened it
                     with self.remote.pinned():
                         reader = self._open_for_reading()
-                        self._opened = self.remote.stamp()
+                        self._opened = self.remote.hold(self.release_if_evicted)
                         return self._read_with(reader, idx)
             except CorruptDataError:
                 self.close()
@@ -214,7 +215,7 @@ class ArrayRecordFile:
                 self.close()  # evicted, replaced or changed since the reader opened it
                 with self.remote.pinned():
                     self._open_for_reading()
-                    self._opened = self.remote.stamp()
+                    self._opened = self.remote.hold(self.release_if_evicted)
             if not self._per_record_reads:
                 yield None
                 return
@@ -225,9 +226,13 @@ class ArrayRecordFile:
         if native_state_inherited() and ReaderProcess._shared is not None:
             ReaderProcess.shared().forget(self)
         with self._lock:
-            if self._reader is not None:
-                reader, self._reader = self._reader, None
-                _close_reporting(reader)  # a failure here was raised when the read failed
+            try:
+                if self._reader is not None:
+                    reader, self._reader = self._reader, None
+                    _close_reporting(reader)  # a failure here was raised when the read failed
+            finally:
+                if self._opened is not None:
+                    self._opened.close()  # an evicted copy's disk is free now
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "num_records": self._num_records, "remote": self.remote}

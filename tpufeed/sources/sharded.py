@@ -6,7 +6,6 @@ Files on gs:// (those with a `remote` attribute) are counted in parallel, and th
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -165,21 +164,24 @@ class ShardedSource:
         return f"{type(self).__name__}[{shards}]"
 
     def _read_leased(self, idx: np.ndarray, file_ids: np.ndarray) -> list[bytes] | None:
-        """The fast path for cached gs:// files: one-record reads of their local copies, each
-        held in place for the batch. None if a file has no such reader or a read fails (the
+        """The fast path for cached gs:// files: one-record reads of their local copies, a file
+        at a time, each held in place while it is read (so a batch across more shards than the
+        cache holds needs room for one). None if a file has no such reader or a read fails (the
         per-file path then names the bad record, or re-checks the cached copy)."""
-        with contextlib.ExitStack() as held:
-            readers = {}
-            for f in np.unique(file_ids).tolist():
-                readers[f] = held.enter_context(self.files[f].leased_record_reader())
-                if readers[f] is None:
+        local = (idx - self._starts[file_ids]).tolist()
+        order = np.argsort(file_ids, kind="stable")
+        out: list[Any] = [None] * idx.size
+        for where in np.split(order, np.flatnonzero(np.diff(file_ids[order])) + 1):
+            with self.files[int(file_ids[where[0]])].leased_record_reader() as read:
+                if read is None:
                     self._leased = False  # this source's files are not of one record per chunk
                     return None
-            local = (idx - self._starts[file_ids]).tolist()
-            try:
-                return [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
-            except Exception:  # noqa: BLE001 - see the docstring
-                return None
+                try:
+                    for j in where.tolist():
+                        out[j] = read(local[j])
+                except Exception:  # noqa: BLE001 - see the docstring
+                    return None
+        return out
 
     def _one_record_readers(self) -> list[Any]:
         """Every file's `record_reader()`, or [] unless all files have one (local files)."""

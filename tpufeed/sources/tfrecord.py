@@ -32,6 +32,7 @@ from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, _atomic_write, _corrupt, _masked_crc,
                                              _scan, scan_records, write_tfrecords)
 from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.remote import RemoteFile
@@ -114,7 +115,7 @@ class TFRecordFile:
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self._file: BinaryIO | None = None
-        self._opened: list[int] | None = None  # stamp of the cached copy self._file is
+        self._opened: CopyHold | None = None  # on the cached copy self._file is
         self._lock = threading.Lock()
         self._use = threading.Lock()
         forget_in_children(self)
@@ -207,7 +208,7 @@ class TFRecordFile:
             with self.remote.pinned() as local:
                 with self._lock:
                     self._file = open(local, "rb", buffering=0)
-                    self._opened = self.remote.stamp()
+                    self._opened = self.remote.hold(self.release_if_evicted)
                     fd = self._file.fileno()
                 return self._read_fd(fd, idx)
 
@@ -267,6 +268,8 @@ class TFRecordFile:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+            if self._opened is not None:
+                self._opened.close()  # an evicted copy's disk is free now
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

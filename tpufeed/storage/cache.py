@@ -1,15 +1,18 @@
 """The local-SSD shard cache: gs:// objects kept as verified local files within a byte limit.
 
 Files live under the cache directory (default `$TPUFEED_CACHE_DIR`, else `~/.cache/tpufeed`;
-layout in `cache_layout`). The byte limit covers whole shards and downloads in progress.
+layout in `cache_layout`). The byte limit bounds the disk that shard copies take: whole shards,
+downloads in progress, and evicted shards still open in a reader (`cache_space`).
 
 - Downloads land atomically: a full-size part file, filled by ranged GETs, read back and checked
   against the object's size and CRC32C, then renamed.
 - Several processes share one directory through `flock`s (gone with a dead process): a reader
   holds the entry's lock shared while it opens a copy (`pinned`), a downloader or evictor holds
   it exclusive, and room is made under one global lock (`cache_space`). An open copy is read
-  without locks for as long as it is `unchanged`; an evicted file stays readable through its
-  open handle, and the reader reopens (and so re-fetches) it on its next read.
+  without locks for as long as it is `unchanged`, and `hold`s it meanwhile: an evicted copy
+  stays readable through its open handle, counted against the limit, until the reader closes
+  it (on its next read, or when asked to, see `cache_holds`); it reopens (re-fetches) it then.
+- A full disk is reported naming the cache directory, the shard and the fix (`cache_errors`).
 - A restarted job trusts a file whose stat stamp (inode, size, mtime, ctime, boot) is what it
   was when verified; any other file, or one a read found damaged, is re-checked against the
   CRC32C, and fetched again if it fails.
@@ -26,16 +29,17 @@ import fcntl
 import logging
 import math
 import os
-import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.storage import cache_layout as files
+from tpufeed.storage.cache_errors import disk_errors
+from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.cache_layout import BOOT, CacheLayout, default_cache_dir, entry_key, key_of
-from tpufeed.storage.cache_space import CacheSpace
+from tpufeed.storage.cache_space import CacheSpace, delete_unless_held
 from tpufeed.storage.eviction import PlanBoard, VictimChooser
 from tpufeed.storage.gcs import GcsObject
 from tpufeed.storage.retry import RetryPolicy
@@ -114,14 +118,16 @@ class ShardCache:
         return self.layout.data(entry_key(obj))
 
     def usage(self) -> int:
-        """Bytes of cached and downloading shards now (what the limit bounds)."""
+        """Disk that cached, downloading and evicted-but-open shards take now (what the limit
+        bounds)."""
         return self.space.usage()
 
+    def footprint(self, size: int) -> int:
+        """Disk a shard of `size` bytes takes in this cache (whole blocks, and its record)."""
+        return self.space.footprint(size)
+
     def _default_limit(self) -> int:
-        probe = self.root
-        while not os.path.isdir(probe) and os.path.dirname(probe) != probe:
-            probe = os.path.dirname(probe)
-        return int(shutil.disk_usage(probe).free * _DEFAULT_SHARE_OF_FREE) + self.usage()
+        return int(files.free_bytes(self.root) * _DEFAULT_SHARE_OF_FREE) + self.usage()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -131,23 +137,38 @@ class ShardCache:
         self._check_fits(obj)
         key = entry_key(obj)
         data = self.layout.data(key)
-        fd = self.layout.open_lock(key)
+        with self._disk_errors(obj):
+            fd = self.layout.open_lock(key)
         try:
-            while True:
-                fcntl.flock(fd, fcntl.LOCK_SH)
-                st = files.stat(data)
-                if st is not None and self._trusted(key, obj, st):
-                    break
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                self._fill(obj, key, fd, self.plans.chooser(), URGENT, wait=True)
+            with self._disk_errors(obj):
+                while True:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    st = files.stat(data)
+                    if st is not None and self._trusted(key, obj, st):
+                        break
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    self._fill(obj, key, fd, self.plans.chooser(), URGENT, wait=True)
             self._mark_read(key, files.stamp(st))
             yield data
         finally:
             os.close(fd)  # drops the lock
 
+    def hold(self, obj: GcsObject, on_evicted: Callable[[], None] | None = None) -> CopyHold:
+        """Counts the local copy of `obj` against the limit after an eviction, until closed.
+
+        Take it while pinned, once the copy is open; close it after the copy. `on_evicted`
+        closes the copy and the hold if it can (it is asked again if it cannot, see
+        `cache_holds`).
+        """
+        return CopyHold(self.layout, entry_key(obj), on_evicted)
+
     def prefetch(self, obj: GcsObject, victims: VictimChooser, priority: float) -> str:
         """Fetches `obj` unless cached or busy: 'fetched', 'cached', 'busy' or 'no-room'."""
         self._check_fits(obj)
+        with self._disk_errors(obj):
+            return self._prefetch(obj, victims, priority)
+
+    def _prefetch(self, obj: GcsObject, victims: VictimChooser, priority: float) -> str:
         key = entry_key(obj)
         fd = self.layout.open_lock(key)
         try:
@@ -166,10 +187,12 @@ class ShardCache:
     def recheck(self, obj: GcsObject) -> bool:
         """Verifies the cached copy of `obj` now; True if it was damaged (and removed) or gone."""
         key = entry_key(obj)
-        fd = self.layout.open_lock(key)
+        with self._disk_errors(obj):
+            fd = self.layout.open_lock(key)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            return not self._keep_if_sound(obj, key)
+            with self._disk_errors(obj):
+                return not self._keep_if_sound(obj, key)
         finally:
             os.close(fd)
 
@@ -212,10 +235,14 @@ class ShardCache:
         return st.st_mtime_ns if st is not None else 0
 
     def _check_fits(self, obj: GcsObject) -> None:
-        if obj.size > self.max_bytes:
+        if self.footprint(obj.size) > self.max_bytes:
             raise SourceError(
                 f"{obj.url}: {obj.size:,} bytes do not fit in the shard cache at {self.root} "
-                f"(limit {self.max_bytes:,} bytes); raise cache_bytes", path=obj.url)
+                f"(limit {self.max_bytes:,} bytes; the shard takes {self.footprint(obj.size):,} "
+                "on disk with its record); raise cache_bytes", path=obj.url)
+
+    def _disk_errors(self, obj: GcsObject | None) -> contextlib.AbstractContextManager[None]:
+        return disk_errors(self.root, self.max_bytes, obj.url if obj is not None else None)
 
     def _mark_read(self, key: str, stamp: list[int]) -> None:
         now = time.time()
@@ -245,6 +272,7 @@ class ShardCache:
         try:
             if self._keep_if_sound(obj, key):
                 return "cached"
+            files.remove(self.layout.record(key))  # a record without its copy
             part = self.space.reserve(obj, key, victims, wait)
             if part is None:
                 return None
@@ -274,8 +302,8 @@ class ShardCache:
             return True
         log.warning("%s: its cached copy %s is damaged (%s); fetching it again", obj.url, data,
                     problem)
-        files.remove(data)
-        files.remove(self.layout.record(key))
+        with self.space.global_lock():
+            self.space.evict(key)
         self._verified.pop(key, None)
         return False
 
@@ -328,7 +356,8 @@ class ShardCache:
 
     def scratch_dir(self) -> str:
         path = os.path.join(self.root, "tmp")
-        os.makedirs(path, exist_ok=True)
+        with self._disk_errors(None):
+            os.makedirs(path, exist_ok=True)
         return path
 
     # -- inspection and clearing -------------------------------------------------------------
@@ -373,6 +402,9 @@ class ShardCache:
                     except BlockingIOError:
                         skipped += 1
                         continue
+                    if self.space.held(key):  # open in a reader: deleting it frees nothing
+                        skipped += 1
+                        continue
                     for name in members:
                         if name.endswith(".lock"):
                             continue  # lock files stay: removing one under a waiter breaks it
@@ -384,9 +416,14 @@ class ShardCache:
                             freed += st.st_size if counted else 0
                 finally:
                     os.close(fd)
+            for entry in os.scandir(self.layout.evicted):
+                st = files.stat(entry.path)
+                if st is not None and delete_unless_held(entry.path):
+                    removed, freed = removed + 1, freed + st.st_size
             for sub in ("meta", "tmp", "tfrecord-index"):
                 path = os.path.join(self.root, sub)
                 if os.path.isdir(path):
                     removed += sum(files.remove(e.path) for e in os.scandir(path) if e.is_file())
         self._verified.clear()
         return removed, freed, skipped
+

@@ -4,6 +4,7 @@
     shards/<key>.part-*    a download in progress, already at its full size (so it counts)
     shards/<key>.lock      the entry's lock; its mtime says when a reader last used the entry
     shards/<key>.json      where the entry came from, and its stat stamp when last verified
+    evicted/<key>.evicted-*  an evicted copy a reader still has open (see `cache_holds`)
     meta/<key>.json        small facts about objects (an ArrayRecord shard's record count)
     plans/<pid>-<n>.json   each running read-ahead's next uses, for other processes' evictions
     tmp/                   scratch files (ArrayRecord footer probes)
@@ -21,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +51,7 @@ def entry_key(obj: GcsObject) -> str:
 
 def key_of(name: str) -> str:
     """The entry key of a file name in shards/ (keys may hold dots: they end in a basename)."""
-    for marker in (".part-", ".json.tmp-"):
+    for marker in (".part-", ".json.tmp-", ".evicted-"):
         if marker in name:
             return name.split(marker, 1)[0]
     for suffix in (".data", ".lock", ".json"):
@@ -82,6 +84,10 @@ class CacheLayout:
         return os.path.join(self.root, "shards")
 
     @property
+    def evicted(self) -> str:
+        return os.path.join(self.root, "evicted")
+
+    @property
     def plans(self) -> str:
         return os.path.join(self.root, "plans")
 
@@ -98,7 +104,7 @@ class CacheLayout:
         return os.path.join(self.root, "meta", key + ".json")
 
     def make_dirs(self) -> None:
-        for sub in ("shards", "meta", "plans"):
+        for sub in ("shards", "evicted", "meta", "plans"):
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
 
     def open_lock(self, key: str) -> int:
@@ -135,6 +141,13 @@ def remove(path: str) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+def free_bytes(path: str) -> int:
+    """Bytes free on the filesystem of `path`, or of its nearest existing parent."""
+    while not os.path.isdir(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return shutil.disk_usage(path).free
 
 
 def file_crc32c(path: str) -> int:

@@ -6,11 +6,12 @@ process gets the same view as its parent; clients, pools and locks are made per 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, stat_object, split_url
 from tpufeed.storage.transfers import URGENT, read_ranges
 
@@ -51,8 +52,15 @@ class RemoteFile:
         """The local copy's stat stamp now (take it while pinned)."""
         return self.cache.stamp(self.obj)
 
-    def unchanged(self, stamp: list[int] | None, mark: bool = True) -> bool:
-        """Whether the local copy is still the one opened with `stamp` (see ShardCache)."""
+    def hold(self, on_evicted: Callable[[], None] | None = None) -> CopyHold:
+        """Keeps the local copy counted against the cache limit while it is open, even once
+        evicted: take it while pinned, after opening the copy; close it after closing the copy.
+        `on_evicted` closes both when the copy has been evicted (see `cache_holds`)."""
+        return self.cache.hold(self.obj, on_evicted)
+
+    def unchanged(self, opened: CopyHold | list[int] | None, mark: bool = True) -> bool:
+        """Whether the local copy is still the one opened with this hold (or stamp)."""
+        stamp = opened.stamp if isinstance(opened, CopyHold) else opened
         return self.cache.unchanged(self.obj, stamp, mark)
 
     def local_path(self) -> str:

@@ -1,0 +1,37 @@
+"""A full disk under the cache directory, as an error naming the fix.
+
+Raw `OSError`s from writing the cache say neither which cache nor what to do; these name the
+cache directory, the shard being written, and the setting that moves the cache elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+from collections.abc import Iterator
+
+from tpufeed.errors import SourceError
+from tpufeed.storage.cache_layout import CACHE_DIR_ENV, free_bytes
+
+__all__ = ["disk_errors"]
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+_ELSEWHERE = f"point cache_dir= (or ${CACHE_DIR_ENV}) at"
+
+
+@contextlib.contextmanager
+def disk_errors(root: str, max_bytes: int, url: str | None) -> Iterator[None]:
+    """Turns a full disk met while writing `url` into the cache at `root` into a
+    SourceError naming both and the fix; other errors pass unchanged."""
+    try:
+        yield
+    except OSError as e:
+        shard = f"{url}: " if url is not None else ""
+        where = f" ({e.filename})" if e.filename else ""
+        if e.errno in _NO_SPACE:
+            raise SourceError(
+                f"{shard}no space left on the disk of the shard cache at {root} while writing "
+                f"{'it' if url is not None else 'to it'}{where}: {free_bytes(root):,} bytes free "
+                f"there, cache_bytes is {max_bytes:,}; free disk space, lower cache_bytes, or "
+                f"{_ELSEWHERE} a disk with room", path=url or root) from e
+        raise
