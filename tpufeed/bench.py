@@ -64,17 +64,21 @@ def run(ds: Dataset, seconds: float, batches: int | None, step_time: float,
     it = ds.iterator()
     samples: list[tuple[float, int]] = []
     start = time.perf_counter()
-    with tqdm(total=batches, disable=not progress, unit="batch", desc="bench", file=sys.stderr) as bar:
-        for count, _ in enumerate(it, 1):
-            elapsed = time.perf_counter() - start
-            samples.append((elapsed, it.records_delivered))
-            bar.update(1)
-            if step_time:
-                time.sleep(step_time)
-            if (batches is not None and count >= batches) or (batches is None and elapsed >= seconds):
-                break
-    stats = it.stats()
-    it.close()
+    try:  # closed on Ctrl-C too: no worker outlives the command
+        with tqdm(total=batches, disable=not progress, unit="batch", desc="bench",
+                  file=sys.stderr) as bar:
+            for count, _ in enumerate(it, 1):
+                elapsed = time.perf_counter() - start
+                samples.append((elapsed, it.records_delivered))
+                bar.update(1)
+                if step_time:
+                    time.sleep(step_time)
+                if ((batches is not None and count >= batches)
+                        or (batches is None and elapsed >= seconds)):
+                    break
+        stats = it.stats()
+    finally:
+        it.close()
     return stats, samples
 
 
