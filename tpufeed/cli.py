@@ -78,7 +78,8 @@ def _refuse_unknown_options(args: argparse.Namespace) -> None:
             continue
         name = token.split("=", 1)[0]
         dashed = "--" + name.lstrip("-").replace("_", "-")
-        close = ([dashed] if dashed in ours else difflib.get_close_matches(name, ours, n=1)
+        close = ([dashed] if dashed in ours
+                 else difflib.get_close_matches(name, ours, n=1, cutoff=0.7)
                  or difflib.get_close_matches(name, beam_option_names(), n=1, cutoff=0.8))
         problems.append(f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
         previous_was_option = "=" not in token
