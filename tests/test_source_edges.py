@@ -11,6 +11,7 @@ import traceback
 import numpy as np
 import pytest
 
+import tpufeed
 from tpufeed.errors import CorruptDataError
 from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
 from tpufeed.sources.tfrecord import TFRecordSource, write_tfrecords
@@ -119,3 +120,47 @@ def test_a_read_in_progress_in_another_thread_at_fork_time_does_not_block_the_ch
             records[9], records[4]]
     finally:
         held.release()
+
+
+# --- files changed while they are read ----------------------------------------------------------
+
+@pytest.mark.parametrize("options", ["group_size:1", "group_size:10"])
+def test_an_array_record_file_truncated_while_read_raises_naming_file_and_record(
+        tmp_path, options):
+    rng = random.Random(0)
+    records = [b"%04d" % i + rng.randbytes(500) for i in range(300)]  # 150 KB, uncompressible
+    (path,) = _array_record_files(tmp_path, records, shards=1, options=options)
+    it = iter(tpufeed.Dataset.from_array_record(path).batch(10))
+    first = next(it)
+    assert list(first) == records[:10]
+    os.truncate(path, os.path.getsize(path) // 2)  # in place: same inode, half the bytes
+    with pytest.raises(CorruptDataError) as caught:
+        for _ in it:
+            pass
+    error = caught.value
+    assert error.path == path and error.record is not None and error.record >= 10
+    assert f"{path} record {error.record}: the file changed while it was being read" in str(error)
+    assert "truncated or rewritten in place" in str(error)
+
+
+def test_empty_records_of_an_unchanged_array_record_file_read_back_empty(tmp_path):
+    records = [b"", b"x", b"", b"yz"] * 5
+    (path,) = _array_record_files(tmp_path, records, shards=1)
+    source = ArrayRecordSource(path)
+    assert source.__getitems__(list(range(20))) == records
+    assert source.__getitems__([2, 0, 3]) == [b"", b"", b"yz"]
+
+
+def test_a_tfrecord_file_truncated_while_read_raises_naming_file_and_record(tmp_path):
+    records = [b"%04d" % i + bytes(500) for i in range(300)]
+    path = str(tmp_path / "a.tfrecord")
+    write_tfrecords(path, records)
+    it = iter(tpufeed.Dataset.from_tfrecord(path).batch(10))
+    assert list(next(it)) == records[:10]
+    os.truncate(path, os.path.getsize(path) // 2)
+    with pytest.raises(CorruptDataError) as caught:
+        for _ in it:
+            pass
+    error = caught.value
+    assert error.path == path and error.record is not None and error.record >= 10
+    assert f"{path}: record {error.record} at byte offset" in str(error)

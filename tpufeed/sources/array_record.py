@@ -107,6 +107,7 @@ class ArrayRecordFile:
         self._reader: ArrayRecordReader | None = None
         self._opened: CopyHold | None = None  # on the cached copy the reader has open
         self._per_record_reads = False
+        self._identity: tuple[str, tuple[int, ...]] | None = None  # of the file the reader opened
         self._lock = threading.Lock()
         self._use = threading.Lock()  # a read of a cached copy, which eviction checks wait for
         forget_in_children(self)
@@ -186,10 +187,35 @@ class ArrayRecordFile:
                 f"record index {bad} is out of range for {self.path}, which has {n} records")
         try:
             if self._per_record_reads:
-                return [reader.read(key, key + 1)[0] for key in keys]
-            return reader.read(keys)
+                records = [reader.read(key, key + 1)[0] for key in keys]
+            else:
+                records = reader.read(keys)
         except Exception as batch_error:  # array_record raises RuntimeError, or others via pybind
-            raise self._find_bad_record(keys, batch_error) from batch_error
+            changed = self._changed_since_open(keys[0])
+            raise (changed or self._find_bad_record(keys, batch_error)) from batch_error
+        if b"" in records:  # array_record reads a record cut off by truncation as b"", silently
+            changed = self._changed_since_open(keys[records.index(b"")])
+            if changed is not None:
+                raise changed
+        return records
+
+    def _changed_since_open(self, record: int) -> CorruptDataError | None:
+        """The error to raise if the file the reader has open was truncated or rewritten in
+        place since it was opened (a file replaced or deleted under its name is not: the reader
+        still reads the one it opened)."""
+        if self._identity is None:
+            return None
+        opened, before = self._identity
+        try:
+            st = os.stat(opened)
+        except OSError:
+            return None
+        if (st.st_dev, st.st_ino) != before[:2] or (st.st_size, st.st_mtime_ns) == before[2:]:
+            return None
+        return CorruptDataError(
+            f"{self.path} record {record}: the file changed while it was being read: it has "
+            f"{st.st_size:,} bytes now and had {before[2]:,} when opened (truncated or rewritten "
+            "in place); its records cannot be trusted", path=self.path, record=record)
 
     def record_reader(self) -> Callable[[int], bytes] | None:
         """A function reading one record by local index, unchecked, for local files of one
@@ -244,6 +270,7 @@ class ArrayRecordFile:
         self._reader = None
         self._opened = None
         self._per_record_reads = False
+        self._identity = None
         self._lock = threading.Lock()
         self._use = threading.Lock()
         forget_in_children(self)
@@ -274,7 +301,8 @@ class ArrayRecordFile:
         local = self.path if self.remote is None else self.remote.local_path()
         try:
             with open(local, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+                st = os.fstat(f.fileno())
+                size = st.st_size
                 head = f.read(len(_RIEGELI_SIGNATURE))
         except FileNotFoundError:
             raise SourceNotFoundError(f"no such file: {self.path}", path=self.path) from None
@@ -300,6 +328,7 @@ class ArrayRecordFile:
                 f"{self.path}: file changed since it was first opened: it now has {num_records} "
                 f"records, it had {self._num_records}", path=self.path)
         self._num_records = num_records
+        self._identity = (local, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
         self._per_record_reads = (_group_size(reader.writer_options_string()) == 1
                                   and num_records < 2**31  # read(begin, end) takes int32
                                   and size < _PER_RECORD_READ_MAX_BYTES * max(num_records, 1))

@@ -127,12 +127,16 @@ class ShardedSource:
         if readers:
             local = (idx - self._starts[file_ids]).tolist()
             try:  # one call per record in the order asked, like a plain loop over the readers
-                return [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
+                records = [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
+                # An empty record may be one cut off by a file truncated since it was opened:
+                # the per-file path below tells the two apart.
+                if b"" not in records:
+                    return records
             except Exception:  # noqa: BLE001 - the per-file path below names the bad record
                 self._record_readers = None  # a failed reader is reopened there
         elif self._leased:
             records = self._read_leased(idx, file_ids)
-            if records is not None:
+            if records is not None and b"" not in records:  # as above
                 return records
         if (file_ids == file_ids[0]).all():
             f = int(file_ids[0])
