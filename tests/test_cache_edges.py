@@ -1,4 +1,4 @@
-"""The shard cache at its edges: disk use within `cache_bytes`, a full disk."""
+"""The shard cache at its edges: disk use within `cache_bytes`, a full disk, a bad directory."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 import tpufeed
 from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  # noqa: F401
-from tpufeed.errors import SourceError
+from tpufeed.errors import InvalidArgumentError, SourceError
 from tpufeed.storage import cache_space
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.gcs import list_objects
@@ -185,7 +185,7 @@ def test_a_process_reading_more_shards_at_once_than_fit_fails_naming_the_fix(
         pass
 
 
-# -- a full disk -------------------------------------------
+# -- a full, read-only or misplaced cache directory -------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -244,3 +244,72 @@ def test_a_full_disk_names_the_cache_directory_and_the_shard(
 
 def source_url(glob: str) -> str:
     return glob.replace("part-*", "part-00000")
+
+
+@pytest.mark.emulator
+def test_a_read_only_cache_directory_is_named_with_the_fix(
+        gcs, bucket, upload, tmp_path, tmpfs_ok):
+    url, records = upload_shards(upload, bucket, "ro", 1, RECORDS)
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    out = run_on_tmpfs(mount, 1024, """
+        import os, sys
+        import tpufeed
+        from tpufeed.errors import TpufeedError
+        from tpufeed.storage.cache import ShardCache
+        mount, url = sys.argv[1:]
+        cache_dir = os.path.join(mount, "c")
+        for attempt in (lambda: list(tpufeed.Dataset.from_array_record(url, cache_dir=cache_dir)),
+                        lambda: ShardCache(cache_dir).clear()):  # `tpufeed cache clear`
+            try:
+                attempt()
+            except TpufeedError as e:
+                print("raised", type(e).__name__, e)
+        """, url, remount_ro=True)
+    assert f"raised SourceError cannot write to the shard cache directory {mount / 'c'} " \
+           f"({mount / 'c' / 'tmp'}): Read-only file system; make it writable, or point " \
+           "cache_dir= (or $TPUFEED_CACHE_DIR) at a writable directory" in out, out
+    assert f"raised SourceError cannot write to the shard cache directory {mount / 'c'} " \
+           f"({mount / 'c' / 'shards'}): Read-only file system" in out, out
+
+
+def test_a_cache_directory_without_write_permission_is_named_with_the_fix(tmp_path):
+    cache_dir = tmp_path / "c"
+    cache_dir.mkdir(mode=0o555)
+    command = [sys.executable, "-c", textwrap.dedent("""
+        import sys
+        from tpufeed.errors import SourceError
+        from tpufeed.storage.cache import ShardCache
+        from tpufeed.storage.gcs import GcsObject
+        try:
+            with ShardCache(sys.argv[1], 1 << 20).pinned(GcsObject("b", "x", 100, 1, None)):
+                pass
+        except SourceError as e:
+            print("raised", e)
+        """), str(cache_dir)]
+    if os.geteuid() == 0:  # root writes through permissions unless it gives that up
+        if shutil.which("setpriv") is None:
+            pytest.skip("needs setpriv(1) to drop root's permission override")
+        drop = "-dac_override,-dac_read_search,-fowner"
+        command = ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", *command]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert f"raised gs://b/x: cannot write to the shard cache directory {cache_dir} " \
+           f"({cache_dir / 'shards'}): Permission denied; make it writable, or point " \
+           "cache_dir= (or $TPUFEED_CACHE_DIR) at a writable directory" in out.stdout, \
+        out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("where", ["itself", "a parent"])
+def test_a_cache_directory_that_is_a_file_is_refused_naming_it(tmp_path, monkeypatch, where):
+    file = tmp_path / "not-a-dir"
+    file.write_text("")
+    cache_dir = file if where == "itself" else file / "cache"
+    message = (rf"the shard cache directory {cache_dir} cannot be used: {file} is a file, not a "
+               r"directory; point cache_dir= \(or \$TPUFEED_CACHE_DIR\) at a directory")
+    with pytest.raises(InvalidArgumentError, match=message):
+        ShardCache(cache_dir)
+    with pytest.raises(InvalidArgumentError, match=message):
+        tpufeed.Dataset.from_array_record("gs://b/x.array_record", cache_dir=cache_dir)
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(cache_dir))
+    with pytest.raises(InvalidArgumentError, match=message):
+        ShardCache()  # the default cache of every gs:// source

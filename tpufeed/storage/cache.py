@@ -12,7 +12,8 @@ downloads in progress, and evicted shards still open in a reader (`cache_space`)
   without locks for as long as it is `unchanged`, and `hold`s it meanwhile: an evicted copy
   stays readable through its open handle, counted against the limit, until the reader closes
   it (on its next read, or when asked to, see `cache_holds`); it reopens (re-fetches) it then.
-- A full disk is reported naming the cache directory, the shard and the fix (`cache_errors`).
+- A disk that is full, read-only or not a directory is reported naming the cache directory,
+  the shard and the fix (`cache_errors`).
 - A restarted job trusts a file whose stat stamp (inode, size, mtime, ctime, boot) is what it
   was when verified; any other file, or one a read found damaged, is re-checked against the
   CRC32C, and fetched again if it fails.
@@ -36,7 +37,7 @@ from typing import Any
 
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.storage import cache_layout as files
-from tpufeed.storage.cache_errors import disk_errors
+from tpufeed.storage.cache_errors import check_not_a_file, disk_errors
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.cache_layout import BOOT, CacheLayout, default_cache_dir, entry_key, key_of
 from tpufeed.storage.cache_space import CacheSpace, delete_unless_held
@@ -90,6 +91,7 @@ class ShardCache:
             raise InvalidArgumentError(f"part_bytes must be an int >= 65536, got {part_bytes!r}")
         self.root = os.path.abspath(os.fspath(directory) if directory is not None
                                     else default_cache_dir())
+        check_not_a_file(self.root)
         self.layout = CacheLayout(self.root)
         self.space = CacheSpace(self.layout, 0)
         self.max_bytes = max_bytes if max_bytes is not None else self._default_limit()
@@ -390,7 +392,7 @@ class ShardCache:
         removed = freed = skipped = 0
         if not os.path.isdir(self.root):
             return 0, 0, 0
-        with self.space.global_lock():
+        with self._disk_errors(None), self.space.global_lock():
             by_key: dict[str, list[str]] = {}
             for name in os.listdir(self.layout.shards):
                 by_key.setdefault(key_of(name), []).append(name)

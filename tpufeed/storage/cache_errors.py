@@ -1,4 +1,4 @@
-"""A full disk under the cache directory, as an error naming the fix.
+"""A cache directory that is full, read-only or not a directory, as errors naming the fix.
 
 Raw `OSError`s from writing the cache say neither which cache nor what to do; these name the
 cache directory, the shard being written, and the setting that moves the cache elsewhere.
@@ -8,20 +8,35 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 from collections.abc import Iterator
 
-from tpufeed.errors import SourceError
+from tpufeed.errors import InvalidArgumentError, SourceError
 from tpufeed.storage.cache_layout import CACHE_DIR_ENV, free_bytes
 
-__all__ = ["disk_errors"]
+__all__ = ["check_not_a_file", "disk_errors"]
 
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+_NOT_WRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST}
 _ELSEWHERE = f"point cache_dir= (or ${CACHE_DIR_ENV}) at"
+
+
+def check_not_a_file(root: str) -> None:
+    """Refuses a cache directory that is, or lies under, something other than a directory."""
+    path = root
+    while not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise InvalidArgumentError(
+                f"the shard cache directory {root} cannot be used: {path} is a file, not a "
+                f"directory; {_ELSEWHERE} a directory")
+        if os.path.dirname(path) == path:
+            return
+        path = os.path.dirname(path)
 
 
 @contextlib.contextmanager
 def disk_errors(root: str, max_bytes: int, url: str | None) -> Iterator[None]:
-    """Turns a full disk met while writing `url` into the cache at `root` into a
+    """Turns a full or unwritable disk met while writing `url` into the cache at `root` into a
     SourceError naming both and the fix; other errors pass unchanged."""
     try:
         yield
@@ -34,4 +49,10 @@ def disk_errors(root: str, max_bytes: int, url: str | None) -> Iterator[None]:
                 f"{'it' if url is not None else 'to it'}{where}: {free_bytes(root):,} bytes free "
                 f"there, cache_bytes is {max_bytes:,}; free disk space, lower cache_bytes, or "
                 f"{_ELSEWHERE} a disk with room", path=url or root) from e
+        if e.errno in _NOT_WRITABLE:
+            check_not_a_file(root)
+            raise SourceError(
+                f"{shard}cannot write to the shard cache directory {root}{where}: {e.strerror}; "
+                f"make it writable, or {_ELSEWHERE} a writable directory",
+                path=url or root) from e
         raise
