@@ -167,7 +167,10 @@ def test_symlinks_out_of_the_root_are_refused_and_inside_allowed(dataset, tmp_pa
     (lambda m: m["shards"][0].update(crc32c="xyz"), r"shards\[0\].crc32c"),
     (lambda m: m["shards"][2].update(num_records=-1), r"shards\[2\].num_records"),
     (lambda m: m.update(num_records=99), "'num_records'"),
-    (lambda m: m["shards"][1].update(path=m["shards"][0]["path"]), "same path twice"),
+    (lambda m: m["shards"][1].update(path=m["shards"][0]["path"]), "same file twice"),
+    (lambda m: m["shards"][1].update(path="./" + m["shards"][0]["path"]), "same file twice"),
+    (lambda m: m["shards"][1].pop("path"), r"shards\[1\].path is missing"),
+    (lambda m: m.update(build={"deep": json.loads("[" * 900 + "]" * 900)}), "nested more than"),
 ])
 def test_malformed_manifests_name_the_field(dataset, change, match):
     manifest = json.loads((dataset / "manifest.json").read_text())
@@ -214,3 +217,57 @@ def test_a_record_that_is_not_codec_names_shard_and_record(tmp_path):
     write_manifest(tmp_path, manifest)
     with pytest.raises(CorruptDataError, match=r"data-00000-of-00001\.array_record record 0"):
         ManifestSource(tmp_path)[0]
+
+
+@pytest.mark.parametrize("alias", ["symlink", "hard link"])
+def test_two_entries_naming_one_file_through_a_link_are_refused(dataset, alias):
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    first = manifest["shards"][0]["path"]
+    link = os.symlink if alias == "symlink" else os.link
+    link(first if alias == "symlink" else dataset / first, dataset / "alias.array_record")
+    manifest["shards"][1] = dict(manifest["shards"][0], path="alias.array_record")
+    manifest["num_records"] = sum(s["num_records"] for s in manifest["shards"])
+    write_manifest(dataset, manifest)
+    with pytest.raises(CorruptDataError, match="are the same file") as info:
+        ManifestSource(dataset)
+    assert repr(first) in str(info.value) and "'alias.array_record'" in str(info.value)
+    assert "manifest.json" in str(info.value)
+
+
+@pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
+@pytest.mark.parametrize("verify", [False, True])
+def test_a_shard_said_to_hold_no_records_that_holds_some_is_refused(tmp_path, file_format,
+                                                                      verify):
+    root = tmp_path / "ds"
+    manifest = make_dataset(root, [_records(3), _records(4, start=3)], file_format)
+    manifest["shards"][1]["num_records"] = 0
+    manifest["num_records"] = 3
+    if file_format == "tfrecord":  # 0 records in a TFRecord file means 0 bytes
+        manifest["shards"][1]["num_bytes"] = 0
+    write_manifest(root, manifest)
+    with pytest.raises(CorruptDataError) as info:
+        ManifestSource(root, verify=verify)
+    message = str(info.value)
+    if file_format == "tfrecord":
+        assert "shards[1].num_records is 0" in message or "the manifest says 0" in message
+    else:
+        assert "holds 4 records, the manifest says 0" in message
+        assert "data-00001-of-00002.array_record" in message
+
+
+def test_verify_checks_every_shards_record_count(dataset):
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    manifest["shards"][2]["num_records"] = 5  # it holds 6
+    manifest["num_records"] = 14
+    write_manifest(dataset, manifest)
+    ManifestSource(dataset)  # lazy: checked on the shard's first read
+    with pytest.raises(CorruptDataError, match=r"data-00002-of-00003.* holds 6 records, the "
+                                               r"manifest says 5"):
+        ManifestSource(dataset, verify=True)
+
+
+def test_pathologically_nested_json_is_a_clear_error(dataset):
+    (dataset / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CorruptDataError, match="nested too deeply") as info:
+        ManifestSource(dataset)
+    assert "manifest.json" in str(info.value)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -59,6 +60,8 @@ CODEC_RECORDS = "tpufeed.codec"
 RAW_RECORDS = "bytes"
 FILE_EXTENSIONS = {"array_record": ".array_record", "tfrecord": ".tfrecord"}
 _MAX_MANIFEST_BYTES = 256 << 20
+_TFRECORD_FRAMING = 16  # bytes around every TFRecord record's data
+_MAX_DEPTH = 64  # lists and objects within each other; a manifest needs about 5
 _CRC_RE = re.compile(r"[0-9a-f]{8}")
 _NO_MANIFEST = (" (the folder has no manifest: the build did not finish, or this is not a "
                 "dataset built by `tpufeed build`)")
@@ -141,6 +144,10 @@ def load_manifest(path: str | os.PathLike,
         manifest = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CorruptDataError(f"{manifest_path}: not valid JSON: {e}", path=manifest_path) from e
+    except RecursionError:
+        raise CorruptDataError(f"{manifest_path}: JSON nested too deeply to parse; a tpufeed "
+                               f"manifest nests at most {_MAX_DEPTH} levels",
+                               path=manifest_path) from None
     check_manifest(manifest, manifest_path)
     return manifest_path, root, manifest
 
@@ -195,6 +202,9 @@ def check_manifest(manifest: object, where: str) -> None:
     if not isinstance(manifest, dict):
         raise CorruptDataError(f"{where}: a manifest is a JSON object, got "
                                f"{type(manifest).__name__}", path=where)
+    if _depth(manifest) > _MAX_DEPTH:
+        raise CorruptDataError(f"{where}: JSON nested more than {_MAX_DEPTH} levels deep; a "
+                               f"tpufeed manifest nests at most {_MAX_DEPTH}", path=where)
     if manifest.get("format") != FORMAT:
         raise bad("'format'", f"is {manifest.get('format')!r}, expected {FORMAT!r}")
     version = manifest.get("format_version")
@@ -213,17 +223,62 @@ def check_manifest(manifest: object, where: str) -> None:
     for i, shard in enumerate(shards):
         if not isinstance(shard, dict):
             raise bad(f"shards[{i}]", "must be an object")
+        if "path" not in shard:
+            raise bad(f"shards[{i}].path", "is missing: every shard entry names its file")
         for key in ("num_records", "num_bytes"):
             if not _is_count(shard.get(key)):
                 raise bad(f"shards[{i}].{key}", f"is {shard.get(key)!r}, not a count")
         if not isinstance(shard.get("crc32c"), str) or not _CRC_RE.fullmatch(shard["crc32c"]):
             raise bad(f"shards[{i}].crc32c", f"is {shard.get('crc32c')!r}, not 8 hex digits")
-    names = [shard.get("path") for shard in shards]
-    if len(set(map(str, names))) != len(names):
-        raise bad("'shards'", "names the same path twice")
+        if manifest["file_format"] == "tfrecord" and not (
+                shard["num_records"] * _TFRECORD_FRAMING <= shard["num_bytes"]
+                and (shard["num_records"] == 0) == (shard["num_bytes"] == 0)):
+            raise bad(f"shards[{i}].num_records", f"is {shard['num_records']}, which a TFRecord "
+                      f"file of {shard['num_bytes']:,} bytes cannot hold")
+    # Spellings of one file ("x", "./x", "a/./x") are one shard: its records would come twice.
+    seen: dict[str, int] = {}
+    for i, shard in enumerate(shards):
+        name = shard["path"]
+        key = posixpath.normpath(name) if isinstance(name, str) and name else repr(name)
+        if key in seen:
+            j = seen[key]
+            raise bad("'shards'", f"names the same file twice: shards[{j}].path "
+                      f"{shards[j]['path']!r} and shards[{i}].path {name!r} (its records would "
+                      "be delivered twice)")
+        seen[key] = i
     total = sum(shard["num_records"] for shard in shards)
     if manifest.get("num_records") != total:
         raise bad("'num_records'", f"is {manifest.get('num_records')!r} but the shards hold {total}")
+
+
+def _refuse_aliases(shards: Sequence[VerifiedShard], entries: list[dict[str, Any]],
+                    manifest_path: str) -> None:
+    """Raises if two entries name one local file (through a symlink or a hard link)."""
+    seen: dict[tuple[int, int], int] = {}
+    for i, shard in enumerate(shards):
+        try:
+            st = os.stat(shard.path)
+        except OSError:
+            continue  # a missing or unreadable shard is reported when it is read
+        j = seen.setdefault((st.st_dev, st.st_ino), i)
+        if j != i:
+            raise CorruptDataError(
+                f"{manifest_path}: shards[{j}].path {entries[j]['path']!r} and shards[{i}].path "
+                f"{entries[i]['path']!r} are the same file ({os.path.realpath(shard.path)}): its "
+                "records would be delivered twice", path=manifest_path)
+
+
+def _depth(value: object) -> int:
+    """How deeply lists and objects nest in `value`, counted without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if level <= _MAX_DEPTH:  # deeper is refused anyway: no need to walk it all
+                stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def _is_count(value: object) -> bool:
@@ -244,6 +299,7 @@ class ManifestSource(ShardedSource):
             files = [VerifiedShard(safe_shard_path(self.root, entry["path"], self.manifest_path),
                                    entry, self.manifest["file_format"])
                      for entry in self.manifest["shards"]]
+            _refuse_aliases(files, self.manifest["shards"], self.manifest_path)
         else:
             cache = cache or ShardCache()
             self.manifest_path, self.root, self.manifest = load_manifest(path, cache.retry)
@@ -252,6 +308,10 @@ class ManifestSource(ShardedSource):
         self._decode = self.manifest["record_format"] == CODEC_RECORDS
         if verify:
             self.verify()
+        else:  # never read, so never checked on a first read: a shard said to be empty
+            for shard in self.files:
+                if shard.num_records == 0:
+                    shard.check_count()
 
     def _gcs_shards(self, cache: ShardCache) -> list[VerifiedShard]:
         """The shards under the dataset prefix, each object version fixed by one listing."""
@@ -282,10 +342,13 @@ class ManifestSource(ShardedSource):
         return self.manifest.get("statistics") or {}
 
     def verify(self) -> None:
-        """Checks every shard's size and CRC32C now: a local file is read once, in full; a
-        gs:// object by its metadata, downloading nothing."""
-        for shard in self.files:
+        """Checks every shard's size, CRC32C and record count now: a local file is read once,
+        in full; a gs:// object by its metadata (an ArrayRecord shard's count by its footer;
+        a TFRecord shard's when it is first read)."""
+        for shard in self.files:  # first what needs no download, to fail fast on a gs:// dataset
             shard.verify()
+        for shard in self.files:
+            shard.check_count()
 
     def __getitem__(self, index: int) -> Any:
         return self.__getitems__([index])[0]

@@ -3,7 +3,8 @@
 A local shard is read once in full for its size and CRC32C. A gs:// shard is checked by its
 object metadata (GCS keeps every object's size and CRC32C, and the shard cache checks each
 download against them), so checking it downloads nothing; its reads then go through the shard
-cache like any gs:// file. Either way the record count is compared when the shard is opened.
+cache like any gs:// file. Either way the record count is compared when the shard is opened:
+on its first read, or when `verify()` is called.
 """
 
 from __future__ import annotations
@@ -79,6 +80,14 @@ class VerifiedShard:
         """Checks size and CRC32C against the manifest (once)."""
         with self._lock:
             self._verify_locked()
+
+    def check_count(self) -> None:
+        """Checks size and CRC32C, then the record count against the manifest. A gs:// TFRecord
+        shard's count is checked when it is first read instead: counting it means reading it."""
+        if self.remote is None or self.file_format == "array_record":
+            self._open()
+        else:
+            self.verify()
 
     def _verify_locked(self) -> None:
         if self.verified:
