@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tpufeed
+from gcs_emulator import _proxy, bucket, emulator, gcs, upload  # noqa: F401
 from tpufeed.errors import CorruptDataError
 from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
 from tpufeed.sources.tfrecord import TFRecordSource, write_tfrecords
@@ -164,3 +165,46 @@ def test_a_tfrecord_file_truncated_while_read_raises_naming_file_and_record(tmp_
     error = caught.value
     assert error.path == path and error.record is not None and error.record >= 10
     assert f"{path}: record {error.record} at byte offset" in str(error)
+
+
+# --- damaged TFRecord records are found when read, so ignore_errors can skip them ---------------
+
+def _tfrecord_with_damage(tmp_path, damage: str):
+    records = [b"%03d" % i + bytes(20) for i in range(30)]
+    path = str(tmp_path / "d.tfrecord")
+    write_tfrecords(path, records)
+    start = 12 * 39  # record 12's header: 16 + 23 bytes per record
+    with open(path, "r+b") as f:
+        f.seek(start + (3 if damage == "length" else 16 + 5))  # in the length, or in the data
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    return path, records
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("damage", ["data", "length"])
+def test_ignore_errors_skips_a_damaged_tfrecord_record(tmp_path, damage, workers):
+    path, records = _tfrecord_with_damage(tmp_path, damage)
+    ds = tpufeed.Dataset.from_tfrecord(path)  # opening does not fail on the damage
+    got = list(ds.ignore_errors(1).workers(workers))
+    # A bad data CRC loses that record; a bad length, everything from it on (one bad record).
+    assert got == (records[:12] + records[13:] if damage == "data" else records[:12])
+    with pytest.raises(CorruptDataError) as caught:
+        list(ds)
+    assert caught.value.path == path and caught.value.record == 12
+    assert f"{path}: record 12 at byte offset {12 * 39}: " in str(caught.value)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("cache_bytes", [None, 0])  # through the shard cache, or ranged reads
+@pytest.mark.parametrize("damage", ["data", "length"])
+def test_ignore_errors_skips_a_damaged_tfrecord_record_on_gcs(gcs, bucket, upload, tmp_path,
+                                                              damage, cache_bytes):
+    path, records = _tfrecord_with_damage(tmp_path, damage)
+    url = upload(bucket, "d.tfrecord", path)
+    ds = tpufeed.Dataset.from_tfrecord(url, cache_dir=tmp_path / "c", cache_bytes=cache_bytes)
+    got = list(ds.ignore_errors(1))
+    assert got == (records[:12] + records[13:] if damage == "data" else records[:12])
+    with pytest.raises(CorruptDataError, match=f"{url}: record 12 at byte offset {12 * 39}: "):
+        list(ds)

@@ -278,7 +278,7 @@ _FIELDS = {"length": (0, "length CRC"), "length_crc": (9, "length CRC"),
 
 
 @pytest.mark.parametrize("field", sorted(_FIELDS))
-def test_flipped_byte_is_caught_at_scan(tmp_path, field):
+def test_a_flipped_byte_fails_when_its_record_is_read(tmp_path, field):
     records = [bytes([i]) * 10 for i in range(6)]
     path = str(tmp_path / "d.tfrecord")
     write_tfrecords(path, records)
@@ -286,20 +286,30 @@ def test_flipped_byte_is_caught_at_scan(tmp_path, field):
     start = _record_start(records, k)
     where, error = _FIELDS[field]
     _flip(path, start + where)
+    f = TFRecordFile(path)  # the damage is found when the record is read, not here
     with pytest.raises(CorruptDataError, match=f"record {k} at byte offset {start}: {error}") as e:
-        TFRecordFile(path)
+        f.read([k])
     assert e.value.record == k and e.value.path == path and path in str(e.value)
+    assert f.read([0, 1, 2]) == records[:3]
+    if error == "data CRC":  # framing intact: the records after it read
+        assert len(f) == 6 and f.read([4, 5]) == records[4:]
+    else:  # the framing breaks: the rest of the file is one position that fails
+        assert len(f) == 4
+        assert "cannot be split into records" in str(e.value)
+    assert TFRecordFile(path).read([0]) == records[:1]  # the same from the cached index
 
 
 @pytest.mark.parametrize("cut", [1, 11, 12, 20, 25])
-def test_torn_last_record(tmp_path, cut):
+def test_a_torn_last_record_fails_when_read(tmp_path, cut):
     records = [b"first", b"second", b"third-record"]
     path = str(tmp_path / "d.tfrecord")
     write_tfrecords(path, records)
     start = _record_start(records, 2)
     os.truncate(path, start + cut)  # 28 = 16 + len(records[2]) would be whole
+    f = TFRecordFile(path)
+    assert len(f) == 3 and f.read([1, 0]) == [records[1], records[0]]
     with pytest.raises(CorruptDataError, match=f"record 2 at byte offset {start}: torn") as e:
-        TFRecordFile(path)
+        f.read([0, 2])
     assert e.value.record == 2 and e.value.path == path
 
 

@@ -1,9 +1,14 @@
-"""TFRecord files read by record index: one verified scan builds a cached offset index.
+"""TFRecord files read by record index: one scan frames the records into a cached offset index.
 
 A record is `uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)`,
 all little-endian. The index (data offset and length of every record) is cached next to the file
 as `<path>.tpufeed-index`, or under `index_dir` when that is given or the file's directory is not
 writable, and is rebuilt whenever the file's size or mtime changes.
+
+Damage is reported when the damaged record is read, so `ignore_errors` can skip it: a record
+whose data CRC fails is indexed like any other; where the framing itself breaks (a length whose
+CRC fails, or a record cut off by the end of the file) nothing further can be split into
+records, and the rest of the file is one last position that fails when read.
 
 >>> write_tfrecords("/tmp/a.tfrecord", [b"x", b"yz"])  # doctest: +SKIP
 2
@@ -29,8 +34,9 @@ import numpy as np
 from tpufeed.errors import RecordIndexError, SourceNotFoundError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.sharded import ShardedSource
-from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, _atomic_write, _corrupt, _masked_crc,
-                                             _scan, scan_records, write_tfrecords)
+from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, UNFRAMED, _atomic_write, _corrupt,
+                                             _masked_crc, _scan, scan_records, unframed,
+                                             write_tfrecords)
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
@@ -41,9 +47,10 @@ from tpufeed.storage.transfers import coalesce
 __all__ = ["TFRecordFile", "TFRecordSource", "default_index_dir", "write_tfrecords"]
 
 INDEX_SUFFIX = ".tpufeed-index"
-# Index file: one uint64 array [magic, version, size, mtime_ns, n, offsets[n], lengths[n]].
+# Index file: one uint64 array [magic, version, size, mtime_ns, n, offsets[n], lengths[n]];
+# version 2: a last length of UNFRAMED stands for the unframeable rest of a damaged file.
 _INDEX_MAGIC = int.from_bytes(b"TPFIDX\x00\x00", "little")
-_INDEX_VERSION = 1
+_INDEX_VERSION = 2
 _INDEX_FIELDS = 5
 _U64 = (1 << 64) - 1
 # Uncached gs:// reads: records closer than this are fetched in one GET (a GET's latency costs
@@ -92,10 +99,13 @@ def _load_index(index_path: str, size: int, mtime_ns: int) -> tuple[np.ndarray, 
         return None
     offsets = arr[_INDEX_FIELDS:_INDEX_FIELDS + n]
     lengths = arr[_INDEX_FIELDS + n:]
-    # Records tile the file exactly; a damaged index fails this check and is rebuilt.
-    ends = offsets + lengths + np.uint64(_CRC.size)
+    # Records tile the file exactly (up to an unframeable rest); a damaged index fails this
+    # check and is rebuilt.
+    framed = n - 1 if n and int(lengths[-1]) == UNFRAMED else n
+    ends = offsets[:framed] + lengths[:framed] + np.uint64(_CRC.size)
     starts = np.concatenate([np.zeros(1, np.uint64), ends])[:n] + np.uint64(_HEADER.size)
-    if not np.array_equal(offsets, starts) or (int(ends[-1]) if n else 0) != size:
+    end = int(ends[-1]) if framed else 0
+    if not np.array_equal(offsets, starts) or (end != size if framed == n else end >= size):
         return None
     return offsets.copy(), lengths.copy()
 
@@ -220,6 +230,10 @@ class TFRecordFile:
         # Offsets grow with the record index, so sorting indices sorts reads by position.
         for i in np.argsort(idx, kind="stable").tolist():
             offset, length, record = offsets[i], lengths[i], records[i]
+            if length == UNFRAMED:
+                start = offset - _HEADER.size
+                raise unframed(self.path, record, os.pread(fd, _HEADER.size, start), start,
+                               os.fstat(fd).st_size)
             buf = os.pread(fd, length + _CRC.size, offset)
             if len(buf) != length + _CRC.size:
                 raise _corrupt(self.path, record, offset - _HEADER.size,
@@ -230,6 +244,11 @@ class TFRecordFile:
     def _read_ranges(self, idx: np.ndarray) -> list[bytes]:
         """Just the records asked for, as parallel ranged GETs of nearby records coalesced."""
         wanted = np.unique(idx)
+        if self._lengths[wanted[-1]] == UNFRAMED:
+            start = int(self._offsets[wanted[-1]]) - _HEADER.size
+            size = self.remote.size
+            header = self.remote.read_ranges([(start, min(start + _HEADER.size, size))])[0]
+            raise unframed(self.path, int(wanted[-1]), header, start, size)
         starts = self._offsets[wanted].astype(np.int64)
         ends = starts + self._lengths[wanted].astype(np.int64) + _CRC.size
         spans = coalesce(list(zip(starts.tolist(), ends.tolist())), _MAX_GAP, _MAX_SPAN)
@@ -249,8 +268,8 @@ class TFRecordFile:
         data = buf[:length]
         if _masked_crc(data) != _CRC.unpack_from(buf, length)[0]:
             raise _corrupt(self.path, record, offset - _HEADER.size,
-                           "data CRC mismatch on read (was the file changed after its "
-                           "index was built?)")
+                           "data CRC mismatch (the record is damaged, or the file changed "
+                           "after its index was built)")
         return data
 
     def release_if_evicted(self) -> None:

@@ -72,11 +72,19 @@ def write_tfrecords(path: str | os.PathLike, records: Iterable[bytes]) -> int:
     return count
 
 
-def scan_records(fd: int, path: str, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reads the whole file once, verifying every CRC; returns (data offsets, lengths) as uint64.
+# In an index, a record length of UNFRAMED marks the last position of a file whose framing
+# breaks there (a bad length CRC, or a record cut off by the end of the file): nothing after it
+# can be split into records, so it is one position that fails when read.
+UNFRAMED = (1 << 64) - 1
 
-    Reads in 16 MiB chunks (more for a larger record); raises CorruptDataError on a bad CRC or a
-    record cut off by the end of the file.
+
+def scan_records(fd: int, path: str, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reads the whole file once and frames every record; returns (data offsets, lengths).
+
+    Each length's CRC is checked here; each record's data CRC when the record is read, so a
+    damaged record fails (and `ignore_errors` can skip it) then. Where the framing breaks, the
+    rest of the file becomes one last position of length `UNFRAMED`, which fails when read.
+    Reads in 16 MiB chunks (more for a larger record).
     """
     return _scan(lambda n, offset: os.pread(fd, n, offset), path, size)
 
@@ -90,33 +98,43 @@ def _scan(pread: Callable[[int, int], bytes], path: str,
     pos = 0  # file offset of the next record
     while pos < size:
         record = len(offsets)
-        if pos + _HEADER.size > size:
-            raise _corrupt(path, record, pos, f"torn record: the file ends {size - pos} bytes "
-                           f"into its {_HEADER.size}-byte header")
         if pos + _HEADER.size > base + len(buf):
             buf, base = pread(_SCAN_CHUNK, pos), pos
-            if len(buf) < _HEADER.size:
+            if len(buf) < min(_HEADER.size, size - pos):
                 raise _corrupt(path, record, pos, "file shrank while its index was being built")
         rel = pos - base
-        length, length_crc = _HEADER.unpack_from(buf, rel)
-        if _masked_crc(buf[rel:rel + 8]) != length_crc:
-            raise _corrupt(path, record, pos, "length CRC mismatch")
-        end = pos + _FRAMING + length
-        if end > size:
-            raise _corrupt(path, record, pos, f"torn record: its length says {length} bytes of "
-                           f"data but the file ends {end - size} bytes short")
-        if end > base + len(buf):
-            buf, base = pread(max(_SCAN_CHUNK, end - pos), pos), pos
-            rel = 0
-            if end > base + len(buf):
-                raise _corrupt(path, record, pos, "file shrank while its index was being built")
-        start = rel + _HEADER.size
-        if _masked_crc(buf[start:start + length]) != _CRC.unpack_from(buf, start + length)[0]:
-            raise _corrupt(path, record, pos, "data CRC mismatch")
+        if framing_problem(buf[rel:rel + _HEADER.size], pos, size) is not None:
+            offsets.append(pos + _HEADER.size)
+            lengths.append(UNFRAMED)
+            break
+        length = _HEADER.unpack_from(buf, rel)[0]
         offsets.append(pos + _HEADER.size)
         lengths.append(length)
-        pos = end
+        pos += _FRAMING + length
     return np.array(offsets, dtype=np.uint64), np.array(lengths, dtype=np.uint64)
+
+
+def framing_problem(header: bytes, pos: int, size: int) -> str | None:
+    """Why the record whose header is `header` (read at `pos` of a `size`-byte file) cannot be
+    framed, or None if it can."""
+    if len(header) < _HEADER.size:
+        return (f"torn record: the file ends {size - pos} bytes into its {_HEADER.size}-byte "
+                "header")
+    length, length_crc = _HEADER.unpack(header)
+    if _masked_crc(header[:8]) != length_crc:
+        return "length CRC mismatch"
+    end = pos + _FRAMING + length
+    if end > size:
+        return (f"torn record: its length says {length} bytes of data but the file ends "
+                f"{end - size} bytes short")
+    return None
+
+
+def unframed(path: str, record: int, header: bytes, pos: int, size: int) -> CorruptDataError:
+    """The error of the position that stands for a file's unframeable rest."""
+    why = framing_problem(header, pos, size) or "the file changed after its index was built"
+    return _corrupt(path, record, pos, f"{why}; the {size - pos:,} bytes from here to the end "
+                    "cannot be split into records (ignore_errors counts them as one bad record)")
 
 
 def _corrupt(path: str, record: int, offset: int, what: str) -> CorruptDataError:
