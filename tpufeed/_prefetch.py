@@ -6,14 +6,22 @@ Used by single-process iterators (`prefetch(n)` with no workers) and by the devi
 from __future__ import annotations
 
 import atexit
+import ctypes
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
 _END = object()
 _LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
+_CLOSE_WAIT_S = 1.0  # how long close() waits for a thread that is inside a slow transform
+
+
+class PrefetchStopped(BaseException):
+    """Raised inside a prefetch thread that outlived `close()` (a BaseException, so a user
+    function's `except Exception` does not swallow it)."""
 
 
 class ThreadPrefetcher:
@@ -49,13 +57,21 @@ class ThreadPrefetcher:
         return value
 
     def close(self) -> None:
+        """Stops the thread. Waits at most `_CLOSE_WAIT_S` for it: a thread still inside a slow
+        transform then gets `PrefetchStopped` at its next Python line, and is left to end on its
+        own (a daemon, its items discarded), so Ctrl-C and exit never wait for a transform."""
         self._stop.set()
-        while self._thread.is_alive():
+        self._done = True
+        deadline = time.monotonic() + _CLOSE_WAIT_S
+        while self._thread.is_alive() and time.monotonic() < deadline:
             try:  # unblock a producer waiting on a full queue
                 self._queue.get_nowait()
             except queue.Empty:
                 pass
             self._thread.join(timeout=0.05)
+        if self._thread.is_alive() and self._thread.ident is not None:
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
+                                                       ctypes.py_object(PrefetchStopped))
 
 
 def _fill(items: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
