@@ -215,3 +215,14 @@ def test_tpufeed_version():
     out = subprocess.run([sys.executable, "-m", "tpufeed.cli", "--version"], capture_output=True,
                          text=True, timeout=60)
     assert out.stdout.strip() == f"tpufeed {tpufeed.__version__}"
+
+
+def test_many_skipped_records_are_summarised_not_logged_one_by_one(caplog):
+    ds = seq(1000).map(lambda r: 1 / 0 if r % 10 == 0 else r).ignore_errors(200)
+    it = ds.iterator()
+    assert len(list(it)) == 900
+    assert it.stats().errors == 100
+    lines = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(lines) == 5  # three one by one, then at 10 and 100
+    assert "skipped 100 bad records so far (of at most 200)" in lines[-1]
+    assert "100 x map(<lambda>) raised ZeroDivisionError" in lines[-1]

@@ -258,8 +258,9 @@ class Dataset:
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.
 
-        Each skip is counted (`it.stats().errors`) and logged with its file, record and cause;
-        the bad record after the last allowed one raises. Off by default: errors raise.
+        Each skip is counted (`it.stats().errors`). The first three are logged with their file,
+        record and cause, then one summary line at 10, 100, ... skips. The bad record after the
+        last allowed one raises. Off by default: errors raise.
         """
         self._not_mixture("ignore_errors")
         if not isinstance(max_errors, int) or isinstance(max_errors, bool) or max_errors < 0:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.chunk import ChunkRunner, EpochEnd
@@ -34,21 +35,48 @@ class Counters:
 
 @dataclass
 class ErrorBudget:
-    """Counts skipped bad records against `ignore_errors(max_errors)`; past it, raises."""
+    """Counts skipped bad records against `ignore_errors(max_errors)`; past it, raises.
+
+    The first `_LOGGED_EACH` skips are logged one line each (file, record, cause); after that one
+    summary line at every power of ten (10, 100, ...) counts them by cause, so a corpus with many
+    bad records does not flood the log. `it.stats().errors` has the exact count at any time.
+    """
 
     max_errors: int
     counters: Counters
+    causes: Counter = field(default_factory=Counter)
 
     def charge(self, errors: Sequence[TpufeedError]) -> None:
         for error in errors:
             self.counters.errors += 1
-            if self.counters.errors > self.max_errors:
+            count = self.counters.errors
+            if count > self.max_errors:
                 error.add_note(f"tpufeed: ignore_errors({self.max_errors}) skips at most "
-                               f"{self.max_errors} bad records; this was bad record "
-                               f"{self.counters.errors}")
+                               f"{self.max_errors} bad records; this was bad record {count}")
                 raise error
-            _log.warning("tpufeed: skipped a bad record (%d of at most %d): %s",
-                         self.counters.errors, self.max_errors, str(error).split("\n", 1)[0])
+            first_line = str(error).split("\n", 1)[0]
+            self.causes[_cause(first_line)] += 1
+            if count <= _LOGGED_EACH:
+                _log.warning("tpufeed: skipped a bad record (%d of at most %d): %s", count,
+                             self.max_errors, first_line)
+            elif _is_power_of_ten(count):
+                top = "; ".join(f"{n} x {cause}" for cause, n in self.causes.most_common(3))
+                _log.warning("tpufeed: skipped %d bad records so far (of at most %d); most "
+                             "common: %s; the latest: %s", count, self.max_errors, top, first_line)
+
+
+_LOGGED_EACH = 3
+
+
+def _is_power_of_ten(n: int) -> bool:
+    while n % 10 == 0:
+        n //= 10
+    return n == 1
+
+
+def _cause(first_line: str) -> str:
+    """What kind of failure a skipped record's message names, without the record."""
+    return first_line.split(" (on ", 1)[0].split(":", 1)[0][:80]
 
 
 def stream(plan: Plan, pieces: Iterator[Any], counters: Counters, clock: StageClock, start: Any,
