@@ -226,3 +226,19 @@ def test_many_skipped_records_are_summarised_not_logged_one_by_one(caplog):
     assert len(lines) == 5  # three one by one, then at 10 and 100
     assert "skipped 100 bad records so far (of at most 200)" in lines[-1]
     assert "100 x map(<lambda>) raised ZeroDivisionError" in lines[-1]
+
+
+def test_a_state_checks_stage_kinds_and_settings_but_not_function_code():
+    """As the README says: fixing a bug in a transform keeps the checkpoint; other stages don't."""
+    from tpufeed.errors import StateError
+
+    base = seq(20).shuffle(1)
+    it = base.map(lambda r: r * 2).batch(4).iterator()
+    next(it)
+    state = it.get_state()
+    fixed = base.map(lambda r: r * 2 + 0).batch(4)  # another function, same stages
+    assert [b.tolist() for b in fixed.iterator(state)] == [b.tolist() for b in it]
+    for other in (base.map(lambda r: r).batch(5), base.filter(bool).batch(4),
+                  base.map(lambda r: r).map(lambda r: r).batch(4), seq(20).shuffle(2).map(int).batch(4)):
+        with pytest.raises(StateError, match="another dataset or pipeline"):
+            other.iterator(state)
