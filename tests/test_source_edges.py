@@ -8,14 +8,13 @@ import random
 import threading
 import traceback
 
-import numpy as np
 import pytest
 
 import tpufeed
 from gcs_emulator import _proxy, bucket, emulator, gcs, upload  # noqa: F401
-from tpufeed.errors import CorruptDataError
-from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
-from tpufeed.sources.tfrecord import TFRecordSource, write_tfrecords
+from tpufeed.errors import CorruptDataError, SourceError
+from tpufeed.sources.array_record import ArrayRecordFile, ArrayRecordSource, write_array_records
+from tpufeed.sources.tfrecord import TFRecordFile, TFRecordSource, write_tfrecords
 
 
 def in_forked_child(fn, timeout: float = 60.0):
@@ -208,3 +207,51 @@ def test_ignore_errors_skips_a_damaged_tfrecord_record_on_gcs(gcs, bucket, uploa
     assert got == (records[:12] + records[13:] if damage == "data" else records[:12])
     with pytest.raises(CorruptDataError, match=f"{url}: record 12 at byte offset {12 * 39}: "):
         list(ds)
+
+
+# --- only regular files are read ------------------------------------------------------------------
+
+@pytest.fixture
+def fifo(tmp_path):
+    """A named pipe nobody writes to: opening it for reading the ordinary way blocks forever."""
+    path = str(tmp_path / "pipe.array_record")
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.timeout(60)  # before the fix each of these blocked forever
+@pytest.mark.parametrize("open_it", [
+    lambda p: tpufeed.Dataset.from_array_record(p),
+    lambda p: tpufeed.Dataset.from_tfrecord(p),
+    lambda p: tpufeed.Dataset.from_array_record(os.path.join(os.path.dirname(p), "*")),
+    lambda p: len(ArrayRecordFile(p)),
+    lambda p: TFRecordFile(p),
+    lambda p: TFRecordSource(os.path.join(os.path.dirname(p), "*.array_record")),
+], ids=["from_array_record", "from_tfrecord", "glob", "ArrayRecordFile", "TFRecordFile",
+        "TFRecordSource"])
+def test_a_fifo_is_refused_by_name_without_blocking(fifo, open_it):
+    with pytest.raises(SourceError, match="is a FIFO \\(named pipe\\), not a regular file") as e:
+        open_it(fifo)
+    assert e.value.path == fifo and fifo in str(e.value)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("what", ["shard", "manifest"])
+def test_a_dataset_folder_with_a_fifo_is_refused_by_name(tmp_path, what):
+    from test_manifest import make_dataset
+    root = tmp_path / "ds"
+    manifest = make_dataset(root, [[b"a", b"b"], [b"c"]])
+    path = root / (manifest["shards"][1]["path"] if what == "shard" else "manifest.json")
+    os.remove(path)
+    os.mkfifo(path)
+    with pytest.raises(SourceError, match="is a FIFO") as e:
+        tpufeed.Dataset.open(root)  # a shard too is refused when the dataset opens
+    assert e.value.path == str(path)
+
+
+@pytest.mark.parametrize("open_it", [tpufeed.Dataset.from_array_record,
+                                     tpufeed.Dataset.from_tfrecord, ArrayRecordFile,
+                                     TFRecordFile])
+def test_a_device_is_refused_by_name(open_it):
+    with pytest.raises(SourceError, match="/dev/zero is a character device, not a regular file"):
+        len(open_it("/dev/zero"))

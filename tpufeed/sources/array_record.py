@@ -45,7 +45,7 @@ from tpufeed.storage.array_record_footer import BLOCK_SIZE, footer_offset, spars
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
-from tpufeed.storage.local import PathsLike, resolve_paths
+from tpufeed.storage.local import PathsLike, open_regular, resolve_paths
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["ArrayRecordFile", "ArrayRecordSource", "write_array_records"]
@@ -300,7 +300,7 @@ class ArrayRecordFile:
         """
         local = self.path if self.remote is None else self.remote.local_path()
         try:
-            with open(local, "rb") as f:
+            with os.fdopen(open_regular(local, self.path), "rb") as f:
                 st = os.fstat(f.fileno())
                 size = st.st_size
                 head = f.read(len(_RIEGELI_SIGNATURE))

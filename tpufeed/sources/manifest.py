@@ -47,6 +47,7 @@ from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.gcs import (DEFAULT_POLICY, SCHEME, is_gcs_url, list_prefix, read_range,
                                  split_url, stat_object)
+from tpufeed.storage.local import check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy
 
@@ -156,9 +157,9 @@ def _read_manifest(path: str) -> tuple[str, bytes]:
     """(manifest path, at most one byte more than the size cap) of a local folder or file."""
     manifest_path = os.path.join(path, MANIFEST_NAME) if os.path.isdir(path) else path
     try:
-        with open(manifest_path, "rb") as f:
+        with os.fdopen(open_regular(manifest_path), "rb") as f:
             return manifest_path, f.read(_MAX_MANIFEST_BYTES + 1)
-    except FileNotFoundError:
+    except SourceNotFoundError:
         hint = _NO_MANIFEST if os.path.isdir(path) else ""
         raise SourceNotFoundError(f"no such file: {manifest_path}{hint}",
                                   path=manifest_path) from None
@@ -253,13 +254,14 @@ def check_manifest(manifest: object, where: str) -> None:
 
 def _refuse_aliases(shards: Sequence[VerifiedShard], entries: list[dict[str, Any]],
                     manifest_path: str) -> None:
-    """Raises if two entries name one local file (through a symlink or a hard link)."""
+    """Raises if two entries name one local file (through a symlink or a hard link), or one
+    names something other than a regular file."""
     seen: dict[tuple[int, int], int] = {}
     for i, shard in enumerate(shards):
         try:
-            st = os.stat(shard.path)
-        except OSError:
-            continue  # a missing or unreadable shard is reported when it is read
+            st = check_regular(shard.path)  # a FIFO or a device: refused now, never read
+        except SourceNotFoundError:
+            continue  # a missing shard is reported when it is read
         j = seen.setdefault((st.st_dev, st.st_ino), i)
         if j != i:
             raise CorruptDataError(

@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from tpufeed.errors import RecordIndexError, SourceNotFoundError
+from tpufeed.errors import RecordIndexError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, UNFRAMED, _atomic_write, _corrupt,
@@ -40,7 +40,7 @@ from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, UNFRAMED, _atomic_wr
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
-from tpufeed.storage.local import PathsLike, resolve_paths
+from tpufeed.storage.local import PathsLike, open_regular, resolve_paths
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.transfers import coalesce
 
@@ -141,11 +141,7 @@ class TFRecordFile:
         return [self.path + INDEX_SUFFIX, os.path.join(default_index_dir(), name)]
 
     def _load_or_build_index(self) -> tuple[str | None, np.ndarray, np.ndarray]:
-        try:
-            f = open(self.path, "rb", buffering=0)
-        except FileNotFoundError as e:
-            raise SourceNotFoundError(f"no such file: {self.path}", path=self.path) from e
-        with f:
+        with os.fdopen(open_regular(self.path), "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
             candidates = self._index_candidates()
             for index_path in candidates:
@@ -196,7 +192,7 @@ class TFRecordFile:
     def _fd(self) -> int:
         with self._lock:
             if self._file is None:
-                self._file = open(self.path, "rb", buffering=0)
+                self._file = os.fdopen(open_regular(self.path), "rb", buffering=0)
             return self._file.fileno()
 
     def read(self, indices: np.ndarray) -> list[bytes]:

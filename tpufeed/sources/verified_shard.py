@@ -21,6 +21,7 @@ import numpy as np
 from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.storage import cache_layout
+from tpufeed.storage.local import check_regular
 from tpufeed.storage.remote import RemoteFile
 
 if TYPE_CHECKING:
@@ -96,7 +97,11 @@ class VerifiedShard:
             size, crc = _object_crc32c(self.remote)
         else:
             try:
+                check_regular(self.path)  # a FIFO or a device would block the read below
                 size, crc = file_crc32c(self.path)
+            except SourceNotFoundError:
+                raise SourceNotFoundError(f"{self.path}: shard named in the manifest is missing",
+                                          path=self.path) from None
             except FileNotFoundError:
                 raise SourceNotFoundError(f"{self.path}: shard named in the manifest is missing",
                                           path=self.path) from None

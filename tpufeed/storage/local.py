@@ -1,17 +1,20 @@
 """Paths: expand a path, a list of paths or globs (local or gs://) into a sorted, checked list.
 
 Local globs go through `glob`; gs:// globs through one bucket listing each (`storage.gcs`).
+Data files must be regular files: a FIFO blocks its reader until someone writes, a device may
+never end, so both are refused by name (`open_regular` checks without blocking on them).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import stat
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from tpufeed.errors import InvalidArgumentError, SourceNotFoundError
+from tpufeed.errors import InvalidArgumentError, SourceError, SourceNotFoundError
 
 if TYPE_CHECKING:
     from tpufeed.storage.gcs import GcsObject
@@ -77,15 +80,63 @@ def _is_gcs(item: str | os.PathLike) -> bool:
 
 def _local(path: str) -> list[str]:
     if _GLOB_CHARS.intersection(path):
-        # Globs skip tpufeed's own side files (TFRecord offset indexes) next to the data.
-        matches = sorted(p for p in glob.glob(path)
-                         if os.path.isfile(p) and not p.endswith(".tpufeed-index"))
+        # Globs skip folders, dangling links and tpufeed's side files (TFRecord offset indexes).
+        matches = sorted(p for p in glob.glob(path) if os.path.exists(p)
+                         and not os.path.isdir(p) and not p.endswith(".tpufeed-index"))
         if not matches:
             raise SourceNotFoundError(f"no file matches the glob {path!r}", path=path)
+        for match in matches:
+            check_regular(match)
         return matches
-    if os.path.isfile(path):
-        return [path]
     if os.path.isdir(path):
         raise InvalidArgumentError(
             f"{path} is a directory; pass files or a glob such as '{path}/*.array_record'")
-    raise SourceNotFoundError(f"no such file: {path}", path=path)
+    check_regular(path)
+    return [path]
+
+
+def check_regular(path: str, shown: str | None = None) -> os.stat_result:
+    """`path`'s stat (links followed) if it is a regular file; raises naming `shown` (default:
+    `path`) otherwise."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"no such file: {shown or path}", path=shown or path) from None
+    except OSError as e:
+        raise SourceError(f"{shown or path}: cannot read: {e}", path=shown or path) from e
+    _refuse_irregular(st.st_mode, shown or path)
+    return st
+
+
+def open_regular(path: str, shown: str | None = None) -> int:
+    """A descriptor of `path` open for reading, if it is a regular file; anything else is
+    refused without blocking on it (the open does not wait for a FIFO's writer). Errors name
+    `shown` (default: `path`)."""
+    shown = shown or path
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"no such file: {shown}", path=shown) from None
+    except OSError as e:  # a socket cannot be opened at all: say what it is
+        check_regular(path, shown)
+        raise SourceError(f"{shown}: cannot open: {e}", path=shown) from e
+    try:
+        _refuse_irregular(os.fstat(fd).st_mode, shown)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
+
+
+def _refuse_irregular(mode: int, shown: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    raise SourceError(f"{shown} is {kind}, not a regular file: data files must be regular "
+                      "files (reading this one could block forever or never end)", path=shown)
