@@ -28,7 +28,7 @@ def in_forked_child(fn, timeout: float = 60.0):
         except BaseException as e:  # noqa: BLE001 - everything goes back to the test
             send.send(("error", (e, traceback.format_exc())))
 
-    proc = ctx.Process(target=child, daemon=True)
+    proc = ctx.Process(target=child)
     proc.start()
     try:
         if not receive.poll(timeout):
@@ -255,3 +255,20 @@ def test_a_dataset_folder_with_a_fifo_is_refused_by_name(tmp_path, what):
 def test_a_device_is_refused_by_name(open_it):
     with pytest.raises(SourceError, match="/dev/zero is a character device, not a regular file"):
         len(open_it("/dev/zero"))
+
+
+def test_closing_in_a_forked_child_starts_no_helper(tmp_path):
+    write_array_records(tmp_path / "a.array_record", [b"x"])
+    source = ArrayRecordSource(str(tmp_path / "a.array_record"))
+    assert source[0] == b"x"
+
+    def child():
+        from tpufeed.sources._reader_process import ReaderProcess
+        assert source[0] == b"x" and ReaderProcess.running() is not None  # its own helper
+
+        def grandchild():
+            source.close()  # the parent's helper is not this process's: nothing to tell
+            return ReaderProcess.running()
+        return in_forked_child(grandchild)
+
+    assert in_forked_child(child) is None

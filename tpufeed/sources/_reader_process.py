@@ -74,6 +74,12 @@ class ReaderProcess:
             helper = cls._shared = ReaderProcess()
         return helper
 
+    @classmethod
+    def running(cls) -> ReaderProcess | None:
+        """This process's helper if it has started one (a forked parent's is not)."""
+        helper = cls._shared
+        return helper if helper is not None and helper.owner == os.getpid() else None
+
     def call(self, op: str, file: Any, indices: Any = None) -> Any:
         """Runs `op` ("count", "read" or "close") on `file` in the helper; re-raises its error."""
         with self._lock:

@@ -249,8 +249,9 @@ class ArrayRecordFile:
             yield lambda i: read(i, i + 1)[0]
 
     def close(self) -> None:
-        if native_state_inherited() and ReaderProcess._shared is not None:
-            ReaderProcess.shared().forget(self)
+        helper = ReaderProcess.running()
+        if helper is not None:
+            helper.forget(self)
         with self._lock:
             try:
                 if self._reader is not None:
