@@ -65,3 +65,96 @@ def test_ctrl_c_stops_a_pipeline_whose_prefetch_thread_is_in_a_slow_transform(tm
     finally:
         proc.kill()
         proc.wait()
+
+
+def hang_on_17(i):
+    if i == 17:
+        time.sleep(60)
+    return i
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_timeout_names_the_stage_and_the_record_and_stops_the_workers(workers):
+    import psutil
+
+    ds = (tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: i + 0).map(hang_on_17)
+          .batch(4).workers(workers).options(timeout_s=2))
+    it = ds.iterator()
+    got = []
+    started = time.monotonic()
+    with pytest.raises(tpufeed.InputTimeoutError) as info:
+        for batch in it:
+            got.append(batch.tolist())
+    assert 2 <= time.monotonic() - started < 20
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    error = info.value
+    assert (error.stage, error.record) == ("map(hang_on_17)", 17)
+    assert "in map(hang_on_17) on record 17" in str(error) and "timeout_s=2" in str(error)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+            "tpufeed.workers.worker" in " ".join(c.cmdline()) for c in psutil.Process().children()):
+        time.sleep(0.1)
+    assert not any("tpufeed.workers.worker" in " ".join(c.cmdline())
+                   for c in psutil.Process().children())
+    it.close()
+
+
+@pytest.mark.multiprocess
+def test_a_stopped_worker_is_caught_by_the_timeout():
+    import psutil
+
+    ds = (tpufeed.Dataset.from_sequence(list(range(100_000))).map(lambda i: i * 2).batch(8)
+          .workers(1).options(timeout_s=2))
+    it = ds.iterator()
+    next(it)
+    worker = [c for c in psutil.Process().children()
+              if "tpufeed.workers.worker" in " ".join(c.cmdline())][0]
+    worker.suspend()
+    try:
+        with pytest.raises(tpufeed.InputTimeoutError, match=f"worker 0 \\(pid {worker.pid}\\)"):
+            for _ in it:
+                pass
+    finally:
+        if worker.is_running():
+            worker.resume()
+    it.close()
+
+
+def test_a_timeout_that_does_not_fire_changes_nothing():
+    ds = tpufeed.Dataset.from_sequence(list(range(50))).shuffle(3).map(lambda i: i * 3).batch(7)
+    expected = [b.tolist() for b in ds]
+    assert [b.tolist() for b in ds.options(timeout_s=30)] == expected
+    assert [b.tolist() for b in ds.workers(2).options(timeout_s=30)] == expected
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "5"])
+def test_a_bad_timeout_is_refused(bad):
+    with pytest.raises(tpufeed.InvalidArgumentError, match="timeout_s"):
+        tpufeed.Dataset.from_sequence([1]).options(timeout_s=bad)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_native_crash_in_a_transform_spares_the_caller_only_when_isolated(tmp_path, isolate):
+    """README: while workers start, the first chunks run in the caller; isolate=True runs none."""
+    script = tmp_path / "crash.py"
+    script.write_text(textwrap.dedent(f"""
+        import ctypes, tpufeed
+        def crash(i):
+            if i == 0:
+                ctypes.string_at(0)  # a segfault, as a broken native decoder would cause
+            return i
+        ds = tpufeed.Dataset.from_sequence(list(range(100))).map(crash).batch(4)
+        try:
+            list(ds.workers(2, isolate={isolate}))
+        except tpufeed.WorkerError as error:
+            print("caught", error)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    if isolate:
+        assert proc.returncode == 0, proc.stderr
+        assert "caught tpufeed worker" in proc.stdout and "signal 11" in proc.stdout
+    else:
+        assert proc.returncode == -signal.SIGSEGV

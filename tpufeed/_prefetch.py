@@ -44,10 +44,11 @@ class ThreadPrefetcher:
             self._queue.maxsize = depth
             self._queue.not_full.notify()
 
-    def get(self) -> Any:
+    def get(self, timeout: float | None = None) -> Any:
+        """The next item; `queue.Empty` if none came within `timeout` seconds."""
         if self._done:
             raise StopIteration
-        kind, value = self._queue.get()
+        kind, value = self._queue.get(timeout=timeout)
         if kind is _END:
             self._done = True
             raise StopIteration

@@ -26,11 +26,18 @@ MAX_PREFETCH = 16
 @dataclass(frozen=True)
 class Options:
     """Pipeline-wide settings. `ram_budget_bytes`: memory the pipeline may add (buffers and
-    worker processes); default half of the memory available when the iterator starts."""
+    worker processes); default half of the memory available when the iterator starts.
+    `timeout_s`: the longest `next()` waits for an item (None: no limit)."""
 
     ram_budget_bytes: int | None = None
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
+        timeout = self.timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise InvalidArgumentError(f"timeout_s must be a positive number of seconds, got "
+                                       f"{timeout!r}")
         budget = self.ram_budget_bytes
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
             raise InvalidArgumentError(f"ram_budget_bytes must be a non-negative int, got {budget!r}")

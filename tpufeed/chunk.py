@@ -134,8 +134,8 @@ class ChunkRunner:
     shared-memory slot); `placer` moves an already stacked batch there.
     """
 
-    def __init__(self, plan: Plan, clock: StageClock):
-        self.plan, self.clock = plan, clock
+    def __init__(self, plan: Plan, clock: StageClock, beacon: Any = None):
+        self.plan, self.clock, self.beacon = plan, clock, beacon
         self.labels = stage_names(plan.head)
         self.tail_labels = stage_names(plan.tail, " on batches")
         self.splits = any(stage.splits for stage in plan.head)
@@ -144,7 +144,7 @@ class ChunkRunner:
 
     def context(self, epoch: int, records: list[int]) -> Context:
         return Context(epoch, records, self.plan.source, self.plan.rng_seed, self.clock,
-                       [] if self.tolerant else None, self._rngs)
+                       [] if self.tolerant else None, self._rngs, self.beacon)
 
     def outputs(self, epoch: int, positions: list[int]) -> dict[int, list[Any]]:
         """Every output of the records at epoch `positions`, read and transformed again (what
@@ -168,9 +168,11 @@ class ChunkRunner:
             stacker: Stacker = stack, placer: Placer = lambda batch: batch) -> Piece:
         """The piece made from records `indices` of `epoch` (`skips`: outputs of each unit to
         leave out, as delivered before)."""
-        plan = self.plan
+        plan, beacon = self.plan, self.beacon
         records = indices.tolist()
         context = self.context(epoch, records)
+        if beacon is not None and records:
+            beacon.at("read", records[0])
         values, units = read(plan.source, indices, self.clock, context.skipped)
         elements = Elements(values, units)
         for stage, label in zip(plan.head, self.labels):
@@ -190,6 +192,8 @@ class ChunkRunner:
                 values = pad_elements(values, plan.batch.pad, plan.batch.cut,
                                       fixed=not plan.fused, describe=describe)
             started = now()
+            if beacon is not None:
+                beacon.at("batch", records[0])
             if plan.fused and plan.tail:
                 batch = stack(values, describe)
                 self.clock.add("batch", now() - started, len(values))
@@ -199,6 +203,8 @@ class ChunkRunner:
                 piece.payload = stacker(values, describe)
                 self.clock.add("batch", now() - started, len(values))
             piece.final = plan.fused
+        if beacon is not None:
+            beacon.idle()
         return piece
 
     def finish(self, batch: Any, first_record: int, epoch: int,

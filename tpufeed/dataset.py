@@ -52,6 +52,7 @@ class Dataset:
     _epochs: int | None = 1
     _prefetch: int | str = 0
     _workers: int | str = 0
+    _isolate: bool = False
     _max_errors: int = 0
     _options: Options = Options()
     _mixture: Mixture | None = None
@@ -125,6 +126,9 @@ class Dataset:
                                            f"got {ds!r}")
             check_component(i, ds._batch() or ds._pack(), ds._sharding != Sharding(0, 1),
                             AUTO in (ds._workers, ds._prefetch))
+            if ds._options.timeout_s is not None:
+                raise InvalidArgumentError(f"mix component {i} has options(timeout_s=...), which "
+                                           "does not watch a mixture yet")
         return cls(None, _mixture=Mixture(tuple(datasets), checked, seed, on_end))
 
     @property
@@ -251,9 +255,18 @@ class Dataset:
             raise InvalidArgumentError(f"prefetch must be a non-negative int or 'auto', got {n!r}")
         return dataclasses.replace(self, _prefetch=n)
 
-    def options(self, ram_budget_bytes: int | None = None) -> Dataset:
-        """Pipeline-wide settings; `ram_budget_bytes` bounds what "auto" settings may use."""
-        return dataclasses.replace(self, _options=Options(ram_budget_bytes=ram_budget_bytes))
+    def options(self, ram_budget_bytes: int | None = None,
+                timeout_s: float | None = None) -> Dataset:
+        """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
+
+        `timeout_s`: `next()` waits at most this long for an item, then raises
+        `InputTimeoutError` naming the stage and the record being worked on, and stops the
+        workers. It watches reading and the element stages (and the batch stages workers run);
+        to be able to stop them, no chunk runs in the calling thread (a prefetch thread with no
+        workers, only workers with some). Off by default; not for `mix`.
+        """
+        return dataclasses.replace(self, _options=Options(ram_budget_bytes=ram_budget_bytes,
+                                                          timeout_s=timeout_s))
 
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.
@@ -267,15 +280,20 @@ class Dataset:
             raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")
         return dataclasses.replace(self, _max_errors=max_errors)
 
-    def workers(self, n: int | str) -> Dataset:
+    def workers(self, n: int | str, isolate: bool = False) -> Dataset:
         """Runs the element and batch stages in `n` worker processes (0: in this process).
 
         The output is the same item for item whatever `n`; functions may be lambdas or closures.
         `"auto"`: chosen from a short measured warm-up within the RAM budget (`options`).
+        While workers start, the first chunks run in this process, for a fast first batch;
+        `isolate=True` runs none here, so a crash in native code (a segfault in a decoder) can
+        only take a worker down, at the cost of a first batch that waits for a worker to start.
         """
         if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
             raise InvalidArgumentError(f"workers must be a non-negative int or 'auto', got {n!r}")
-        return dataclasses.replace(self, _workers=n)
+        if not isinstance(isolate, bool):
+            raise InvalidArgumentError(f"isolate must be True or False, got {isolate!r}")
+        return dataclasses.replace(self, _workers=n, _isolate=isolate)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -318,18 +336,21 @@ class Dataset:
 
     def _iterate(self, plan: Any, cursor: Any,
                  stages: dict[str, Any] | None) -> DatasetIterator:
+        timeout_s = self._options.timeout_s
         if isinstance(plan, MixPlan):  # its workers run inside its components
             if self._prefetch == AUTO or self._workers == AUTO:
                 raise InvalidArgumentError("a mixture takes a number of workers and prefetch, "
                                            "not 'auto'")
+            if timeout_s is not None:
+                raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
             return DatasetIterator(plan, cursor, prefetch=self._prefetch, stages=stages)
         if AUTO in (self._workers, self._prefetch):
             tuning = choose(plan, cursor, self._workers, self._prefetch, self._options)
             return DatasetIterator(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
                                    tuning=tuning, adapt_prefetch=self._prefetch == AUTO,
-                                   stages=stages)
+                                   stages=stages, isolate=self._isolate, timeout_s=timeout_s)
         return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers,
-                               stages=stages)
+                               stages=stages, isolate=self._isolate, timeout_s=timeout_s)
 
     def to_jax(self, sharding: Any = None, prefetch: int = 2, state: Any = None,
                uneven: str = "shortest", agreement: HostAgreement | None = None) -> Any:

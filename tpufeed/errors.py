@@ -59,6 +59,18 @@ class WorkerError(TpufeedError):
     """A worker process died or failed outside a user function."""
 
 
+class InputTimeoutError(TpufeedError, TimeoutError):
+    """`next()` waited longer than `options(timeout_s=...)`; names the stage and the record that
+    was being worked on, and how long it had been."""
+
+    def __init__(self, message: str, *, stage: str | None = None, record: int | None = None,
+                 path: str | None = None):
+        super().__init__(message)
+        self.stage = stage
+        self.record = record
+        self.path = path
+
+
 class MissingDependencyError(TpufeedError, ImportError):
     """An optional framework is needed; the message says which extra to install."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import queue
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from tpufeed.autotune import MAX_PREFETCH, Tuning
 from tpufeed.mix import MixPlan
 from tpufeed.mixing import MixProducer
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
+from tpufeed.watch import Beacon, labels_of, timed_out
 
 _ADAPT_EVERY = 16  # items between prefetch adjustments
 
@@ -28,7 +30,8 @@ class DatasetIterator(Iterator[Any]):
 
     def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0, workers: int = 0,
                  tuning: Tuning | None = None, adapt_prefetch: bool = False,
-                 stages: dict[str, Any] | None = None):
+                 stages: dict[str, Any] | None = None, isolate: bool = False,
+                 timeout_s: float | None = None):
         self._plan = plan
         self._cursor, self._stages = cursor, stages
         self._counters = Counters()
@@ -40,6 +43,7 @@ class DatasetIterator(Iterator[Any]):
         self._window_start, self._window_wait = now(), 0.0
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._closed = True  # until construction succeeds
+        self._timeout_s, self._beacon = timeout_s, None
         if isinstance(plan, MixPlan):
             self._items = MixProducer(plan, cursor, self._counters, self._clock, stages).items()
             if prefetch > 0:
@@ -49,10 +53,14 @@ class DatasetIterator(Iterator[Any]):
             self._parallel = ParallelProducer(plan, cursor, workers, prefetch, self._counters,
                                               self._clock,
                                               max_prefetch=MAX_PREFETCH if adapt_prefetch else prefetch,
-                                              stages=stages)
+                                              stages=stages, isolate=isolate, timeout_s=timeout_s)
             self._items = self._parallel.items(self._parallel.start())
         else:
-            self._items = Producer(plan, cursor, self._counters, self._clock, stages).items()
+            if timeout_s is not None:  # the work leaves this thread, so a wait can end
+                self._beacon = Beacon(labels_of(plan))
+                self._prefetch = prefetch = max(1, prefetch)
+            self._items = Producer(plan, cursor, self._counters, self._clock, stages,
+                                   self._beacon).items()
             if prefetch > 0:
                 self._prefetcher = ThreadPrefetcher(self._items, prefetch)
         self._closed = False
@@ -66,7 +74,7 @@ class DatasetIterator(Iterator[Any]):
         started = now()
         try:
             if self._prefetcher is not None:
-                item, cursor, stages = self._prefetcher.get()
+                item, cursor, stages = self._get()
             else:
                 item, cursor, stages = next(self._items)
         finally:
@@ -79,6 +87,16 @@ class DatasetIterator(Iterator[Any]):
             self._adapt_prefetch()
         self._records += _record_count(item) if self._plan.batch is not None else 1
         return item
+
+    def _get(self) -> Any:
+        """The prefetch thread's next item; past `timeout_s`, an error naming where it is."""
+        try:
+            return self._prefetcher.get(self._timeout_s)
+        except queue.Empty:
+            error = timed_out(self._timeout_s, "the prefetch thread", self._beacon,
+                              self._plan.source)
+            self.close()
+            raise error from None
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-able dict; `ds.iterator(state)` resumes right after the last item returned."""

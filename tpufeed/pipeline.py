@@ -28,9 +28,10 @@ class Producer:
     counters: Counters = field(default_factory=Counters)
     clock: StageClock = field(default_factory=StageClock)
     stages: dict[str, Any] | None = None
+    beacon: Any = None  # a watch.Beacon, when a timeout watches the pipeline
 
     def items(self) -> Iterator[tuple[Any, Cursor, dict[str, Any] | None]]:
-        runner = ChunkRunner(self.plan, self.clock)
+        runner = ChunkRunner(self.plan, self.clock, self.beacon)
         pieces = (runner.run_chunk(step) if isinstance(step, Chunk) else step
                   for step in walk(self.plan, self.cursor))
         return stream(self.plan, pieces, self.counters, self.clock, self.cursor, self.stages)

@@ -61,6 +61,7 @@ class Context:
     clock: StageClock = field(default_factory=StageClock)
     skipped: list[TransformError] | None = None
     _rngs: dict[int, RecordRngs] = field(default_factory=dict)
+    beacon: Any = None  # a watch.Beacon (options(timeout_s=...)): marks each element begun
 
     def rngs(self, stream: int) -> RecordRngs:
         rngs = self._rngs.get(stream)
@@ -96,9 +97,11 @@ class RecordStage(abc.ABC):
         """The outputs of one element (`piece`: its id within its record)."""
 
     def run(self, elements: Elements, context: Context, label: str) -> Elements:
-        """Applies the stage to every element, timed under `label`."""
+        """Applies the stage to every element, timed under `label` (one at a time, each marked
+        on the context's beacon, when a timeout watches the pipeline)."""
         started, count = now(), len(elements.values)
-        if context.skipped is None:
+        beacon = context.beacon
+        if context.skipped is None and beacon is None:
             try:
                 out = self.apply_all(elements, context)
                 context.clock.add(label, now() - started, count)
@@ -111,6 +114,8 @@ class RecordStage(abc.ABC):
         for i, (value, unit) in enumerate(zip(elements.values, elements.units)):
             piece = elements.ids[i] if elements.ids is not None else 0
             record = context.records[unit]
+            if beacon is not None:
+                beacon.at(label, record)
             try:
                 outs = self.apply_one(value, record, piece, context)
             except Exception as exc:  # noqa: BLE001 - a user function may raise anything

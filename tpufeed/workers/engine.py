@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece
 from tpufeed.cursor import Cursor
+from tpufeed.errors import InputTimeoutError
 from tpufeed.plan import Plan
 from tpufeed.stats import StageClock, now
 from tpufeed.stream import Counters, stream
 from tpufeed.walk import walk
+from tpufeed.watch import beacon_at, labels_of, timed_out
 from tpufeed.workers.layout import read_batch
 from tpufeed.workers.messages import Answer, Failure, Free, Task
 from tpufeed.workers.pool import WorkerPool, rebuild_error
@@ -40,6 +42,7 @@ class _Dealer:
     slots_per_worker: int
     limit: int = 1  # steps in flight, all workers together (set by `set_depth`)
     held_per_worker: int = 1  # answers a worker may hold in slots before the parent consumes them
+    isolate: bool = False  # never run a chunk in the parent, even while workers start
     inflight: deque = field(default_factory=deque)  # (step, worker, task id), in order
     answers: dict[int, Answer | Failure] = field(default_factory=dict)
     dealt: int = 0
@@ -61,10 +64,11 @@ class _Dealer:
 
         Until a worker has started, the parent runs chunks itself, one at a time (worker None):
         the first batches come at in-process speed, and results are the same either way.
+        `isolate`d, it deals nothing until a worker has started.
         """
         while not self.exhausted and len(self.inflight) < self.limit:
             ready = self.pool.ready()
-            if not ready and self.inflight:
+            if not ready and (self.inflight or self.isolate):
                 return
             room = [w for w in ready
                     if self.queued[w] < _QUEUED_PER_WORKER and self.held[w] < self.held_per_worker]
@@ -86,9 +90,15 @@ class _Dealer:
                                                 skips))
             self.inflight.append((step, worker, task_id))
 
-    def answer(self, worker: int, task_id: int) -> Answer | Failure:
-        """The answer to `task_id`; while it is not there, takes the others and deals more."""
+    def answer(self, worker: int, task_id: int,
+               timeout: Callable[[], Exception] | None = None) -> Answer | Failure:
+        """The answer to `task_id`; while it is not there, takes the others and deals more.
+        `timeout`: the error to raise once the wait is past its limit (None: wait on)."""
         while task_id not in self.answers:
+            if timeout is not None:
+                error = timeout()
+                if error is not None:
+                    raise error
             for sender, message in self.pool.receive_any():
                 if isinstance(message, Failure) and message.task_id == -1:  # failed to start
                     raise rebuild_error(message.fields, sender)
@@ -109,6 +119,8 @@ class ParallelProducer:
     clock: StageClock = field(default_factory=StageClock)
     max_prefetch: int = 0  # slots are sized for this depth; segments are made only when used
     stages: dict[str, Any] | None = None  # stream stages' state to restore
+    isolate: bool = False  # no chunk runs in this process, even while workers start
+    timeout_s: float | None = None  # the longest wait for one chunk's answer (isolates)
 
     def __post_init__(self) -> None:
         self.depth = self.depth_for(self.prefetch)
@@ -125,7 +137,8 @@ class ParallelProducer:
 
     def start(self) -> WorkerPool:
         """Starts the workers now, so they boot while the caller does other work."""
-        init = {"plan": self.plan, "slots": self.slots_per_worker}
+        init = {"plan": self.plan, "slots": self.slots_per_worker, "count": self.workers,
+                "watch": self.timeout_s is not None}
         pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
         self.worker_pids = pool.pids
         return pool
@@ -140,13 +153,17 @@ class ParallelProducer:
 
     def pieces(self, pool: WorkerPool) -> Iterator[Piece | EpochEnd]:
         """The plan's pieces in order, their chunks run by the pool's workers."""
-        dealer = _Dealer(pool, walk(self.plan, self.cursor), self.slots_per_worker)
+        dealer = _Dealer(pool, walk(self.plan, self.cursor), self.slots_per_worker,
+                         isolate=self.isolate or self.timeout_s is not None)
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
             dealer.deal()
             self.queue_depth = len(dealer.inflight)
             if not dealer.inflight:
-                return
+                if dealer.exhausted:
+                    return
+                pool.wait_ready()  # isolated: nothing is dealt before a worker has started
+                continue
             step, worker, task_id = dealer.inflight.popleft()
             if isinstance(step, EpochEnd):
                 yield step
@@ -155,7 +172,24 @@ class ParallelProducer:
                     self._local = ChunkRunner(self.plan, self.clock)
                 yield self._local.run_chunk(step)
             else:
-                yield self._received(pool, step, worker, dealer.answer(worker, task_id))
+                answer = dealer.answer(worker, task_id, self._deadline(pool, worker))
+                yield self._received(pool, step, worker, answer)
+
+    def _deadline(self, pool: WorkerPool,
+                  worker: int) -> Callable[[], InputTimeoutError | None] | None:
+        """With a timeout: a check that names where `worker` is once the wait is too long."""
+        if self.timeout_s is None:
+            return None
+        limit, started = self.timeout_s, now()
+        labels = labels_of(self.plan)
+
+        def check() -> InputTimeoutError | None:
+            if now() - started < limit:
+                return None
+            beacon = beacon_at(pool.beacons, worker, labels)
+            return timed_out(limit, f"worker {worker} (pid {pool.pids[worker]})", beacon,
+                             self.plan.source)
+        return check
 
     def _received(self, pool: WorkerPool, chunk: Chunk, worker: int,
                   answer: Answer | Failure) -> Piece:

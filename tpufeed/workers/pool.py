@@ -16,6 +16,7 @@ import cloudpickle
 from tpufeed import errors
 from tpufeed.errors import WorkerError
 from tpufeed.workers.messages import Failure, Ready, Start, Stop
+from tpufeed.watch import beacon_file, beacon_map
 from tpufeed.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
@@ -32,6 +33,8 @@ class WorkerPool:
         self._results: list[Connection] = []
         self._closed = False
         self._ready: list[int] = []
+        self._beacon_fd = beacon_file(count)  # unlinked at once: nothing to clean up
+        self.beacons = beacon_map(self._beacon_fd, count)
         _LIVE_POOLS.add(self)
         payloads = [cloudpickle.dumps({**init, "index": i, "prefix": prefix}) for i in range(count)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -41,8 +44,9 @@ class WorkerPool:
                 result_r, result_w = os.pipe()
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "tpufeed.workers.worker", str(task_r), str(result_w),
-                     str(os.getpid())],
-                    pass_fds=(task_r, result_w), stdin=subprocess.DEVNULL, env=env, close_fds=True)
+                     str(os.getpid()), str(self._beacon_fd)],
+                    pass_fds=(task_r, result_w, self._beacon_fd), stdin=subprocess.DEVNULL,
+                    env=env, close_fds=True)
                 os.close(task_r)
                 os.close(result_w)
                 self._procs.append(proc)
@@ -109,6 +113,13 @@ class WorkerPool:
                     raise self._death(worker)
         return out
 
+    def wait_ready(self) -> None:
+        """Blocks until a worker has started (or raises, naming why none could)."""
+        while not self.ready():
+            for worker, message in self.receive_any():
+                if isinstance(message, Failure):
+                    raise rebuild_error(message.fields, worker)
+
     def _death(self, worker: int) -> WorkerError:
         proc = self._procs[worker]
         try:
@@ -140,6 +151,8 @@ class WorkerPool:
         for conn in self._tasks + self._results:
             conn.close()
         self.slot_maps.close()
+        if getattr(self, "_beacon_fd", None) is not None:
+            os.close(self._beacon_fd)
 
     def __del__(self) -> None:
         self.close()

@@ -1,4 +1,4 @@
-"""A worker process: `python -m tpufeed.workers.worker TASK_FD RESULT_FD PARENT_PID`.
+"""A worker process: `python -m tpufeed.workers.worker TASK_FD RESULT_FD PARENT_PID BEACON_FD`.
 
 Started as a fresh interpreter (not forked, and without re-importing the user's `__main__`, so a
 script's top-level `jax.distributed.initialize()` never runs twice). It receives the pipeline
@@ -54,16 +54,22 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
 
 
 class Worker:
-    def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any]):
+    def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any],
+                 beacon_fd: int):
         from tpufeed.chunk import ChunkRunner
         from tpufeed.stats import StageClock
+        from tpufeed.watch import beacon_at, beacon_map, labels_of
         from tpufeed.workers.slots import WorkerSlots
 
         self.tasks, self.results = tasks, results
         self.index = init["index"]
         self.slots = WorkerSlots(f"{init['prefix']}-w{self.index}", init["slots"])
         self.clock = StageClock()
-        self.runner = ChunkRunner(init["plan"], self.clock)
+        beacon = None
+        if init.get("watch"):  # a timeout reads where this worker is from shared memory
+            beacon = beacon_at(beacon_map(beacon_fd, init["count"]), self.index,
+                               labels_of(init["plan"]))
+        self.runner = ChunkRunner(init["plan"], self.clock, beacon)
         self.backlog: deque = deque()
 
     def run(self) -> None:
@@ -124,7 +130,7 @@ def main(argv: list[str]) -> int:
         sys.path[:] = start.sys_path
         import cloudpickle
         init = cloudpickle.loads(start.payload)
-        worker = Worker(tasks, results, init)
+        worker = Worker(tasks, results, init, int(argv[3]))
         worker.run()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the parent went away
