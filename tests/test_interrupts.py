@@ -91,6 +91,8 @@ def test_a_timeout_names_the_stage_and_the_record_and_stops_the_workers(workers)
     error = info.value
     assert (error.stage, error.record) == ("map(hang_on_17)", 17)
     assert "in map(hang_on_17) on record 17" in str(error) and "timeout_s=2" in str(error)
+    fixed = tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: i + 0).map(int).batch(4)
+    assert [b.tolist() for b in fixed.iterator(it.get_state())][0] == [16, 17, 18, 19]
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(
             "tpufeed.workers.worker" in " ".join(c.cmdline()) for c in psutil.Process().children()):
