@@ -60,6 +60,15 @@ def test_dataloader_workers_take_disjoint_shares(hosts, num_workers):
     assert sorted(delivered) == sorted(list(range(N)) * epochs)
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_dataloader_workers_batch_their_own_shares_as_the_readme_says():
+    """README: with num_workers=W each worker batches its own share, so short batches appear."""
+    ds = tpufeed.Dataset.from_sequence(list(range(10))).batch(4)
+    sizes = {w: sorted(len(b) for b in DataLoader(ds.to_torch(), batch_size=None, num_workers=w))
+             for w in (0, 2)}
+    assert sizes == {0: [2, 4, 4], 2: [1, 1, 4, 4]}
+
+
 @pytest.mark.parametrize("stop", [0, 1, 5, 12, 17])  # 12 batches an epoch
 def test_state_dict_resumes_exactly_across_epochs(stop):
     ds = make(epochs=2)
