@@ -170,7 +170,8 @@ def _watch(cache: Any) -> tuple[threading.Thread, threading.Event, list[int]]:
 
     def watch() -> None:
         while not stop.is_set():
-            peak[0] = max(peak[0], cache.usage())
+            with cache.space.global_lock():  # no copy moves or room is reserved mid-count
+                peak[0] = max(peak[0], cache.usage())
             time.sleep(0.002)
 
     thread = threading.Thread(target=watch, daemon=True)
