@@ -242,3 +242,18 @@ def test_a_state_checks_stage_kinds_and_settings_but_not_function_code():
                   base.map(lambda r: r).map(lambda r: r).batch(4), seq(20).shuffle(2).map(int).batch(4)):
         with pytest.raises(StateError, match="another dataset or pipeline"):
             other.iterator(state)
+
+
+@pytest.mark.parametrize("values", [[1, "s"], [1.5, b"x"], [np.int32(3), "x"], ["x", 3],
+                                    ["x", b"y"], [1, None]])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_key_of_mixed_types_is_refused_not_turned_into_strings(values, workers):
+    ds = tpufeed.Dataset.from_sequence([{"a": v} for v in values]).batch(2).workers(workers)
+    with pytest.raises(BatchError, match=r"\['a'\].*element|record"):
+        list(ds)
+
+
+def test_values_of_one_kind_still_batch():
+    ds = tpufeed.Dataset.from_sequence([{"a": True, "s": "x"}, {"a": 2, "s": np.str_("y")}]).batch(2)
+    (batch,) = list(ds)
+    assert batch["a"].tolist() == [1, 2] and batch["s"].tolist() == ["x", "y"]

@@ -46,11 +46,14 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
         parts = [_stack([e[j] for e in elements], f"{where}[{j}]", describe) for j in range(len(first))]
         return type(first)(parts) if isinstance(first, list) else _same_tuple(first, parts)
     if isinstance(first, (bytes, str)):
+        base = str if isinstance(first, str) else bytes
+        if not all(isinstance(e, base) for e in elements):
+            _mixed_types(elements, where, describe)
         out = np.empty(len(elements), dtype=object)
         out[:] = elements
         return out
     try:
-        return np.stack(elements)
+        out = np.stack(elements)
     except (ValueError, TypeError):
         shapes = [np.shape(e) for e in elements]
         for i, shape in enumerate(shapes):
@@ -60,6 +63,21 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
                     f"{describe(i)} has shape {shape}; pad or resize in a map before batch") from None
         raise BatchError(f"cannot batch{_at(where)}: values of types "
                          f"{sorted({type(e).__name__ for e in elements})} do not stack") from None
+    if out.dtype.kind in "USO" and np.asarray(first).dtype.kind != out.dtype.kind:
+        _mixed_types(elements, where, describe)  # numpy would turn numbers into strings
+    return out
+
+
+def _mixed_types(elements: Sequence[Any], where: str, describe: Describe) -> None:
+    """Raises naming the first element whose kind of value differs from element 0's."""
+    def kind(e: Any) -> str:
+        return "text" if isinstance(e, str) else "bytes" if isinstance(e, bytes) else \
+            np.asarray(e).dtype.kind
+    first = kind(elements[0])
+    i = next((i for i, e in enumerate(elements) if kind(e) != first), 0)
+    raise BatchError(f"cannot batch{_at(where)}: {describe(0)} is {type(elements[0]).__name__} "
+                     f"{elements[0]!r:.40} but {describe(i)} is {type(elements[i]).__name__} "
+                     f"{elements[i]!r:.40}; make the key one type in a map before batch")
 
 
 def _same_keys(elements: Sequence[Any], keys: Any) -> bool:
