@@ -272,3 +272,33 @@ def test_an_iterator_made_in_a_thread_that_exits_keeps_its_workers():
     assert len(made["first"]) < 250  # the workers took part, with batches to go
     assert np.array_equal(np.concatenate(got), np.arange(3000) ** 2)
     made["it"].close()
+
+
+def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
+    """Docker gives containers a 64 MiB /dev/shm; batches bigger than it must fail clearly."""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot mount a private /dev/shm here")
+    script = tmp_path / "big.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np, tpufeed
+        ds = (tpufeed.Dataset.from_sequence(list(range(64)))
+              .map(lambda i: {"x": np.full(2**20 // 4, i, np.float32)}).batch(4)
+              .workers(2, isolate=True).prefetch(2))
+        try:
+            for b in ds:
+                pass
+            print("no error")
+        except tpufeed.WorkerError as e:
+            print(str(e).split("\\n")[0])
+    """))
+    proc = subprocess.run(["unshare", "-m", "sh", "-c",
+                           f"mount -t tmpfs -o size=8m tmpfs /dev/shm && {sys.executable} {script}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "no room in /dev/shm for a" in proc.stdout and "--shm-size" in proc.stdout, proc.stdout

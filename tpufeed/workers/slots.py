@@ -8,6 +8,7 @@ prefix per iterator, and `SlotMaps.close` removes any file a dead worker left be
 
 from __future__ import annotations
 
+import errno
 import glob
 import mmap
 import os
@@ -48,6 +49,7 @@ class WorkerSlots:
         self._created.append(path)
         try:
             os.ftruncate(fd, size)
+            _allocate(fd, size, path)
             segment = mmap.mmap(fd, size)
         finally:
             os.close(fd)
@@ -66,6 +68,24 @@ class WorkerSlots:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+def _allocate(fd: int, size: int, path: str) -> None:
+    """Reserves the segment's memory now: a full tmpfs then fails here, with a message, rather
+    than killing the worker with SIGBUS when it writes into a sparse mapping."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+            raise
+        os.unlink(path)
+        free = os.statvfs(SHM_DIR)
+        from tpufeed.errors import WorkerError
+        raise WorkerError(
+            f"no room in {SHM_DIR} for a {size:,}-byte batch slot ({free.f_bavail * free.f_frsize:,} "
+            f"bytes free of {free.f_blocks * free.f_frsize:,}): workers hand batches over in shared "
+            f"memory. Give {SHM_DIR} more room (Docker: --shm-size=8g), or use smaller batches, "
+            "fewer workers or less prefetch.") from None
 
 
 class SlotMaps:
