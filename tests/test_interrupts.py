@@ -160,3 +160,25 @@ def test_a_native_crash_in_a_transform_spares_the_caller_only_when_isolated(tmp_
         assert "caught tpufeed worker" in proc.stdout and "signal 11" in proc.stdout
     else:
         assert proc.returncode == -signal.SIGSEGV
+
+
+def test_isolate_refuses_auto_workers_whose_warm_up_runs_in_the_caller():
+    ds = tpufeed.Dataset.from_sequence([1, 2])
+    with pytest.raises(tpufeed.InvalidArgumentError, match="isolate=True give a number"):
+        ds.workers("auto", isolate=True)
+
+
+@pytest.mark.parametrize("auto", ["workers", "prefetch"])
+def test_a_timeout_watches_the_auto_warm_up_too(auto):
+    def hang_on_1(i):
+        if i == 1:
+            time.sleep(60)
+        return i
+
+    ds = tpufeed.Dataset.from_sequence(list(range(20))).map(lambda i: i).map(hang_on_1).batch(4)
+    ds = (ds.workers("auto") if auto == "workers" else ds.prefetch("auto")).options(timeout_s=2)
+    started = time.monotonic()
+    with pytest.raises(tpufeed.InputTimeoutError, match=r"warm-up has been in map\(hang_on_1\) "
+                                                         r"on record 1 "):
+        list(ds)
+    assert time.monotonic() - started < 10

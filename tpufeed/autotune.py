@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.cursor import Cursor
@@ -90,17 +91,44 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def measure(plan: Plan, cursor: Cursor) -> tuple[float, int]:
+def measure(plan: Plan, cursor: Cursor, timeout_s: float | None = None) -> tuple[float, int]:
     """(CPU seconds per record, bytes per item) over the first chunks from `cursor`.
 
     The warm-up reads and transforms records the iterator will produce again: it costs at most
-    a few batches or a quarter of a second.
+    a few batches or a quarter of a second. With `timeout_s` it runs on a thread, and a warm-up
+    still running after `timeout_s` raises `InputTimeoutError` naming its stage and record.
     """
+    if timeout_s is None:
+        return _measure(plan, cursor, None)
+    import threading
+
+    from tpufeed.watch import Beacon, labels_of, timed_out
+
+    beacon = Beacon(labels_of(plan))
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(_measure(plan, cursor, beacon))
+        except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+            result.append(error)
+
+    thread = threading.Thread(target=run, name="tpufeed-warm-up", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not result:
+        raise timed_out(timeout_s, "the workers('auto') warm-up", beacon, plan.source)
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
+
+
+def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int]:
     from tpufeed.batching import flatten
     from tpufeed.chunk import Chunk, ChunkRunner
     from tpufeed.walk import walk
 
-    runner = ChunkRunner(plan, StageClock())
+    runner = ChunkRunner(plan, StageClock(), beacon)
     records = tasks = item_bytes = 0
     started = now()
     for step in walk(plan, cursor, announce=False):
@@ -123,7 +151,7 @@ def choose(plan: Plan, cursor: Cursor, workers: int | str, prefetch: int | str,
            options: Options) -> Tuning:
     """Settings for `auto` values; fixed values are kept as given."""
     budget = options.budget()
-    per_record, batch_bytes = measure(plan, cursor)
+    per_record, batch_bytes = measure(plan, cursor, options.timeout_s)
     task_seconds = per_record * plan.chunk
     cores = cpu_count()
     if workers == AUTO:

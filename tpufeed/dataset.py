@@ -287,12 +287,16 @@ class Dataset:
         `"auto"`: chosen from a short measured warm-up within the RAM budget (`options`).
         While workers start, the first chunks run in this process, for a fast first batch;
         `isolate=True` runs none here, so a crash in native code (a segfault in a decoder) can
-        only take a worker down, at the cost of a first batch that waits for a worker to start.
+        only take a worker down, at the cost of a first batch that waits for a worker to start
+        (with a number of workers: "auto" measures its warm-up here).
         """
         if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
             raise InvalidArgumentError(f"workers must be a non-negative int or 'auto', got {n!r}")
         if not isinstance(isolate, bool):
             raise InvalidArgumentError(f"isolate must be True or False, got {isolate!r}")
+        if isolate and n == AUTO:
+            raise InvalidArgumentError("workers('auto') measures a warm-up in this process; with "
+                                       "isolate=True give a number of workers")
         return dataclasses.replace(self, _workers=n, _isolate=isolate)
 
     # -- running ------------------------------------------------------------------------------
