@@ -6,6 +6,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 import tpufeed
@@ -182,3 +183,30 @@ def test_a_timeout_watches_the_auto_warm_up_too(auto):
                                                          r"on record 1 "):
         list(ds)
     assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("setting", ["plain", "prefetch", "workers"])
+def test_threads_sharing_one_iterator_each_get_whole_items_and_all_end(setting):
+    import threading
+
+    ds = tpufeed.Dataset.from_sequence(list(range(400))).map(lambda i: i * 2)
+    ds = {"plain": ds, "prefetch": ds.prefetch(2), "workers": ds.batch(4).workers(2)}[setting]
+    it = ds.iterator()
+    got: list = []
+    errors: list = []
+
+    def consume():
+        try:
+            for item in it:
+                got.append(item)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=consume) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads) and not errors
+    values = sorted(int(v) for item in got for v in np.atleast_1d(item))
+    assert values == [2 * i for i in range(400)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,6 +44,7 @@ class DatasetIterator(Iterator[Any]):
         self._window_start, self._window_wait = now(), 0.0
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._closed = True  # until construction succeeds
+        self._lock = threading.Lock()
         self._timeout_s, self._beacon = timeout_s, None
         if isinstance(plan, MixPlan):
             self._items = MixProducer(plan, cursor, self._counters, self._clock, stages).items()
@@ -69,6 +71,10 @@ class DatasetIterator(Iterator[Any]):
         return self
 
     def __next__(self) -> Any:
+        with self._lock:  # threads sharing one iterator each get whole items, in turn
+            return self._next()
+
+    def _next(self) -> Any:
         if self._closed:
             raise StopIteration
         started = now()
