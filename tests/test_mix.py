@@ -187,3 +187,9 @@ def test_a_mixture_with_workers_leaves_no_process_behind():
     it.close()
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive
+
+
+@pytest.mark.parametrize("bad", [[], "abc", [5], ["{"], 7])
+def test_a_malformed_mixture_state_is_a_state_error(bad):
+    with pytest.raises(StateError):
+        mixed().iterator(bad)

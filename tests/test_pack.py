@@ -202,3 +202,19 @@ def test_the_packer_closes_the_fullest_row_when_none_has_room():
     assert [[s.ref for s in row.segments] for row in closed] == [["b"]]
     assert [[s.ref for s in row.segments] for row in packer.open] == [["a"], ["c"]]
     assert [len(p[0]) for p in split((np.arange(25),), [10], cut=False)] == [10, 10, 5]
+
+
+def test_an_edited_pack_state_is_a_state_error_not_a_numpy_error():
+    from tpufeed.errors import StateError
+
+    ds = make(n=40)
+    it = ds.iterator()
+    next(it)
+    state = it.get_state()
+    rows = state["pack"]["rows"]
+    overfull = json.loads(json.dumps(state))
+    overfull["pack"]["rows"] = [[1, *sum((r[1:] for r in rows), [])]]  # every segment in one row
+    bad_closed = {**state, "pack": {**state["pack"], "closed": -1}}
+    for bad, match in ((overfull, "without room"), (bad_closed, "pack.closed is -1")):
+        with pytest.raises(StateError, match=match):
+            list(ds.iterator(bad))

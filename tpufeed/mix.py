@@ -14,7 +14,6 @@ This module holds what a mixture is; tpufeed.mixing runs it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -24,7 +23,7 @@ from tpufeed.cursor import Cursor, resume_all
 from tpufeed.errors import InvalidArgumentError, StateError
 from tpufeed.plan import Plan
 from tpufeed.stages import Batch, Pack, RecordStage
-from tpufeed.state import STATE_VERSION, state_from_dict, state_to_dict
+from tpufeed.state import STATE_VERSION, parse_state, state_from_dict, state_to_dict
 
 ON_END = ("restart", "stop", "drop")
 _PIECE = 256  # units per component chunk when the mixture does not batch
@@ -129,8 +128,7 @@ def mix_state(plan: MixPlan, cursor: MixCursor, stages: dict[str, Any] | None) -
 
 def mix_cursor(state: Any, plan: MixPlan) -> MixCursor:
     """The cursor of a mixture's state (validated against `plan`)."""
-    if isinstance(state, (str, bytes)):
-        state = json.loads(state)
+    state = parse_state(state)
     state_from_dict({**state, "hosts": 1, "host": 0, **{k: 0 for k in ("epoch", "base", "consumed")}},
                     plan.fingerprint)  # version and fingerprint
     mix = state.get("mix")

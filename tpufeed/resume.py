@@ -51,7 +51,14 @@ def _resume_mixture(plan: MixPlan, state: Any) -> tuple[MixCursor, Stages]:
     if state is None:
         return plan.start(), None
     if isinstance(state, (list, tuple)):
-        saved = [mix_cursor(s, plan) for s in state]
+        if not state:
+            raise StateError("an empty list of iterator states: pass every host's get_state()")
+        saved = []
+        for i, s in enumerate(state):
+            try:
+                saved.append(mix_cursor(s, plan))
+            except StateError as e:
+                raise StateError(f"state {i} of the list: {e}") from None
         if len(saved) == saved[0].cursors[0].hosts == plan.hosts:
             mine = [i for i, s in enumerate(saved) if s.cursors[0].host == plan.host]
             if len(mine) == 1:

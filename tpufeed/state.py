@@ -62,15 +62,21 @@ def stages_from_dict(state: Any) -> dict[str, Any] | None:
     return found or None
 
 
-def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
-    """Validates `state` (as returned by `get_state`) and returns its cursor."""
+def parse_state(state: Any) -> dict[str, Any]:
+    """`state` as a dict: given as one, or as its JSON text; StateError otherwise."""
     if isinstance(state, (str, bytes)):
         try:
             state = json.loads(state)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise StateError(f"iterator state is not valid JSON: {e}") from None
     if not isinstance(state, dict):
         raise StateError(f"iterator state must be a dict, got {type(state).__name__}")
+    return state
+
+
+def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
+    """Validates `state` (as returned by `get_state`) and returns its cursor."""
+    state = parse_state(state)
     version = state.get("version")
     if version not in _READABLE:
         raise StateError(
@@ -92,6 +98,8 @@ def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
 
 def states_from_list(states: Sequence[Any], expected_fingerprint: str) -> list[Cursor]:
     """The cursors of a list of states (one per host), each validated, naming a bad one."""
+    if not states:
+        raise StateError("an empty list of iterator states: pass every host's get_state()")
     cursors = []
     for i, state in enumerate(states):
         try:

@@ -156,6 +156,9 @@ class Packer:
         wanted = sorted({ref[:-2] for _, refs in rows + loose for ref in refs})
         found = outputs(wanted) if wanted else {}
         closed = _field(state, "closed", 0)
+        if not 0 <= closed <= len(rows):
+            raise StateError(f"iterator state field pack.closed is {closed}, but it holds "
+                             f"{len(rows)} rows")
         for r, (count, refs) in enumerate(rows):
             if count > 1:  # whole rows, one piece each
                 if r >= closed:
@@ -167,7 +170,12 @@ class Packer:
             row = Row([], list(self.lengths))
             for ref in refs:
                 segment = self._segment(ref, found)
-                row.put(segment, [len(a) for a in segment.arrays])
+                sizes = [len(a) for a in segment.arrays]
+                if any(size > free for size, free in zip(sizes, row.free)):
+                    raise StateError(f"iterator state field pack puts {list(ref)} in a row "
+                                     "without room for it: the state was edited, or the data "
+                                     "or the stages changed")
+                row.put(segment, sizes)
             (self.closed.append if r < closed else self.packer.reopen)(row)
         for count, refs in loose:
             for ref in refs if count == 1 else _pieces(refs[0], count):
