@@ -257,3 +257,31 @@ def test_values_of_one_kind_still_batch():
     ds = tpufeed.Dataset.from_sequence([{"a": True, "s": "x"}, {"a": 2, "s": np.str_("y")}]).batch(2)
     (batch,) = list(ds)
     assert batch["a"].tolist() == [1, 2] and batch["s"].tolist() == ["x", "y"]
+
+
+def test_a_source_whose_len_is_broken_is_named():
+    class Negative:
+        def __len__(self):
+            return -3
+
+        def __getitem__(self, i):
+            return i
+
+    with pytest.raises(InvalidArgumentError, match="len\\(\\) of the source Negative failed"):
+        list(tpufeed.Dataset.from_source(Negative()))
+
+
+@pytest.mark.multiprocess
+def test_a_function_workers_cannot_receive_or_send_is_named():
+    import threading
+
+    lock = threading.Lock()
+
+    def locked(i):
+        with lock:
+            return i
+
+    with pytest.raises(InvalidArgumentError, match=r"map\(locked\) cannot be pickled.*workers\(0\)"):
+        list(seq(10).map(lambda i: i).map(locked).workers(2))
+    with pytest.raises(TransformError, match="cannot be sent from a worker process"):
+        list(seq(10).map(lambda i: threading.Lock()).workers(2, isolate=True))

@@ -27,7 +27,14 @@ class SourceView:
         self._will_read = getattr(source, "will_read", None)
 
     def __len__(self) -> int:
-        return len(self.source)
+        try:
+            return len(self.source)
+        except TpufeedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a user source may raise anything
+            raise InvalidArgumentError(f"len() of the source {type(self.source).__name__} failed: "
+                                       f"{type(exc).__name__}: {exc}; a source's __len__ must "
+                                       "return its record count, a non-negative int") from exc
 
     def read(self, indices: np.ndarray) -> list[Any]:
         """Reads records at `indices` in one call where the source allows it."""

@@ -14,7 +14,7 @@ from typing import Any
 import cloudpickle
 
 from tpufeed import errors
-from tpufeed.errors import WorkerError
+from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.workers.messages import Failure, Ready, Start, Stop
 from tpufeed.watch import beacon_file, beacon_map
 from tpufeed.workers.slots import SlotMaps
@@ -36,7 +36,7 @@ class WorkerPool:
         self._beacon_fd = beacon_file(count)  # unlinked at once: nothing to clean up
         self.beacons = beacon_map(self._beacon_fd, count)
         _LIVE_POOLS.add(self)
-        payloads = [cloudpickle.dumps({**init, "index": i, "prefix": prefix}) for i in range(count)]
+        payloads = [_pickled({**init, "index": i, "prefix": prefix}) for i in range(count)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             for payload in payloads:
@@ -156,6 +156,29 @@ class WorkerPool:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _pickled(init: dict[str, Any]) -> bytes:
+    """The worker's start message; a pipeline that cannot be sent to a process is named."""
+    try:
+        return cloudpickle.dumps(init)
+    except Exception as error:  # noqa: BLE001 - cloudpickle raises TypeError, PicklingError, ...
+        plan = init["plan"]
+        parts = [("the source", plan.source)]
+        parts += [(stage.name, stage.fn) for stage in (*plan.head, *plan.tail) if hasattr(stage, "fn")]
+        culprit = next((name for name, part in parts if not _picklable(part)), "the pipeline")
+        raise InvalidArgumentError(
+            f"workers send the pipeline to worker processes, but {culprit} cannot be pickled "
+            f"({type(error).__name__}: {error}). Make it capture no lock, open file, socket or "
+            "generator (create those inside the function), or run it with workers(0).") from None
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        cloudpickle.dumps(value)
+        return True
+    except Exception:  # noqa: BLE001 - see _pickled
+        return False
 
 
 def close_all_pools() -> None:

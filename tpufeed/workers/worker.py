@@ -53,6 +53,18 @@ def error_fields(exc: BaseException) -> dict[str, Any]:
             "path": getattr(exc, "path", None), "traceback": tb}
 
 
+def _unsendable(exc: Exception, task: Task) -> Exception:
+    """The error for elements a worker made but cannot send back to the parent."""
+    import numpy as np
+
+    from tpufeed.errors import TransformError
+    first = int(np.frombuffer(task.indices, np.int64)[0])
+    return TransformError(
+        f"the elements made from records {first}... cannot be sent from a worker process "
+        f"({type(exc).__name__}: {exc}): return numbers, strings, bytes, numpy arrays, or "
+        "dicts, lists and tuples of them", record=first)
+
+
 class Worker:
     def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any],
                  beacon_fd: int):
@@ -82,9 +94,14 @@ class Worker:
                 self.slots.release(message.slot)
                 continue
             try:
-                self.results.send(self._task(message))
+                answer = self._task(message)
             except Exception as exc:  # noqa: BLE001 - every failure goes to the parent
                 self.results.send(Failure(message.task_id, error_fields(exc)))
+                continue
+            try:
+                self.results.send(answer)  # pickled whole before anything is written
+            except Exception as exc:  # noqa: BLE001 - an element that cannot be pickled
+                self.results.send(Failure(message.task_id, error_fields(_unsendable(exc, message))))
 
     def _task(self, task: Task) -> Answer:
         import numpy as np
