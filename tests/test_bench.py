@@ -1,6 +1,7 @@
 """`tpufeed bench`: runs a pipeline, names the bottleneck, suggests a fix, prints JSON and plots."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -31,11 +32,17 @@ def target(tmp_path):
     return f"{path}:make_dataset"
 
 
-def bench(*args, cwd=None):
+def bench(*args, cwd=None, env=None):
     # -P: like the installed `tpufeed` script, without the working directory on sys.path.
     python = [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
     return subprocess.run([*python, "-m", "tpufeed.cli", "bench", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, cwd=cwd)
+                          capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+
+
+def one_line_error(result: subprocess.CompletedProcess, says: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
 
 
 def test_json_output_names_the_slow_stage_and_suggests_workers(target, tmp_path):
@@ -131,3 +138,72 @@ def test_counts_of_one_are_singular(tmp_path):
     result = bench("data.array_record", "--batches", "1", "--batch-size", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "\n1 record in 1 item over " in "\n" + result.stdout
+
+
+@pytest.mark.parametrize("option, value, wanted", [
+    ("--step-time", "-1", "a finite number of seconds >= 0"),
+    ("--step-time", "nan", "a finite number of seconds >= 0"),
+    ("--step-time", "inf", "a finite number of seconds >= 0"),
+    ("--seconds", "nan", "a finite number of seconds > 0"),
+    ("--seconds", "-1", "a finite number of seconds > 0"),
+    ("--seconds", "0", "a finite number of seconds > 0"),
+    ("--seconds", "inf", "a finite number of seconds > 0"),
+    ("--batches", "0", "a whole number >= 1"),
+    ("--batches", "2.5", "a whole number >= 1"),
+    ("--batch-size", "0", "a whole number >= 1"),
+])
+def test_numbers_out_of_range_are_usage_errors(tmp_path, option, value, wanted):
+    """Refused before anything runs: a NaN --seconds never ended, a negative --step-time
+    failed in time.sleep after the pipeline started."""
+    write_array_records(tmp_path / "data.array_record", [b"a"])
+    result = bench("data.array_record", option, value, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"argument {option}: expected {wanted}, got '{value}'" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("plot, says", [
+    ("missing/bench.png", " cannot be written: its folder {tmp}/missing does not exist"),
+    ("afile/bench.png", " cannot be written: {tmp}/afile is a file, not a folder"),
+    ("afile/deeper/bench.png", " cannot be written: {tmp}/afile is a file, not a folder"),
+    (".", " cannot be written: it is a folder; name a file in it, e.g. ./bench.png"),
+    ("bench.xyz", ": matplotlib cannot write .xyz files; name a .png file"),
+])
+def test_a_plot_that_cannot_be_written_is_refused_before_the_run(tmp_path, plot, says):
+    write_array_records(tmp_path / "data.array_record", [b"a"])
+    (tmp_path / "afile").write_text("a file")
+    result = bench("data.array_record", "--batches", "1", "--plot", plot, cwd=tmp_path)
+    one_line_error(result, f"--plot {plot}{says.format(tmp=tmp_path)}")
+    assert result.stdout == ""  # nothing ran
+    assert sorted(os.listdir(tmp_path)) == ["afile", "data.array_record"]
+
+
+def test_a_plot_that_fails_at_the_end_keeps_the_numbers(tmp_path):
+    """The plot's folder is there when the bench starts and gone when it ends: the numbers are
+    printed all the same, then one line says why the plot is missing."""
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "pipeline.py").write_text(TARGET + textwrap.dedent(f"""
+        import shutil
+
+        def make_dataset_and_remove_plots():
+            shutil.rmtree({str(tmp_path / "plots")!r})
+            return make_dataset()
+    """))
+    result = bench("pipeline.py:make_dataset_and_remove_plots", "--batches", "3", "--json",
+                   "--plot", "plots/bench.png", cwd=tmp_path)
+    one_line_error(result, f"--plot plots/bench.png cannot be written: its folder "
+                           f"{tmp_path / 'plots'} does not exist")
+    assert json.loads(result.stdout)["stats"]["batches"] == 3
+
+
+def test_a_plot_without_matplotlib_says_how_to_install_it_before_the_run(tmp_path):
+    write_array_records(tmp_path / "data.array_record", [b"a"])
+    (tmp_path / "hide" / "matplotlib").mkdir(parents=True)  # as if it were not installed
+    (tmp_path / "hide" / "matplotlib" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path / "hide"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    result = bench("data.array_record", "--batches", "1", "--plot", "b.png", cwd=tmp_path, env=env)
+    one_line_error(result, "--plot needs matplotlib, which is not installed; install it with "
+                           "`pip install matplotlib`, or leave out --plot")
+    assert result.stdout == ""

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
@@ -60,6 +61,31 @@ def test_the_profiler_says_how_to_install_py_spy():
     assert "Traceback" not in result.stderr
 
 
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A folder on a read-only file system (a tmpfs mounted read-only: root can write to a
+    folder without write permission, but not there)."""
+    path = tmp_path / "ro"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(path)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a read-only tmpfs here (needs root)")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+no_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
+
+
+def one_line_error(result: subprocess.CompletedProcess, says: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1, result.stderr
+
+
 def write_jsonl(path, n: int) -> str:
     with open(path, "w") as f:
         for i in range(n):
@@ -91,6 +117,69 @@ def test_an_output_that_is_a_file_is_refused_before_beam_runs(tmp_path):
         assert result.returncode == 2 and says in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert (tmp_path / "taken").read_text() == "not a folder"
+
+
+@no_proc
+def test_an_output_where_no_folder_can_be_made_is_refused_before_beam_runs(tmp_path):
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 3)
+    result = tpufeed("build", "--input", "in.jsonl", "--output", "/proc/tpufeed-ds", cwd=tmp_path)
+    one_line_error(result, "--output /proc/tpufeed-ds cannot be made in /proc: No such file or "
+                           "directory; name a folder on a writable disk")
+    assert "building" not in result.stderr
+
+
+def test_an_output_on_a_read_only_disk_is_refused_before_beam_runs(tmp_path, read_only_dir):
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 3)
+    for output in (read_only_dir, read_only_dir / "new" / "ds"):
+        result = tpufeed("build", "--input", "in.jsonl", "--output", output, cwd=tmp_path)
+        one_line_error(result, f"--output {output} cannot be ")
+        assert "Read-only file system" in result.stderr and "building" not in result.stderr
+
+
+def test_checking_the_output_leaves_no_folder_behind_when_the_build_is_refused(tmp_path):
+    pytest.importorskip("apache_beam")
+    result = tpufeed("build", "--input", "nothing-*.jsonl", "--output", "new/ds", cwd=tmp_path)
+    one_line_error(result, "nothing-*.jsonl")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_disk_error_inside_the_pipeline_is_one_line_naming_the_path(tmp_path):
+    """The output checked writable at the start can stop being a folder mid-build: here a
+    transform replaces it by a file, so writing the shards fails inside Beam."""
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 5)
+    (tmp_path / "clobber.py").write_text(textwrap.dedent("""
+        import os, shutil
+        def clobber(record):
+            if not os.path.isfile("ds"):
+                shutil.rmtree("ds", ignore_errors=True)
+                with open("ds", "w") as f:
+                    f.write("not a folder")
+            return record
+    """))
+    result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", "--transform",
+                     "clobber.py:clobber", "-q", cwd=tmp_path)
+    one_line_error(result, f"the build into ds failed at {tmp_path / 'ds'}/.tpufeed-tmp-")
+    assert ": Not a directory (in step WriteShards/WriteShard); no manifest was written" \
+        in result.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["build", "--input", "in.jsonl", "--output", "ds", "--num-shards", "0"],
+     "argument --num-shards: expected a whole number >= 1, got '0'"),
+    (["build", "--input", "in.jsonl", "--output", "ds", "--num-shards", "-2"],
+     "argument --num-shards: expected a whole number >= 1, got '-2'"),
+    (["build", "--input", "in.jsonl", "--output", "ds", "--max-bad", "-1"],
+     "argument --max-bad: expected a whole number >= 0, got '-1'"),
+    (["quickstart", "--epochs", "0"], "argument --epochs: expected a whole number >= 1, got '0'"),
+])
+def test_numbers_out_of_range_are_usage_errors(tmp_path, args, says):
+    result = tpufeed(*args, cwd=tmp_path)
+    assert result.returncode == 2 and says in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and os.listdir(tmp_path) == []
 
 
 @pytest.mark.slow
@@ -188,6 +277,56 @@ def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):
         build(BuildConfig(inputs=(write_jsonl(tmp_path / "in.jsonl", 2),),
                           output=str(tmp_path / "ds")))
     assert (tmp_path / "ds" / "data-00000-of-00001.array_record").read_bytes() == b"mine"
+
+
+def test_ctrl_c_while_a_command_loads_prints_one_line_and_exits_130(tmp_path):
+    """A Ctrl-C that lands while the command's modules import (here: forced in the import of
+    tpufeed.bench, which the parser needs) is main()'s to report."""
+    script = textwrap.dedent("""
+        import sys
+        import tpufeed
+
+        class InterruptImport:
+            def find_spec(self, name, path=None, target=None):
+                if name == "tpufeed.bench":
+                    raise KeyboardInterrupt
+                return None
+
+        sys.meta_path.insert(0, InterruptImport())
+        from tpufeed.cli import main
+        sys.exit(main(["inspect", "x.array_record"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 130 and result.stderr == "tpufeed: interrupted\n", result.stderr
+
+
+# tpufeed cache
+
+
+@no_proc
+def test_cache_clear_where_no_folder_can_be_made_is_one_line():
+    result = tpufeed("cache", "clear", "--dir", "/proc")
+    one_line_error(result, "cannot clear the shard cache directory /proc (/proc/shards): No such "
+                           "file or directory; pass --dir")
+
+
+def test_cache_clear_on_a_read_only_disk_is_one_line(read_only_dir):
+    result = tpufeed("cache", "clear", "--dir", read_only_dir)
+    one_line_error(result, f"cannot write to the shard cache directory {read_only_dir}")
+    result = tpufeed("cache", "ls", "--dir", read_only_dir)
+    assert result.returncode == 0 and result.stdout == f"0 shards, 0 bytes in {read_only_dir}\n"
+
+
+def test_bench_refuses_a_plot_on_a_read_only_disk_before_it_runs(tmp_path, read_only_dir):
+    from tpufeed.sources.array_record import write_array_records
+
+    write_array_records(tmp_path / "one.array_record", [b"a", b"b"])
+    result = tpufeed("bench", "one.array_record", "--batches", "1", "--plot",
+                     read_only_dir / "bench.png", cwd=tmp_path)
+    one_line_error(result, f"--plot {read_only_dir / 'bench.png'} cannot be written: Read-only "
+                           "file system")
+    assert result.stdout == ""
 
 
 # tpufeed inspect

@@ -15,8 +15,9 @@ from typing import Any
 
 from tpufeed._words import plural
 from tpufeed.autotune import cpu_count
+from tpufeed.cli import non_negative_seconds, positive_int, positive_seconds
 from tpufeed.dataset import Dataset
-from tpufeed.errors import InvalidArgumentError
+from tpufeed.errors import InvalidArgumentError, MissingDependencyError
 from tpufeed.stats import PipelineStats
 
 
@@ -129,6 +130,48 @@ def verdict(stats: PipelineStats, step_time: float) -> dict[str, Any]:
     return {**common, "input_bound": input_bound, "slowdown": slowdown, "suggestion": advice}
 
 
+def _unwritable(path: str, error: OSError) -> InvalidArgumentError:
+    """`--plot PATH` cannot be written, saying why in the words of the path."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if isinstance(error, IsADirectoryError):
+        why = f"it is a folder; name a file in it, e.g. {os.path.join(path, 'bench.png')}"
+    elif isinstance(error, NotADirectoryError):
+        while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+            folder = os.path.dirname(folder)
+        why = f"{folder} is a file, not a folder; name a .png file in a folder"
+    elif isinstance(error, FileNotFoundError):
+        why = f"its folder {folder} does not exist; create it, or name a file in a folder that does"
+    else:
+        why = f"{error.strerror or error}; name a .png file in a writable folder"
+    return InvalidArgumentError(f"--plot {path} cannot be written: {why}")
+
+
+def check_plot_path(path: str) -> None:
+    """Refuses, before the bench runs, a --plot file that could not be written at its end:
+    matplotlib missing, a format it does not write, a folder missing or read-only."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ModuleNotFoundError as e:
+        if e.name and e.name.split(".")[0] == "matplotlib":
+            raise MissingDependencyError("--plot needs matplotlib, which is not installed; "
+                                         "install it with `pip install matplotlib`, or leave "
+                                         "out --plot") from e
+        raise
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if suffix and suffix not in formats:
+        raise InvalidArgumentError(f"--plot {path}: matplotlib cannot write .{suffix} files; "
+                                   f"name a .png file (or one of .{', .'.join(sorted(formats))})")
+    existed = os.path.lexists(path)
+    try:
+        # Opened to append (changes nothing in a file already there), without blocking on a FIFO.
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
+        if not existed:
+            os.remove(path)
+    except OSError as e:
+        raise _unwritable(path, e) from e
+
+
 def plot(path: str, stats: PipelineStats, samples: list[tuple[float, int]]) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -145,8 +188,12 @@ def plot(path: str, stats: PipelineStats, samples: list[tuple[float, int]]) -> N
     right.barh(names, [stats.stages[n].seconds / stats.stages[n].parallelism for n in names])
     right.set(title=f"time per stage (bottleneck: {stats.bottleneck})", xlabel="seconds per process")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        fig.savefig(path)
+    except OSError as e:  # checked before the run, but the folder may have gone since
+        raise _unwritable(path, e) from e
+    finally:
+        plt.close(fig)
 
 
 def add_parser(sub: Any) -> None:
@@ -164,29 +211,38 @@ def add_parser(sub: Any) -> None:
                        help="module:function or file.py:function mapped over each record of a "
                             "dataset or files target (decoded dicts for a dataset folder, "
                             "bytes for record files); repeat to chain")
-    bench.add_argument("--batch-size", type=int, default=256,
+    bench.add_argument("--batch-size", type=positive_int, default=256,
                        help="records per batch of a dataset or files target")
-    bench.add_argument("--seconds", type=float, default=10.0, help="how long to run")
-    bench.add_argument("--batches", type=int, default=None,
+    bench.add_argument("--seconds", type=positive_seconds, default=10.0, help="how long to run")
+    bench.add_argument("--batches", type=positive_int, default=None,
                        help="stop after this many batches instead of --seconds")
-    bench.add_argument("--step-time", type=float, default=0.0,
+    bench.add_argument("--step-time", type=non_negative_seconds, default=0.0,
                        help="seconds of one training step, slept after each batch; 0 measures "
                             "the pipeline alone and reports the shortest step it can feed")
     bench.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    bench.add_argument("--plot", default=None, help="write a PNG of throughput and stages")
+    bench.add_argument("--plot", default=None,
+                       help="write a PNG of throughput and stages (its folder is checked "
+                            "before the run)")
     bench.set_defaults(run=main)
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.plot:
+        check_plot_path(args.plot)
     ds = make_target(args)
     stats, samples = run(ds, args.seconds, args.batches, args.step_time, progress=not args.json)
     result = {"stats": stats.to_dict(), "verdict": verdict(stats, args.step_time)}
-    if args.plot:
-        plot(args.plot, stats, samples)
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
-    v = result["verdict"]
+    else:
+        _print_verdict(stats, result["verdict"])
+    if args.plot:  # after the numbers: a failed write does not lose them
+        sys.stdout.flush()
+        plot(args.plot, stats, samples)
+    return 0
+
+
+def _print_verdict(stats: PipelineStats, v: dict[str, Any]) -> None:
     print(stats.summary())
     if v["input_bound"] is None:
         print(f"\nno --step-time: {v['suggestion']}")
@@ -195,4 +251,3 @@ def main(args: argparse.Namespace) -> int:
                  f"time, so training runs {v['slowdown']:.2f}x slower than its step time "
                  "allows" if v["input_bound"] else "not input-bound: the consumer rarely waits")
         print(f"\n{bound}\nsuggestion: {v['suggestion']}")
-    return 0

@@ -1,18 +1,46 @@
 """The `tpufeed` command."""
 
+# Only the standard library at the top: a Ctrl-C that lands while a command's modules load
+# must reach main()'s handler, which prints one line instead of a traceback.
 from __future__ import annotations
 
 import argparse
-import difflib
+import math
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from tpufeed._words import plural
-from tpufeed.bench import add_parser as add_bench_parser
-from tpufeed.errors import TpufeedError
+if TYPE_CHECKING:
+    from tpufeed.storage.cache import ShardCache
 
+_EXIT_ERROR = 2  # an error explained in one line; argparse exits 2 on a usage mistake too
 _EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
 _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for `yes | head`
+
+
+def _number_type(parse: Callable[[str], float], accept: Callable[[float], bool],
+                 wanted: str) -> Callable[[str], float]:
+    """An argparse `type=` that refuses, as a usage error quoting the value, what `accept`
+    does not take (NaN and infinities included, where `accept` says so)."""
+    def convert(text: str) -> float:
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if value is None or not accept(value):
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+    convert.__name__ = wanted  # argparse names the type by it in some messages
+    return convert
+
+
+positive_int = _number_type(int, lambda v: v >= 1, "a whole number >= 1")
+non_negative_int = _number_type(int, lambda v: v >= 0, "a whole number >= 0")
+positive_seconds = _number_type(float, lambda v: math.isfinite(v) and v > 0,
+                                "a finite number of seconds > 0")
+non_negative_seconds = _number_type(float, lambda v: math.isfinite(v) and v >= 0,
+                                    "a finite number of seconds >= 0")
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -45,6 +73,7 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from tpufeed._words import plural
     from tpufeed.inspect import inspect_paths
 
     lines, failures = inspect_paths(args.paths, args.format, verify=args.verify)
@@ -62,6 +91,8 @@ def _inspect(args: argparse.Namespace) -> int:
 def _refuse_unknown_options(args: argparse.Namespace) -> None:
     """Extra options of `tpufeed build` go to Beam, which silently drops those it does not
     know: a usage error instead, naming the option meant where one is close."""
+    import difflib
+
     from tpufeed.beam import beam_option_names, unknown_beam_args
 
     unknown = unknown_beam_args(args.beam_args)
@@ -124,12 +155,25 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    import time
-
+    from tpufeed.errors import SourceError
     from tpufeed.storage.cache import ShardCache
 
     cache = ShardCache(args.dir)
-    if args.action == "clear":
+    try:
+        return _cache_action(cache, args.action)
+    except OSError as e:  # e.g. /proc, where nothing can be made: one line, not a traceback
+        where = f" ({e.filename})" if e.filename and e.filename != cache.root else ""
+        raise SourceError(f"cannot {args.action} the shard cache directory {cache.root}{where}: "
+                          f"{e.strerror or e}; pass --dir (or set $TPUFEED_CACHE_DIR to) a "
+                          "directory tpufeed can create and write", path=cache.root) from e
+
+
+def _cache_action(cache: ShardCache, action: str) -> int:
+    import time
+
+    from tpufeed._words import plural
+
+    if action == "clear":
         removed, freed, skipped = cache.clear()
         kept = (f"; {plural(skipped, 'entry', 'entries')} in use by a running job "
                 f"{'was' if skipped == 1 else 'were'} kept" if skipped else "")
@@ -149,6 +193,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from tpufeed import __version__
+    from tpufeed.bench import add_parser as add_bench_parser
 
     parser = argparse.ArgumentParser(prog="tpufeed", description=__doc__,
                                      formatter_class=_HelpFormatter)
@@ -156,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     quick = sub.add_parser("quickstart", help="build a small real dataset locally and train from it")
     quick.add_argument("--output", default="tpufeed-quickstart", help="folder for its shards")
-    quick.add_argument("--epochs", type=int, default=20, help="training epochs")
+    quick.add_argument("--epochs", type=positive_int, default=20, help="training epochs")
     quick.set_defaults(run=_quickstart)
     inspect = sub.add_parser(
         "inspect", help="what a dataset or record files hold: counts, schema, a sample record",
@@ -186,12 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
     build.add_argument("--overwrite", action="store_true",
                        help="replace the dataset already in --output (refused otherwise)")
-    build.add_argument("--num-shards", type=int, default=1, help="shards to write")
+    build.add_argument("--num-shards", type=positive_int, default=1, help="shards to write")
     build.add_argument("--format", choices=["array_record", "tfrecord"], default="array_record",
                        help="shard file format")
     build.add_argument("--transform", action="append", default=[],
                        help="module:function or path/to/file.py:function; repeat to chain")
-    build.add_argument("--max-bad", type=int, default=0,
+    build.add_argument("--max-bad", type=non_negative_int, default=0,
                        help="skip (and count) up to N malformed records instead of failing")
     build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     build.set_defaults(run=_build, parser=build)
@@ -213,7 +258,9 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _run(argv: list[str] | None) -> int:
+    from tpufeed.errors import TpufeedError
+
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "build":
@@ -226,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except TpufeedError as e:
         print(f"tpufeed: error: {e}", file=sys.stderr)
-        return 2
+        return _EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:  # around the imports too: a Ctrl-C just after the start is one line, exit 130
+        return _run(argv)
     except KeyboardInterrupt as e:
         print(f"tpufeed: interrupted{f': {e}' if str(e) else ''}", file=sys.stderr)
         return _EXIT_INTERRUPTED

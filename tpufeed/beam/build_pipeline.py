@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -305,6 +306,28 @@ def _noting_interrupts() -> Iterator[threading.Event]:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind a failed run: Beam re-raises one met in a step as a RuntimeError
+    whose context is the original."""
+    seen: BaseException | None = error
+    for _ in range(8):  # a chain is short; a bound in case it loops
+        if seen is None or isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _disk_failure(output: str, error: OSError, outer: str) -> SourceError:
+    """One line for a file that could not be read or written mid-build: the path, the cause,
+    and the step it happened in."""
+    step = re.search(r"\[while running '([^']+)'\]", outer)
+    where = f" (in step {step.group(1)})" if step else ""
+    path = error.filename or output
+    return SourceError(f"the build into {output} failed at {path}: {error.strerror or error}"
+                       f"{where}; no manifest was written. Check that the disk is writable "
+                       "and has room, and run it again", path=str(path))
+
+
 def build(config: BuildConfig) -> dict[str, Any]:
     """Runs the build and returns its summary (records in/out, skipped, shards, bytes, seconds).
 
@@ -326,12 +349,15 @@ def build(config: BuildConfig) -> dict[str, Any]:
         try:
             result = pipeline.run()
             result.wait_until_finish()
-        except BaseException:
+        except BaseException as e:
             if not shard_files.is_remote(writer.temp_dir):
                 shard_files.delete_paths([writer.temp_dir])
             if interrupted.is_set():
                 raise KeyboardInterrupt(f"the build's temporary shards in {config.output} were "
                                         "removed; no new manifest was written") from None
+            disk = _os_error_in(e)
+            if disk is not None:
+                raise _disk_failure(config.output, disk, str(e)) from e
             raise
     text = shard_files.read_text(shard_files.join(writer.output, MANIFEST_NAME))
     if text is None:

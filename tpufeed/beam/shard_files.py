@@ -54,8 +54,9 @@ def temp_dir(output: str, build_id: str) -> str:
 
 def check_output(output: str, num_shards: int, file_format: str, *, overwrite: bool,
                  prefix: str = "data") -> None:
-    """Refuses, before any work, an output that cannot be a folder, and one that already holds
-    a dataset (or files this build would replace) unless `overwrite`."""
+    """Refuses, before any work, an output that cannot be a folder, one that already holds a
+    dataset (or files this build would replace) unless `overwrite`, and a local one that
+    cannot be made or written."""
     if not is_remote(output):
         path = probe = os.path.abspath(output)
         while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
@@ -64,8 +65,13 @@ def check_output(output: str, num_shards: int, file_format: str, *, overwrite: b
             where = "is a file" if probe == path else f"cannot be made: {probe} is a file"
             raise InvalidArgumentError(f"--output {output} {where}; the output is a dataset "
                                        "folder: name a new folder")
-    if overwrite:
-        return
+    if not overwrite:
+        _check_not_replacing(output, num_shards, file_format, prefix)
+    if not is_remote(output):  # a remote probe would cost requests, and may need a bucket role
+        _check_writable(output)
+
+
+def _check_not_replacing(output: str, num_shards: int, file_format: str, prefix: str) -> None:
     manifest = join(output, MANIFEST_NAME)
     if exists(manifest):
         raise InvalidArgumentError(f"--output {output} already holds a dataset ({manifest}); "
@@ -78,6 +84,34 @@ def check_output(output: str, num_shards: int, file_format: str, *, overwrite: b
                 f"--output {output} already holds {plural(len(clash), 'file')} this build "
                 f"would replace ({clash[0]}{', ...' if len(clash) > 1 else ''}); pass "
                 "--overwrite to replace them, or name another folder")
+
+
+def _check_writable(output: str) -> None:
+    """Makes the local folder `output` and writes a file in it, then removes what it made:
+    a folder that cannot be made or written (read-only disk, /proc) is refused before the
+    pipeline runs, not met by its last step."""
+    path = os.path.abspath(output)
+    made = []  # the missing folders, deepest first, removed again below
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        made.append(path)
+        path = os.path.dirname(path)
+    step = f"made in {path}"  # the nearest folder that exists
+    try:
+        os.makedirs(output, exist_ok=True)
+        step = "written"
+        fd, probe = tempfile.mkstemp(prefix=".tpufeed-probe-", dir=output)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and e.filename != output else ""
+        raise InvalidArgumentError(f"--output {output} cannot be {step}: {e.strerror or e}"
+                                   f"{where}; name a folder on a writable disk") from e
+    finally:
+        for folder in made:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
 
 
 def _sparsify(path: str) -> None:
