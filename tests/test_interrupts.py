@@ -210,3 +210,33 @@ def test_threads_sharing_one_iterator_each_get_whole_items_and_all_end(setting):
     assert not any(t.is_alive() for t in threads) and not errors
     values = sorted(int(v) for item in got for v in np.atleast_1d(item))
     assert values == [2 * i for i in range(400)]
+
+
+@pytest.mark.multiprocess
+def test_a_timeout_covers_workers_that_never_start(tmp_path):
+    """A function whose module blocks on import in the workers: no worker ever starts."""
+    (tmp_path / "blocks_on_import.py").write_text(textwrap.dedent("""
+        import os, time
+        if os.environ.get("TPUFEED_TEST_PARENT") != str(os.getpid()):
+            time.sleep(60)  # in a worker: never gets going
+        def double(i):
+            return 2 * i
+    """))
+    script = tmp_path / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        os.environ["TPUFEED_TEST_PARENT"] = str(os.getpid())
+        sys.path.insert(0, {str(tmp_path)!r})
+        import tpufeed, blocks_on_import
+        ds = (tpufeed.Dataset.from_sequence(list(range(8))).map(blocks_on_import.double)
+              .workers(1).options(timeout_s=2))
+        started = time.monotonic()
+        try:
+            list(ds)
+        except tpufeed.InputTimeoutError as error:
+            print(round(time.monotonic() - started), error)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert "none of 1 worker(s)" in proc.stdout and "started" in proc.stdout, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[0]) < 10

@@ -162,7 +162,7 @@ class ParallelProducer:
             if not dealer.inflight:
                 if dealer.exhausted:
                     return
-                pool.wait_ready()  # isolated: nothing is dealt before a worker has started
+                pool.wait_ready(self.timeout_s)  # isolated: nothing is dealt before then
                 continue
             step, worker, task_id = dealer.inflight.popleft()
             if isinstance(step, EpochEnd):

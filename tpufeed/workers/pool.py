@@ -113,9 +113,17 @@ class WorkerPool:
                     raise self._death(worker)
         return out
 
-    def wait_ready(self) -> None:
-        """Blocks until a worker has started (or raises, naming why none could)."""
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Blocks until a worker has started (or raises, naming why none could, or that none
+        did within `timeout_s`)."""
+        started = time.monotonic()
         while not self.ready():
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                from tpufeed.errors import InputTimeoutError
+                raise InputTimeoutError(
+                    f"no item within timeout_s={timeout_s:g}: none of {self.size} worker(s) "
+                    f"(pids {self.pids}) started; they import the pipeline's modules and "
+                    "unpickle its functions first. The pipeline is stopped.")
             for worker, message in self.receive_any():
                 if isinstance(message, Failure):
                     raise rebuild_error(message.fields, worker)
