@@ -14,7 +14,7 @@ from tpufeed.errors import StateError
 from tpufeed.mix import MixCursor, MixPlan, mix_cursor, resume_mix
 from tpufeed.plan import Plan
 from tpufeed.stages.pack import resume_pack
-from tpufeed.state import stages_from_dict, state_from_dict, states_from_list
+from tpufeed.state import parse_each, stages_from_dict, state_from_dict, states_from_list
 
 Stages = dict[str, Any] | None
 
@@ -51,14 +51,7 @@ def _resume_mixture(plan: MixPlan, state: Any) -> tuple[MixCursor, Stages]:
     if state is None:
         return plan.start(), None
     if isinstance(state, (list, tuple)):
-        if not state:
-            raise StateError("an empty list of iterator states: pass every host's get_state()")
-        saved = []
-        for i, s in enumerate(state):
-            try:
-                saved.append(mix_cursor(s, plan))
-            except StateError as e:
-                raise StateError(f"state {i} of the list: {e}") from None
+        saved = parse_each(state, lambda s: mix_cursor(s, plan))
         if len(saved) == saved[0].cursors[0].hosts == plan.hosts:
             mine = [i for i, s in enumerate(saved) if s.cursors[0].host == plan.host]
             if len(mine) == 1:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from tpufeed.cursor import Cursor, Layer
 from tpufeed.errors import StateError
@@ -25,6 +25,7 @@ STATE_VERSION = 2
 _READABLE = (1, 2)
 _CURSOR_KEYS = ("epoch", "base", "hosts", "host", "consumed")
 STAGE_KEYS = ("pack",)  # stream stages that hold elements between items
+T = TypeVar("T")
 
 
 def fingerprint(description: Any) -> str:
@@ -98,15 +99,20 @@ def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
 
 def states_from_list(states: Sequence[Any], expected_fingerprint: str) -> list[Cursor]:
     """The cursors of a list of states (one per host), each validated, naming a bad one."""
+    return parse_each(states, lambda state: state_from_dict(state, expected_fingerprint))
+
+
+def parse_each(states: Sequence[Any], parse: Callable[[Any], T]) -> list[T]:
+    """`parse` of each of a list of states (one per host); a StateError names the bad one."""
     if not states:
         raise StateError("an empty list of iterator states: pass every host's get_state()")
-    cursors = []
+    parsed = []
     for i, state in enumerate(states):
         try:
-            cursors.append(state_from_dict(state, expected_fingerprint))
+            parsed.append(parse(state))
         except StateError as e:
             raise StateError(f"state {i} of the list: {e}") from None
-    return cursors
+    return parsed
 
 
 def _layer_to_list(layer: Layer) -> list[Any]:
