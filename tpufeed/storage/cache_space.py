@@ -23,7 +23,8 @@ import logging
 import math
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from tpufeed.errors import SourceError
 from tpufeed.storage.cache_holds import stuck_holds
@@ -166,13 +167,7 @@ class CacheSpace:
             fd = os.open(self.layout.data(key), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+        return not _nobody_holds(fd)
 
     def evict(self, key: str) -> None:
         """Deletes the entry's copy and record, or moves the copy to `evicted/` while a reader
@@ -226,14 +221,7 @@ class CacheSpace:
         return copies, used, closing
 
     def _abandoned(self, key: str) -> bool:
-        fd = self.layout.open_lock(key)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
+        return _nobody_holds(self.layout.open_lock(key))
 
     def usage(self) -> int:
         """Disk that cached copies, downloads in progress and evicted copies still open take
@@ -262,12 +250,19 @@ def delete_unless_held(path: str) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return True
+    return _nobody_holds(fd, then=lambda: remove(path))
+
+
+def _nobody_holds(fd: int, then: Callable[[], Any] | None = None) -> bool:
+    """Whether no one holds a lock on the open file `fd` (an exclusive lock taken at once),
+    running `then` while that lock is held; closes `fd`."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
     else:
-        remove(path)
+        if then is not None:
+            then()
         return True
     finally:
         os.close(fd)
