@@ -117,6 +117,30 @@ def state_counts_only_the_batches_the_loop_received():
 
 
 @case
+def set_state_on_a_live_iterator_drops_what_was_transferred_ahead():
+    from tpufeed.errors import StateError
+    ds = make(epochs=2, prefetch=2, extra=lambda d: d.filter(lambda e: e["id"] % 7 != 3))
+    expected = ids(ds)
+    it = ds.to_jax(prefetch=4)
+    got = ids(next(it) for _ in range(2))
+    state = it.get_state()
+    ids(next(it) for _ in range(3))
+    time.sleep(0.05)  # the transfer thread runs ahead
+    it.set_state(state)
+    again = ids(next(it) for _ in range(2))
+    assert got + again == expected[:4 * 16]
+    before = it.get_state()
+    try:  # a state of another pipeline: refused, and the iterator goes on where it was
+        it.set_state(make().iterator().get_state())
+        raise AssertionError("a foreign state was taken")
+    except StateError:
+        pass
+    assert it.get_state() == before
+    assert got + again + ids(it) == expected
+    it.close()
+
+
+@case
 def a_batch_that_does_not_fit_the_sharding_is_named_before_any_transfer():
     from tpufeed.errors import InvalidArgumentError
     try:

@@ -18,7 +18,7 @@ from typing import Any
 from tpufeed.autotune import AUTO, Options, choose
 from tpufeed.cursor import epoch_start
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.iterator import DatasetIterator
+from tpufeed.iterator import DatasetIterator, PipelineRun, Run
 from tpufeed.mix import MixPlan, Mixture, check_component, check_mix
 from tpufeed.order import Shuffle
 from tpufeed.packing import check_lengths
@@ -32,7 +32,7 @@ from tpufeed.stages.record import check_callable
 from tpufeed.state import fingerprint
 from tpufeed.storage.local import PathsLike
 from tpufeed.storage.settings import cache_for
-from tpufeed.uneven import HostAgreement, end_together, first_item
+from tpufeed.uneven import HostAgreement, check_uneven, end_together, first_item
 
 
 @dataclass(frozen=True)
@@ -321,7 +321,7 @@ class Dataset:
         return share // size if plan.batch.drop_remainder else -(-share // size)
 
     def iterator(self, state: Any = None, uneven: str | None = None,
-                 agreement: HostAgreement | None = None) -> Any:
+                 agreement: HostAgreement | None = None) -> DatasetIterator:
         """A new iterator, from the start or resuming right after `state` was taken.
 
         `state` is one `get_state()`, or the list of every host's, taken at one step of a run.
@@ -334,12 +334,17 @@ class Dataset:
         (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
         """
         plan = self._plan()
-        cursor, stages = resume(plan, state)
-        return end_together(lambda: self._iterate(plan, cursor, stages), plan, cursor, uneven,
-                            agreement, self._first_item)
+        check_uneven(uneven)
+
+        def start(state: Any) -> Callable[[], Run]:
+            cursor, stages = resume(plan, state)  # a bad state fails here, before any work
+            return lambda: end_together(lambda: self._iterate(plan, cursor, stages), plan,
+                                        cursor, uneven, agreement, self._first_item)
+
+        return DatasetIterator(start, state)
 
     def _iterate(self, plan: Any, cursor: Any,
-                 stages: dict[str, Any] | None) -> DatasetIterator:
+                 stages: dict[str, Any] | None) -> PipelineRun:
         timeout_s = self._options.timeout_s
         if isinstance(plan, MixPlan):  # its workers run inside its components
             if self._prefetch == AUTO or self._workers == AUTO:
@@ -347,13 +352,13 @@ class Dataset:
                                            "not 'auto'")
             if timeout_s is not None:
                 raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
-            return DatasetIterator(plan, cursor, prefetch=self._prefetch, stages=stages)
+            return PipelineRun(plan, cursor, prefetch=self._prefetch, stages=stages)
         if AUTO in (self._workers, self._prefetch):
             tuning = choose(plan, cursor, self._workers, self._prefetch, self._options)
-            return DatasetIterator(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
+            return PipelineRun(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
                                    tuning=tuning, adapt_prefetch=self._prefetch == AUTO,
                                    stages=stages, isolate=self._isolate, timeout_s=timeout_s)
-        return DatasetIterator(plan, cursor, prefetch=self._prefetch, workers=self._workers,
+        return PipelineRun(plan, cursor, prefetch=self._prefetch, workers=self._workers,
                                stages=stages, isolate=self._isolate, timeout_s=timeout_s)
 
     def to_jax(self, sharding: Any = None, prefetch: int = 2, state: Any = None,

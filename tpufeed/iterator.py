@@ -1,12 +1,17 @@
-"""DatasetIterator: hands out items in order and knows exactly what the consumer has received."""
+"""DatasetIterator: hands out items in order and knows exactly what the consumer has received.
+
+`DatasetIterator` is what `Dataset.iterator()` returns: `get_state()` and `set_state(state)`
+over one run of the pipeline (`PipelineRun`, or the run wrapped so that hosts end together).
+`set_state` checks the state, stops the run (workers, prefetch) and starts a new one there.
+"""
 
 from __future__ import annotations
 
 import os
 import queue
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from tpufeed._prefetch import ThreadPrefetcher
 from tpufeed.cursor import Cursor
@@ -22,12 +27,101 @@ from tpufeed.watch import Beacon, labels_of, timed_out
 _ADAPT_EVERY = 16  # items between prefetch adjustments
 
 
+class Run(Protocol):
+    """One run of a pipeline from a start position: what DatasetIterator delegates to."""
+
+    def __next__(self) -> Any: ...
+    def get_state(self) -> dict[str, Any]: ...
+    def stats(self) -> PipelineStats: ...
+    def close(self) -> None: ...
+    @property
+    def records_delivered(self) -> int: ...
+    @property
+    def dropped_records(self) -> int: ...
+
+
+Start = Callable[[Any], Callable[[], Run]]  # state -> (checked) launcher of a run from it
+
+
 class DatasetIterator(Iterator[Any]):
-    """Iterator over a Dataset. `get_state()` describes what `__next__` has returned so far.
+    """Iterator over a Dataset. `get_state()` describes what `__next__` has returned so far;
+    `set_state(state)` continues right after `state` (one host's, or the list of all hosts').
 
     >>> it = iter(tpufeed.Dataset.from_sequence(range(10)).batch(4))   # doctest: +SKIP
-    >>> next(it); state = it.get_state()                                # doctest: +SKIP
+    >>> next(it); state = it.get_state(); next(it)                      # doctest: +SKIP
+    >>> it.set_state(state)     # the next batch is the second one again  # doctest: +SKIP
     """
+
+    def __init__(self, start: Start, state: Any = None):
+        self._start = start
+        self._lock = threading.Lock()
+        self._closed = True  # until the first run starts
+        self._run: Run = start(state)()
+        self._closed = False
+
+    def __iter__(self) -> DatasetIterator:
+        return self
+
+    def __next__(self) -> Any:
+        with self._lock:  # threads sharing one iterator each get whole items, in turn
+            if self._closed:
+                raise StopIteration
+            return next(self._run)
+
+    def get_state(self) -> dict[str, Any]:
+        """A small JSON-able dict; `ds.iterator(state)` or `set_state(state)` resumes right
+        after the last item returned."""
+        with self._lock:
+            return self._run.get_state()
+
+    def set_state(self, state: Any) -> None:
+        """Continues right after `state` (as `Dataset.iterator(state)` would): the state is
+        checked first (StateError leaves this iterator as it was), then the running workers
+        and prefetch stop, and nothing they made ahead is delivered. Works on a closed or
+        finished iterator too. In a multi-host run every host calls it at the same step."""
+        with self._lock:
+            launch = self._start(state)
+            self.close()
+            self._run = launch()
+            self._closed = False
+
+    def stats(self) -> PipelineStats:
+        """Per-stage times and rates, the consumer's wait, queue depth and memory, since the
+        iterator (or the last `set_state`) started."""
+        return self._run.stats()
+
+    @property
+    def records_delivered(self) -> int:
+        """Records in the items returned so far (batch sizes summed), since the start or the
+        last `set_state`."""
+        return self._run.records_delivered
+
+    @property
+    def dropped_records(self) -> int:
+        """Records dropped by `batch(drop_remainder=True)` (and by hosts ending together) at
+        the end of this host's epochs so far."""
+        return self._run.dropped_records
+
+    def close(self) -> None:
+        """Stops background work. Safe to call more than once."""
+        if not self._closed:
+            self._closed = True
+            self._run.close()
+
+    def __enter__(self) -> DatasetIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+
+class PipelineRun(Iterator[Any]):
+    """One run of a plan from a cursor: the producer, its workers or prefetch thread, and the
+    exact position of what `__next__` has returned."""
 
     def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0, workers: int = 0,
                  tuning: Tuning | None = None, adapt_prefetch: bool = False,
@@ -44,7 +138,6 @@ class DatasetIterator(Iterator[Any]):
         self._window_start, self._window_wait = now(), 0.0
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._closed = True  # until construction succeeds
-        self._lock = threading.Lock()
         self._timeout_s, self._beacon = timeout_s, None
         if isinstance(plan, MixPlan):
             self._items = MixProducer(plan, cursor, self._counters, self._clock, stages).items()
@@ -67,14 +160,10 @@ class DatasetIterator(Iterator[Any]):
                 self._prefetcher = ThreadPrefetcher(self._items, prefetch)
         self._closed = False
 
-    def __iter__(self) -> DatasetIterator:
+    def __iter__(self) -> PipelineRun:
         return self
 
     def __next__(self) -> Any:
-        with self._lock:  # threads sharing one iterator each get whole items, in turn
-            return self._next()
-
-    def _next(self) -> Any:
         if self._closed:
             raise StopIteration
         started = now()
@@ -105,7 +194,7 @@ class DatasetIterator(Iterator[Any]):
             raise error from None
 
     def get_state(self) -> dict[str, Any]:
-        """A small JSON-able dict; `ds.iterator(state)` resumes right after the last item returned."""
+        """The position right after the last item returned."""
         return self._plan.state_of(self._cursor, self._stages)
 
     def _adapt_prefetch(self) -> None:
@@ -176,12 +265,6 @@ class DatasetIterator(Iterator[Any]):
             self._prefetcher.close()
         else:
             self._items.close()
-
-    def __enter__(self) -> DatasetIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         self.close()

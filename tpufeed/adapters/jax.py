@@ -23,7 +23,7 @@ from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
 from tpufeed._prefetch import ThreadPrefetcher
 from tpufeed.iterator import DatasetIterator
-from tpufeed.uneven import EvenHosts, HostAgreement, check_uneven
+from tpufeed.uneven import HostAgreement, check_uneven
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
@@ -72,14 +72,23 @@ class JaxIterator(Iterator[Any]):
         self._start(state)
 
     def _start(self, state: Any) -> None:
-        inner = self._ds.iterator(state, uneven=self._uneven, agreement=self._agreement)
-        self._state = inner.get_state()
-        self._inner = inner
+        self._inner = self._ds.iterator(state, uneven=self._uneven, agreement=self._agreement)
+        self._state = self._inner.get_state()
         self._device_clock = StageClock()
-        items = _transferred(inner, BatchLayout(self.sharding), self._device_clock)
+        self._transfer()
+
+    def _transfer(self) -> None:
+        """Starts moving batches from the pipeline to the devices, `prefetch` ahead."""
+        items = _transferred(self._inner, BatchLayout(self.sharding), self._device_clock)
         self._items: Iterator[Any] = items
         self._prefetcher = ThreadPrefetcher(items, self._prefetch) if self._prefetch else None
         self._closed = False
+
+    def _stop_transfer(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+        else:
+            self._items.close()  # type: ignore[attr-defined]
 
     def __iter__(self) -> JaxIterator:
         return self
@@ -97,9 +106,18 @@ class JaxIterator(Iterator[Any]):
 
     def set_state(self, state: Any) -> None:
         """Continues right after `state` (one process's, or the list of all processes' for
-        another process count); drops the batches prefetched so far."""
-        self.close()
-        self._start(state)
+        another process count); the batches prefetched so far are dropped. A state that does
+        not fit raises StateError and leaves the iterator where it was."""
+        if not self._closed:
+            self._stop_transfer()
+        try:
+            self._inner.set_state(state)
+        except BaseException:
+            self._inner.set_state(self._state)  # back to the last batch handed out
+            raise
+        finally:
+            self._state = self._inner.get_state()
+            self._transfer()
 
     def stats(self) -> PipelineStats:
         """The pipeline's statistics plus the transfer to the devices ("to_device") and the
@@ -145,10 +163,7 @@ class JaxIterator(Iterator[Any]):
         if self._closed:
             return
         self._closed = True
-        if self._prefetcher is not None:
-            self._prefetcher.close()
-        else:
-            self._items.close()  # type: ignore[attr-defined]
+        self._stop_transfer()
         self._inner.close()
 
     def __enter__(self) -> JaxIterator:
@@ -164,19 +179,16 @@ class JaxIterator(Iterator[Any]):
             pass
 
 
-def _transferred(inner: DatasetIterator | EvenHosts, layout: BatchLayout,
+def _transferred(inner: DatasetIterator, layout: BatchLayout,
                  clock: StageClock) -> Iterator[tuple[Any, dict]]:
     """(global arrays, state after them), the arrays ready on their devices; the transfer is
     timed as the "to_device" stage."""
-    try:
-        for index, batch in enumerate(inner):
-            state = inner.get_state()
-            started = now()
-            arrays = jax.block_until_ready(layout.place(batch, index))
-            clock.add("to_device", now() - started, _leading_dim(batch))
-            yield arrays, state
-    finally:
-        inner.close()
+    for index, batch in enumerate(inner):
+        state = inner.get_state()
+        started = now()
+        arrays = jax.block_until_ready(layout.place(batch, index))
+        clock.add("to_device", now() - started, _leading_dim(batch))
+        yield arrays, state
 
 
 def _leading_dim(batch: Any) -> int:

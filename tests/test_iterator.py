@@ -1,0 +1,165 @@
+"""DatasetIterator: get_state/set_state on a live iterator, whatever runs behind it."""
+
+import gc
+import glob
+import os
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import tpufeed
+from tpufeed.errors import StateError
+from tpufeed.uneven import ThreadAgreement
+
+
+def source(n=120):
+    return tpufeed.Dataset.from_sequence([{"id": np.int64(i), "x": np.full(3, i)} for i in range(n)])
+
+
+def ids(items):
+    return [item["id"].tolist() for item in items]
+
+
+def take(it, k):
+    return [next(it) for _ in range(k)]
+
+
+PIPELINES = {
+    "batch": lambda ds: ds.shuffle(3).batch(7).repeat(2),
+    "filter": lambda ds: ds.shuffle(3).filter(lambda e: e["id"] % 3 != 1).batch(5).repeat(2),
+    "flat_map": lambda ds: ds.flat_map(lambda e: [e] * int(e["id"] % 3)).batch(4),
+    "pack": lambda ds: ds.map(lambda e: {"tokens": np.arange(1 + e["id"] % 9)})
+    .pack({"tokens": 16}).batch(2),
+}
+
+
+def worker_pids():
+    pids = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "tpufeed.workers.worker" in " ".join(child.cmdline()) \
+                    and child.status() != psutil.STATUS_ZOMBIE:
+                pids.append(child.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
+def segments():
+    return glob.glob(f"/dev/shm/tpufeed-{os.getpid()}-*")
+
+
+def settled(check, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return check()
+
+
+def leaves(batch):
+    return {k: np.asarray(v).tolist() for k, v in batch.items()}
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+@pytest.mark.parametrize("prefetch", [0, 3])
+def test_set_state_back_and_forth_gives_what_a_fresh_iterator_gives(name, prefetch):
+    ds = PIPELINES[name](source()).prefetch(prefetch)
+    expected = [leaves(b) for b in ds]
+    it = ds.iterator()
+    take(it, 3)
+    at_three = it.get_state()
+    take(it, 4)
+    at_seven = it.get_state()
+    it.set_state(at_three)  # back: the four batches after it come again
+    assert [leaves(b) for b in take(it, 4)] == expected[3:7]
+    assert it.get_state() == at_seven
+    it.set_state(at_seven)  # forward again, and on to the end
+    assert [leaves(b) for b in it] == expected[7:]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", ["batch", "filter"])
+def test_set_state_restarts_workers_and_leaves_nothing_behind(name):
+    ds = PIPELINES[name](source()).workers(2).prefetch(4)
+    expected = [leaves(b) for b in PIPELINES[name](source())]
+    it = ds.iterator()
+    take(it, 2)
+    state = it.get_state()
+    take(it, 5)  # the workers have made more than this, waiting in the prefetch buffer
+    before = set(worker_pids())
+    assert len(before) == 2
+    it.set_state(state)
+    assert [leaves(b) for b in take(it, 5)] == expected[2:7]  # nothing stale
+    assert settled(lambda: not before & set(worker_pids())), "old workers still running"
+    assert len(worker_pids()) == 2
+    it.close()
+    gc.collect()
+    assert settled(lambda: worker_pids() == [] and segments() == [])
+
+
+def test_a_bad_state_leaves_the_iterator_where_it_was():
+    ds = PIPELINES["batch"](source()).prefetch(2)
+    expected = ids(ds)
+    it = ds.iterator()
+    take(it, 2)
+    other = source().batch(3).iterator()
+    next(other)
+    with pytest.raises(StateError, match="fingerprint|another pipeline|does not match"):
+        it.set_state(other.get_state())
+    with pytest.raises(StateError):
+        it.set_state("not json")
+    assert ids(it) == expected[2:]
+
+
+def test_set_state_reopens_a_closed_or_finished_iterator():
+    ds = PIPELINES["batch"](source()).prefetch(2)
+    expected = ids(ds)
+    it = ds.iterator()
+    take(it, 4)
+    state = it.get_state()
+    it.close()
+    assert list(it) == []
+    it.set_state(state)
+    assert ids(it) == expected[4:]  # to the end
+    it.set_state(None)  # None: the start
+    assert ids(it) == expected
+
+
+def test_set_state_takes_every_hosts_states_for_another_host_count():
+    make = PIPELINES["filter"]
+    whole = ids(make(source()).repeat(1))
+    runs = [make(source()).repeat(1).shard(h, 2).iterator() for h in range(2)]
+    seen = [i for it in runs for i in sum(ids(take(it, 3)), [])]
+    states = [it.get_state() for it in runs]
+    rest = []
+    for h in range(3):
+        it = make(source()).repeat(1).shard(h, 3).iterator()
+        next(it)
+        it.set_state(states)
+        rest += sum(ids(it), [])
+    assert sorted(seen + rest) == sorted(sum(whole, []))  # the epoch exactly once
+
+
+def test_set_state_with_hosts_ending_together():
+    ds = source(40).filter(lambda e: e["id"] % 5 != 0)  # host 0 keeps fewer
+    hosts = [ds.shard(h, 2).batch(4).iterator(uneven="pad", agreement=a)
+             for h, a in enumerate(ThreadAgreement.group(2))]
+    import threading
+
+    out = [None, None]
+
+    def run(h):
+        it = hosts[h]
+        take(it, 2)
+        state = it.get_state()
+        first = ids(it)
+        it.set_state(state)  # both hosts at the same step, as the docs ask
+        out[h] = (first, ids(it))
+
+    threads = [threading.Thread(target=run, args=(h,)) for h in range(2)]
+    [t.start() for t in threads]
+    [t.join(60) for t in threads]
+    for first, again in out:
+        assert again == first and len(first) > 0
