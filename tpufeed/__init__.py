@@ -3,7 +3,7 @@
 Exact, deterministic, resumable input pipelines over ArrayRecord and TFRecord files.
 """
 
-from tpufeed import codec
+from tpufeed import checkpoint, codec
 from tpufeed.dataset import Dataset
 from tpufeed.errors import (
     BatchError,
@@ -38,5 +38,6 @@ __all__ = [
     "TpufeedError",
     "TransformError",
     "WorkerError",
+    "checkpoint",
     "codec",
 ]
