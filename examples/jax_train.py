@@ -4,8 +4,9 @@ The data is scikit-learn's bundled handwritten digits, written once as ArrayReco
 (`tpufeed quickstart` writes the same files). Batches arrive as global `jax.Array`s split over
 all devices, two batches ahead of the loop; in a multi-process run (`jax.distributed.initialize()`
 before this code) each process feeds its own share into the same global arrays.
-The checkpoint holds the parameters *and* `it.get_state()`, so a resumed run continues with
-exactly the batches the interrupted one would have seen next.
+Orbax's CheckpointManager saves the parameters and the input position side by side
+(`tpufeed.checkpoint`), so a resumed run continues with exactly the batches the interrupted one
+would have seen next, on this process count or another.
 
     python examples/jax_train.py --steps 200 --checkpoint-at 100 --checkpoint /tmp/ckpt
     python examples/jax_train.py --steps 200 --resume /tmp/ckpt
@@ -15,7 +16,6 @@ exactly the batches the interrupted one would have seen next.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -23,9 +23,11 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 from jax.sharding import NamedSharding, PartitionSpec
 
 import tpufeed
+from tpufeed.adapters.jax import JaxIterator
 from tpufeed.quickstart import build
 
 
@@ -63,17 +65,13 @@ def host(value: jax.Array) -> np.ndarray:
     return np.asarray(value.addressable_data(0))
 
 
-def save(path: Path, params: dict, input_state: dict, step: int) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    np.savez(path / "params.npz", **{k: host(v) for k, v in params.items()})
-    (path / "input_state.json").write_text(json.dumps({"step": step, "input": input_state}))
-
-
-def load(path: Path) -> tuple[dict, dict, int]:
-    with np.load(path / "params.npz") as f:
-        params = {k: jnp.asarray(f[k]) for k in f.files}
-    saved = json.loads((path / "input_state.json").read_text())
-    return params, saved["input"], saved["step"]
+def restore(path: Path, params: dict, it: JaxIterator) -> tuple[dict, int]:
+    """Loads the latest checkpoint in `path`: the parameters, and the input position into `it`."""
+    with ocp.CheckpointManager(path.absolute()) as manager:
+        step = manager.latest_step()
+        restored = manager.restore(step, args=ocp.args.Composite(
+            params=ocp.args.StandardRestore(params), data=tpufeed.checkpoint.CheckpointRestore(it)))
+    return restored.params, step
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -82,9 +80,10 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int, default=460, help="train until this global step")
     p.add_argument("--batch-size", type=int, default=64, help="per process")
     p.add_argument("--prefetch", type=int, default=2, help="batches transferred ahead")
-    p.add_argument("--checkpoint", type=Path, default=None, help="checkpoint folder to write")
+    p.add_argument("--checkpoint", type=Path, default=None, help="CheckpointManager folder to write")
     p.add_argument("--checkpoint-at", type=int, default=0, help="step at which to write it")
-    p.add_argument("--resume", type=Path, default=None, help="checkpoint folder to resume from")
+    p.add_argument("--resume", type=Path, default=None,
+                   help="CheckpointManager folder to resume from (its latest step)")
     args = p.parse_args(argv)
 
     paths, test = build(Path(args.data))
@@ -93,11 +92,10 @@ def main(argv: list[str] | None = None) -> dict:
           .batch(args.batch_size, drop_remainder=True).repeat())
     it = ds.to_jax(prefetch=args.prefetch)
     replicated = NamedSharding(it.sharding.mesh, PartitionSpec())
-    params, step = init_params(jax.random.key(0)), 0
+    params, step = jax.device_put(init_params(jax.random.key(0)), replicated), 0
     if args.resume is not None:
-        params, input_state, step = load(args.resume)
-        it.set_state(input_state)
-    params = jax.device_put(params, replicated)
+        params, step = restore(args.resume, params, it)
+    manager = ocp.CheckpointManager(args.checkpoint.absolute()) if args.checkpoint else None
 
     started = time.perf_counter()
     while step < args.steps:
@@ -105,11 +103,13 @@ def main(argv: list[str] | None = None) -> dict:
         step += 1
         if step % 50 == 0 or step == args.steps:
             print(f"step {step:5d}  loss {float(host(loss)):.4f}  epoch {it.get_state()['epoch']}", flush=True)
-        if args.checkpoint is not None and step == args.checkpoint_at and jax.process_index() == 0:
-            # Lockstep: process 0's input state restores on any process count.
-            save(args.checkpoint, params, it.get_state(), step)
+        if manager is not None and step == args.checkpoint_at:  # every process saves its part
+            manager.save(step, args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params), data=tpufeed.checkpoint.CheckpointSave(it)))
             print(f"checkpoint at step {step} -> {args.checkpoint}", flush=True)
     it.close()
+    if manager is not None:
+        manager.close()  # waits for the checkpoint to be written
     elapsed = time.perf_counter() - started
     images = jnp.asarray(test["image"].reshape(len(test["image"]), 64).astype(np.float32) / 255.0)
     predicted = host(jnp.argmax(logits_of(params, images), axis=1))

@@ -41,7 +41,8 @@ def test_jax_example_trains_on_8_devices_and_resumes_exactly(data, tmp_path):
     straight = run_example("jax_train.py", "--data", data, "--steps", "40", "--checkpoint-at", "15",
                            "--checkpoint", str(ckpt), devices=8)
     assert field(straight, "devices") == "8" and field(straight, "steps") == "40"
-    assert (ckpt / "input_state.json").exists() and (ckpt / "params.npz").exists()
+    saved = ckpt / "15"  # CheckpointManager's step folder: the parameters and the data state
+    assert (saved / "params").is_dir() and (saved / "data" / "process_0-of-1.json").exists()
     resumed = run_example("jax_train.py", "--data", data, "--steps", "40", "--resume", str(ckpt), devices=8)
     assert field(resumed, "checksum") == field(straight, "checksum")
     assert float(field(straight, "accuracy")) > 0.3
