@@ -61,12 +61,25 @@ def test_dataloader_workers_take_disjoint_shares(hosts, num_workers):
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
-def test_dataloader_workers_batch_their_own_shares_as_the_readme_says():
-    """README: with num_workers=W each worker batches its own share, so short batches appear."""
-    ds = tpufeed.Dataset.from_sequence(list(range(10))).batch(4)
-    sizes = {w: sorted(len(b) for b in DataLoader(ds.to_torch(), batch_size=None, num_workers=w))
-             for w in (0, 2)}
-    assert sizes == {0: [2, 4, 4], 2: [1, 1, 4, 4]}
+@pytest.mark.parametrize("num_workers", [2, 3])
+def test_dataloader_workers_deliver_the_batches_of_num_workers_0_in_order(num_workers):
+    """Batches cut from a fixed number of records: worker w makes batches w, w+W, ..."""
+    ds = make(epochs=2)
+    expected = [b["id"].tolist() for b in DataLoader(ds.to_torch(), batch_size=None)]
+    got = [b["id"].tolist() for b in DataLoader(ds.to_torch(), batch_size=None,
+                                                 num_workers=num_workers)]
+    assert got == expected == [b["id"].tolist() for b in ds]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_dataloader_workers_batch_their_own_shares_where_a_filter_decides_the_counts():
+    """README: after a filter each worker filters and batches every W-th record of the host's
+    stream, so the same records come in other batches, with a short batch per worker."""
+    ds = tpufeed.Dataset.from_sequence(list(range(10))).filter(lambda r: r != 5).batch(4)
+    got = {w: [b.tolist() for b in DataLoader(ds.to_torch(), batch_size=None, num_workers=w)]
+           for w in (0, 2)}
+    assert got == {0: [[0, 1, 2, 3], [4, 6, 7, 8], [9]],
+                   2: [[0, 2, 4, 6], [1, 3, 7, 9], [8]]}
 
 
 @pytest.mark.parametrize("stop", [0, 1, 5, 12, 17])  # 12 batches an epoch

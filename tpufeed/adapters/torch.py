@@ -1,20 +1,33 @@
 """`Dataset.to_torch`: an `IterableDataset` yielding batches of torch tensors.
 
-Hand it to `DataLoader(..., batch_size=None)`: tpufeed batches already. With `num_workers=W`
-each DataLoader worker reads the disjoint share `host * W + worker` of `hosts * W`, so no record
-is delivered twice; tpufeed's own `.workers(n)` is the cheaper way to parallelise transforms.
-Workers started by fork are safe after the parent has read: open files are reopened in each
-worker, and ArrayRecord files are read through a helper process (see `sources._reader_process`).
-Numeric leaves become tensors (sharing memory with the batch); bytes and str leaves become
-lists, as torch's default collation makes them.
+Hand it to `DataLoader(..., batch_size=None)`: tpufeed batches already. Under
+`DataLoader(num_workers=W)` the loop receives the same batches, in the same order, as with
+`num_workers=0` wherever every batch is cut from a fixed number of records (`batch` with no
+`filter`, `flat_map`, `pack` or `ignore_errors` before it): worker w makes batches w, w+W,
+... of this host's stream, and the DataLoader takes them from its workers in turn. Inside the
+workers the pipeline runs in process (tpufeed's own `.workers` and `.prefetch` are not used:
+the DataLoader's workers and `prefetch_factor` take their place).
 
->>> loader = DataLoader(ds.batch(32).to_torch(), batch_size=None)          # doctest: +SKIP
->>> for batch in loader: ...                                               # doctest: +SKIP
->>> saved = loader.dataset.state_dict()    # with num_workers=0: what the loop received
+Otherwise (counts that depend on the data, unbatched pipelines, mixtures) worker w reads the
+host's records at stream positions w, w+W, ... (the share `host + w * hosts` of
+`hosts * W`) and filters and batches them on its own: each epoch delivers the same records,
+each once, but grouped into batches and ordered differently, with up to W short batches (each
+worker's last) instead of one, so the number of batches can change with W.
+
+Checkpoints: torchdata's `StatefulDataLoader` saves and restores every worker's position
+(`get_state`/`state_dict` of these objects), exactly, with any `num_workers`. Workers started
+by fork are safe after the parent has read: open files are reopened in each worker, and
+ArrayRecord files are read through a helper process (see `sources._reader_process`). Numeric
+leaves become tensors (sharing memory with the batch); bytes and str leaves become lists, as
+torch's default collation makes them.
+
+>>> loader = StatefulDataLoader(ds.batch(32).to_torch(), batch_size=None, num_workers=2)  # doctest: +SKIP
+>>> saved = loader.state_dict()        # after k batches: resumes at batch k + 1  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -22,9 +35,10 @@ from typing import Any
 import numpy as np
 
 from tpufeed.adapters._leaves import map_leaves
+from tpufeed.adapters._torch_stride import WORKER_KEY, is_worker_state, strided_iterator
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import StateError, missing_dependency
-from tpufeed.state import state_from_dict
+from tpufeed.resume import resume
 
 try:
     import torch
@@ -41,11 +55,13 @@ def to_torch(ds: Any, pin_memory: bool = False) -> TorchIterable:
 
 
 class TorchIterable(IterableDataset):
-    """Each `iter()` is a pass from the start, or from the state given to `load_state_dict`.
+    """Each `iter()` is a pass from the start, or from the state given to `set_state`.
 
-    `state_dict()` describes the pass running in this process: with `num_workers=0` that is
-    exactly what the loop received. Inside DataLoader workers each worker has its own state
-    (torchdata's StatefulDataLoader collects them per worker through these same methods).
+    `get_state()` (= `state_dict()`) describes the pass running in this process: with
+    `num_workers=0` exactly what the loop received. Inside DataLoader workers each worker has
+    its own; `StatefulDataLoader.state_dict()` collects them through these same methods.
+
+    >>> data = ds.to_torch(); data.set_state(saved)   # the next pass continues there  # doctest: +SKIP
     """
 
     def __init__(self, ds: Any, pin_memory: bool = False):
@@ -53,55 +69,85 @@ class TorchIterable(IterableDataset):
         # in a DataLoader worker forked from a process that imported torch crashes it.
         self._host, self._hosts = ds._sharding.resolve()
         self._ds = ds.shard(self._host, self._hosts)
+        self._strided = self._ds._plan().fused  # each chunk one batch: workers can stride
         self._pin_memory = bool(pin_memory)
-        self._pending: dict[str, Any] | None = None
+        self._pending: Any = None
         self._iterator: TorchIterator | None = None
 
     def __iter__(self) -> TorchIterator:
-        ds, in_worker = self._ds, False
         info = get_worker_info()
-        if info is not None:
-            in_worker = True
-            if info.num_workers > 1:
-                workers = info.num_workers
-                ds = ds.shard(self._host * workers + info.id, self._hosts * workers)
         state, self._pending = self._pending, None
-        self._iterator = TorchIterator(ds.iterator(state), _pinning(self._pin_memory, in_worker))
+        if info is None or info.num_workers <= 1:
+            inner = self._ds.iterator(_plain(state))
+        elif self._strided:
+            inner = strided_iterator(self._ds, info.id, info.num_workers, state)
+        else:
+            inner = self._worker_share(info.id, info.num_workers).iterator(state)
+        self._iterator = TorchIterator(inner, _pinning(self._pin_memory, info is not None))
         return self._iterator
 
-    def state_dict(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, Any]:
         """The position of the running (or last) pass; before any pass, where the next starts."""
         if self._pending is not None:
-            return dict(self._pending)
+            return copy.deepcopy(self._pending)
         if self._iterator is not None:
             return self._iterator.get_state()
-        it = self._ds.iterator()
-        try:
-            return it.get_state()
-        finally:
-            it.close()
+        info = get_worker_info()
+        if info is None or info.num_workers <= 1 or not self._strided:
+            plan = (self._ds if info is None or info.num_workers <= 1
+                    else self._worker_share(info.id, info.num_workers))._plan()
+            return plan.state_of(*resume(plan, None))
+        plan = self._ds._plan()
+        return {WORKER_KEY: [info.id, info.num_workers], "skip": info.id,
+                "state": plan.state_of(*resume(plan, None))}
+
+    def set_state(self, state: Any) -> None:
+        """The next `iter()` continues right after `state`: one `get_state()`, or the list of
+        every host's (then on any host count, as `Dataset.iterator(state)`). Checked now."""
+        info = get_worker_info()
+        if info is None or info.num_workers <= 1:
+            resume(self._ds._plan(), _plain(state))
+        elif self._strided:
+            strided_iterator(self._ds, info.id, info.num_workers, state).close()
+        else:
+            resume(self._worker_share(info.id, info.num_workers)._plan(), state)
+        self._pending = copy.deepcopy(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """`get_state()`, under torch's name (torchdata's StatefulDataLoader calls it)."""
+        return self.get_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The next `iter()` continues right after `state` (from any host count, in lockstep)."""
+        """`set_state(state)`, under torch's name."""
         if not isinstance(state, dict):
             raise StateError(f"load_state_dict needs a dict from state_dict(), got {type(state).__name__}")
-        state_from_dict(state, self._ds.fingerprint())  # fails now rather than at the next iter()
-        self._pending = dict(state)
+        self.set_state(state)
 
     @property
     def wait_fraction(self) -> float:
         """Of the current pass in this process: time blocked on input / wall time."""
         return self._iterator.wait_fraction if self._iterator is not None else 0.0
 
+    def _worker_share(self, worker: int, workers: int) -> Any:
+        """Where batches cannot be strided: every W-th record of this host's stream."""
+        return self._ds.shard(self._host + worker * self._hosts, self._hosts * workers)
+
 
 class TorchIterator(Iterator[Any]):
-    """One pass: batches as tensors; `get_state()` counts the batches returned so far."""
+    """One pass: batches as tensors. `get_state()` says what it has returned so far;
+    `set_state(state)` continues right after `state` (workers and prefetch restart, nothing
+    made ahead is delivered).
+
+    >>> it = iter(data); next(it); s = it.get_state(); next(it)        # doctest: +SKIP
+    >>> it.set_state(s)    # the next batch is the second one again   # doctest: +SKIP
+    """
 
     def __init__(self, inner: Any, pin_memory: bool):
         self._inner = inner
         self._pin = pin_memory
         self._clock = WaitClock()
         self._state = inner.get_state()
+        self._fresh = True  # nothing returned since the inner run started
 
     def __iter__(self) -> TorchIterator:
         return self
@@ -109,10 +155,27 @@ class TorchIterator(Iterator[Any]):
     def __next__(self) -> Any:
         batch = self._clock.call(self._inner.__next__)
         self._state = self._inner.get_state()
+        self._fresh = False
         return map_leaves(self._tensor, batch)
 
     def get_state(self) -> dict[str, Any]:
-        return dict(self._state)
+        return copy.deepcopy(self._state)
+
+    def set_state(self, state: Any) -> None:
+        """Checked first (a StateError leaves the pass as it was), then the pass restarts there."""
+        if self._fresh and state == self._state:
+            return  # already starts there (StatefulDataLoader restores the dataset, then this)
+        self._inner.set_state(state if is_worker_state(self._state) else _plain(state))
+        self._state = self._inner.get_state()
+        self._fresh = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """`get_state()`, under torch's name."""
+        return self.get_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """`set_state(state)`, under torch's name."""
+        self.set_state(state)
 
     @property
     def wait_fraction(self) -> float:
@@ -127,6 +190,17 @@ class TorchIterator(Iterator[Any]):
             return array.tolist()
         tensor = torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())
         return tensor.pin_memory() if self._pin else tensor
+
+
+def _plain(state: Any) -> Any:
+    """`state` unless it is a DataLoader worker's, which only that worker can continue."""
+    if is_worker_state(state):
+        raise StateError(f"this state is DataLoader worker {state[WORKER_KEY]!r}'s ([worker, "
+                         "workers]): only that "
+                         "worker continues it. Restore the DataLoader with torchdata's "
+                         "StatefulDataLoader.load_state_dict (same num_workers), which hands "
+                         "each worker its own")
+    return state
 
 
 def _pinning(requested: bool, in_worker: bool) -> bool:
