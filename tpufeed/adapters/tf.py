@@ -19,6 +19,8 @@ TensorFlow side, that is the training loop's wait for input.
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,15 +28,24 @@ import numpy as np
 
 from tpufeed.adapters._leaves import describe_path, map_leaves
 from tpufeed.adapters._wait_clock import WaitClock
-from tpufeed.errors import BatchError, missing_dependency
+from tpufeed.errors import BatchError, StateError, missing_dependency
 
-__all__ = ["TfInput", "element_spec", "to_tf"]
+__all__ = ["HISTORY", "TfInput", "element_spec", "to_tf"]
+
+HISTORY = 1024  # states kept per pass: more than TensorFlow or Keras ever pull ahead
 
 
 class TfInput:
-    """The input side of the latest pass over a `to_tf()` dataset: its wait and statistics."""
+    """The input side of a `to_tf()` dataset: where its next pass starts, the exact state after
+    each recent batch of the latest pass, and that pass's wait and statistics."""
 
-    def __init__(self) -> None:
+    def __init__(self, ds: Any, state: Any, history: int = HISTORY):
+        self._ds, self._base = ds, state
+        self._lock = threading.Lock()
+        self._pending: _Pending | None = None
+        self._passes = 0
+        self._finished = False
+        self._states: deque[tuple[int, dict[str, Any]]] = deque(maxlen=history + 1)
         self.clock = WaitClock()
         self.iterator: Any = None
 
@@ -50,12 +61,107 @@ class TfInput:
         return dataclasses.replace(stats, wait_seconds=self.clock.wait_seconds,
                                    wall_seconds=self.clock.wall_seconds or stats.wall_seconds)
 
+    @property
+    def passes(self) -> int:
+        """Passes started so far (one per TensorFlow iterator that asked for a batch)."""
+        return self._passes
 
-def to_tf(ds: Any, state: dict[str, Any] | None = None) -> Any:
-    """A `tf.data.Dataset` over `ds` (starting after `state` when given)."""
-    tf = _tensorflow()
+    @property
+    def batches(self) -> int:
+        """Batches TensorFlow has taken from the latest pass."""
+        with self._lock:
+            return self._states[-1][0] if self._states else 0
+
+    @property
+    def finished(self) -> bool:
+        """Whether TensorFlow has taken the latest pass's last batch and seen its end."""
+        return self._finished
+
+    def get_state(self) -> dict[str, Any]:
+        """The state after the last batch TensorFlow took from the latest pass; before the
+        first pass and after `set_state`, the state the next pass starts at."""
+        with self._lock:
+            if self._pending is not None:
+                return dict(self._pending.start)
+            return dict(self._states[-1][1])
+
+    def state_after(self, batches: int) -> dict[str, Any]:
+        """The state right after the first `batches` batches of the latest pass: exact for a
+        loop that counts the batches it consumed while TensorFlow pulled some ahead.
+
+        >>> tf_ds.tpufeed.state_after(steps_done)   # doctest: +SKIP
+        """
+        with self._lock:
+            if type(batches) is int:
+                for count, state in self._states:
+                    if count == batches:
+                        return dict(state)
+            kept = f"{self._states[0][0]}..{self._states[-1][0]}" if self._states else "none"
+            raise StateError(f"to_tf: no state after batch {batches!r} of pass {self._passes}; "
+                             f"the states kept are those after batches {kept} (up to the last "
+                             f"{self._states.maxlen - 1} TensorFlow took)")
+
+    def set_state(self, state: Any) -> None:
+        """The next pass starts right after `state` (one host's state, or every host's); the
+        passes after it start where `to_tf(state=...)` says again. A running pass is not
+        changed. The state is checked here: a StateError leaves everything as it was."""
+        fresh = self._ds.iterator(state)
+        with self._lock:
+            old, self._pending = self._pending, _Pending(fresh, fresh.get_state())
+        if old is not None:
+            old.iterator.close()
+
+    def hold(self, first: Any, start: dict[str, Any], head: Any) -> None:
+        """Keeps the iterator that made the element_spec's batch `head` for the first pass."""
+        self._pending = _Pending(first, start, head)
+
+    def start_pass(self) -> tuple[int, Any, Iterator[Any]]:
+        """A new pass: its number, its DatasetIterator and the batches to hand over."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            it = self._ds.iterator(self._base)
+            pending = _Pending(it, it.get_state())
+        items = pending.iterator if pending.head is _NOTHING else _chain(pending.head, pending.iterator)
+        with self._lock:
+            self._passes += 1
+            self._finished = False
+            self._states.clear()
+            self._states.append((0, pending.start))
+            self.clock, self.iterator = WaitClock(), pending.iterator
+            return self._passes, pending.iterator, items
+
+    def took(self, number: int, it: Any) -> None:
+        """Pass `number` handed TensorFlow one more batch; `it` is right after it."""
+        state = it.get_state()
+        with self._lock:
+            if number == self._passes:
+                self._states.append((self._states[-1][0] + 1, state))
+
+    def ended(self, number: int) -> None:
+        """Pass `number` handed TensorFlow its end."""
+        with self._lock:
+            if number == self._passes:
+                self._finished = True
+
+
+_NOTHING = object()
+
+
+@dataclasses.dataclass
+class _Pending:
+    """An iterator made ahead of the pass it starts: its start state and a batch it peeked."""
+    iterator: Any
+    start: dict[str, Any]
+    head: Any = _NOTHING
+
+
+def to_tf(ds: Any, state: Any = None) -> Any:
+    """A `tf.data.Dataset` over `ds` whose passes start after `state` (from the start: None)."""
+    _tensorflow()
     first_iterator = ds.iterator(state)
     try:
+        start = first_iterator.get_state()
         first = next(first_iterator)
     except StopIteration:
         first_iterator.close()
@@ -67,31 +173,25 @@ def to_tf(ds: Any, state: dict[str, Any] | None = None) -> Any:
     fixed_batch = plan.batch.batch_size if plan.batch is not None and plan.batch.drop_remainder \
         and not plan.tail else None
     spec = element_spec(first, fixed_batch)
-    peeked = [(first_iterator, first)]
-    tracker = TfInput()
+    tracker = TfInput(ds, state)
+    tracker.hold(first_iterator, start, first)  # the first pass goes on from here: no work redone
 
     def generate() -> Iterator[Any]:
-        # The first pass reuses the iterator that produced the spec's batch: no work is redone.
-        if peeked:
-            it, head = peeked.pop()
-            items: Iterator[Any] = _chain(head, it)
-        else:
-            it = ds.iterator(state)
-            items = it
-        tracker.clock, tracker.iterator = WaitClock(), it
+        number, it, items = tracker.start_pass()
         try:
             while True:
                 try:
                     item = tracker.clock.call(items.__next__)
                 except StopIteration:
+                    tracker.ended(number)
                     return
+                tracker.took(number, it)
                 yield _tuples(map_leaves(_tf_value, item))
         finally:
             it.close()
 
-    tf_ds = tf.data.Dataset.from_generator(generate, output_signature=spec)
-    tf_ds.tpufeed = tracker
-    return tf_ds
+    from tpufeed.adapters._tf_dataset import TfDataset
+    return TfDataset(generate, spec, tracker)
 
 
 def element_spec(batch: Any, batch_size: int | None = None) -> Any:

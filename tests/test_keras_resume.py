@@ -1,0 +1,145 @@
+"""Keras `fit` killed with SIGKILL and restarted with tpufeed's BackupAndRestore trains on the
+same batches as a `fit` never interrupted: with and without steps_per_epoch, backups at epoch
+ends and mid-epoch. Real Keras and TensorFlow in fresh processes; this file is also the
+training script they run (`python tests/test_keras_resume.py --log ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+RECORDS, BATCH = 48, 4  # 12 batches per pipeline epoch
+
+
+def pipeline(epochs: int):
+    """(features with each record's id, label) batches; `epochs` shuffled passes over 48 records."""
+    import tpufeed
+
+    def element(i: int):
+        x = np.array([np.sin(i), np.cos(i), i % 3, 1.0], np.float32)
+        return {"x": x, "id": np.int64(i)}, np.int32(i % 2)
+
+    return tpufeed.Dataset.from_sequence(list(range(RECORDS))).shuffle(seed=7).map(element) \
+        .batch(BATCH, drop_remainder=True).repeat(epochs).prefetch(2)
+
+
+def train(argv: list[str]) -> None:
+    """Fits a small model, writing the ids of every trained batch to --log as it goes."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--log", required=True)
+    p.add_argument("--backup", required=True)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps-per-epoch", type=int, default=0, help="0: fit without it")
+    p.add_argument("--save-freq", default="epoch")
+    p.add_argument("--kill-at", type=int, default=0, help="SIGKILL self after this global step")
+    args = p.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import tensorflow as tf
+
+    from tpufeed.adapters.keras import BackupAndRestore
+
+    log = open(args.log, "a")
+
+    def seen(ids):
+        log.write(json.dumps(ids.numpy().tolist()) + "\n")
+        log.flush()
+        return ids
+
+    class Spy(keras.layers.Layer):
+        """Logs the ids of each batch the model trains on (inside the compiled step)."""
+
+        def call(self, inputs, training=None):
+            if training:
+                ids = tf.py_function(seen, [inputs["id"]], tf.int64)
+                return inputs["x"] + 0.0 * tf.cast(tf.reduce_sum(ids), tf.float32)
+            return inputs["x"]
+
+    class Kill(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == args.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    keras.utils.set_random_seed(0)
+    inputs = {"x": keras.Input((4,), name="x"), "id": keras.Input((), dtype="int64", name="id")}
+    outputs = keras.layers.Dense(2)(Spy()(inputs))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.Adam(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    epochs_of_data = args.epochs if args.steps_per_epoch else 1
+    train_ds = pipeline(epochs_of_data).to_tf()
+    save_freq = args.save_freq if args.save_freq == "epoch" else int(args.save_freq)
+    backup = BackupAndRestore(train_ds, args.backup, save_freq=save_freq)
+    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch or None,
+              callbacks=[backup, Kill()], verbose=0)
+    weights = float(sum(np.abs(w).sum() for w in model.get_weights()))
+    log.write(json.dumps({"weights": weights}) + "\n")
+
+
+def run(tmp: Path, name: str, *args: str, killed: bool = False) -> tuple[list, dict]:
+    log = tmp / f"{name}.jsonl"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, __file__, "--log", str(log), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    if killed:
+        assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    else:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    batches = [line for line in lines if isinstance(line, list)]
+    end = next((line for line in lines if isinstance(line, dict)), {})
+    return batches, end
+
+
+def expected_ids(epochs: int, steps_per_epoch: int) -> list[list[int]]:
+    """The ids of the batches an uninterrupted fit trains on, read from the pipeline itself."""
+    if steps_per_epoch:  # one pass over all the pipeline's epochs
+        return [features["id"].tolist() for features, _ in pipeline(epochs)]
+    return [features["id"].tolist() for features, _ in pipeline(1)] * epochs  # a pass per epoch
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[list, dict]:
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    return run(tmp, "straight", "--backup", str(tmp / "backup"), "--steps-per-epoch", "12",
+               "--save-freq", "5")
+
+
+@pytest.mark.slow
+def test_uninterrupted_fit_trains_on_the_pipelines_batches_in_order(uninterrupted):
+    pytest.importorskip("keras")
+    assert uninterrupted[0] == expected_ids(3, 12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("steps_per_epoch, save_freq, kill_at, saved_at", [
+    (12, "epoch", 17, 12),  # killed in epoch 2: resumes at its start, data right after step 12
+    (12, "5", 22, 20),      # backup mid-epoch: resumed epoch 2 is cut where it would have ended
+    (0, "epoch", 17, 12),   # each Keras epoch a pass of the pipeline: the next starts afresh
+])
+def test_killed_fit_resumes_on_the_batches_it_would_have_seen(tmp_path, uninterrupted,
+                                                              steps_per_epoch, save_freq,
+                                                              kill_at, saved_at):
+    pytest.importorskip("keras")
+    expected = expected_ids(3, steps_per_epoch)
+    common = ["--backup", str(tmp_path / "backup"), "--epochs", "3",
+              "--steps-per-epoch", str(steps_per_epoch), "--save-freq", save_freq]
+    killed, _ = run(tmp_path, "killed", *common, "--kill-at", str(kill_at), killed=True)
+    assert killed == expected[:kill_at]
+    resumed, end = run(tmp_path, "resumed", *common)
+    assert killed[:saved_at] + resumed == expected
+    if steps_per_epoch == 12:  # the same model, optimizer and batches: the same weights
+        assert end["weights"] == pytest.approx(uninterrupted[1]["weights"], rel=1e-5)
+    assert not (tmp_path / "backup").exists()  # finished: the backup is deleted, as Keras does
+
+
+if __name__ == "__main__":
+    train(sys.argv[1:])

@@ -1,0 +1,76 @@
+"""The `tf.data.Dataset` that `to_tf` returns: get_state/set_state, and a clear refusal of
+`tf.train.Checkpoint`.
+
+tf.data cannot serialize the Python generator underneath (`from_generator` runs a stateful
+py-function), so TensorFlow's own checkpoint of the iterator fails with "PyFunc is stateful".
+The iterators of this dataset raise a `StateError` there instead, naming the tpufeed API that
+saves the position. Iterators of a dataset derived from it (`tf_ds.map(...)`, `.prefetch(...)`)
+are TensorFlow's own and fail TensorFlow's way.
+
+This module imports TensorFlow (and two of its internal classes); `to_tf` loads it on use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops, iterator_ops
+from tensorflow.python.framework import ops
+
+from tpufeed.adapters.tf import TfInput
+from tpufeed.errors import StateError
+
+__all__ = ["CHECKPOINT_REFUSED", "TfDataset"]
+
+CHECKPOINT_REFUSED = (
+    "to_tf: tf.train.Checkpoint cannot save the iterator of a tpufeed dataset (tf.data cannot "
+    "serialize the Python generator that feeds it). Save the data position with tpufeed "
+    "instead: `tf_ds.get_state()` (JSON-able; `tf_ds.tpufeed.state_after(batches)` when "
+    "TensorFlow pulls ahead) next to your checkpoint, and `tf_ds.set_state(state)` before the "
+    "next pass; with Keras, the callback `tpufeed.adapters.keras.BackupAndRestore(tf_ds, dir)` "
+    "does both. Leave the iterator out of tf.train.Checkpoint.")
+
+
+class TfDataset(dataset_ops.UnaryUnchangedStructureDataset):
+    """A `tf.data.Dataset` over a tpufeed pipeline whose position is saved with tpufeed's
+    `get_state()` and restored with `set_state(state)` at the start of the next pass.
+
+    >>> state = tf_ds.get_state(); tf_ds.set_state(state)   # doctest: +SKIP
+    """
+
+    def __init__(self, generate: Callable[[], Iterator[Any]], spec: Any, tracker: TfInput):
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False  # so nothing is taken ahead
+        inner = tf.data.Dataset.from_generator(generate, output_signature=spec).with_options(options)
+        super().__init__(inner, inner._variant_tensor)
+        self.tpufeed = tracker
+
+    def get_state(self) -> dict[str, Any]:
+        """The state after the last batch TensorFlow took from the latest pass (before the
+        first pass and after `set_state`: where the next pass starts). Exact for a loop that
+        iterates this dataset itself; behind `.prefetch()` or a distribution strategy, use
+        `tpufeed.state_after(batches_consumed)`, and with Keras the callback."""
+        return self.tpufeed.get_state()
+
+    def set_state(self, state: Any) -> None:
+        """The next pass (the next `iter()`, Keras epoch or `fit`) starts right after `state`;
+        the passes after it start where `to_tf(state=...)` says. A running pass goes on."""
+        self.tpufeed.set_state(state)
+
+    def __iter__(self) -> iterator_ops.OwnedIterator:
+        if not (tf.executing_eagerly() or ops.inside_function()):
+            return super().__iter__()  # TensorFlow's own error for graph mode
+        with ops.colocate_with(self._variant_tensor):
+            return _Iterator(self)
+
+
+class _Iterator(iterator_ops.OwnedIterator):
+    """TensorFlow's iterator, except that saving it says which tpufeed API to use."""
+
+    def _serialize_to_tensors(self) -> Any:
+        raise StateError(CHECKPOINT_REFUSED)
+
+    def _save(self) -> Any:
+        raise StateError(CHECKPOINT_REFUSED)
