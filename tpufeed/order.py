@@ -32,24 +32,33 @@ def _round_keys(seed: int, epoch: int, stream: int) -> tuple[np.uint64, ...]:
     return tuple(np.uint64(w) for w in words)
 
 
-def _mix(x: np.ndarray, key: np.uint64) -> np.ndarray:
-    """splitmix64 finaliser of x ^ key: a cheap, well-mixed round function."""
-    z = (x ^ key) * _GOLDEN
-    z ^= z >> np.uint64(30)
-    z *= _M1
-    z ^= z >> np.uint64(27)
-    z *= _M2
-    z ^= z >> np.uint64(31)
-    return z
+_S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
 def _feistel(x: np.ndarray, half_bits: int, keys: tuple[np.uint64, ...]) -> np.ndarray:
+    """Six rounds whose round function is the splitmix64 finaliser of `right ^ key`, computed
+    in place (the arrays are small and the calls many: temporaries cost more than the math)."""
     mask = np.uint64((1 << half_bits) - 1)
     shift = np.uint64(half_bits)
     left, right = x >> shift, x & mask
+    z, t = np.empty_like(x), np.empty_like(x)
     for key in keys:
-        left, right = right, left ^ (_mix(right, key) & mask)
-    return (left << shift) | right
+        np.bitwise_xor(right, key, out=z)
+        z *= _GOLDEN
+        np.right_shift(z, _S30, out=t)
+        z ^= t
+        z *= _M1
+        np.right_shift(z, _S27, out=t)
+        z ^= t
+        z *= _M2
+        np.right_shift(z, _S31, out=t)
+        z ^= t
+        z &= mask
+        z ^= left
+        left, right, z = right, z, left
+    left <<= shift
+    left |= right
+    return left
 
 
 def permute(positions: np.ndarray, n: int, seed: int, epoch: int, stream: int = 0) -> np.ndarray:
@@ -71,10 +80,13 @@ def permute(positions: np.ndarray, n: int, seed: int, epoch: int, stream: int = 
     limit = np.uint64(n)
     out = _feistel(positions.astype(np.uint64), half_bits, keys)
     # Cycle-walking: the domain is [0, 4^half_bits) < 4n, so a few rounds suffice on average.
-    outside = out >= limit
-    while outside.any():
-        out[outside] = _feistel(out[outside], half_bits, keys)
-        outside = out >= limit
+    where = np.flatnonzero(out >= limit)
+    values = out[where]
+    while len(where):
+        values = _feistel(values, half_bits, keys)
+        inside = values < limit
+        out[where[inside]] = values[inside]
+        where, values = where[~inside], values[~inside]
     return out.astype(np.int64)
 
 
