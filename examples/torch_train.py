@@ -1,13 +1,12 @@
 """Train a small PyTorch classifier from a tpufeed pipeline through `Dataset.to_torch()`.
 
-`DataLoader(..., batch_size=None)`: tpufeed batches already. With `--workers W` each DataLoader
-worker reads a disjoint share, so no record is seen twice. With `--workers 0` (tpufeed has its
-own `.workers(n)` for parallel transforms) the loader's dataset `state_dict()` is exactly what
-the loop received, and is saved next to the model's.
+torchdata's `StatefulDataLoader(..., batch_size=None)`: tpufeed batches already. With
+`--workers W` DataLoader worker w makes batches w, w+W, ... of the same stream, so the loop
+receives the batches of `--workers 0`. The loader's `state_dict()` is exactly what the loop
+received (whatever the workers made ahead), and is saved next to the model's.
 
-    python examples/torch_train.py --epochs 5 --checkpoint-at 40 --checkpoint /tmp/torch-ckpt
-    python examples/torch_train.py --epochs 5 --resume /tmp/torch-ckpt
-    python examples/torch_train.py --epochs 5 --workers 2
+    python examples/torch_train.py --epochs 5 --workers 2 --checkpoint-at 40 --checkpoint /tmp/torch-ckpt
+    python examples/torch_train.py --epochs 5 --workers 2 --resume /tmp/torch-ckpt
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tpufeed
 from tpufeed.quickstart import build
@@ -42,8 +41,6 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--checkpoint-at", type=int, default=0, help="step at which to write it")
     p.add_argument("--resume", type=Path, default=None, help="checkpoint file to resume from")
     args = p.parse_args(argv)
-    if args.workers and (args.checkpoint or args.resume):
-        p.error("checkpoints need --workers 0: with DataLoader workers each worker has its own state")
 
     paths, test = build(Path(args.data))
     # This host's share: torch.distributed's rank when it runs (`.shard()` alone would ask jax).
@@ -52,7 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
                    if distributed else (0, 1))
     ds = (tpufeed.Dataset.from_array_record(paths).shuffle(seed=0).shard(rank, world)
           .map(tpufeed.codec.decode).random_map(augment).batch(args.batch_size).repeat(args.epochs))
-    data = ds.to_torch()
+    loader = StatefulDataLoader(ds.to_torch(), batch_size=None, num_workers=args.workers)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -61,11 +58,10 @@ def main(argv: list[str] | None = None) -> dict:
         saved = torch.load(args.resume)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
-        data.load_state_dict(saved["input"])
+        loader.load_state_dict(saved["input"])  # restored with the same --workers
         step = saved["step"]
 
     seen: list[int] = []
-    loader = DataLoader(data, batch_size=None, num_workers=args.workers)
     for batch in loader:
         loss = torch.nn.functional.cross_entropy(model(batch["image"]), batch["label"])
         optimizer.zero_grad()
@@ -75,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
         step += 1
         if args.checkpoint is not None and step == args.checkpoint_at:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "input": data.state_dict(), "step": step}, args.checkpoint)
+                        "input": loader.state_dict(), "step": step}, args.checkpoint)
             print(f"checkpoint at step {step} -> {args.checkpoint}", flush=True)
 
     with torch.no_grad():
@@ -86,7 +82,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"steps {step}  records {len(seen)}  every record once per epoch "
           f"{exactly_once if args.resume is None else '(resumed run)'}  "
           f"test accuracy {accuracy:.3f}  final loss {loss.item():.6f}"
-          + (f"  input wait {data.wait_fraction:.1%}" if args.workers == 0 else ""), flush=True)
+          + (f"  input wait {loader.dataset.wait_fraction:.1%}" if args.workers == 0 else ""),
+          flush=True)
     return {"step": step, "records": len(seen), "exactly_once": exactly_once,
             "accuracy": float(accuracy), "final_loss": loss.item()}
 

@@ -53,19 +53,37 @@ def test_tf_keras_fit_example(data):
     assert "element_spec" in out and float(field(out, "accuracy")) > 0.3
 
 
-def test_torch_example_resumes_exactly(data, tmp_path):
-    ckpt = tmp_path / "torch.pt"
-    straight = run_example("torch_train.py", "--data", data, "--epochs", "2", "--checkpoint-at", "10",
-                           "--checkpoint", str(ckpt))
+@pytest.fixture(scope="module")
+def torch_straight(data, tmp_path_factory) -> tuple[str, Path]:
+    """The torch example run through once without DataLoader workers, checkpointing at step 10."""
+    ckpt = tmp_path_factory.mktemp("torch") / "torch.pt"
+    out = run_example("torch_train.py", "--data", data, "--epochs", "2", "--checkpoint-at", "10",
+                      "--checkpoint", str(ckpt))
+    return out, ckpt
+
+
+def test_torch_example_resumes_exactly(data, torch_straight):
+    straight, ckpt = torch_straight
     assert field(straight, "epoch") == "True"
     resumed = run_example("torch_train.py", "--data", data, "--epochs", "2", "--resume", str(ckpt))
     assert field(resumed, "loss") == field(straight, "loss")
     assert int(field(straight, "records")) == int(field(resumed, "records")) + 10 * 64
 
 
-def test_torch_example_with_dataloader_workers_sees_each_record_once_per_epoch(data):
-    out = run_example("torch_train.py", "--data", data, "--epochs", "2", "--workers", "2")
-    assert field(out, "epoch") == "True"
+@pytest.mark.multiprocess
+def test_torch_example_checkpoints_with_dataloader_workers_and_resumes_exactly(
+        data, tmp_path, torch_straight):
+    """Step 30 is in the second epoch. With 2 DataLoader workers the loop receives the batches
+    of 0 workers (the same final loss), each record once per epoch."""
+    ckpt = tmp_path / "torch-workers.pt"
+    straight = run_example("torch_train.py", "--data", data, "--epochs", "2", "--workers", "2",
+                           "--checkpoint-at", "30", "--checkpoint", str(ckpt))
+    assert field(straight, "epoch") == "True"
+    assert field(straight, "loss") == field(torch_straight[0], "loss")
+    resumed = run_example("torch_train.py", "--data", data, "--epochs", "2", "--workers", "2",
+                          "--resume", str(ckpt))
+    assert field(resumed, "loss") == field(straight, "loss")
+    assert int(field(straight, "records")) == int(field(resumed, "records")) + 30 * 64
 
 
 def test_lm_example_trains_on_a_packed_mixture_and_resumes_exactly(tmp_path):
