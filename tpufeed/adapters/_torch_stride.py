@@ -16,8 +16,8 @@ A worker's state says where its next batch is: `skip` batches of the stream afte
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, cast
 
 from tpufeed.chunk import Chunk, ChunkRunner
 from tpufeed.cursor import Cursor
@@ -44,7 +44,7 @@ def strided_iterator(ds: Any, worker: int, workers: int, state: Any) -> DatasetI
     def start(state: Any) -> Callable[[], Run]:
         skip, state = _split(state, worker, workers)
         cursor, _ = resume(plan, state)  # a bad state fails here, before any work
-        return lambda: StridedRun(plan, cursor, skip, worker, workers)
+        return lambda: StridedRun(plan, cast(Cursor, cursor), skip, worker, workers)
 
     return DatasetIterator(start, state)
 
@@ -78,7 +78,8 @@ class StridedRun(Iterator[Any]):
         runner = ChunkRunner(plan, self._clock)
         pieces = (runner.run_chunk(step) if isinstance(step, Chunk) else step
                   for step in every_nth(walk(plan, cursor), skip, workers))
-        self._items = stream(plan, pieces, self._counters, self._clock, cursor)
+        self._items = cast(Generator[Any, None, None],
+                           stream(plan, pieces, self._counters, self._clock, cursor))
         self._closed = False
 
     def __iter__(self) -> StridedRun:
