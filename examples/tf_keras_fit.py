@@ -3,13 +3,19 @@
 The pipeline runs its epochs itself (`.repeat(epochs)`: a new shuffle each), so `fit` gets
 `steps_per_epoch`; the tf.data.Dataset's `element_spec` comes from the first batch.
 
-    python examples/tf_keras_fit.py --epochs 10
+With `--backup-dir`, tpufeed's `BackupAndRestore` backs up model, optimizer and the data
+position every `--save-freq` steps; run the same command again after an interruption and
+`fit` goes on with exactly the batches it would have trained on (`--kill-at-step` simulates
+a preemption).
+
+    python examples/tf_keras_fit.py --epochs 10 --backup-dir /tmp/keras-backup
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -18,6 +24,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tpufeed  # noqa: E402
+from tpufeed.adapters.keras import BackupAndRestore  # noqa: E402
 from tpufeed.quickstart import build  # noqa: E402
 
 
@@ -28,11 +35,26 @@ def augment(element: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.nda
     return image.astype(np.float32).reshape(64) / 255.0, element["label"].astype(np.int32)
 
 
+class KillAt(tf.keras.callbacks.Callback):
+    """Simulates a preemption: SIGKILL once the optimizer has taken `step` steps."""
+
+    def __init__(self, step: int):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if int(self.model.optimizer.iterations.numpy()) == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", default="tpufeed-quickstart", help="folder for the digits shards")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--backup-dir", help="back up here; run again to resume after an interruption")
+    p.add_argument("--save-freq", type=int, default=10, help="steps between backups")
+    p.add_argument("--kill-at-step", type=int, default=0, help="SIGKILL this process after this step")
     args = p.parse_args(argv)
 
     paths, test = build(Path(args.data))
@@ -48,12 +70,19 @@ def main(argv: list[str] | None = None) -> dict:
                                  tf.keras.layers.Dense(10)])
     model.compile(optimizer=tf.keras.optimizers.Adam(0.01), metrics=["accuracy"],
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(train, epochs=args.epochs, steps_per_epoch=steps_per_epoch, shuffle=False, verbose=2)
+    callbacks: list = []
+    if args.backup_dir:
+        callbacks.append(BackupAndRestore(train, args.backup_dir, save_freq=args.save_freq))
+    if args.kill_at_step:
+        callbacks.append(KillAt(args.kill_at_step))
+    model.fit(train, epochs=args.epochs, steps_per_epoch=steps_per_epoch, shuffle=False, verbose=2,
+              callbacks=callbacks)
     images = test["image"].reshape(len(test["image"]), 64).astype(np.float32) / 255.0
     _, accuracy = model.evaluate(images, test["label"], verbose=0)
+    weights = sum(float(np.abs(w).sum()) for w in model.get_weights())
     print(f"epochs {args.epochs}  steps/epoch {steps_per_epoch}  test accuracy {accuracy:.3f}  "
-          f"input wait {train.tpufeed.wait_fraction:.1%} of step time")
-    return {"accuracy": float(accuracy)}
+          f"input wait {train.tpufeed.wait_fraction:.1%} of step time  weights {weights:.6g}")
+    return {"accuracy": float(accuracy), "weights": weights}
 
 
 if __name__ == "__main__":

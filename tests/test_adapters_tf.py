@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.errors import BatchError
+from tpufeed.errors import BatchError, StateError
 
 tf = pytest.importorskip("tensorflow")
 
@@ -92,3 +92,65 @@ def test_reports_how_long_tensorflow_waited_for_input():
     for _ in fed:
         time.sleep(0.03)
     assert fed.tpufeed.wait_fraction < 0.3
+
+
+def ids(batches):
+    return [b["id"].tolist() for b in batches]
+
+
+def test_get_state_is_after_the_last_batch_the_loop_took_and_resumes_there():
+    expected = ids(make(epochs=2))
+    tf_ds = make(epochs=2).to_tf()
+    assert tf_ds.get_state() == make(epochs=2).iterator().get_state()  # before any pass: the start
+    for stop in (0, 3, 7):
+        it = iter(tf_ds)
+        for _ in range(stop):
+            next(it)
+        state = tf_ds.get_state()
+        assert ids(make(epochs=2).iterator(state)) == expected[stop:]
+        assert ids(make(epochs=2).to_tf(state=state).as_numpy_iterator()) == expected[stop:]
+
+
+def test_set_state_starts_the_next_pass_there_and_later_passes_at_the_start():
+    expected = ids(make(epochs=2))
+    tf_ds = make(epochs=2).to_tf()
+    it = iter(tf_ds)
+    for _ in range(4):
+        next(it)
+    state = tf_ds.get_state()
+    tf_ds.set_state(state)
+    assert tf_ds.get_state() == state
+    assert next(it)["id"].numpy().tolist() == expected[4]  # the running pass goes on
+    assert ids(tf_ds.as_numpy_iterator()) == expected[4:]
+    assert ids(tf_ds.as_numpy_iterator()) == expected
+    tf_ds.set_state([state])  # the list of every host's states (one host here)
+    assert ids(tf_ds.as_numpy_iterator()) == expected[4:]
+
+
+def test_state_after_gives_the_state_after_any_recent_batch_of_the_pass():
+    expected = ids(make(epochs=2))
+    tf_ds = make(epochs=2).to_tf()
+    taken = list(tf_ds.as_numpy_iterator())
+    assert tf_ds.tpufeed.batches == len(taken) and tf_ds.tpufeed.finished
+    for count in (0, 1, 5, len(taken)):
+        assert ids(make(epochs=2).iterator(tf_ds.tpufeed.state_after(count))) == expected[count:]
+    with pytest.raises(StateError, match=r"batch 11 of pass 1.*0\.\.10"):
+        tf_ds.tpufeed.state_after(11)
+
+
+def test_a_bad_state_is_refused_and_changes_nothing():
+    tf_ds = make().to_tf()
+    other = tpufeed.Dataset.from_sequence(list(range(7))).batch(2).iterator().get_state()
+    with pytest.raises(StateError):
+        tf_ds.set_state(other)
+    assert ids(tf_ds.as_numpy_iterator()) == ids(make())
+
+
+def test_tf_train_checkpoint_of_the_iterator_says_which_tpufeed_api_to_use(tmp_path):
+    tf_ds = make().to_tf()
+    it = iter(tf_ds)
+    next(it)
+    with pytest.raises(StateError, match=r"tf.train.Checkpoint cannot save.*tf_ds.get_state\(\)"):
+        tf.train.Checkpoint(data=it).save(str(tmp_path / "ckpt"))
+    state = tf_ds.get_state()  # what to save instead
+    assert ids(make().to_tf(state=state).as_numpy_iterator()) == ids(make())[1:]

@@ -39,7 +39,7 @@ def train(argv: list[str]) -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--steps-per-epoch", type=int, default=0, help="0: fit without it")
     p.add_argument("--save-freq", default="epoch")
-    p.add_argument("--kill-at", type=int, default=0, help="SIGKILL self after this global step")
+    p.add_argument("--kill-at", type=int, default=0, help="SIGKILL self after this many steps")
     args = p.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import keras
@@ -64,8 +64,14 @@ def train(argv: list[str]) -> None:
             return inputs["x"]
 
     class Kill(keras.callbacks.Callback):
+        """SIGKILL after the --kill-at-th trained step (counted here: without steps_per_epoch
+        the step that meets the end of the data also counts in optimizer.iterations)."""
+
+        steps = 0
+
         def on_train_batch_end(self, batch, logs=None):
-            if int(self.model.optimizer.iterations.numpy()) == args.kill_at:
+            self.steps += 1
+            if self.steps == args.kill_at:
                 os.kill(os.getpid(), signal.SIGKILL)
 
     keras.utils.set_random_seed(0)
@@ -139,6 +145,48 @@ def test_killed_fit_resumes_on_the_batches_it_would_have_seen(tmp_path, uninterr
     if steps_per_epoch == 12:  # the same model, optimizer and batches: the same weights
         assert end["weights"] == pytest.approx(uninterrupted[1]["weights"], rel=1e-5)
     assert not (tmp_path / "backup").exists()  # finished: the backup is deleted, as Keras does
+
+
+def small_model():
+    keras = pytest.importorskip("keras")
+    inputs = {"x": keras.Input((4,), name="x"), "id": keras.Input((), dtype="int64", name="id")}
+    model = keras.Model(inputs, keras.layers.Dense(2)(inputs["x"]))
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_mid_epoch_backups_without_steps_per_epoch_are_refused(tmp_path):
+    from tpufeed.adapters.keras import BackupAndRestore
+    from tpufeed.errors import InvalidArgumentError
+
+    train_ds = pipeline(1).to_tf()
+    backup = BackupAndRestore(train_ds, str(tmp_path / "b"), save_freq=5)
+    with pytest.raises(InvalidArgumentError, match=r"save_freq=5.*steps_per_epoch"):
+        small_model().fit(train_ds, epochs=2, callbacks=[backup], verbose=0)
+
+
+def test_a_backup_without_data_states_is_refused(tmp_path):
+    keras = pytest.importorskip("keras")
+    from tpufeed.adapters.keras import BackupAndRestore
+    from tpufeed.errors import InvalidArgumentError, StateError
+
+    with pytest.raises(InvalidArgumentError, match="Dataset.to_tf.*not list"):
+        BackupAndRestore([1, 2], str(tmp_path / "b"))
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 6:
+                raise KeyboardInterrupt
+
+    model = small_model()
+    with pytest.raises(KeyboardInterrupt):  # Keras' own callback: the data position is lost
+        model.fit(pipeline(2).to_tf(), epochs=2, steps_per_epoch=12, verbose=0,
+                  callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq=5),
+                             Interrupt()])
+    train_ds = pipeline(2).to_tf()
+    with pytest.raises(StateError, match=r"optimizer step 5.*data states for steps \[\]"):
+        model.fit(train_ds, epochs=2, steps_per_epoch=12, verbose=0,
+                  callbacks=[BackupAndRestore(train_ds, str(tmp_path / "b"), save_freq=5)])
 
 
 if __name__ == "__main__":

@@ -88,10 +88,13 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         records = self._records()
         match = [r for r in records if r["step"] == step]
         if not match:
+            held = (f"holds data states for steps {[r['step'] for r in records]} only" if records
+                    else "does not exist: keras.callbacks.BackupAndRestore, which does not save "
+                         "the data position, probably wrote this backup")
             raise StateError(f"BackupAndRestore: the backup in {self.backup_dir} restored the "
-                             f"model at optimizer step {step}, but {self._data_path} holds data "
-                             f"states for steps {[r['step'] for r in records]}; was the backup "
-                             f"written by keras.callbacks.BackupAndRestore?")
+                             f"model at optimizer step {step}, but {self._data_path} {held}; "
+                             f"resuming would train on other batches. Delete the backup to "
+                             f"start afresh")
         self._restored = match[-1]
         if self._restored["data"] is not None:
             self._input.set_state(self._restored["data"])
