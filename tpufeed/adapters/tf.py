@@ -12,6 +12,20 @@ the pipeline, so give the pipeline its epochs with `.repeat(n)` (a new shuffle e
 next batch (`wait_fraction`, the pipeline's `stats()`): with no `prefetch` added on the
 TensorFlow side, that is the training loop's wait for input.
 
+Saving the position (the protocol of every tpufeed iterator, for a dataset of passes):
+- `tf_ds.get_state()`: the state after the last batch TensorFlow took from the latest pass.
+  tf.data's injected prefetch is turned off, so a loop iterating `tf_ds` itself gets the
+  state after the batch it holds. Behind `.prefetch()`, a distribution strategy or Keras,
+  TensorFlow takes batches ahead: `tf_ds.tpufeed.state_after(n)` is the exact state after
+  the first n batches of the pass (the last 1024 are kept). `tpufeed.adapters.keras.
+  BackupAndRestore` counts the batches `fit` trained on and uses it.
+- `tf_ds.set_state(state)`: the next pass (the next `iter(tf_ds)`, the next Keras epoch
+  without `steps_per_epoch`, the next `fit`) starts right after `state`; the passes after
+  it start at `to_tf(state=...)` again, and a pass already running is not changed.
+- `tf.train.Checkpoint` of an iterator of `tf_ds` raises a `StateError` on save naming these
+  calls: tf.data cannot serialize the Python generator underneath (TensorFlow's own error is
+  "PyFunc is stateful", which iterators of datasets derived from `tf_ds` still raise).
+
 >>> tf_ds = ds.map(lambda e: (e["image"], e["label"])).batch(32).repeat(5).to_tf()  # doctest: +SKIP
 >>> model.fit(tf_ds, epochs=5, steps_per_epoch=batches_per_epoch)                   # doctest: +SKIP
 """
