@@ -53,6 +53,19 @@ def test_tf_keras_fit_example(data):
     assert "element_spec" in out and float(field(out, "accuracy")) > 0.3
 
 
+def test_tf_keras_fit_example_killed_and_run_again_ends_with_the_same_model(data, tmp_path):
+    backup = str(tmp_path / "backup")
+    straight = run_example("tf_keras_fit.py", "--data", data, "--epochs", "2")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    killed = subprocess.run([sys.executable, str(EXAMPLES / "tf_keras_fit.py"), "--data", data,
+                             "--epochs", "2", "--backup-dir", backup, "--kill-at-step", "35"],
+                            env=env, capture_output=True, text=True, timeout=180)
+    assert killed.returncode == -9, killed.stderr[-3000:]  # SIGKILL after step 35, backup at 30
+    resumed = run_example("tf_keras_fit.py", "--data", data, "--epochs", "2", "--backup-dir", backup)
+    assert field(resumed, "weights") == field(straight, "weights")
+    assert field(resumed, "accuracy") == field(straight, "accuracy")
+
+
 @pytest.fixture(scope="module")
 def torch_straight(data, tmp_path_factory) -> tuple[str, Path]:
     """The torch example run through once without DataLoader workers, checkpointing at step 10."""
