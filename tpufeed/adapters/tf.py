@@ -59,6 +59,7 @@ class TfInput:
         self._pending: _Pending | None = None
         self._passes = 0
         self._finished = False
+        self._history = history
         self._states: deque[tuple[int, dict[str, Any]]] = deque(maxlen=history + 1)
         self.clock = WaitClock()
         self.iterator: Any = None
@@ -106,14 +107,14 @@ class TfInput:
         >>> tf_ds.tpufeed.state_after(steps_done)   # doctest: +SKIP
         """
         with self._lock:
-            if type(batches) is int:
+            if isinstance(batches, (int, np.integer)) and not isinstance(batches, bool):
                 for count, state in self._states:
                     if count == batches:
                         return dict(state)
             kept = f"{self._states[0][0]}..{self._states[-1][0]}" if self._states else "none"
             raise StateError(f"to_tf: no state after batch {batches!r} of pass {self._passes}; "
                              f"the states kept are those after batches {kept} (up to the last "
-                             f"{self._states.maxlen - 1} TensorFlow took)")
+                             f"{self._history} TensorFlow took)")
 
     def set_state(self, state: Any) -> None:
         """The next pass starts right after `state` (one host's state, or every host's); the
