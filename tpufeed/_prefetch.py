@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 _END = object()
@@ -27,7 +27,7 @@ class PrefetchStopped(BaseException):
 class ThreadPrefetcher:
     """Runs a generator on a thread, up to `depth` items ahead; errors re-raise in the consumer."""
 
-    def __init__(self, items: Iterator[Any], depth: int):
+    def __init__(self, items: Generator[Any, None, None], depth: int):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=_fill, args=(items, self._queue, self._stop),
@@ -75,7 +75,7 @@ class ThreadPrefetcher:
                                                        ctypes.py_object(PrefetchStopped))
 
 
-def _fill(items: Iterator[Any], out: queue.Queue, stop: threading.Event) -> None:
+def _fill(items: Generator[Any, None, None], out: queue.Queue, stop: threading.Event) -> None:
     try:
         for item in items:
             while not stop.is_set():

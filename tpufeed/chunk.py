@@ -81,25 +81,33 @@ class Piece:
 
     def cursor_after(self, i: int) -> Cursor:
         """The host's cursor once element i (and everything before it) is delivered."""
-        unit = self.chunk.start + (self.units[i] if self.units is not None else i)
+        chunk = self._chunk()
+        unit = chunk.start + (self.units[i] if self.units is not None else i)
         if self.last is None or self.last[i]:
-            return self.chunk.cursor.after(unit + 1)
-        return self.chunk.cursor.after(unit, self.outs[i] + 1)
+            return chunk.cursor.after(unit + 1)
+        if self.outs is None:
+            raise TpufeedError("a piece that marks last outputs must say each element's output")
+        return chunk.cursor.after(unit, self.outs[i] + 1)
 
     @property
     def epoch(self) -> int:
-        return self.chunk.cursor.epoch
+        return self._chunk().cursor.epoch
 
     def record_of(self, i: int) -> int:
-        return int(self.chunk.records[self.units[i] if self.units is not None else i])
+        return int(self._chunk().records[self.units[i] if self.units is not None else i])
 
     def refs(self) -> list[tuple[int, ...]]:
         """Names each element for a state: (epoch position, output of its record)."""
-        positions = self.chunk.positions.tolist()
+        positions = self._chunk().positions.tolist()
         if self.units is not None:
             positions = [positions[u] for u in self.units]
         outs = self.outs if self.outs is not None else [0] * len(positions)
         return list(zip(positions, outs))
+
+    def _chunk(self) -> Chunk:
+        if self.chunk is None:  # a worker's piece is placed by the parent before it is read
+            raise TpufeedError("a piece's chunk is unknown until the parent sets it")
+        return self.chunk
 
 
 def read(source: SourceView, indices: np.ndarray, clock: StageClock,

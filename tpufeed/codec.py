@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +98,7 @@ def _array_parts(key: str, value: object, pos: int) -> tuple[list, int]:
     return parts, pos + pad + arr.nbytes
 
 
-def encode(record: dict) -> bytes:
+def encode(record: dict[str, Any]) -> bytes:
     """The bytes of `record`, a dict from str to supported values (see the module docstring)."""
     if not isinstance(record, dict):
         raise CodecError(f"a record must be a dict, got {type(record).__name__}")
@@ -179,7 +180,7 @@ def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
     return (arr if ndim == 1 else arr.reshape(shape)), pos + nbytes
 
 
-def decode(data: bytes | memoryview) -> dict:
+def decode(data: bytes | memoryview) -> dict[str, Any]:
     """The record encoded in `data`; arrays are views into `data` (see the module docstring)."""
     try:
         mv = memoryview(data)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpufeed.autotune import AUTO, Options, choose
 from tpufeed.cursor import epoch_start
@@ -33,6 +33,10 @@ from tpufeed.state import fingerprint
 from tpufeed.storage.local import PathsLike
 from tpufeed.storage.settings import cache_for
 from tpufeed.uneven import HostAgreement, check_uneven, end_together, first_item
+
+if TYPE_CHECKING:  # the adapters import their frameworks: only type checkers read them here
+    from tpufeed.adapters.jax import JaxIterator
+    from tpufeed.adapters.torch import TorchIterable
 
 
 @dataclass(frozen=True)
@@ -143,8 +147,7 @@ class Dataset:
     @property
     def source(self) -> Any:
         """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source."""
-        self._not_mixture("source")
-        return self._source.source
+        return self._view("source").source
 
     def shuffle(self, seed: int, window: int | None = None) -> Dataset:
         """A fresh permutation of the records each epoch, keyed by `seed`.
@@ -153,15 +156,15 @@ class Dataset:
         records within each group of K consecutive shards, so only about K shards are needed at
         once — for datasets larger than the local cache.
         """
-        self._not_mixture("shuffle")
+        view = self._view("shuffle")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
         if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
             raise InvalidArgumentError(f"shuffle window must be None or a positive int, got {window!r}")
-        if window is not None and not hasattr(self._source.source, "shard_starts"):
+        if window is not None and not hasattr(view.source, "shard_starts"):
             raise InvalidArgumentError(
                 f"shuffle(window={window}) needs a source of several files (ArrayRecord, TFRecord, "
-                f"Dataset.open); {type(self._source.source).__name__} has no shards")
+                f"Dataset.open); {type(view.source).__name__} has no shards")
         if self._seed is not None:
             raise InvalidArgumentError(f"shuffle is already set (seed {self._seed})")
         return dataclasses.replace(self, _seed=seed, _window=window)
@@ -301,7 +304,7 @@ class Dataset:
 
     # -- running ------------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> DatasetIterator:
         return self.iterator()
 
     def __bool__(self) -> bool:
@@ -343,26 +346,27 @@ class Dataset:
 
         return DatasetIterator(start, state)
 
-    def _iterate(self, plan: Any, cursor: Any,
+    def _iterate(self, plan: Plan | MixPlan, cursor: Any,
                  stages: dict[str, Any] | None) -> PipelineRun:
         timeout_s = self._options.timeout_s
+        workers, prefetch = self._workers, self._prefetch
         if isinstance(plan, MixPlan):  # its workers run inside its components
-            if self._prefetch == AUTO or self._workers == AUTO:
+            if not isinstance(workers, int) or not isinstance(prefetch, int):
                 raise InvalidArgumentError("a mixture takes a number of workers and prefetch, "
                                            "not 'auto'")
             if timeout_s is not None:
                 raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
-            return PipelineRun(plan, cursor, prefetch=self._prefetch, stages=stages)
-        if AUTO in (self._workers, self._prefetch):
-            tuning = choose(plan, cursor, self._workers, self._prefetch, self._options)
+            return PipelineRun(plan, cursor, prefetch=prefetch, stages=stages)
+        if not isinstance(workers, int) or not isinstance(prefetch, int):  # "auto": measured
+            tuning = choose(plan, cursor, workers, prefetch, self._options)
             return PipelineRun(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
-                                   tuning=tuning, adapt_prefetch=self._prefetch == AUTO,
+                                   tuning=tuning, adapt_prefetch=prefetch == AUTO,
                                    stages=stages, isolate=self._isolate, timeout_s=timeout_s)
-        return PipelineRun(plan, cursor, prefetch=self._prefetch, workers=self._workers,
+        return PipelineRun(plan, cursor, prefetch=prefetch, workers=workers,
                                stages=stages, isolate=self._isolate, timeout_s=timeout_s)
 
     def to_jax(self, sharding: Any = None, prefetch: int = 2, state: Any = None,
-               uneven: str = "shortest", agreement: HostAgreement | None = None) -> Any:
+               uneven: str = "shortest", agreement: HostAgreement | None = None) -> JaxIterator:
         """Iterates pytrees of global `jax.Array`s placed by `sharding`, `prefetch` ahead on
         device, from the start or right after `state` (one `get_state()`, or every process's).
         Every process ends each epoch at the same step (`uneven`: "shortest" or "pad")."""
@@ -375,7 +379,7 @@ class Dataset:
         from tpufeed.adapters.tf import to_tf
         return to_tf(self, state=state)
 
-    def to_torch(self, pin_memory: bool = False) -> Any:
+    def to_torch(self, pin_memory: bool = False) -> TorchIterable:
         """A `torch.utils.data.IterableDataset` yielding torch tensors."""
         from tpufeed.adapters.torch import to_torch
         return to_torch(self, pin_memory=pin_memory)
@@ -385,7 +389,7 @@ class Dataset:
         if self._mixture is not None:
             return fingerprint({**self._mixture.describe(),
                                 "ops": [stage.describe() for stage in self._stages]})
-        return fingerprint({"source": self._source.fingerprint(), "seed": self._seed,
+        return fingerprint({"source": self._view("fingerprint").fingerprint(), "seed": self._seed,
                             "window": self._window,
                             "ops": [stage.describe() for stage in self._stages]})
 
@@ -394,7 +398,7 @@ class Dataset:
             return None
         if self._window is None:
             return Shuffle(self._seed)
-        return Shuffle(self._seed, self._window, self._source.source.shard_starts)
+        return Shuffle(self._seed, self._window, self._view("shuffle").source.shard_starts)
 
     def _first_item(self) -> Any:
         """The first item of a one-host pass: what a host that made nothing pads from."""
@@ -413,7 +417,14 @@ class Dataset:
                 f"{what} belongs to each component of a mixture, not to the mixture: "
                 "set it on the datasets given to Dataset.mix")
 
-    def _plan(self) -> Any:
+    def _view(self, what: str) -> SourceView:
+        """The source underneath, which `what` needs; a mixture has none of its own."""
+        self._not_mixture(what)
+        if self._source is None:
+            raise InvalidArgumentError(f"{what} needs a source, and this Dataset has none")
+        return self._source
+
+    def _plan(self) -> Plan | MixPlan:
         host, hosts = self._sharding.resolve()
         if self._mixture is not None:
             workers = self._workers if isinstance(self._workers, int) else 0
@@ -427,7 +438,7 @@ class Dataset:
             raise InvalidArgumentError("nothing can come between pack and batch: map the rows "
                                        "after batch, or the elements before pack")
         return Plan(
-            source=self._source,
+            source=self._view("a plan"),
             shuffle=self._shuffle(),
             rng_seed=self._seed if self._seed is not None else 0,
             head=tuple(stages[:head_end]),  # type: ignore[arg-type]
@@ -453,6 +464,6 @@ class Dataset:
                            if isinstance(stage, Batch) else
                            f"pack({dict(stage.lengths)}, open_rows={stage.open_rows})"
                            if isinstance(stage, Pack) else stage.name for stage in self._stages)
-        return (f"Dataset({self._source.source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
+        return (f"Dataset({self._view('repr').source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
                 f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
                 f"workers={self._workers})")

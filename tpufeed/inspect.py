@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,13 +18,18 @@ from tpufeed.errors import CodecError, InvalidArgumentError, SourceNotFoundError
 from tpufeed.sources.manifest import FILE_EXTENSIONS, MANIFEST_NAME, is_dataset_path
 from tpufeed.storage.local import expand_paths
 
+if TYPE_CHECKING:  # open_source imports only the reader it needs
+    from tpufeed.sources.array_record import ArrayRecordSource
+    from tpufeed.sources.sharded import ShardedSource
+    from tpufeed.sources.tfrecord import TFRecordSource
+
 __all__ = ["describe", "describe_dataset", "folder_shards", "inspect_paths", "open_source"]
 
 _FORMAT_NAMES = {"array_record": "ArrayRecord", "tfrecord": "TFRecord"}
 _VERIFY_BATCH = 1024
 
 
-def open_source(paths: list[str], fmt: str | None):
+def open_source(paths: list[str], fmt: str | None) -> ArrayRecordSource | TFRecordSource:
     files = expand_paths(paths)
     fmt = fmt or _format_of(files[0])
     if fmt == "array_record":
@@ -133,6 +138,7 @@ def inspect_paths(paths: list[str], fmt: str | None = None,
     from tpufeed.sources.manifest import ManifestSource
 
     header: list[str] = []
+    source: ShardedSource[Any]
     if len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
         file_format, files = plain
         glob = os.path.join(paths[0], f"*{FILE_EXTENSIONS[file_format]}")

@@ -20,7 +20,7 @@ class RecordRngs:
         self._setup()
 
     def _setup(self) -> None:
-        self._bitgen = np.random.Philox(key=self._key)
+        self._bitgen: np.random.BitGenerator = np.random.Philox(key=self._key)
         self._generator = np.random.Generator(self._bitgen)
         # One state dict, edited in place for each record: the setter copies the counter, and
         # buffer_pos 4 discards whatever the previous record left buffered.

@@ -196,21 +196,29 @@ class EvenHosts(Iterator[Any]):
         item, self._state = self._ahead.popleft()
         if self._uneven != "pad":
             return item
-        rows = _rows(item)
-        short = self._batch_size - rows
+        size, rows = self._padded_size(), _rows(item)
+        short = size - rows
         if short:
             self.padded_rows += short
-            item = _map_leaves(lambda leaf: _padded(leaf, self._batch_size), item)
-        return _masked(item, np.arange(self._batch_size) < rows)
+            item = _map_leaves(lambda leaf: _padded(leaf, size), item)
+        return _masked(item, np.arange(size) < rows)
 
     def _pad(self) -> Any:
+        size = self._padded_size()
         if self._template is None:
             self._template = self._template_source()
         self.padded_batches += 1
-        self.padded_rows += self._batch_size
-        zeros = _map_leaves(lambda leaf: np.zeros((self._batch_size, *np.shape(leaf)[1:]),
+        self.padded_rows += size
+        zeros = _map_leaves(lambda leaf: np.zeros((size, *np.shape(leaf)[1:]),
                                                   np.asarray(leaf).dtype), self._template)
-        return _masked(zeros, np.zeros(self._batch_size, bool))
+        return _masked(zeros, np.zeros(size, bool))
+
+    def _padded_size(self) -> int:
+        """The rows of a padded batch: the batch size (uneven='pad' needs one, checked at start)."""
+        if self._batch_size is None:
+            raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding "
+                                       "fills whole batches")
+        return self._batch_size
 
     def _drop_epoch(self) -> None:
         """Drops what is left of the epoch being run (counted), then runs the next."""
@@ -302,9 +310,10 @@ class JaxAgreement:
         try:
             import jax
             from jax._src.distributed import global_state
+            client = global_state.client
         except ImportError:
-            global_state = None
-        if global_state is None or global_state.client is None:
+            client = None
+        if client is None:
             raise InvalidArgumentError(
                 f"the {hosts} hosts of this run make different numbers of batches and must agree "
                 "at each step: call jax.distributed.initialize() first, or pass "
@@ -314,7 +323,7 @@ class JaxAgreement:
                 f"the pipeline is sharded over {hosts} hosts but jax.distributed runs "
                 f"{jax.process_count()} processes: agreeing through jax needs one host per "
                 "process, or pass agreement=")
-        self._client = global_state.client
+        self._client = client
         self._hosts, self._host = hosts, jax.process_index()
         self._bits = hosts.bit_length()  # one field holds a count of hosts
         self._prefix = f"tpufeed/{name}/{next(_JAX_AGREEMENTS)}/"
@@ -364,7 +373,8 @@ def end_together(make: Callable[[], Any], plan: Any, cursor: Any, uneven: str | 
                  agreement: HostAgreement | None, template: Callable[[], Any]) -> Any:
     """The iterator `make()` gives, ending each epoch with the other hosts (`uneven`), agreeing
     only where the counts can differ (default agreement: jax.distributed's)."""
-    if check_uneven(uneven) is None:
+    uneven = check_uneven(uneven)
+    if uneven is None:
         return make()
     if uneven == "pad" and plan.batch is None:
         raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding fills "

@@ -12,7 +12,7 @@ array([3])
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise ValueError(f"varint longer than 10 bytes at byte {pos}")
 
 
-def _fields(buf: bytes, pos: int, end: int):
+def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """Yields (field number, wire type, value or (start, end) of a length-delimited field)."""
     while pos < end:
         tag, pos = _varint(buf, pos, end)
@@ -110,7 +110,7 @@ def _feature(buf: bytes, start: int, end: int) -> Any:
     return value
 
 
-def _len_fields(buf: bytes, start: int, end: int):
+def _len_fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, tuple[int, int]]]:
     for number, wire, value in _fields(buf, start, end):
         if wire == _LEN:
             yield number, wire, value

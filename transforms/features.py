@@ -115,7 +115,7 @@ class Cast:
                 value = value.decode("utf-8")
             try:
                 arr = np.asarray(value)
-                if arr.dtype.kind == "U" and dtype.kind == "b":
+                if arr.dtype.kind == "U" and np.dtype(dtype).kind == "b":
                     words = np.char.lower(np.char.strip(arr))
                     if not np.isin(words, _BOOL_WORDS).all():
                         raise ValueError("expected true/false/1/0/yes/no")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.packing import RowPacker, Segment, split, write_rows
+from tpufeed.packing import Row, RowPacker, Segment, split, write_rows
 
 __all__ = ["PackSequences", "pack_sequences"]
 
@@ -37,7 +37,7 @@ def pack_sequences(sequences: Sequence[Any], length: int, pad_id: int = 0,
     if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open < 1:
         raise InvalidArgumentError(f"max_open must be a positive int, got {max_open!r}")
     packer = RowPacker([length], max_open)
-    rows = []
+    rows: list[Row] = []
     for i, seq in enumerate(sequences):
         seq = np.asarray(seq)
         if seq.ndim != 1:

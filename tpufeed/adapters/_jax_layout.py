@@ -128,7 +128,9 @@ def _split_counts(sharding: NamedSharding, ndim: int) -> tuple[list[int], list[i
     # A probe array with one element per part: each device's slice start is its part number.
     indices = sharding.devices_indices_map(tuple(parts))
     here = jax.process_index()
-    local = [len({idx[d].start or 0 for dev, idx in indices.items() if dev.process_index == here})
+    # jaxlib's Device is compiled without a stub, so its attributes are unknown to type checkers.
+    local = [len({idx[d].start or 0 for dev, idx in indices.items()
+                  if dev.process_index == here})  # type: ignore[attr-defined]
              for d in range(ndim)]
     return parts, [max(1, k) for k in local]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import jax
@@ -80,7 +80,7 @@ class JaxIterator(Iterator[Any]):
     def _transfer(self) -> None:
         """Starts moving batches from the pipeline to the devices, `prefetch` ahead."""
         items = _transferred(self._inner, BatchLayout(self.sharding), self._device_clock)
-        self._items: Iterator[Any] = items
+        self._items: Generator[tuple[Any, dict], None, None] = items
         self._prefetcher = ThreadPrefetcher(items, self._prefetch) if self._prefetch else None
         self._closed = False
 
@@ -88,7 +88,7 @@ class JaxIterator(Iterator[Any]):
         if self._prefetcher is not None:
             self._prefetcher.close()
         else:
-            self._items.close()  # type: ignore[attr-defined]
+            self._items.close()
 
     def __iter__(self) -> JaxIterator:
         return self
@@ -180,7 +180,7 @@ class JaxIterator(Iterator[Any]):
 
 
 def _transferred(inner: DatasetIterator, layout: BatchLayout,
-                 clock: StageClock) -> Iterator[tuple[Any, dict]]:
+                 clock: StageClock) -> Generator[tuple[Any, dict], None, None]:
     """(global arrays, state after them), the arrays ready on their devices; the transfer is
     timed as the "to_device" stage."""
     for index, batch in enumerate(inner):
@@ -193,4 +193,6 @@ def _transferred(inner: DatasetIterator, layout: BatchLayout,
 
 def _leading_dim(batch: Any) -> int:
     leaves = jax.tree_util.tree_leaves(batch)
-    return len(leaves[0]) if leaves and getattr(leaves[0], "ndim", 0) else 1
+    if not leaves or not getattr(leaves[0], "ndim", 0):
+        return 1
+    return len(leaves[0])

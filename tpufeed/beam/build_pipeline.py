@@ -91,11 +91,14 @@ class _ReadInput(beam.DoFn):
 
     def __init__(self, fail_fast: bool, sizes: list[int | None]):
         self._fail_fast = fail_fast
-        self._sizes = sizes
+        self._files = len(sizes)
+        # Bytes of each input file; None counts files (a folder of images, or a size unknown).
+        self._sizes = None if None in sizes else [size for size in sizes if size is not None]
         self._read = Metrics.counter("tpufeed", "records_in")
 
     def setup(self) -> None:
-        self._files_done, self._bytes_done, self._start = 0, 0, None
+        self._files_done, self._bytes_done = 0, 0
+        self._start: float | None = None
 
     def process(self, element: tuple[int, InputFile]) -> Iterator[Any]:
         file_index, item = element
@@ -115,13 +118,13 @@ class _ReadInput(beam.DoFn):
         self._read.inc(count)
         self._files_done += 1
         elapsed = time.monotonic() - self._start
-        if None in self._sizes:  # a folder of images, or a size unknown: count files
-            done = progress(self._files_done, len(self._sizes), elapsed)
+        if self._sizes is None:
+            done = progress(self._files_done, self._files, elapsed)
         else:
             self._bytes_done += self._sizes[file_index]
             done = progress(self._bytes_done, sum(self._sizes), elapsed, " of the input bytes")
         log.info("read %s: %s%s (input %d of %d; %s)", item.path, plural(count, "record"),
-                 f", {bad} malformed" if bad else "", self._files_done, len(self._sizes), done)
+                 f", {bad} malformed" if bad else "", self._files_done, self._files, done)
 
 
 class _Process(beam.DoFn):
@@ -135,10 +138,13 @@ class _Process(beam.DoFn):
 
     def setup(self) -> None:
         self._chain = TransformChain(self._specs)
-        self._done, self._start, self._last_log = 0, None, time.monotonic()
+        self._done, self._last_log = 0, time.monotonic()
+        self._start: float | None = None
 
     def process(self, element: tuple[int, int, str, Any], total: int) -> Iterator[Any]:
         file_index, index, origin, record = element
+        if self._chain is None:
+            raise TpufeedError("the transforms are loaded by setup(), which Beam calls first")
         if self._start is None:
             self._start = time.monotonic()
         try:
@@ -176,7 +182,8 @@ class _BadRecords(beam.CombineFn):
         return acc[0] + 1, sorted(acc[1] + [item])[:_EXAMPLES]
 
     def merge_accumulators(self, accs: Any) -> tuple[int, list[str]]:
-        count, examples = 0, []
+        count = 0
+        examples: list[str] = []
         for n, ex in accs:
             count, examples = count + n, sorted(examples + ex)[:_EXAMPLES]
         return count, examples

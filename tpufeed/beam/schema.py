@@ -42,7 +42,7 @@ class LengthStats:
         self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
 
     def merge(self, other: LengthStats) -> None:
-        if not other.count:
+        if other.min is None or other.max is None:  # nothing added to `other`
             return
         self.count += other.count
         self.total += other.total
@@ -87,7 +87,7 @@ class _KeySummary:
         for kind, name in _SCALAR_TYPES:
             if isinstance(value, kind):
                 self.types.add(name)
-                if name in ("bytes", "str"):
+                if isinstance(value, (bytes, str)):
                     self.length.add(len(value))
                 return
         self.types.add(type(value).__name__)

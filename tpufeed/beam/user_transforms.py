@@ -62,6 +62,9 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
             if module is None:
                 _on_path(os.path.dirname(os.path.abspath(module_name)))
                 loader_spec = importlib.util.spec_from_file_location(unique, module_name)
+                if loader_spec is None or loader_spec.loader is None:
+                    raise InvalidArgumentError(f"{option} {spec!r}: cannot load {module_name} "
+                                               "as a Python module")
                 module = importlib.util.module_from_spec(loader_spec)
                 sys.modules[unique] = module
                 try:

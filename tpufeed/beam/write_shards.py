@@ -98,7 +98,8 @@ class _WriteShard(beam.DoFn):
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
 
     def setup(self) -> None:
-        self._written, self._start = 0, None
+        self._written = 0
+        self._start: float | None = None
 
     def process(self, element: tuple[int, dict[str, list]]) -> Iterator[dict[str, Any]]:
         index, groups = element

@@ -36,7 +36,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError, SourceError,
-                            SourceNotFoundError)
+                            SourceNotFoundError, TpufeedError)
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources._reader_process import ReaderProcess, native_state_inherited
 from tpufeed.sources.array_record_writer import write_array_records
@@ -122,7 +122,7 @@ class ArrayRecordFile:
                         self._num_records = self._count_remote()
                     else:
                         self._open_checked().close()
-        return self._num_records
+        return self._known_count()
 
     def read(self, indices: np.ndarray) -> list[bytes]:
         """Returns the records at local `indices` (any order, repeats allowed), in that order."""
@@ -136,20 +136,21 @@ class ArrayRecordFile:
 
     def _read_cached(self, idx: np.ndarray) -> list[bytes]:
         """Reads from the cached copy, held in place; a copy that fails is re-checked once."""
+        remote = self._remote()
         rechecked = False
         while True:
             try:
                 with self._use:
-                    if self._reader is not None and self.remote.unchanged(self._opened):
+                    if self._reader is not None and remote.unchanged(self._opened):
                         return self._read_with(self._reader, idx)
                     self.close()  # evicted, replaced or changed since the reader opened it
-                    with self.remote.pinned():
+                    with remote.pinned():
                         reader = self._open_for_reading()
-                        self._opened = self.remote.hold(self.release_if_evicted)
+                        self._opened = remote.hold(self.release_if_evicted)
                         return self._read_with(reader, idx)
             except CorruptDataError:
                 self.close()
-                if rechecked or not self.remote.cache.recheck(self.remote.obj):
+                if rechecked or not remote.cache.recheck(remote.obj):
                     raise  # the cached copy matches the object: the object itself is damaged
                 rechecked = True
 
@@ -165,14 +166,14 @@ class ArrayRecordFile:
 
     def _count_remote(self) -> int:
         """The record count of a gs:// file: remembered, or read from its footer by ranges."""
-        remote = self.remote
+        remote = self._remote()
         count = remote.cache.recall(remote.obj, "num_records")
         if isinstance(count, int) and not isinstance(count, bool):
             return count
         if remote.cache.contains(remote.obj):
             with remote.pinned():
                 self._open_checked().close()
-            count = self._num_records
+            count = self._known_count()
         else:
             count = _count_by_ranges(remote)
         remote.cache.remember(remote.obj, "num_records", count)
@@ -236,16 +237,18 @@ class ArrayRecordFile:
         if native_state_inherited():
             yield None
             return
+        remote = self._remote()
         with self._use:
-            if self._reader is None or not self.remote.unchanged(self._opened):
+            reader = self._reader
+            if reader is None or not remote.unchanged(self._opened):
                 self.close()  # evicted, replaced or changed since the reader opened it
-                with self.remote.pinned():
-                    self._open_for_reading()
-                    self._opened = self.remote.hold(self.release_if_evicted)
+                with remote.pinned():
+                    reader = self._open_for_reading()
+                    self._opened = remote.hold(self.release_if_evicted)
             if not self._per_record_reads:
                 yield None
                 return
-            read = self._reader.read
+            read = reader.read
             yield lambda i: read(i, i + 1)[0]
 
     def close(self) -> None:
@@ -283,6 +286,18 @@ class ArrayRecordFile:
         self._lock = threading.Lock()
         self._use = threading.Lock()
         return inherited
+
+    def _remote(self) -> RemoteFile:
+        """The cached copy of a gs:// file (the paths that call this read only those)."""
+        if self.remote is None:
+            raise TpufeedError(f"{self.path} is a local file: it has no cached copy")
+        return self.remote
+
+    def _known_count(self) -> int:
+        """The record count, which opening the file (`_open_checked`) sets."""
+        if self._num_records is None:
+            raise TpufeedError(f"{self.path}: its record count is unknown until it is opened")
+        return self._num_records
 
     def __repr__(self) -> str:
         count = "unopened" if self._num_records is None else f"{self._num_records} records"
@@ -384,7 +399,7 @@ def _count_by_ranges(remote: RemoteFile) -> int:
         probe = ArrayRecordFile(obj.url, remote)
         with remote.pinned():
             probe._open_checked().close()
-        return probe._num_records
+        return probe._known_count()
     pieces = [(0, head), (size - BLOCK_SIZE, last)]
     if start < size - BLOCK_SIZE:
         pieces.append((start, remote.read_ranges([(start, size - BLOCK_SIZE)])[0]))
@@ -407,7 +422,7 @@ def _count_by_ranges(remote: RemoteFile) -> int:
     return count
 
 
-class ArrayRecordSource(ShardedSource):
+class ArrayRecordSource(ShardedSource[ArrayRecordFile]):
     """The records of the ArrayRecord files named by a path, a glob or a list, as one sequence.
 
     gs:// files go through `cache` (default: `ShardCache()`, the default directory and limit).

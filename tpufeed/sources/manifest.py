@@ -34,7 +34,7 @@ import os
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 import google_crc32c
 import numpy as np
@@ -102,7 +102,7 @@ def safe_shard_path(root: str, name: object, manifest_path: str) -> str:
     refusal = _shard_path_refusal(root, name, manifest_path)
     if refusal is not None:
         raise refusal
-    path = os.path.join(root, name)
+    path = os.path.join(root, str(name))  # a str: anything else is refused above
     real_root = os.path.realpath(root)
     real = os.path.realpath(path)
     if os.path.commonpath([real_root, real]) != real_root:
@@ -275,19 +275,19 @@ def _depth(value: object) -> int:
     deepest, stack = 0, [(value, 1)]
     while stack:
         item, level = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
         if isinstance(item, (dict, list)):
             deepest = max(deepest, level)
             if level <= _MAX_DEPTH:  # deeper is refused anyway: no need to walk it all
+                children = item.values() if isinstance(item, dict) else item
                 stack.extend((child, level + 1) for child in children)
     return deepest
 
 
-def _is_count(value: object) -> bool:
+def _is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-class ManifestSource(ShardedSource):
+class ManifestSource(ShardedSource[VerifiedShard]):
     """The records of a built dataset (a folder or its manifest.json, local or gs://), decoded
     when they are tpufeed.codec dicts; each shard is checked against the manifest on its first
     read, or all at once here with `verify=True`. gs:// shards are read through `cache`

@@ -7,21 +7,24 @@ Files on gs:// (those with a `remote` attribute) are counted in parallel, and th
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, RecordIndexError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.storage.readahead import ReadAhead
+from tpufeed.storage.remote import RemoteFile
 
 
 class RecordFile(Protocol):
     """One file of records, read by local index. Picklable: handles reopen lazily."""
 
     path: str
+    remote: RemoteFile | None  # a gs:// file's object and shard cache; None for a local file
 
     def __len__(self) -> int: ...
 
@@ -29,7 +32,23 @@ class RecordFile(Protocol):
         """Returns the records at `indices` (local, int64, any order), in that order."""
         ...
 
+    def release_if_evicted(self) -> None:
+        """Closes what holds a gs:// file's cached copy once the cache has evicted it."""
+        ...
+
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LeasedRecordFile(RecordFile, Protocol):
+    """A gs:// file whose cached copy can be read one record at a time, held while it is read."""
+
+    def leased_record_reader(self) -> AbstractContextManager[Callable[[int], bytes] | None]:
+        """Reads one record by local index; None if the file is not of one record per chunk."""
+        ...
+
+
+F = TypeVar("F", bound=RecordFile)
 
 
 _SWEEP_EVERY_S = 1.0
@@ -44,14 +63,14 @@ def count_records(files: Sequence[RecordFile], parallel: bool) -> list[int]:
         return list(pool.map(len, files))
 
 
-class ShardedSource:
+class ShardedSource(Generic[F]):
     """Records of `files` as one sequence: `len` is the sum, index i falls in file order."""
 
-    def __init__(self, files: Sequence[RecordFile]):
+    def __init__(self, files: Sequence[F]):
         if not files:
             raise InvalidArgumentError("a sharded source needs at least one file")
         self.files = list(files)
-        self._remote = [getattr(f, "remote", None) for f in self.files]
+        self._remote = [f.remote for f in self.files]
         self._remote_ids = [i for i, r in enumerate(self._remote) if r is not None]
         # Read-ahead fills the shard cache: files read by ranges (no cache) take no part.
         self._cached = [r if r is not None and r.cached else None for r in self._remote]
@@ -62,9 +81,10 @@ class ShardedSource:
         self._last_sweep = time.monotonic()
         self._record_readers: list[Any] | None = None  # per-file one-record readers, if all have
         # gs:// files read their cached copies one record at a time, held for each batch.
-        self._leased = bool(self._remote_ids) and all(
-            r is not None and r.cached and hasattr(f, "leased_record_reader")
-            for f, r in zip(self.files, self._remote))
+        leased: list[LeasedRecordFile] = [f for f in self.files if isinstance(f, LeasedRecordFile)]
+        self._leased_files = leased if len(leased) == len(self.files) else []
+        self._leased = bool(self._remote_ids) and bool(self._leased_files) and all(
+            r is not None and r.cached for r in self._remote)
         forget_in_children(self)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -135,9 +155,9 @@ class ShardedSource:
             except Exception:  # noqa: BLE001 - the per-file path below names the bad record
                 self._record_readers = None  # a failed reader is reopened there
         elif self._leased:
-            records = self._read_leased(idx, file_ids)
-            if records is not None and b"" not in records:  # as above
-                return records
+            leased = self._read_leased(idx, file_ids)
+            if leased is not None and b"" not in leased:  # as above
+                return leased
         if (file_ids == file_ids[0]).all():
             f = int(file_ids[0])
             return self.files[f].read(idx - self._starts[f])
@@ -176,7 +196,7 @@ class ShardedSource:
         order = np.argsort(file_ids, kind="stable")
         out: list[Any] = [None] * idx.size
         for where in np.split(order, np.flatnonzero(np.diff(file_ids[order])) + 1):
-            with self.files[int(file_ids[where[0]])].leased_record_reader() as read:
+            with self._leased_files[int(file_ids[where[0]])].leased_record_reader() as read:
                 if read is None:
                     self._leased = False  # this source's files are not of one record per chunk
                     return None

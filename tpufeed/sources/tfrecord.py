@@ -31,7 +31,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from tpufeed.errors import RecordIndexError
+from tpufeed.errors import RecordIndexError, TpufeedError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, UNFRAMED, _atomic_write, _corrupt,
@@ -132,7 +132,7 @@ class TFRecordFile:
         if remote is None:
             self.index_path, self._offsets, self._lengths = self._load_or_build_index()
         else:
-            self.index_path, self._offsets, self._lengths = self._load_or_build_remote_index()
+            self.index_path, self._offsets, self._lengths = self._load_or_build_remote_index(remote)
 
     def _index_candidates(self) -> list[str]:
         name = _cached_index_name(self.path)
@@ -151,22 +151,23 @@ class TFRecordFile:
             offsets, lengths = scan_records(f.fileno(), self.path, st.st_size)
         return self._save_index(candidates, st.st_size, st.st_mtime_ns, offsets, lengths)
 
-    def _load_or_build_remote_index(self) -> tuple[str | None, np.ndarray, np.ndarray]:
+    def _load_or_build_remote_index(self, remote: RemoteFile
+                                    ) -> tuple[str | None, np.ndarray, np.ndarray]:
         """A gs:// file's index is keyed by its generation (in the place of a local mtime)."""
-        obj = self.remote.obj
-        directory = self.index_dir or os.path.join(self.remote.cache.root, "tfrecord-index")
+        obj = remote.obj
+        directory = self.index_dir or os.path.join(remote.cache.root, "tfrecord-index")
         name = hashlib.sha256(f"{obj.url}#{obj.generation}".encode()).hexdigest()[:32]
         candidates = [os.path.join(directory, f"{name}-{os.path.basename(obj.name)[:100]}"
                                               f"{INDEX_SUFFIX}")]
         found = _load_index(candidates[0], obj.size, obj.generation)
         if found is not None:
             return candidates[0], *found
-        if self.remote.cached:
-            with self.remote.pinned() as local, open(local, "rb", buffering=0) as f:
+        if remote.cached:
+            with remote.pinned() as local, open(local, "rb", buffering=0) as f:
                 offsets, lengths = scan_records(f.fileno(), self.path, obj.size)
         else:
             offsets, lengths = _scan(
-                lambda n, offset: self.remote.read_ranges([(offset, min(offset + n, obj.size))])[0],
+                lambda n, offset: remote.read_ranges([(offset, min(offset + n, obj.size))])[0],
                 self.path, obj.size)
         return self._save_index(candidates, obj.size, obj.generation, offsets, lengths)
 
@@ -206,7 +207,7 @@ class TFRecordFile:
         if self.remote is None:
             return self._read_fd(self._fd(), idx)
         if not self.remote.cached:
-            return self._read_ranges(idx)
+            return self._read_ranges(self.remote, idx)
         with self._use:
             if self._file is not None and self.remote.unchanged(self._opened):
                 return self._read_fd(self._file.fileno(), idx)
@@ -237,18 +238,18 @@ class TFRecordFile:
             out[i] = self._checked(buf, length, record, offset)
         return out
 
-    def _read_ranges(self, idx: np.ndarray) -> list[bytes]:
+    def _read_ranges(self, remote: RemoteFile, idx: np.ndarray) -> list[bytes]:
         """Just the records asked for, as parallel ranged GETs of nearby records coalesced."""
         wanted = np.unique(idx)
         if self._lengths[wanted[-1]] == UNFRAMED:
             start = int(self._offsets[wanted[-1]]) - _HEADER.size
-            size = self.remote.size
-            header = self.remote.read_ranges([(start, min(start + _HEADER.size, size))])[0]
+            size = remote.size
+            header = remote.read_ranges([(start, min(start + _HEADER.size, size))])[0]
             raise unframed(self.path, int(wanted[-1]), header, start, size)
         starts = self._offsets[wanted].astype(np.int64)
         ends = starts + self._lengths[wanted].astype(np.int64) + _CRC.size
         spans = coalesce(list(zip(starts.tolist(), ends.tolist())), _MAX_GAP, _MAX_SPAN)
-        blobs = self.remote.read_ranges(spans)
+        blobs = remote.read_ranges(spans)
         span_starts = np.array([s for s, _ in spans], dtype=np.int64)
         which = np.searchsorted(span_starts, starts, side="right") - 1
         found = {}
@@ -316,7 +317,7 @@ class TFRecordFile:
         return f"TFRecordFile({self.path!r}, {len(self)} records)"
 
 
-class TFRecordSource(ShardedSource):
+class TFRecordSource(ShardedSource[TFRecordFile]):
     """The records of the TFRecord files named by `paths` (paths or globs), as one sequence.
 
     gs:// files go through `cache` (default: `ShardCache()`); `ShardCache(max_bytes=0)` reads
@@ -334,6 +335,8 @@ class TFRecordSource(ShardedSource):
 
         def make(item: str | GcsObject) -> TFRecordFile:
             if isinstance(item, GcsObject):
+                if cache is None:  # set above whenever a path is on gs://
+                    raise TpufeedError(f"{item.url}: a gs:// file needs a shard cache")
                 return TFRecordFile(item.url, index_dir, RemoteFile(item, cache))
             return TFRecordFile(item, index_dir)
 

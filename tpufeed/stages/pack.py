@@ -34,7 +34,7 @@ _SEGMENTS = operator.attrgetter("segments")
 
 new_segment = tuple.__new__  # new_segment(Segment, (arrays, ref)): Segment(...) minus a Python call
 Ref = tuple[int, ...]  # the element's name (its piece's ref_of), then the piece of it
-Cut = tuple[Any, Any, int, dict]  # (item, cursor after it, first record, stage state)
+Cut = tuple[Any, Any, int, "PackState"]  # (item, cursor after it, first record, stage state)
 Outputs = Callable[[list[tuple[int, ...]]], dict[tuple[int, ...], list[Any]]]  # record -> outputs
 
 

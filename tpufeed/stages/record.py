@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from tpufeed.errors import InvalidArgumentError, TransformError
+from tpufeed.errors import InvalidArgumentError, TpufeedError, TransformError
 from tpufeed.rng import RecordRngs
 from tpufeed.stats import StageClock, now
 
@@ -59,7 +59,7 @@ class Context:
     names: RecordNames
     rng_seed: int
     clock: StageClock = field(default_factory=StageClock)
-    skipped: list[TransformError] | None = None
+    skipped: list[TpufeedError] | None = None  # read and transform errors alike
     _rngs: dict[int, RecordRngs] = field(default_factory=dict)
     beacon: Any = None  # a watch.Beacon (options(timeout_s=...)): marks each element begun
 

@@ -82,12 +82,14 @@ def client() -> Any:
 
 def _new_client() -> Any:
     try:
-        from google.auth.credentials import AnonymousCredentials
+        from google.auth.credentials import AnonymousCredentials, Credentials
         import google.cloud.storage as storage
         from google.auth.transport.requests import AuthorizedSession
         from requests.adapters import HTTPAdapter
     except ImportError as e:
         raise missing_dependency("google-cloud-storage", "gcs") from e
+    credentials: Credentials
+    project: str | None
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         credentials, project = AnonymousCredentials(), "tpufeed-emulator"
     else:

@@ -48,9 +48,8 @@ class ReadAhead:
 
     def __init__(self, files: Sequence[RemoteFile | None],
                  sweep: Callable[[], None] | None = None):
-        self._files = list(files)
-        self._file_of_key = {entry_key(f.obj): i for i, f in enumerate(self._files)
-                             if f is not None}
+        self._files = {i: f for i, f in enumerate(files) if f is not None}  # the remote ones
+        self._file_of_key = {entry_key(f.obj): i for i, f in self._files.items()}
         self._sweep = sweep
         # Per file, its uses in announced blocks: (first position, last position, announced at).
         self._uses: dict[int, deque[tuple[int, int, int]]] = {}
@@ -86,7 +85,7 @@ class ReadAhead:
             self._now = max(self._now, self._block_starts[0])
             self._announced = base + int(file_ids.size)
             for f, i, j in zip(files.tolist(), first.tolist(), last.tolist()):
-                if self._files[f] is None:
+                if f not in self._files:  # a local file
                     continue
                 self._uses.setdefault(f, deque()).append((base + i, base + j, stamp))
                 if f not in self._queued:
@@ -148,7 +147,7 @@ class ReadAhead:
 
     def _start_threads(self) -> None:
         """Tops the threads up to `cache.downloads`, one of them watching progress. Under lock."""
-        cache = next(f.cache for f in self._files if f is not None)
+        cache = next(iter(self._files.values())).cache
         self._board = cache.plans
         while self._running < cache.downloads:
             observer = not self._observing

@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, wait
+from functools import partial
 from typing import Any
 
 from tpufeed.storage.gcs import GcsObject, fetch_into, read_range
@@ -87,8 +88,9 @@ def _run_all(calls: Sequence[Callable[[], Any]], priority: float) -> list[Any]:
         first = calls[0]()
         wait(futures, return_when=FIRST_EXCEPTION)
         for future in futures:
-            if future.done() and not future.cancelled() and future.exception() is not None:
-                raise future.exception()
+            error = future.exception() if future.done() and not future.cancelled() else None
+            if error is not None:
+                raise error
         return [first] + [f.result() for f in futures]
     finally:
         for future in futures:
@@ -100,7 +102,7 @@ def download(obj: GcsObject, fd: int, priority: float, policy: RetryPolicy,
              part_bytes: int = PART_BYTES) -> None:
     """Writes the whole of `obj` into `fd` (already sized), as parallel ranged GETs."""
     parts = [(start, min(start + part_bytes, obj.size)) for start in range(0, obj.size, part_bytes)]
-    _run_all([lambda s=s, e=e: fetch_into(obj, s, e, fd, policy) for s, e in parts], priority)
+    _run_all([partial(fetch_into, obj, s, e, fd, policy) for s, e in parts], priority)
 
 
 def coalesce(spans: Sequence[tuple[int, int]], max_gap: int,
@@ -118,4 +120,4 @@ def coalesce(spans: Sequence[tuple[int, int]], max_gap: int,
 def read_ranges(obj: GcsObject, ranges: Sequence[tuple[int, int]], policy: RetryPolicy,
                 priority: float = URGENT) -> list[bytes]:
     """The bytes of each [start, end) of `obj`, fetched in parallel."""
-    return _run_all([lambda s=s, e=e: read_range(obj, s, e, policy) for s, e in ranges], priority)
+    return _run_all([partial(read_range, obj, s, e, policy) for s, e in ranges], priority)

@@ -91,7 +91,7 @@ class _Dealer:
             self.inflight.append((step, worker, task_id))
 
     def answer(self, worker: int, task_id: int,
-               timeout: Callable[[], Exception] | None = None) -> Answer | Failure:
+               timeout: Callable[[], Exception | None] | None = None) -> Answer | Failure:
         """The answer to `task_id`; while it is not there, takes the others and deals more.
         `timeout`: the error to raise once the wait is past its limit (None: wait on)."""
         while task_id not in self.answers:

@@ -17,6 +17,9 @@ from tpufeed.batching import TreeDef, flatten, stack, unflatten
 
 _ALIGN = 64
 
+# A leaf of a layout: ("inline", value), travelling as is, or (dtype.str, shape, offset) in the slot.
+LeafSpec = tuple[Any, ...]
+
 
 def layout_size(leaves: Sequence[Any]) -> int:
     """Bytes a batch with these (already stacked) leaves needs in a slot."""
@@ -28,7 +31,8 @@ def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
     treedef, leaves = flatten(batch)
     leaves = [np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in leaves]
     buffer = buffer_for(layout_size(leaves))
-    specs, offset = [], 0
+    specs: list[LeafSpec] = []
+    offset = 0
     for leaf in leaves:
         if _in_shm(leaf):
             view = np.ndarray(leaf.shape, leaf.dtype, buffer=buffer, offset=offset)
@@ -50,7 +54,7 @@ def write_stacked(elements: Sequence[Any], buffer_for: Callable[[int], memoryvie
     if columns is None:
         return write_batch(stack(elements, describe), buffer_for)  # stack() names the mismatch
     m = len(elements)
-    plans: list[tuple[str, Any]] = []
+    plans: list[tuple[Any, ...]] = []  # ("stack", dtype, shape) or ("stacked", stacked column)
     for column in columns:
         first = column[0]
         if isinstance(first, np.ndarray) and _in_shm(first):
@@ -68,7 +72,8 @@ def write_stacked(elements: Sequence[Any], buffer_for: Callable[[int], memoryvie
         else:
             sizes.append(_aligned(plan[1].nbytes) if _in_shm(plan[1]) else 0)
     buffer = buffer_for(sum(sizes))
-    specs, offset = [], 0
+    specs: list[LeafSpec] = []
+    offset = 0
     for column, plan, size in zip(columns, plans, sizes):
         if plan[0] == "stack":
             out = np.ndarray(plan[2], plan[1], buffer=buffer, offset=offset)

@@ -15,7 +15,7 @@ import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
-from tpufeed.workers.messages import Failure, Ready, Start, Stop
+from tpufeed.workers.messages import Answer, Failure, Ready, Start, Stop
 from tpufeed.watch import beacon_file, beacon_map
 from tpufeed.workers.slots import SlotMaps
 
@@ -89,16 +89,17 @@ class WorkerPool:
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
-    def receive_any(self, timeout: float = _POLL_S) -> list[tuple[int, object]]:
+    def receive_any(self, timeout: float = _POLL_S) -> list[tuple[int, Answer | Failure]]:
         """(worker, message) for every message that arrives within `timeout`, from any worker.
 
         A worker that died raises WorkerError: its pipe reads as closed at once, and a worker
         that is gone while its pipe stays open is caught when nothing arrives in time.
         """
         conns = {id(conn): worker for worker, conn in enumerate(self._results)}
-        out = []
-        for conn in wait(self._results, timeout=timeout):
-            worker = conns[id(conn)]
+        out: list[tuple[int, Answer | Failure]] = []
+        for ready in wait(self._results, timeout=timeout):
+            worker = conns[id(ready)]
+            conn = self._results[worker]
             try:
                 message = conn.recv()
             except (EOFError, OSError):
