@@ -17,6 +17,7 @@ import numpy as np
 from tpufeed.batching import stack
 from tpufeed.cursor import Cursor
 from tpufeed.errors import SourceError, TpufeedError
+from tpufeed.mix import MixPlan
 from tpufeed.order import records_at
 from tpufeed.padding import pad_elements
 from tpufeed.plan import Plan
@@ -142,7 +143,7 @@ class ChunkRunner:
     shared-memory slot); `placer` moves an already stacked batch there.
     """
 
-    def __init__(self, plan: Plan, clock: StageClock, beacon: Any = None):
+    def __init__(self, plan: Plan | MixPlan, clock: StageClock, beacon: Any = None):
         self.plan, self.clock, self.beacon = plan, clock, beacon
         self.labels = stage_names(plan.head)
         self.tail_labels = stage_names(plan.tail, " on batches")
@@ -181,6 +182,8 @@ class ChunkRunner:
         context = self.context(epoch, records)
         if beacon is not None and records:
             beacon.at("read", records[0])
+        if not isinstance(plan.source, SourceView):
+            raise TpufeedError("a mixture's records are read by its components' runners")
         values, units = read(plan.source, indices, self.clock, context.skipped)
         elements = Elements(values, units)
         for stage, label in zip(plan.head, self.labels):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,7 +143,8 @@ class ParallelProducer:
         self.worker_pids = pool.pids
         return pool
 
-    def items(self, pool: WorkerPool | None = None) -> Iterator[tuple[Any, Cursor, Any]]:
+    def items(self, pool: WorkerPool | None = None
+              ) -> Generator[tuple[Any, Cursor, dict[str, Any] | None], None, None]:
         pool = pool or self.start()
         try:
             yield from stream(self.plan, self.pieces(pool), self.counters, self.clock,
