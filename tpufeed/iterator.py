@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tpufeed._prefetch import ThreadPrefetcher
 from tpufeed.cursor import Cursor
@@ -23,6 +23,9 @@ from tpufeed.mix import MixPlan
 from tpufeed.mixing import MixProducer
 from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
 from tpufeed.watch import Beacon, labels_of, timed_out
+
+if TYPE_CHECKING:
+    from tpufeed.workers.engine import ParallelProducer
 
 _ADAPT_EVERY = 16  # items between prefetch adjustments
 
@@ -123,7 +126,7 @@ class PipelineRun(Iterator[Any]):
     """One run of a plan from a cursor: the producer, its workers or prefetch thread, and the
     exact position of what `__next__` has returned."""
 
-    def __init__(self, plan: Plan, cursor: Cursor, prefetch: int = 0, workers: int = 0,
+    def __init__(self, plan: Plan | MixPlan, cursor: Any, prefetch: int = 0, workers: int = 0,
                  tuning: Tuning | None = None, adapt_prefetch: bool = False,
                  stages: dict[str, Any] | None = None, isolate: bool = False,
                  timeout_s: float | None = None):
@@ -131,8 +134,9 @@ class PipelineRun(Iterator[Any]):
         self._cursor, self._stages = cursor, stages
         self._counters = Counters()
         self._clock = StageClock()
-        self._prefetcher = None
-        self._parallel = None
+        self._prefetcher: ThreadPrefetcher | None = None
+        self._parallel: ParallelProducer | None = None
+        self._items: Generator[tuple[Any, Any, dict[str, Any] | None], None, None]
         self._workers, self._prefetch = workers, prefetch
         self._tuning, self._adapt = tuning, adapt_prefetch
         self._window_start, self._window_wait = now(), 0.0
@@ -169,7 +173,7 @@ class PipelineRun(Iterator[Any]):
         started = now()
         try:
             if self._prefetcher is not None:
-                item, cursor, stages = self._get()
+                item, cursor, stages = self._get(self._prefetcher)
             else:
                 item, cursor, stages = next(self._items)
         finally:
@@ -183,11 +187,13 @@ class PipelineRun(Iterator[Any]):
         self._records += _record_count(item) if self._plan.batch is not None else 1
         return item
 
-    def _get(self) -> Any:
+    def _get(self, prefetcher: ThreadPrefetcher) -> Any:
         """The prefetch thread's next item; past `timeout_s`, an error naming where it is."""
         try:
-            return self._prefetcher.get(self._timeout_s)
+            return prefetcher.get(self._timeout_s)
         except queue.Empty:
+            if self._timeout_s is None:  # only a wait with a timeout ends empty
+                raise
             error = timed_out(self._timeout_s, "the prefetch thread", self._beacon,
                               self._plan.source)
             self.close()
@@ -203,7 +209,7 @@ class PipelineRun(Iterator[Any]):
         waited, self._window_start, self._window_wait = self._window_wait, now(), 0.0
         tuning = self._tuning
         deeper = self._prefetch + 1
-        if (window <= 0 or waited / window < 0.1 or deeper > MAX_PREFETCH
+        if (tuning is None or window <= 0 or waited / window < 0.1 or deeper > MAX_PREFETCH
                 or tuning.buffer_bytes(self._workers, deeper) > tuning.budget_bytes):
             return
         self._prefetch = deeper

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,8 +154,9 @@ class MixedPieces:
     def __init__(self, plan: MixPlan, start: MixCursor, feeds: list[ComponentFeed]):
         self.plan, self.start, self.feeds = plan, start, feeds
         self.phase = phases(plan.seed, len(plan.components))
-        self.stacked = plan.batch is not None and plan.pack is None
-        self.block = plan.batch.batch_size if self.stacked else _ELEMENT_BLOCK
+        batch = plan.batch if plan.pack is None else None
+        self.stacked = batch is not None
+        self.block = batch.batch_size if batch is not None else _ELEMENT_BLOCK
 
     def __iter__(self) -> Iterator[MixPiece | MixEnd]:
         cursor = self.start
@@ -217,6 +218,8 @@ class MixedPieces:
         """`values` (the outputs of components `order`) stacked, padded as the batch says."""
         describe = lambda i: f"an element of mixture component {self.plan.labels[order[i]]}"  # noqa: E731
         batch = self.plan.batch
+        if batch is None:
+            raise TpufeedError("a mixture stacks its elements only under batch()")
         if batch.pad:
             values = pad_elements(values, batch.pad, batch.cut, fixed=True, describe=describe)
         try:
@@ -267,7 +270,7 @@ class MixProducer:
     clock: StageClock
     stages: dict[str, Any] | None = None
 
-    def items(self) -> Iterator[tuple[Any, MixCursor, dict[str, Any] | None]]:
+    def items(self) -> Generator[tuple[Any, MixCursor, dict[str, Any] | None], None, None]:
         sources, pools = [], []
         try:
             for i, (plan, cursor) in enumerate(zip(self.plan.components, self.cursor.cursors)):

@@ -6,7 +6,7 @@ does with the same walk, the same `ChunkRunner` and the same `stream`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ class Producer:
     stages: dict[str, Any] | None = None
     beacon: Any = None  # a watch.Beacon, when a timeout watches the pipeline
 
-    def items(self) -> Iterator[tuple[Any, Cursor, dict[str, Any] | None]]:
+    def items(self) -> Generator[tuple[Any, Cursor, dict[str, Any] | None], None, None]:
         runner = ChunkRunner(self.plan, self.clock, self.beacon)
         pieces = (runner.run_chunk(step) if isinstance(step, Chunk) else step
                   for step in walk(self.plan, self.cursor))

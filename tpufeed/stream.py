@@ -8,10 +8,11 @@ the stream stages then.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Generator, Iterator, Sequence
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tpufeed.chunk import ChunkRunner, EpochEnd
 from tpufeed.cursor import Cursor, at_segment_start
@@ -20,6 +21,9 @@ from tpufeed.plan import Plan
 from tpufeed.stages.batch import Batcher
 from tpufeed.stages.pack import Outputs, Packer
 from tpufeed.stats import StageClock
+
+if TYPE_CHECKING:
+    from tpufeed.mix import MixPlan
 
 _log = logging.getLogger("tpufeed")
 
@@ -51,8 +55,12 @@ class ErrorBudget:
             self.counters.errors += 1
             count = self.counters.errors
             if count > self.max_errors:
-                error.add_note(f"tpufeed: ignore_errors({self.max_errors}) skips at most "
-                               f"{self.max_errors} bad records; this was bad record {count}")
+                note = (f"tpufeed: ignore_errors({self.max_errors}) skips at most "
+                        f"{self.max_errors} bad records; this was bad record {count}")
+                if sys.version_info >= (3, 11):
+                    error.add_note(note)
+                else:  # Python 3.10 has no exception notes
+                    error.args = (f"{error.args[0] if error.args else ''}\n{note}", *error.args[1:])
                 raise error
             first_line = str(error).split("\n", 1)[0]
             self.causes[_cause(first_line)] += 1
@@ -79,9 +87,9 @@ def _cause(first_line: str) -> str:
     return first_line.split(" (on ", 1)[0].split(":", 1)[0][:80]
 
 
-def stream(plan: Plan, pieces: Iterator[Any], counters: Counters, clock: StageClock, start: Any,
-           stages: dict[str, Any] | None = None, reread: Outputs | None = None
-           ) -> Iterator[tuple[Any, Any, dict[str, Any] | None]]:
+def stream(plan: Plan | MixPlan, pieces: Iterator[Any], counters: Counters, clock: StageClock,
+           start: Any, stages: dict[str, Any] | None = None, reread: Outputs | None = None
+           ) -> Generator[tuple[Any, Any, dict[str, Any] | None], None, None]:
     """(item, cursor after it, state of the stream stages then) for the pieces of
     `walk(plan, start)` (or a mixture's), processed in order; `stages` is a state to restore
     them from, re-reading the records it names with `reread` (default: the plan's)."""
