@@ -9,9 +9,8 @@ each batch, or stacks the elements of components run in this process once, in or
 
 from __future__ import annotations
 
-import operator
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +58,9 @@ class MixPiece:
         self._last: MixCursor | None = None  # the cursor after the whole piece, once asked
 
     def cursor_after(self, i: int) -> MixCursor:
-        if i == self.size - 1 and self._last is not None:
+        if i == self.size - 1:
+            if self._last is None:
+                self._last = self._cursor_at_end()
             return self._last
         counts = np.bincount(self.order[:i + 1], minlength=len(self.before.taken))
         cursors = list(self.before.cursors)
@@ -68,12 +69,21 @@ class MixPiece:
                 piece, index = self._locate(component, count - 1)
                 cursors[component] = piece.cursor_after(index)
         taken = tuple(t + c for t, c in zip(self.before.taken, counts.tolist()))
-        cursor = MixCursor(tuple(cursors), taken, self.before.active)
-        if i == self.size - 1:
-            self._last = cursor
-        return cursor
+        return MixCursor(tuple(cursors), taken, self.before.active)
+
+    def _cursor_at_end(self) -> MixCursor:
+        """The cursor after the whole piece: each component's after its last slice."""
+        cursors, taken = list(self.before.cursors), list(self.before.taken)
+        for component, slices in self.parts.items():
+            piece, _, hi = slices[-1]
+            cursors[component] = piece.cursor_after(hi - 1)
+            taken[component] += sum(hi - lo for _, lo, hi in slices)
+        return MixCursor(tuple(cursors), tuple(taken), self.before.active)
 
     def record_of(self, i: int) -> int:
+        if i == 0:  # what a batch names its first record by
+            piece, lo, _ = self.parts[int(self.order[0])][0]
+            return piece.record_of(lo)
         piece, index = self._element(i)
         return piece.record_of(index)
 
@@ -196,15 +206,15 @@ class MixedPieces:
         stacked in shared memory, gathered into place."""
         lists = {c: slices for c, slices in parts.items() if isinstance(slices[0][0].payload, list)}
         if not self.stacked or len(lists) == len(parts):
-            values: list[Any] = []  # component by component, then put in order in one C call
-            for component in sorted(parts):
-                for piece, lo, hi in parts[component]:
-                    values.extend(piece.payload[lo:hi])
-            if len(parts) > 1:
-                where = np.argsort(order, kind="stable")  # output slots, component by component
-                source = np.empty_like(where)
-                source[where] = np.arange(len(where))
-                values = list(operator.itemgetter(*source.tolist())(values))
+            if len(parts) == 1:
+                values = [v for piece, lo, hi in next(iter(parts.values()))
+                          for v in piece.payload[lo:hi]]
+            else:  # each output the next element of its component
+                takes: dict[int, Callable[[], Any]] = {
+                    component: iter([v for piece, lo, hi in slices
+                                     for v in piece.payload[lo:hi]]).__next__
+                    for component, slices in parts.items()}
+                values = [takes[c]() for c in order.tolist()]
             if not self.stacked:
                 return values
             stacked = self._stack(values, order)
