@@ -18,6 +18,7 @@ from tpufeed.autotune import cpu_count
 from tpufeed.cli import non_negative_seconds, positive_int, positive_seconds
 from tpufeed.dataset import Dataset
 from tpufeed.errors import InvalidArgumentError, MissingDependencyError
+from tpufeed.sources.formats import FORMATS
 from tpufeed.stats import PipelineStats
 
 
@@ -37,19 +38,25 @@ def make_target(args: argparse.Namespace) -> Dataset:
             raise InvalidArgumentError(f"{target} returned {type(ds).__name__}, not a tpufeed.Dataset")
         return ds
     from tpufeed.inspect import folder_shards
+    from tpufeed.sources.formats import get_format, guess_format
     from tpufeed.sources.manifest import is_dataset_path
+    from tpufeed.storage.local import expand_paths
 
     plain = folder_shards(target)
     if plain is not None:  # a folder of shards with no manifest, as `tpufeed quickstart` writes
         file_format, files = plain
-        ds = (Dataset.from_array_record(files) if file_format == "array_record"
-              else Dataset.from_tfrecord(files))
+        fmt = get_format(file_format)
     elif is_dataset_path(target):
-        ds = Dataset.open(target)
-    elif ".tfrecord" in target:
-        ds = Dataset.from_tfrecord(target)
+        return _prepared(Dataset.open(target), args)
     else:
-        ds = Dataset.from_array_record(target)
+        files = expand_paths([target])
+        fmt = (get_format(args.format, "--format") if getattr(args, "format", None)
+               else guess_format(files[0]))
+    return _prepared(getattr(Dataset, fmt.constructor)(files), args)
+
+
+def _prepared(ds: Dataset, args: argparse.Namespace) -> Dataset:
+    """`ds` shuffled, with the --transform maps, batched and repeated: what bench runs."""
     ds = ds.shuffle(0)
     for spec in args.transform:
         ds = ds.map(load_callable(spec))
@@ -207,6 +214,8 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("target", help="file.py:make_dataset or module:make_dataset (a function "
                                       "returning a Dataset), or a dataset folder, ArrayRecord "
                                       "or TFRecord files")
+    bench.add_argument("--format", choices=sorted(FORMATS), default=None,
+                       help="of record files (default: from the file name)")
     bench.add_argument("--transform", action="append", default=[],
                        help="module:function or file.py:function mapped over each record of a "
                             "dataset or files target (decoded dicts for a dataset folder, "

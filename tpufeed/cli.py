@@ -134,8 +134,11 @@ def _build(args: argparse.Namespace) -> int:
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)  # we report it
     try:
+        file_format = args.format or ("tfrecord" if args.record_format == "tf_example"
+                                      else "array_record")
         config = BuildConfig(inputs=tuple(args.input), output=args.output,
-                             num_shards=args.num_shards, file_format=args.format,
+                             num_shards=args.num_shards, file_format=file_format,
+                             record_format=args.record_format,
                              transforms=tuple(args.transform), max_bad=args.max_bad,
                              beam_args=tuple(args.beam_args), overwrite=args.overwrite)
         summary = build(config)
@@ -147,7 +150,7 @@ def _build(args: argparse.Namespace) -> int:
     print(f"records out    {summary['records_out']:,}")
     print(f"skipped        {summary['skipped']:,} (bad records, --max-bad {args.max_bad})")
     print(f"filtered       {summary['filtered']:,} (dropped by --transform)")
-    print(f"shards         {summary['shards']} {args.format}")
+    print(f"shards         {summary['shards']} {file_format} ({args.record_format} records)")
     print(f"bytes          {summary['bytes']:,}")
     print(f"time           {summary['seconds']:.1f} s ({rate:,.0f} records/s)")
     print(f"dataset        {summary['output']}")
@@ -194,6 +197,8 @@ def _cache_action(cache: ShardCache, action: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from tpufeed import __version__
     from tpufeed.bench import add_parser as add_bench_parser
+    from tpufeed.sources.formats import FORMATS, writable_formats
+    from tpufeed.sources.record_formats import RECORD_FORMATS
 
     parser = argparse.ArgumentParser(prog="tpufeed", description=__doc__,
                                      formatter_class=_HelpFormatter)
@@ -208,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Describes a dataset built by `tpufeed build` (a folder or gs:// prefix), a "
                     "plain folder of shards, or record files; --verify checks them.")
     inspect.add_argument("paths", nargs="+", help="a dataset folder, or record files or globs")
-    inspect.add_argument("--format", choices=["array_record", "tfrecord"], default=None,
+    inspect.add_argument("--format", choices=sorted(FORMATS), default=None,
                          help="of record files (default: from the file extension)")
     inspect.add_argument("--verify", action="store_true",
                          help="check every shard (a dataset's: size, crc32c and record count "
@@ -232,8 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--overwrite", action="store_true",
                        help="replace the dataset already in --output (refused otherwise)")
     build.add_argument("--num-shards", type=positive_int, default=1, help="shards to write")
-    build.add_argument("--format", choices=["array_record", "tfrecord"], default="array_record",
-                       help="shard file format")
+    build.add_argument("--format", choices=writable_formats(), default=None,
+                       help="shard file format (default: tfrecord with --record-format "
+                            "tf_example, which tf.data reads; else array_record)")
+    build.add_argument("--record-format", choices=sorted(RECORD_FORMATS), default="codec",
+                       help="how dict records are stored: codec (tpufeed's, exact dtypes and "
+                            "shapes) or tf_example (tf.train.Example, readable without "
+                            "tpufeed; arrays flattened with a <key>/shape feature)")
     build.add_argument("--transform", action="append", default=[],
                        help="module:function or path/to/file.py:function; repeat to chain")
     build.add_argument("--max-bad", type=non_negative_int, default=0,

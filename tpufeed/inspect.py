@@ -15,43 +15,42 @@ import numpy as np
 from tpufeed import codec
 from tpufeed._words import plural
 from tpufeed.errors import CodecError, InvalidArgumentError, SourceNotFoundError, TpufeedError
-from tpufeed.sources.manifest import FILE_EXTENSIONS, MANIFEST_NAME, is_dataset_path
+from tpufeed.sources.formats import FORMATS, format_for_path, get_format, guess_format
+from tpufeed.sources.manifest import MANIFEST_NAME, is_dataset_path
 from tpufeed.storage.local import expand_paths
 
-if TYPE_CHECKING:  # open_source imports only the reader it needs
-    from tpufeed.sources.array_record import ArrayRecordSource
+if TYPE_CHECKING:
     from tpufeed.sources.sharded import ShardedSource
-    from tpufeed.sources.tfrecord import TFRecordSource
 
 __all__ = ["describe", "describe_dataset", "folder_shards", "inspect_paths", "open_source"]
 
-_FORMAT_NAMES = {"array_record": "ArrayRecord", "tfrecord": "TFRecord"}
 _VERIFY_BATCH = 1024
 
 
-def open_source(paths: list[str], fmt: str | None) -> ArrayRecordSource | TFRecordSource:
+def open_source(paths: list[str], fmt: str | None) -> ShardedSource[Any]:
+    """The record files `paths` (paths or globs) in format `fmt` (None: told by the first
+    file's name), as one source; only that format's reader is imported."""
     files = expand_paths(paths)
-    fmt = fmt or _format_of(files[0])
-    if fmt == "array_record":
-        from tpufeed.sources.array_record import ArrayRecordSource
-        return ArrayRecordSource(files)
-    from tpufeed.sources.tfrecord import TFRecordSource
-    return TFRecordSource(files)
+    file_format = get_format(fmt, "--format") if fmt is not None else guess_format(files[0])
+    source: ShardedSource[Any] = file_format.open_source(files)
+    return source
 
 
 def folder_shards(path: str) -> tuple[str, list[str]] | None:
-    """(format, sorted record files) of a local folder with no manifest that holds ArrayRecord
-    or TFRecord files (as `tpufeed quickstart` writes); None for anything else."""
+    """(format, sorted record files) of a local folder with no manifest that holds record files
+    of one format (as `tpufeed quickstart` writes); None for anything else."""
     if "://" in path or not os.path.isdir(path) or os.path.exists(os.path.join(path, MANIFEST_NAME)):
         return None
-    found = {fmt: sorted(os.path.join(path, name) for name in os.listdir(path)
-                         if name.endswith(ext) and not name.startswith("."))
-             for fmt, ext in FILE_EXTENSIONS.items()}
-    found = {fmt: files for fmt, files in found.items() if files}
+    found: dict[str, list[str]] = {}
+    for name in sorted(os.listdir(path)):
+        fmt = None if name.startswith(".") else format_for_path(name)
+        if fmt is not None:
+            found.setdefault(fmt.name, []).append(os.path.join(path, name))
     if len(found) > 1:
-        raise InvalidArgumentError(f"{path} holds both ArrayRecord and TFRecord files and no "
-                                   f"{MANIFEST_NAME}; name one kind by a glob, e.g. "
-                                   f"{os.path.join(path, '*.array_record')}")
+        kinds = [FORMATS[fmt] for fmt in found]
+        raise InvalidArgumentError(
+            f"{path} holds {' and '.join(f.title for f in kinds)} files and no {MANIFEST_NAME}; "
+            f"name one kind by a glob, e.g. {os.path.join(path, '*' + kinds[0].extension)}")
     return next(iter(found.items()), None)
 
 
@@ -141,11 +140,11 @@ def inspect_paths(paths: list[str], fmt: str | None = None,
     source: ShardedSource[Any]
     if len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
         file_format, files = plain
-        glob = os.path.join(paths[0], f"*{FILE_EXTENSIONS[file_format]}")
-        kind = _FORMAT_NAMES[file_format] + " file"
-        header = [f"{paths[0]}: a plain folder of {plural(len(files), kind)} with no "
-                  f"{MANIFEST_NAME} (not written by `tpufeed build`); open it with "
-                  f"Dataset.from_{file_format}({glob!r})"]
+        fmt = FORMATS[file_format]
+        glob = os.path.join(paths[0], f"*{fmt.extension}")
+        header = [f"{paths[0]}: a plain folder of {plural(len(files), fmt.title + ' file')} "
+                  f"with no {MANIFEST_NAME} (not written by `tpufeed build`); open it with "
+                  f"Dataset.{fmt.constructor}({glob!r})"]
         source = open_source(files, file_format)
     elif len(paths) == 1 and is_dataset_path(paths[0]):
         _refuse_unfinished(paths[0])
@@ -169,13 +168,6 @@ def _refuse_unfinished(path: str) -> None:
         raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME}, and a build's temporary folder "
                                   f"{temporary[0]} is there: a build into it did not finish",
                                   path=path)
-    raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME} and no .array_record or .tfrecord "
-                              "files: not a dataset", path=path)
-
-
-def _format_of(path: str) -> str:
-    if ".array_record" in path or path.endswith(".ar"):
-        return "array_record"
-    if ".tfrecord" in path or path.endswith(".tfr"):
-        return "tfrecord"
-    raise InvalidArgumentError(f"cannot tell the format of {path}; pass --format")
+    extensions = " or ".join(ext for fmt in FORMATS.values() for ext in fmt.extensions)
+    raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME} and no {extensions} files: not a "
+                              "dataset", path=path)

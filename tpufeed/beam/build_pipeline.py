@@ -38,7 +38,9 @@ from tpufeed.beam.user_transforms import (TransformChain, load_transform, normal
 from tpufeed.beam.write_shards import ShardEncoded, encode_record
 from tpufeed._words import plural
 from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError, TransformError
-from tpufeed.sources.manifest import FILE_EXTENSIONS, MANIFEST_NAME
+from tpufeed.sources.formats import get_format
+from tpufeed.sources.manifest import MANIFEST_NAME
+from tpufeed.sources.record_formats import RecordFormat, get_record_format
 
 __all__ = ["BuildConfig", "build", "in_process_runner"]
 
@@ -56,7 +58,8 @@ def in_process_runner() -> beam.runners.PipelineRunner:
 @dataclass(frozen=True)
 class BuildConfig:
     """What to build; `beam_args` are Beam pipeline options (`--runner DataflowRunner ...`).
-    A folder that already holds a dataset is replaced only with `overwrite=True`."""
+    A folder that already holds a dataset is replaced only with `overwrite=True`.
+    `record_format`: "codec" (tpufeed's) or "tf_example" (`tf.train.Example`)."""
 
     inputs: tuple[str, ...]
     output: str
@@ -66,6 +69,7 @@ class BuildConfig:
     max_bad: int = 0
     beam_args: tuple[str, ...] = ()
     overwrite: bool = False
+    record_format: str = "codec"
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str) or not self.inputs:
@@ -73,9 +77,9 @@ class BuildConfig:
                                        f"got {self.inputs!r}")
         if not isinstance(self.num_shards, int) or self.num_shards < 1:
             raise InvalidArgumentError(f"--num-shards must be a positive int, got {self.num_shards!r}")
-        if self.file_format not in FILE_EXTENSIONS:
-            raise InvalidArgumentError(f"--format must be one of {sorted(FILE_EXTENSIONS)}, "
-                                       f"got {self.file_format!r}")
+        if get_format(self.file_format, "--format").writer is None:
+            raise InvalidArgumentError(f"--format {self.file_format}: tpufeed does not write it")
+        get_record_format(self.record_format, "--record-format")
         if not isinstance(self.max_bad, int) or self.max_bad < 0:
             raise InvalidArgumentError(f"--max-bad must be a non-negative int, got {self.max_bad!r}")
         if not isinstance(self.overwrite, bool):
@@ -131,8 +135,10 @@ class _Process(beam.DoFn):
     """Runs the transforms and encodes: (order key, (bytes, kind)); failures go to "bad".
     Every few seconds logs the records done of those read, with an ETA (for this worker)."""
 
-    def __init__(self, transforms: tuple[str, ...], paths: list[str], fail_fast: bool):
+    def __init__(self, transforms: tuple[str, ...], paths: list[str], fail_fast: bool,
+                 record_format: RecordFormat):
         self._specs, self._paths, self._fail_fast = transforms, paths, fail_fast
+        self._record_format = record_format
         self._out = Metrics.counter("tpufeed", "records_out")
         self._chain: TransformChain | None = None
 
@@ -149,7 +155,8 @@ class _Process(beam.DoFn):
             self._start = time.monotonic()
         try:
             outputs = self._chain(record, file_index, index)
-            encoded = [encode_record(normalize_record(r), origin) for r in outputs]
+            encoded = [encode_record(normalize_record(r), origin, self._record_format)
+                       for r in outputs]
         except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
             if self._fail_fast:
                 tb = getattr(e, "traceback_text", None) or ""
@@ -219,7 +226,9 @@ def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, files: list[InputFile
     n_ok = ok | "CountOk" >> beam.CombineGlobally(sum)  # the total that progress counts to
     processed = (read.records | "Spread" >> beam.Reshuffle()
                  | "Process" >> beam.ParDo(_Process(config.transforms, [f.path for f in files],
-                                                    fail_fast), AsSingleton(n_ok))
+                                                    fail_fast,
+                                                    get_record_format(config.record_format)),
+                                           AsSingleton(n_ok))
                  .with_outputs("bad", "filtered", main="records"))
     bad = ((read.bad, processed.bad) | "AllBad" >> beam.Flatten()
            | "CountBad" >> beam.CombineGlobally(_BadRecords()))
@@ -230,7 +239,7 @@ def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, files: list[InputFile
             | "CheckBad" >> beam.ParDo(_CheckBad(config.max_bad), AsSingleton(n_read),
                                        AsSingleton(bad), AsSingleton(n_filtered)))
     writer = ShardEncoded(
-        config.output, config.num_shards, config.file_format,
+        config.output, config.num_shards, config.file_format, record_format=config.record_format,
         build={"order": "input", "inputs": list(config.inputs),
                "transforms": list(config.transforms), "max_bad": config.max_bad},
         info=info)

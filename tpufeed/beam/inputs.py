@@ -6,8 +6,8 @@ files and folders of images, read as records that carry where they came from.
 wrong with that one record, so that the build either stops on it or counts it as skipped.
 Damage that ends a file (a torn TFRecord frame) raises.
 
-Kinds come from the extension: .jsonl .ndjson .json, .csv, .tfrecord .tfrecords .tfr,
-.array_record; a folder is a folder of images (class sub-folders give `label` and
+Kinds come from the extension: .jsonl .ndjson .json, .csv, and the record file extensions of
+`tpufeed.sources.formats` (.tfrecord .tfrecords .tfr, .array_record .ar); a folder is a folder of images (class sub-folders give `label` and
 `class_name`). `gs://` works for the formats read as a stream (JSONL, CSV, TFRecord).
 """
 
@@ -18,26 +18,22 @@ import glob
 import io
 import json
 import os
-import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-import google_crc32c
 import numpy as np
 
 from tpufeed import codec
-from tpufeed.errors import (CodecError, CorruptDataError, InvalidArgumentError, SourceError,
-                            SourceNotFoundError)
+from tpufeed.errors import CodecError, InvalidArgumentError, SourceError, SourceNotFoundError
+from tpufeed.sources.formats import FORMATS, format_for_path
+from tpufeed.sources.tfrecord_format import read_stream
 from tpufeed.transforms.example import parse_example
 
 __all__ = ["InputFile", "Malformed", "expand_inputs", "read_input"]
 
-_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
-          ".tfrecord": "tfrecord", ".tfrecords": "tfrecord", ".tfr": "tfrecord",
-          ".array_record": "array_record"}
+_TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
-_TF_HEADER = struct.Struct("<QI")
 
 
 @dataclass(frozen=True)
@@ -59,12 +55,17 @@ class Malformed:
 
 def _kind_of(path: str) -> str:
     name = path.rsplit("/", 1)[-1].lower()
-    for suffix, kind in _KINDS.items():
+    for suffix, kind in _TEXT_KINDS.items():
         if name.endswith(suffix):
             return kind
+    fmt = format_for_path(name)
+    if fmt is not None and fmt.name in _READERS:
+        return fmt.name
+    known = list(_TEXT_KINDS) + [e for f in FORMATS.values() if f.name in _READERS
+                                 for e in f.extensions]
     raise InvalidArgumentError(
         f"{path}: cannot tell the input format from the extension; expected one of "
-        f"{sorted(_KINDS)} or a folder of images")
+        f"{sorted(known)} or a folder of images")
 
 
 def _match(pattern: str) -> list[str]:
@@ -163,48 +164,15 @@ def _csv(path: str) -> Iterator[tuple[int, str, Any]]:
                               path=path) from e
 
 
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _read_exact(f: BinaryIO, n: int) -> bytes:
-    parts, left = [], n
-    while left:
-        chunk = f.read(left)
-        if not chunk:
-            break
-        parts.append(chunk)
-        left -= len(chunk)
-    return b"".join(parts)
-
-
 def _tfrecord(path: str) -> Iterator[tuple[int, str, Any]]:
     with _open(path) as f:
-        index, offset = 0, 0
-        while header := _read_exact(f, _TF_HEADER.size):
-            def corrupt(what: str) -> CorruptDataError:
-                return CorruptDataError(f"{path} record {index} at byte {offset}: {what}",
-                                        path=path, record=index)
-            if len(header) < _TF_HEADER.size:
-                raise corrupt("torn record header at the end of the file")
-            length, length_crc = _TF_HEADER.unpack(header)
-            if _masked_crc(header[:8]) != length_crc:
-                raise corrupt("length CRC mismatch: not a TFRecord file, or corrupted")
-            body = _read_exact(f, length + 4)
-            if len(body) < length + 4:
-                raise corrupt(f"torn record: {length} bytes announced, the file ends first")
-            data = body[:length]
-            if _masked_crc(data) != struct.unpack("<I", body[length:])[0]:
-                raise corrupt("data CRC mismatch")
+        for index, data in enumerate(read_stream(f, path)):
             origin = f"{path} record {index}"
             try:
                 record: Any = parse_example(data)
             except ValueError as e:
                 record = Malformed(origin, f"not a tf.train.Example: {e}")
             yield index, origin, record
-            index += 1
-            offset += _TF_HEADER.size + length + 4
 
 
 def _array_record(path: str) -> Iterator[tuple[int, str, Any]]:

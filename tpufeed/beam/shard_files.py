@@ -1,8 +1,9 @@
 """Shard files of a build: written under temporary names, then finalized with the manifest last.
 
-Local outputs use `os` (renames are atomic); `gs://` and other remote outputs go through
-Beam's `FileSystems` (a shard is written to a local temporary file first, because the
-ArrayRecord writer needs a local path, then uploaded; object uploads are atomic).
+Each format's writer comes from `tpufeed.sources.formats`. Local outputs use `os` (renames
+are atomic); `gs://` and other remote outputs go through Beam's `FileSystems` (a shard is
+written to a local temporary file first, because the ArrayRecord writer needs a local path,
+then uploaded; object uploads are atomic).
 
 Finalize order: remove the old manifest (so the folder never pairs an old manifest with new
 shards), move the shards to their final names, delete shards of the old manifest that the new
@@ -22,18 +23,14 @@ from typing import Any
 
 from tpufeed._words import plural
 from tpufeed.errors import InvalidArgumentError, SourceError
-from tpufeed.sources.array_record import write_array_records
-from tpufeed.sources.manifest import (FILE_EXTENSIONS, MANIFEST_NAME, file_crc32c,
-                                      safe_shard_path)
-from tpufeed.sources.tfrecord import write_tfrecords
+from tpufeed.sources.formats import get_format
+from tpufeed.sources.manifest import MANIFEST_NAME, file_crc32c, safe_shard_path
 
 __all__ = ["check_output", "delete_paths", "exists", "finalize", "is_remote", "join",
            "manifest_text", "read_text", "shard_name", "temp_dir", "write_shard_file"]
 
 log = logging.getLogger("tpufeed.build")
 _UPLOAD_CHUNK = 8 << 20
-_PAGE = 4096
-_SPARSE_BELOW = 1 << 20  # files smaller than this get their zero padding back as holes
 
 
 def is_remote(path: str) -> bool:
@@ -45,7 +42,7 @@ def join(directory: str, name: str) -> str:
 
 
 def shard_name(prefix: str, index: int, num_shards: int, file_format: str) -> str:
-    return f"{prefix}-{index:05d}-of-{num_shards:05d}{FILE_EXTENSIONS[file_format]}"
+    return f"{prefix}-{index:05d}-of-{num_shards:05d}{get_format(file_format).extension}"
 
 
 def temp_dir(output: str, build_id: str) -> str:
@@ -114,58 +111,19 @@ def _check_writable(output: str) -> None:
                 break
 
 
-def _sparsify(path: str) -> None:
-    """Rewrites a small file with its all-zero pages as holes (same bytes, CRC and size).
-
-    ArrayRecord pads its footer and postscript to 64 KiB blocks, and its reader finds the
-    postscript in the file's last 64 KiB, so every file is at least 128 KiB long even for a
-    few records. The padding is zeros: as holes it takes no disk space.
-    """
-    size = os.path.getsize(path)
-    if size >= _SPARSE_BELOW:
-        return  # the padding is at most 128 KiB: not worth rewriting a large file for
-    with open(path, "rb") as f:
-        data = f.read()
-    zero = bytes(_PAGE)
-    if not any(data[i:i + _PAGE] == zero for i in range(0, size - _PAGE + 1, _PAGE)):
-        return
-    tmp = f"{path}.sparse-{os.urandom(4).hex()}"
-    try:
-        with open(tmp, "xb") as f:
-            for i in range(0, size, _PAGE):
-                page = data[i:i + _PAGE]
-                if page == zero:
-                    f.seek(_PAGE, os.SEEK_CUR)
-                else:
-                    f.write(page)
-            f.truncate(size)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _write_local(path: str, records: Iterable[bytes], file_format: str, options: str) -> int:
-    if file_format == "array_record":
-        count = write_array_records(path, records, options=options)
-        _sparsify(path)
-        return count
-    return write_tfrecords(path, records)
-
-
 def write_shard_file(path: str, records: Iterable[bytes], file_format: str,
-                     options: str) -> tuple[int, int, str]:
+                     options: str | None) -> tuple[int, int, str]:
     """Writes one shard at `path` (local or remote); returns (records, bytes, CRC32C hex)."""
+    write = get_format(file_format).write
     if not is_remote(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        count = _write_local(path, records, file_format, options)
+        count = write(path, records, options)
         return (count, *file_crc32c(path))
     from apache_beam.io.filesystems import FileSystems
 
     with tempfile.TemporaryDirectory(prefix="tpufeed-shard-") as local_dir:
         local = os.path.join(local_dir, path.rsplit("/", 1)[-1])
-        count = _write_local(local, records, file_format, options)
+        count = write(local, records, options)
         size, crc = file_crc32c(local)
         try:
             with open(local, "rb") as src, FileSystems.create(path) as dst:

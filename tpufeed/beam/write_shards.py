@@ -6,12 +6,18 @@
 ...        | tpufeed.beam.WriteShards("/data/ds", num_shards=2, format="array_record"))
 >>> tpufeed.Dataset.open("/data/ds").schema["x"]  # doctest: +SKIP
 
+`record_format="tf_example"` stores the dicts as `tf.train.Example` (see
+`tpufeed.sources.tf_example_records`), which tf.data (TFRecord shards) and Grain (ArrayRecord
+shards, with a parse step) read without tpufeed; `Dataset.open` decodes either kind.
+
 How it works (see `ranking` for the arithmetic): each record gets a sort key, keys are cut
 into buckets at approximate quantiles, each bucket is sorted and its records get global
 ranks, and rank p goes to shard `shard_of(p)`. Each shard is sorted in rank order, written
 under a temporary name, and summarised (count, bytes, CRC32C, schema, lengths); a last step
 merges the summaries, moves the shards to their names and writes `manifest.json`. A bucket
-and a shard are each held in one worker's memory while sorted.
+and a shard are each held in one worker's memory while sorted. Dict records travel through
+the pipeline in tpufeed's codec (what their order and the schema are computed from), and are
+stored in the record format when their shard is written.
 """
 
 from __future__ import annotations
@@ -34,37 +40,47 @@ from tpufeed.beam import ranking, shard_files
 from tpufeed.beam.build_progress import progress
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.errors import InvalidArgumentError, TpufeedError
-from tpufeed.sources.manifest import (CODEC_RECORDS, FILE_EXTENSIONS, FORMAT, FORMAT_VERSION,
-                                      RAW_RECORDS)
+from tpufeed.sources.formats import get_format
+from tpufeed.sources.manifest import FORMAT, FORMAT_VERSION
+from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
+from tpufeed.sources.record_formats import RAW_BYTES, RecordFormat, get_record_format
 
 __all__ = ["CODEC", "RAW", "ShardEncoded", "WriteShards", "encode_record"]
 
 CODEC, RAW = 0, 1  # record kinds: tpufeed.codec bytes of a dict, or raw bytes
-_KIND_NAMES = {CODEC: CODEC_RECORDS, RAW: RAW_RECORDS}
 _BUCKETS_PER_SHARD = 4
 _NAMESPACE = "tpufeed"
 log = logging.getLogger("tpufeed.build")
 
 
-def encode_record(record: object, where: str) -> tuple[bytes, int]:
-    """(bytes, kind) of a dict (encoded with tpufeed.codec) or bytes record."""
+def encode_record(record: object, where: str,
+                  record_format: RecordFormat = CODEC_FORMAT) -> tuple[bytes, int]:
+    """(bytes, kind) of a dict (encoded with tpufeed.codec, after `record_format` checked that
+    it can store it) or bytes record (which only the codec record format passes on)."""
     if isinstance(record, dict):
+        record_format.check(record, where)
         return codec.encode(record), CODEC
     if isinstance(record, (bytes, bytearray, memoryview)):
+        if record_format is not CODEC_FORMAT:
+            raise InvalidArgumentError(
+                f"{where}: record format {record_format.name!r} stores dict records, got bytes "
+                f"({bytes(record)[:40]!r}); bytes are written as they are by the default "
+                "record format, codec")
         return bytes(record), RAW
     raise InvalidArgumentError(f"{where}: WriteShards writes dicts or bytes, got "
                                f"{type(record).__name__}: {record!r:.80}")
 
 
-def _keyed_record(element: Any, keyed: bool) -> tuple[bytes, tuple[bytes, int]]:
+def _keyed_record(element: Any, keyed: bool,
+                  record_format: RecordFormat) -> tuple[bytes, tuple[bytes, int]]:
     if keyed:
         if not (isinstance(element, tuple) and len(element) == 2):
             raise InvalidArgumentError(f"WriteShards(keyed=True) needs (order key, record) "
                                        f"pairs, got {element!r:.80}")
         key, record = element
-        data, kind = encode_record(record, f"record with order key {key!r}")
+        data, kind = encode_record(record, f"record with order key {key!r}", record_format)
         return ranking.order_key(key), (data, kind)
-    data, kind = encode_record(element, "record")
+    data, kind = encode_record(element, "record", record_format)
     return ranking.content_key(data), (data, kind)
 
 
@@ -91,9 +107,11 @@ class _WriteShard(beam.DoFn):
     """Writes one shard under the temporary folder; yields its manifest entry and summary.
     Logs each shard written, with the shards this worker wrote so far and an ETA."""
 
-    def __init__(self, tmp: str, prefix: str, num_shards: int, file_format: str, options: str):
+    def __init__(self, tmp: str, prefix: str, num_shards: int, file_format: str,
+                 options: str | None, record_format: str):
         self._tmp, self._prefix, self._num_shards = tmp, prefix, num_shards
         self._format, self._options = file_format, options
+        self._record_format = get_record_format(record_format)
         self._records = Metrics.counter(_NAMESPACE, "records_written")
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
 
@@ -108,13 +126,17 @@ class _WriteShard(beam.DoFn):
         items = sorted(groups["records"], key=lambda item: item[0])
         summary = RecordSummary()
         kinds = set()
+        stored = []
         for _rank, data, kind in items:
             kinds.add(kind)
-            summary.add(codec.decode(data) if kind == CODEC else None, len(data))
+            record = codec.decode(data) if kind == CODEC else None
+            if record is not None and self._record_format is not CODEC_FORMAT:
+                data = self._record_format.encode(record)  # the codec bytes are stored as is
+            summary.add(record, len(data))
+            stored.append(data)
         name = shard_files.shard_name(self._prefix, index, self._num_shards, self._format)
         count, size, crc = shard_files.write_shard_file(
-            shard_files.join(self._tmp, name), (data for _, data, _ in items), self._format,
-            self._options)
+            shard_files.join(self._tmp, name), stored, self._format, self._options)
         self._records.inc(count)
         self._bytes.inc(size)
         self._written += 1
@@ -148,12 +170,13 @@ class _Finalize(beam.DoFn):
         build = dict(self._build)
         for info in infos:
             build.update(info)
+        records = RAW_BYTES if raw else get_record_format(build["record_format"])
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION,
             "tpufeed_version": tpufeed.__version__,
             "file_format": build["format"],
-            "record_format": _KIND_NAMES[RAW if raw else CODEC],
-            "codec_version": None if raw else codec.FORMAT_VERSION,
+            "record_format": records.manifest_name,
+            "codec_version": codec.FORMAT_VERSION if records is CODEC_FORMAT else None,
             "num_records": summary.count,
             "shards": [{k: s[k] for k in ("path", "num_records", "num_bytes", "crc32c")}
                        for s in shards],
@@ -171,15 +194,17 @@ class ShardEncoded(beam.PTransform):
     many bad records) fails the job before anything is finalized."""
 
     def __init__(self, output: str, num_shards: int, file_format: str, *, prefix: str = "data",
-                 writer_options: str = "group_size:1", build: dict[str, Any] | None = None,
-                 info: beam.PCollection | None = None):
+                 writer_options: str = "group_size:1", record_format: str = "codec",
+                 build: dict[str, Any] | None = None, info: beam.PCollection | None = None):
         super().__init__()
         _check_args(output, num_shards, file_format, prefix)
+        get_record_format(record_format)
         self._output = output if shard_files.is_remote(output) else os.path.abspath(output)
         self._num_shards, self._format, self._prefix = num_shards, file_format, prefix
-        self._options = writer_options
+        self._options = writer_options if get_format(file_format).writer_options else None
+        self._record_format = record_format
         self._build = {"num_shards": num_shards, "format": file_format, "shard_prefix": prefix,
-                       "writer_options": writer_options if file_format == "array_record" else None,
+                       "writer_options": self._options, "record_format": record_format,
                        **(build or {})}
         self._info = info
         self._tmp = shard_files.temp_dir(self._output, uuid.uuid4().hex[:12])
@@ -206,7 +231,8 @@ class ShardEncoded(beam.PTransform):
         ids = p | "ShardIds" >> beam.Create([(i, None) for i in range(self._num_shards)])
         shards = ({"ids": ids, "records": ranked} | "GroupShards" >> beam.CoGroupByKey()
                   | "WriteShard" >> beam.ParDo(_WriteShard(
-                      self._tmp, self._prefix, self._num_shards, self._format, self._options)))
+                      self._tmp, self._prefix, self._num_shards, self._format, self._options,
+                      self._record_format)))
         info = self._info if self._info is not None else p | "NoInfo" >> beam.Create([{}])
         return (p | "Finalize" >> beam.Create([None])
                 | "WriteManifest" >> beam.ParDo(
@@ -215,8 +241,9 @@ class ShardEncoded(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """Writes a PCollection of dict records (tpufeed.codec) or bytes as `num_shards` balanced
-    shards plus `manifest.json` under `output` (a local folder or gs://...).
+    """Writes a PCollection of dict records (in `record_format`: "codec", tpufeed's, or
+    "tf_example", `tf.train.Example`) or bytes as `num_shards` balanced shards plus
+    `manifest.json` under `output` (a local folder or gs://...).
 
     Shard contents depend only on the multiset of records: records are ordered by a hash of
     their bytes, or with `keyed=True` by the order key of `(key, record)` elements (a tuple of
@@ -226,16 +253,17 @@ class WriteShards(beam.PTransform):
 
     def __init__(self, output: str, num_shards: int, format: str = "array_record", *,  # noqa: A002 - the contract's name
                  keyed: bool = False, prefix: str = "data", writer_options: str = "group_size:1",
-                 build_options: dict[str, Any] | None = None):
+                 build_options: dict[str, Any] | None = None, record_format: str = "codec"):
         super().__init__()
         self._keyed = keyed
+        self._record_format = get_record_format(record_format)
         self._shard = ShardEncoded(output, num_shards, format, prefix=prefix,
-                                   writer_options=writer_options,
+                                   writer_options=writer_options, record_format=record_format,
                                    build={"order": "key" if keyed else "content",
                                           **(build_options or {})})
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
-        return (records | "Encode" >> beam.Map(_keyed_record, self._keyed)
+        return (records | "Encode" >> beam.Map(_keyed_record, self._keyed, self._record_format)
                 | "Shard" >> self._shard)
 
 
@@ -244,8 +272,7 @@ def _check_args(output: object, num_shards: object, file_format: object, prefix:
         raise InvalidArgumentError(f"output must be a non-empty path, got {output!r}")
     if not isinstance(num_shards, int) or isinstance(num_shards, bool) or num_shards < 1:
         raise InvalidArgumentError(f"num_shards must be a positive int, got {num_shards!r}")
-    if file_format not in FILE_EXTENSIONS:
-        raise InvalidArgumentError(f"format must be one of {sorted(FILE_EXTENSIONS)}, got "
-                                   f"{file_format!r}")
+    if get_format(file_format).writer is None:
+        raise InvalidArgumentError(f"format {file_format!r}: tpufeed does not write it")
     if not isinstance(prefix, str) or not prefix or "/" in prefix or prefix.startswith("."):
         raise InvalidArgumentError(f"prefix must be a plain file name prefix, got {prefix!r}")

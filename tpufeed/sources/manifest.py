@@ -4,7 +4,8 @@ The manifest is the dataset's only entry point: shards not named in it are not p
 dataset, and a folder without one (an interrupted build) does not open. It is JSON:
 
     {"format": "tpufeed-dataset", "format_version": 1, "tpufeed_version": "0.1.0",
-     "file_format": "array_record" | "tfrecord", "record_format": "tpufeed.codec" | "bytes",
+     "file_format": "array_record" | "tfrecord",
+     "record_format": "tpufeed.codec" | "tf.train.Example" | "bytes",
      "num_records": 10,
      "shards": [{"path": "data-00000-of-00002.array_record", "num_records": 5,
                  "num_bytes": 131072, "crc32c": "1a2b3c4d"}, ...],
@@ -12,7 +13,9 @@ dataset, and a folder without one (an interrupted build) does not open. It is JS
                       "ragged_dims": [0], "present": 10}, ...} | null,
      "statistics": {...}, "build": {...}}
 
-Shard paths are relative to the manifest's folder and may not leave it: absolute paths, `..`
+File formats (reader, extension, how counts are checked) come from `tpufeed.sources.formats`,
+record formats (how a record decodes) from `tpufeed.sources.record_formats`. Shard paths are
+relative to the manifest's folder and may not leave it: absolute paths, `..`
 and empty components, URLs, and (locally) symlinks pointing outside are refused before any
 shard is opened.
 
@@ -39,9 +42,10 @@ from typing import Any, TypeGuard
 import google_crc32c
 import numpy as np
 
-from tpufeed import codec
 from tpufeed.errors import (CodecError, CorruptDataError, InvalidArgumentError, SourceError,
                             SourceNotFoundError)
+from tpufeed.sources.formats import FORMATS, format_for_path, get_format
+from tpufeed.sources.record_formats import RAW_BYTES, manifest_names, record_format_of_manifest
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
 from tpufeed.storage.cache import ShardCache
@@ -51,17 +55,13 @@ from tpufeed.storage.local import check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy
 
-__all__ = ["FILE_EXTENSIONS", "FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "ManifestSource",
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "ManifestSource",
            "file_crc32c", "gcs_shard_url", "is_dataset_path", "load_manifest", "safe_shard_path"]
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "tpufeed-dataset"
 FORMAT_VERSION = 1
-CODEC_RECORDS = "tpufeed.codec"
-RAW_RECORDS = "bytes"
-FILE_EXTENSIONS = {"array_record": ".array_record", "tfrecord": ".tfrecord"}
 _MAX_MANIFEST_BYTES = 256 << 20
-_TFRECORD_FRAMING = 16  # bytes around every TFRecord record's data
 _MAX_DEPTH = 64  # lists and objects within each other; a manifest needs about 5
 _CRC_RE = re.compile(r"[0-9a-f]{8}")
 _NO_MANIFEST = (" (the folder has no manifest: the build did not finish, or this is not a "
@@ -76,7 +76,7 @@ def is_dataset_path(path: str | os.PathLike) -> bool:
         return True
     # GCS has no folders to test for: a gs:// path that is no glob and names no record file.
     return (is_gcs_url(path) and not any(c in path for c in "*?[")
-            and not any(ext in path for ext in FILE_EXTENSIONS.values()))
+            and format_for_path(path) is None)
 
 
 def _shard_path_refusal(root: str, name: object, manifest_path: str) -> CorruptDataError | None:
@@ -212,12 +212,12 @@ def check_manifest(manifest: object, where: str) -> None:
     if not _is_count(version) or not 1 <= version <= FORMAT_VERSION:
         raise bad("'format_version'", f"is {version!r}; this tpufeed reads versions 1 to "
                   f"{FORMAT_VERSION} (a newer tpufeed wrote it?)")
-    if manifest.get("file_format") not in FILE_EXTENSIONS:
-        raise bad("'file_format'", f"is {manifest.get('file_format')!r}, expected one of "
-                  f"{sorted(FILE_EXTENSIONS)}")
-    if manifest.get("record_format") not in (CODEC_RECORDS, RAW_RECORDS):
-        raise bad("'record_format'", f"is {manifest.get('record_format')!r}, expected "
-                  f"{CODEC_RECORDS!r} or {RAW_RECORDS!r}")
+    file_format = manifest.get("file_format")
+    if not isinstance(file_format, str) or file_format not in FORMATS:
+        raise bad("'file_format'", f"is {file_format!r}, expected one of {sorted(FORMATS)}")
+    if record_format_of_manifest(manifest.get("record_format")) is None:
+        raise bad("'record_format'", f"is {manifest.get('record_format')!r}, expected one of "
+                  f"{manifest_names()}")
     shards = manifest.get("shards")
     if not isinstance(shards, list) or not shards:
         raise bad("'shards'", "must be a non-empty list")
@@ -231,11 +231,9 @@ def check_manifest(manifest: object, where: str) -> None:
                 raise bad(f"shards[{i}].{key}", f"is {shard.get(key)!r}, not a count")
         if not isinstance(shard.get("crc32c"), str) or not _CRC_RE.fullmatch(shard["crc32c"]):
             raise bad(f"shards[{i}].crc32c", f"is {shard.get('crc32c')!r}, not 8 hex digits")
-        if manifest["file_format"] == "tfrecord" and not (
-                shard["num_records"] * _TFRECORD_FRAMING <= shard["num_bytes"]
-                and (shard["num_records"] == 0) == (shard["num_bytes"] == 0)):
-            raise bad(f"shards[{i}].num_records", f"is {shard['num_records']}, which a TFRecord "
-                      f"file of {shard['num_bytes']:,} bytes cannot hold")
+        problem = FORMATS[file_format].count_problem(shard["num_records"], shard["num_bytes"])
+        if problem is not None:
+            raise bad(f"shards[{i}].num_records", f"is {shard['num_records']}: {problem}")
     # Spellings of one file ("x", "./x", "a/./x") are one shard: its records would come twice.
     seen: dict[str, int] = {}
     for i, shard in enumerate(shards):
@@ -289,7 +287,8 @@ def _is_count(value: object) -> TypeGuard[int]:
 
 class ManifestSource(ShardedSource[VerifiedShard]):
     """The records of a built dataset (a folder or its manifest.json, local or gs://), decoded
-    when they are tpufeed.codec dicts; each shard is checked against the manifest on its first
+    by the manifest's record format (tpufeed.codec or tf.train.Example dicts; raw bytes as
+    they are); each shard is checked against the manifest on its first
     read, or all at once here with `verify=True`. gs:// shards are read through `cache`
     (default: `ShardCache()`); local datasets ignore it."""
 
@@ -307,7 +306,7 @@ class ManifestSource(ShardedSource[VerifiedShard]):
             self.manifest_path, self.root, self.manifest = load_manifest(path, cache.retry)
             files = self._gcs_shards(cache)
         super().__init__(files)
-        self._decode = self.manifest["record_format"] == CODEC_RECORDS
+        self._records = record_format_of_manifest(self.manifest["record_format"]) or RAW_BYTES
         if verify:
             self.verify()
         else:  # never read, so never checked on a first read: a shard said to be empty
@@ -320,9 +319,10 @@ class ManifestSource(ShardedSource[VerifiedShard]):
         file_format = self.manifest["file_format"]
         entries = self.manifest["shards"]
         urls = [gcs_shard_url(self.root, entry["path"], self.manifest_path) for entry in entries]
-        if file_format == "array_record" and not cache.max_bytes:
+        fmt = get_format(file_format)
+        if fmt.needs_local_copy and not cache.max_bytes:
             raise InvalidArgumentError(
-                f"{self.manifest_path}: ArrayRecord shards are read from local copies, so they "
+                f"{self.manifest_path}: {fmt.title} shards are read from local copies, so they "
                 "need a shard cache; cache_bytes=0 leaves none")
         listed = {obj.url: obj for obj in list_prefix(f"{self.root}/", cache.retry)}
         shards = []
@@ -357,17 +357,19 @@ class ManifestSource(ShardedSource[VerifiedShard]):
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         records = super().__getitems__(indices)
-        if not self._decode:
+        if self._records is RAW_BYTES:
             return records
+        decode, schema = self._records.decode, self.schema
         out = []
         for i, record in enumerate(records):
             try:
-                out.append(codec.decode(record))
+                out.append(decode(record, schema))
             except CodecError as e:
                 index = int(np.asarray(indices).reshape(-1)[i])
                 path, local = self.locate(index)
                 raise CorruptDataError(f"{path} record {local} (global record {index}): not a "
-                                       f"tpufeed.codec record: {e}", path=path, record=local) from e
+                                       f"{self._records.manifest_name} record: {e}", path=path,
+                                       record=local) from e
         return out
 
     def fingerprint(self) -> str:

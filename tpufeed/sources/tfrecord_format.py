@@ -1,4 +1,6 @@
-"""TFRecord framing: the verified scan that finds every record, and an atomic writer.
+"""TFRecord framing, the one implementation: the verified scan that finds every record (for
+random access), a verified stream reader (for one pass, as the build reads its inputs), and an
+atomic writer.
 
 A record is `uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)`,
 all little-endian, masked_crc(x) = ((crc >> 15) | (crc << 17)) + 0xa282ead8.
@@ -8,7 +10,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 import google_crc32c
@@ -70,6 +72,41 @@ def write_tfrecords(path: str | os.PathLike, records: Iterable[bytes]) -> int:
 
     _atomic_write(path, write, durable=True)
     return count
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        chunk = f.read(left)
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+def read_stream(f: BinaryIO, path: str) -> Iterator[bytes]:
+    """Every record of the TFRecord file open as `f`, in order, each CRC checked; damage raises
+    CorruptDataError naming `path`, the record and its byte offset (nothing after it can be
+    framed)."""
+    index, offset = 0, 0
+    while header := _read_exact(f, _HEADER.size):
+        if len(header) < _HEADER.size:
+            raise _corrupt(path, index, offset, "torn record header at the end of the file")
+        length, length_crc = _HEADER.unpack(header)
+        if _masked_crc(header[:8]) != length_crc:
+            raise _corrupt(path, index, offset,
+                           "length CRC mismatch: not a TFRecord file, or corrupted")
+        body = _read_exact(f, length + _CRC.size)
+        if len(body) < length + _CRC.size:
+            raise _corrupt(path, index, offset,
+                           f"torn record: {length} bytes announced, the file ends first")
+        data = body[:length]
+        if _masked_crc(data) != _CRC.unpack_from(body, length)[0]:
+            raise _corrupt(path, index, offset, "data CRC mismatch")
+        yield data
+        index += 1
+        offset += _FRAMING + length
 
 
 # In an index, a record length of UNFRAMED marks the last position of a file whose framing

@@ -13,20 +13,17 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import google_crc32c
 import numpy as np
 
 from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
 from tpufeed.sources._after_fork import forget_in_children
+from tpufeed.sources.formats import FileFormat, get_format
 from tpufeed.storage import cache_layout
 from tpufeed.storage.local import check_regular
 from tpufeed.storage.remote import RemoteFile
-
-if TYPE_CHECKING:
-    from tpufeed.sources.array_record import ArrayRecordFile
-    from tpufeed.sources.tfrecord import TFRecordFile
 
 __all__ = ["VerifiedShard", "file_crc32c"]
 
@@ -69,8 +66,9 @@ class VerifiedShard:
         self.num_bytes: int = entry["num_bytes"]
         self.crc32c: str = entry["crc32c"]
         self.file_format = file_format
+        self._format: FileFormat = get_format(file_format, "the manifest's file_format")
         self.verified = False
-        self._file: ArrayRecordFile | TFRecordFile | None = None
+        self._file: Any = None  # the format's reader of this file, once opened
         self._lock = threading.Lock()
         forget_in_children(self)
 
@@ -83,9 +81,9 @@ class VerifiedShard:
             self._verify_locked()
 
     def check_count(self) -> None:
-        """Checks size and CRC32C, then the record count against the manifest. A gs:// TFRecord
-        shard's count is checked when it is first read instead: counting it means reading it."""
-        if self.remote is None or self.file_format == "array_record":
+        """Checks size and CRC32C, then the record count against the manifest. A gs:// shard
+        whose count means reading every record (TFRecord) is counted when first read instead."""
+        if self.remote is None or self._format.counts_from_index:
             self._open()
         else:
             self.verify()
@@ -116,17 +114,11 @@ class VerifiedShard:
                                    path=self.path)
         self.verified = True
 
-    def _open(self) -> ArrayRecordFile | TFRecordFile:
+    def _open(self) -> Any:
         with self._lock:
             if self._file is None:
                 self._verify_locked()
-                opened: ArrayRecordFile | TFRecordFile
-                if self.file_format == "array_record":
-                    from tpufeed.sources.array_record import ArrayRecordFile
-                    opened = ArrayRecordFile(self.path, self.remote)
-                else:
-                    from tpufeed.sources.tfrecord import TFRecordFile
-                    opened = TFRecordFile(self.path, remote=self.remote)
+                opened = self._format.open_file(self.path, self.remote)
                 count = len(opened)
                 if count != self.num_records:
                     opened.close()
