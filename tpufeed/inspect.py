@@ -47,7 +47,7 @@ def folder_shards(path: str) -> tuple[str, list[str]] | None:
         if fmt is not None:
             found.setdefault(fmt.name, []).append(os.path.join(path, name))
     if len(found) > 1:
-        kinds = [FORMATS[fmt] for fmt in found]
+        kinds = [fmt for fmt in FORMATS.values() if fmt.name in found]
         raise InvalidArgumentError(
             f"{path} holds {' and '.join(f.title for f in kinds)} files and no {MANIFEST_NAME}; "
             f"name one kind by a glob, e.g. {os.path.join(path, '*' + kinds[0].extension)}")
