@@ -140,11 +140,11 @@ def inspect_paths(paths: list[str], fmt: str | None = None,
     source: ShardedSource[Any]
     if len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
         file_format, files = plain
-        fmt = FORMATS[file_format]
-        glob = os.path.join(paths[0], f"*{fmt.extension}")
-        header = [f"{paths[0]}: a plain folder of {plural(len(files), fmt.title + ' file')} "
+        found = FORMATS[file_format]
+        glob = os.path.join(paths[0], f"*{found.extension}")
+        header = [f"{paths[0]}: a plain folder of {plural(len(files), found.title + ' file')} "
                   f"with no {MANIFEST_NAME} (not written by `tpufeed build`); open it with "
-                  f"Dataset.{fmt.constructor}({glob!r})"]
+                  f"Dataset.{found.constructor}({glob!r})"]
         source = open_source(files, file_format)
     elif len(paths) == 1 and is_dataset_path(paths[0]):
         _refuse_unfinished(paths[0])

@@ -57,10 +57,15 @@ def _as_is(data: bytes, schema: dict[str, Any] | None) -> Any:
     return data
 
 
+def _no_encoding(record: dict[str, Any]) -> bytes:
+    raise InvalidArgumentError("raw bytes records are written as they are; a dict needs a "
+                               f"record format: one of {sorted(RECORD_FORMATS)}")
+
+
 CODEC = RecordFormat("codec", "tpufeed.codec", codec.encode, _decode_codec)
 TF_EXAMPLE = RecordFormat("tf_example", "tf.train.Example", encode_example_record,
                           decode_example_record, check_example_record)
-RAW_BYTES = RecordFormat("bytes", "bytes", bytes, _as_is)
+RAW_BYTES = RecordFormat("bytes", "bytes", _no_encoding, _as_is)
 
 RECORD_FORMATS: dict[str, RecordFormat] = {f.name: f for f in (CODEC, TF_EXAMPLE)}
 _BY_MANIFEST_NAME = {f.manifest_name: f for f in (CODEC, TF_EXAMPLE, RAW_BYTES)}
