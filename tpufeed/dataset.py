@@ -65,7 +65,11 @@ class Dataset:
 
     @classmethod
     def from_source(cls, source: Any) -> Dataset:
-        """Any object with `__len__` and `__getitem__(int)` (a Grain data source works as is)."""
+        """Any object with `__len__` and `__getitem__(int)`: a Grain data source, a Hugging Face
+        `datasets.Dataset` (elements as its format gives them). A `__getitems__(indices)`, if
+        the object has one (`datasets.Dataset` does), reads each chunk in one call. Workers get
+        the object pickled. For a Hugging Face dataset, `from_huggingface` gives elements typed
+        like `from_parquet`'s."""
         return cls(SourceView(source))
 
     @classmethod
@@ -91,6 +95,32 @@ class Dataset:
         from tpufeed.sources.tfrecord import TFRecordSource
         return cls(SourceView(TFRecordSource(paths, index_dir=index_dir,
                                              cache=cache_for(cache_dir, cache_bytes))))
+
+    @classmethod
+    def from_parquet(cls, paths: PathsLike, columns: Sequence[str] | None = None,
+                     cache_dir: str | os.PathLike | None = None, cache_bytes: int | None = None,
+                     decoded_bytes: int = 256 << 20) -> Dataset:
+        """Rows of Parquet files (a path, a glob or a list, local or gs:// through the shard
+        cache) as dicts of `columns` (default all): numpy scalars and arrays, `str`, None for
+        null (`tpufeed.sources._arrow_rows`). Each row group is decoded once and kept among
+        `decoded_bytes` of decoded row groups per process; shuffled reads cost a decode per
+        row group visit, so prefer small row groups or `shuffle(seed, window=K)`
+        (`tpufeed.sources.parquet`)."""
+        from tpufeed.sources.parquet import ParquetSource
+        return cls(SourceView(ParquetSource(paths, columns, cache_for(cache_dir, cache_bytes),
+                                            decoded_bytes)))
+
+    @classmethod
+    def from_huggingface(cls, dataset: Any, columns: Sequence[str] | None = None) -> Dataset:
+        """A Hugging Face `datasets.Dataset` (one split, already built or loaded: nothing is
+        downloaded), read as Arrow in batches, its rows typed like `from_parquet`'s.
+
+        >>> hf = datasets.Dataset.from_dict({"x": [1, 2, None]})  # doctest: +SKIP
+        >>> [e["x"] for e in Dataset.from_huggingface(hf)]  # doctest: +SKIP
+        [np.int64(1), np.int64(2), None]
+        """
+        from tpufeed.sources.huggingface import HuggingFaceSource
+        return cls(SourceView(HuggingFaceSource(dataset, columns)))
 
     @classmethod
     def open(cls, path: str | os.PathLike, verify: bool = False,

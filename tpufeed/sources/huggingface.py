@@ -1,0 +1,84 @@
+"""A Hugging Face `datasets.Dataset` as a source, with the elements of `from_parquet`.
+
+`Dataset.from_source(hf_dataset)` works as it is (a `datasets.Dataset` has `__len__`,
+`__getitem__` and a batched `__getitems__`, which tpufeed uses), and yields whatever the
+dataset's format gives: Python lists and ints by default; with `with_format("numpy")`, arrays,
+but an integer column holding nulls turns into float NaN in batched reads and stays int in
+single ones. `HuggingFaceSource` reads the rows as Arrow instead (`with_format("arrow")`, one
+batched take per read) and converts them like Parquet rows (`tpufeed.sources._arrow_rows`):
+numpy scalars and arrays, `str`, None for null, the same types whatever the batch.
+
+Nothing is downloaded: the dataset is what the caller built or loaded. Workers get it pickled:
+a dataset backed by Arrow files on disk (what `load_dataset` and `load_from_disk` give) travels
+as their paths and is memory-mapped again; one built in memory (`from_dict`) travels whole.
+
+>>> import datasets  # doctest: +SKIP
+>>> hf = datasets.Dataset.from_dict({"text": ["a", "b"], "label": [0, 1]})  # doctest: +SKIP
+>>> HuggingFaceSource(hf)[1]  # doctest: +SKIP
+{'text': 'b', 'label': np.int64(1)}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import InvalidArgumentError, RecordIndexError, missing_dependency
+from tpufeed.sources.parquet import check_columns
+
+try:
+    from tpufeed.sources._arrow_rows import rows_of
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise missing_dependency("pyarrow", "huggingface") from error
+
+__all__ = ["HuggingFaceSource"]
+
+
+class HuggingFaceSource:
+    """Rows of a `datasets.Dataset` (its `columns`, default all) as dicts of numpy values."""
+
+    def __init__(self, dataset: Any, columns: Sequence[str] | None = None):
+        kind = type(dataset).__name__
+        if kind == "DatasetDict":
+            raise InvalidArgumentError(f"from_huggingface needs one split, got a DatasetDict of "
+                                       f"{sorted(dataset)}: pass ds['train'], for instance")
+        if kind == "IterableDataset" or not hasattr(dataset, "with_format"):
+            raise InvalidArgumentError(
+                f"from_huggingface needs a datasets.Dataset (random access), got {kind}; a "
+                "streaming dataset has no random access: load it without streaming=True, or "
+                "read its Parquet files with Dataset.from_parquet")
+        wanted = check_columns(columns)
+        if wanted is not None:
+            missing = [name for name in wanted if name not in dataset.column_names]
+            if missing:
+                raise InvalidArgumentError(f"the dataset has no column {', '.join(map(repr, missing))}"
+                                           f"; its columns are {dataset.column_names}")
+            dataset = dataset.select_columns(wanted)
+        self.columns: list[str] = list(wanted if wanted is not None else dataset.column_names)
+        self._dataset = dataset.with_format("arrow")
+
+    def __len__(self) -> int:
+        return len(self._dataset)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
+        keys = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = len(self)
+        if keys.size and (keys.min() < 0 or keys.max() >= n):
+            bad = int(keys[(keys < 0) | (keys >= n)][0])
+            raise RecordIndexError(f"record index {bad} is out of range for a dataset of {n} rows")
+        if not keys.size:
+            return []
+        return rows_of(self._dataset[keys.tolist()], self.columns)
+
+    def fingerprint(self) -> str:
+        # Not datasets' own fingerprint: it is random for transforms it cannot hash, which
+        # would refuse every state after a restart.
+        return f"HuggingFaceSource[{self._dataset.features}:{len(self)}]"
+
+    def __repr__(self) -> str:
+        return f"HuggingFaceSource({len(self)} rows, columns={self.columns})"
