@@ -36,7 +36,7 @@ SKIPPED = {
     ("multi-host.md", 1): "starts a multi-host run: jax.distributed.initialize() needs every "
                           "host of a pod slice (the rest of the page runs the hosts as shards "
                           "and threads of one process)",
-    ("offline-build.md", 4): "runs the build on Dataflow: needs a Google Cloud project and bucket",
+    ("offline-build.md", 6): "runs the build on Dataflow: needs a Google Cloud project and bucket",
 }
 
 # Pages whose blocks need a GCS bucket: they run against the local emulator (tests/gcs_emulator.py)
