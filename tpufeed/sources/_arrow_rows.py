@@ -110,13 +110,16 @@ def _lists(arr: pa.Array) -> list[Any]:
 
 
 def _empty(kind: pa.DataType) -> np.ndarray:
-    """An empty list's array, typed like its items where numpy can hold them."""
+    """An empty list's array: one axis per level of nesting, typed like its items where numpy
+    can hold them."""
+    depth = 1
     while _is_list(kind):
-        kind = kind.value_type
+        kind, depth = kind.value_type, depth + 1
     try:
-        return np.empty(0, dtype=kind.to_pandas_dtype())
+        dtype = np.dtype(kind.to_pandas_dtype())
     except (NotImplementedError, TypeError):
-        return np.empty(0, dtype=object)
+        dtype = np.dtype(object)
+    return np.empty((0,) * depth, dtype=dtype)
 
 
 def _as_array(items: list[Any], empty: np.ndarray) -> Any:
