@@ -231,8 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "long (the format pads its footer to 64 KiB blocks); small local shards "
                     "keep that padding as holes, which take no disk space.")
     build.add_argument("--input", action="extend", nargs="+", required=True,
-                       help="paths or globs: .jsonl, .csv, .tfrecord (tf.train.Example), "
-                            ".array_record, or a folder of images")
+                       help="paths or globs: .jsonl, .csv, .tfrecord/.tfr (tf.train.Example), "
+                            ".array_record/.ar, or a folder of images")
     build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
     build.add_argument("--overwrite", action="store_true",
                        help="replace the dataset already in --output (refused otherwise)")

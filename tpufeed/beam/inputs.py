@@ -7,8 +7,8 @@ wrong with that one record, so that the build either stops on it or counts it as
 Damage that ends a file (a torn TFRecord frame) raises.
 
 Kinds come from the extension: .jsonl .ndjson .json, .csv, and the record file extensions of
-`tpufeed.sources.formats` (.tfrecord .tfrecords .tfr, .array_record .ar); a folder is a folder of images (class sub-folders give `label` and
-`class_name`). `gs://` works for the formats read as a stream (JSONL, CSV, TFRecord).
+`tpufeed.sources.formats` (.tfrecord .tfrecords .tfr, .array_record .ar); a folder is a
+folder of images (class sub-folders give `label` and `class_name`). `gs://` works for the formats read as a stream (JSONL, CSV, TFRecord).
 """
 
 from __future__ import annotations
