@@ -1,5 +1,5 @@
 """One conformance suite that every source passes, and the DESIGN.md semantics end to end on
-files written by array_record's and TensorFlow's own writers."""
+files written by array_record's, TensorFlow's and pyarrow's own writers."""
 
 import json
 import os
@@ -41,6 +41,28 @@ def write_tfrecord_files(root):
     return paths
 
 
+def write_parquet_files(root):
+    """The records as a binary column beside others; read back with columns=["record"]."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+    paths = []
+    for shard, part in enumerate(np.array_split(np.arange(N), 3)):
+        path = os.path.join(root, f"part-{shard}.parquet")
+        table = pa.table({"id": part, "record": pa.array([RECORDS[i] for i in part], pa.binary())})
+        pq.write_table(table, path, row_group_size=8)
+        paths.append(path)
+    return paths
+
+
+def record_of(element):
+    """The record itself: Parquet rows are dicts of their columns."""
+    return element["record"] if isinstance(element, dict) else element
+
+
+def decode(element):
+    return codec.decode(record_of(element))
+
+
 class UserSource:
     def __len__(self):
         return N
@@ -49,7 +71,7 @@ class UserSource:
         return RECORDS[i]
 
 
-@pytest.fixture(params=["array_record", "tfrecord", "sequence", "user"])
+@pytest.fixture(params=["array_record", "tfrecord", "parquet", "sequence", "user"])
 def dataset_factory(request, tmp_path):
     kind = request.param
     if kind == "array_record":
@@ -58,6 +80,10 @@ def dataset_factory(request, tmp_path):
     if kind == "tfrecord":
         paths = write_tfrecord_files(tmp_path)
         return lambda: tpufeed.Dataset.from_tfrecord(paths)
+    if kind == "parquet":
+        write_parquet_files(tmp_path)
+        return lambda: tpufeed.Dataset.from_parquet(str(tmp_path / "part-*.parquet"),
+                                                    columns=["record"])
     if kind == "sequence":
         return lambda: tpufeed.Dataset.from_sequence(RECORDS)
     return lambda: tpufeed.Dataset.from_source(UserSource())
@@ -66,20 +92,20 @@ def dataset_factory(request, tmp_path):
 def test_source_protocol(dataset_factory):
     source = dataset_factory().source
     assert len(source) == N
-    assert [source[i] for i in range(N)] == RECORDS
+    assert [record_of(source[i]) for i in range(N)] == RECORDS
     picks = [57, 3, 89, 3, 0]
     if hasattr(source, "__getitems__"):
-        assert source.__getitems__(picks) == [RECORDS[i] for i in picks]
+        assert [record_of(r) for r in source.__getitems__(picks)] == [RECORDS[i] for i in picks]
     with pytest.raises((RecordIndexError, IndexError)):
         source[N]
     copy = pickle.loads(pickle.dumps(source))
-    assert copy[45] == RECORDS[45]
+    assert record_of(copy[45]) == RECORDS[45]
 
 
 @pytest.mark.parametrize("hosts", [1, 2, 3, 8])
 def test_exactly_once_deterministic_and_per_record_random(dataset_factory, hosts):
     def pipeline(host, host_count):
-        return (dataset_factory().shuffle(11).shard(host, host_count).map(codec.decode)
+        return (dataset_factory().shuffle(11).shard(host, host_count).map(decode)
                 .random_map(lambda e, rng: {"id": e["id"], "r": rng.random()}).batch(4).repeat(2))
 
     def run(host_count):
@@ -100,7 +126,7 @@ def test_exactly_once_deterministic_and_per_record_random(dataset_factory, hosts
 
 
 def test_resume_at_arbitrary_steps_and_elastic(dataset_factory):
-    ds = dataset_factory().shuffle(5).map(codec.decode).map(lambda e: e["id"]).batch(7).repeat(2)
+    ds = dataset_factory().shuffle(5).map(decode).map(lambda e: e["id"]).batch(7).repeat(2)
     full = [b.tolist() for b in ds]
     it = ds.iterator()
     for step in range(len(full)):
@@ -109,7 +135,7 @@ def test_resume_at_arbitrary_steps_and_elastic(dataset_factory):
         next(it)
     # 4 hosts in lockstep for 2 steps, then 2 hosts finish the epoch.
     def sharded(host, hosts):
-        return dataset_factory().shuffle(5).shard(host, hosts).map(codec.decode).map(lambda e: e["id"]).batch(7)
+        return dataset_factory().shuffle(5).shard(host, hosts).map(decode).map(lambda e: e["id"]).batch(7)
     seen, state = [], None
     for host in range(4):
         it = sharded(host, 4).iterator()
@@ -127,6 +153,8 @@ def test_the_same_records_through_every_file_format(tmp_path):
     ar = tpufeed.Dataset.from_array_record(write_array_record_files(tmp_path))
     tfr = tpufeed.Dataset.from_tfrecord(write_tfrecord_files(tmp_path))
     assert list(ar.shuffle(1)) == list(tfr.shuffle(1))
+    parquet = tpufeed.Dataset.from_parquet(write_parquet_files(tmp_path)).map(record_of)
+    assert list(ar.shuffle(1)) == list(parquet.shuffle(1))
 
 
 def test_bad_files_through_the_dataset_api(tmp_path):
