@@ -5,7 +5,10 @@
   it to `tpufeed` under its installed name, so `::: tpufeed.transforms` resolves.
 - `DoctestBlocks`: tpufeed's docstrings carry bare `>>>` examples (no "Examples:" section).
   Markdown reads `>>>` as three nested block quotes, so each run of example lines becomes a
-  fenced `pycon` block, without the `# doctest: +SKIP` flags.
+  fenced `pycon` block, without the `# doctest: +SKIP` flags. A line that starts with one of
+  the function's parameter names and a colon (`sharding: a NamedSharding ...`) becomes a list
+  item: Markdown would run those lines into one paragraph, and the Google-style parser would
+  read `name: text` above an indented line as an admonition titled `name`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,16 @@ _FLAG = re.compile(r"\s*#\s*doctest:.*$")
 
 class TransformsSubpackage(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
-        if pkg.name != "tpufeed" or "transforms" in pkg.members:
+        if pkg.name != "tpufeed":
             return
-        pkg.set_member("transforms", loader.load("transforms"))
+        if "transforms" not in pkg.members:
+            pkg.set_member("transforms", loader.load("transforms"))
+        # Users build a Dataset with its constructors, never with the dataclass' own __init__
+        # (whose fields are private): Griffe's dataclasses extension, which runs after this
+        # one, would show that signature, so it is not told that Dataset is a dataclass.
+        dataset = pkg["dataset"].members["Dataset"]
+        dataset.decorators = [d for d in dataset.decorators if "dataclass" not in str(d.value)]
+        dataset.labels.discard("dataclass")
 
 
 def fence_doctests(text: str) -> str:
@@ -48,7 +58,19 @@ def fence_doctests(text: str) -> str:
     return "\n".join(out)
 
 
+def parameter_items(text: str, names: set[str]) -> str:
+    """`name: text` lines at the start of a line, for parameter names, as Markdown list items."""
+    pattern = re.compile(rf"^({'|'.join(map(re.escape, sorted(names)))}): ", re.M)
+    return pattern.sub(lambda m: f"- `{m[1]}`: ", text) if names else text
+
+
 class DoctestBlocks(griffe.Extension):
     def on_instance(self, *, obj: griffe.Object, **kwargs: Any) -> None:
-        if obj.docstring is not None and ">>>" in obj.docstring.value:
-            obj.docstring.value = fence_doctests(obj.docstring.value)
+        if obj.docstring is None:
+            return
+        text = obj.docstring.value
+        if isinstance(obj, griffe.Function):
+            text = parameter_items(text, {p.name for p in obj.parameters} - {"self", "cls"})
+        if ">>>" in text:
+            text = fence_doctests(text)
+        obj.docstring.value = text
