@@ -94,15 +94,15 @@ def _lists(arr: pa.Array) -> list[Any]:
     flat = arr.flatten()  # skips what backs null lists, honours slicing offsets
     if len(flat) != int(lengths.sum()):  # a fixed-size list's null slots still hold values
         flat = pc.list_flatten(arr.filter(arr.is_valid()))
-    splits = np.cumsum(lengths)[:-1]
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+    spans = zip(bounds[:-1], bounds[1:])
     parts: list[Any]
     if _numpy_kind(flat.type) and not flat.null_count and (values := _numpy(flat)) is not None:
-        parts = np.split(values, splits)
+        parts = [values[a:b] for a, b in spans]
     else:
         items = _values(flat)
         empty = _empty(flat.type)
-        bounds = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        parts = [_as_array(items[a:b], empty) for a, b in zip(bounds[:-1], bounds[1:])]
+        parts = [_as_array(items[a:b], empty) for a, b in spans]
     if arr.null_count:
         for i in np.flatnonzero(~_valid(arr)).tolist():
             parts[i] = None

@@ -136,18 +136,16 @@ class ParquetFile:
             return []
         starts = self.row_group_starts
         groups = np.searchsorted(starts, idx, side="right") - 1
-        order = np.argsort(groups, kind="stable")
-        pieces = []
-        for where in np.split(order, np.flatnonzero(np.diff(groups[order])) + 1):
-            g = int(groups[where[0]])
-            table = self.row_group(g, int(idx[where[0]]))
-            pieces.append(table.take(pa.array(idx[where] - starts[g])))
-        taken = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
-        rows = self._rows(taken, int(idx[order[0]]))
-        out: list[Any] = [None] * idx.size
-        for position, row in zip(order.tolist(), rows):
-            out[position] = row
-        return out
+        needed, first = np.unique(groups, return_index=True)
+        tables = [self.row_group(int(g), int(idx[i])) for g, i in zip(needed, first)]
+        if len(tables) == 1:
+            table, rows = tables[0], idx - starts[needed[0]]
+        else:  # one take over the needed row groups side by side (concatenating copies nothing)
+            sizes = starts[needed + 1] - starts[needed]
+            base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            table = pa.concat_tables(tables)
+            rows = base[np.searchsorted(needed, groups)] + idx - starts[groups]
+        return self._rows(table.take(pa.array(rows)), int(idx[0]))
 
     def row_group(self, g: int, row: int | None = None) -> Any:
         """Row group `g` as an Arrow table of the selected columns, decoded or from memory;
