@@ -41,8 +41,8 @@ from tpufeed.storage.local import PathsLike, check_regular, resolve_paths
 from tpufeed.storage.remote import RemoteFile
 
 try:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_dependency("pyarrow", "parquet") from error
 
@@ -124,7 +124,7 @@ class ParquetFile:
     def num_row_groups(self) -> int:
         return int(self.metadata.num_row_groups)
 
-    def read(self, indices: np.ndarray) -> list[dict[str, Any]]:
+    def read(self, indices: np.ndarray) -> list[Any]:  # dicts, where RecordFile says bytes
         """The rows at local `indices` (any order, repeats allowed), in that order: the row
         groups they fall in are decoded (or found decoded) once, then their rows taken."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
