@@ -144,7 +144,7 @@ class ParquetFile:
         lengths = np.diff(np.concatenate([heads, [idx.size]]))
         needed, first = np.unique(groups, return_index=True)
         tables = {g: self.row_group(g, int(idx[i])) for g, i in zip(needed.tolist(), first.tolist())}
-        slices = [tables[g].slice(r, n) for g, r, n in
+        slices = [tables[g].slice(r, count) for g, r, count in
                   zip(groups[heads].tolist(), rows[heads].tolist(), lengths.tolist())]
         taken = slices[0] if len(slices) == 1 else pa.concat_tables(slices)
         return self._rows(taken, int(idx[0]))
