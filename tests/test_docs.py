@@ -36,8 +36,6 @@ SKIPPED = {
     ("multi-host.md", 1): "starts a multi-host run: jax.distributed.initialize() needs every "
                           "host of a pod slice (the rest of the page runs the hosts as shards "
                           "and threads of one process)",
-    ("pipelines.md", 4): "needs Hugging Face `datasets`, which no extra of pyproject.toml installs "
-                         "yet (tests/test_huggingface.py runs the same calls where it is installed)",
     ("offline-build.md", 6): "runs the build on Dataflow: needs a Google Cloud project and bucket",
 }
 

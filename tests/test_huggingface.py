@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-datasets = pytest.importorskip("datasets")
+import datasets  # tpufeed[huggingface]
 
 import tpufeed  # noqa: E402
 from tpufeed.errors import InvalidArgumentError, RecordIndexError  # noqa: E402

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["rows_of"]
 

@@ -41,8 +41,8 @@ from tpufeed.storage.local import PathsLike, check_regular, resolve_paths
 from tpufeed.storage.remote import RemoteFile
 
 try:
-    import pyarrow as pa  # type: ignore[import-untyped]
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_dependency("pyarrow", "parquet") from error
 
