@@ -1,14 +1,19 @@
-"""The raw inputs of `tpufeed build`: JSONL, CSV, TFRecords of tf.train.Example, ArrayRecord
-files and folders of images, read as records that carry where they came from.
+"""The raw inputs of `tpufeed build`: JSONL, CSV, Parquet, TFRecords of tf.train.Example,
+ArrayRecord files and folders of images, read as records that carry where they came from.
 
 `read_input(item)` yields `(index, origin, record)`, where `origin` names the file and line
 (or record) for messages, and `record` is a dict or bytes, or a `Malformed` saying what is
 wrong with that one record, so that the build either stops on it or counts it as skipped.
 Damage that ends a file (a torn TFRecord frame) raises.
 
-Kinds come from the extension: .jsonl .ndjson .json, .csv, and the record file extensions of
-`tpufeed.sources.formats` (.tfrecord .tfrecords .tfr, .array_record .ar); a folder is a
-folder of images (class sub-folders give `label` and `class_name`). `gs://` works for the formats read as a stream (JSONL, CSV, TFRecord).
+Kinds come from the extension: .jsonl .ndjson .json, .csv, .parquet, and the record file
+extensions of `tpufeed.sources.formats` (.tfrecord .tfrecords .tfr, .array_record .ar); a folder
+is a folder of images (class sub-folders give `label` and `class_name`). `gs://` works for the
+formats read as a stream (JSONL, CSV, TFRecord) and for Parquet (read by ranges).
+
+Parquet rows come as `Dataset.from_parquet` gives them (numpy scalars, str, bytes, arrays; None
+for null). Values the codec cannot store (a null, a ragged list of lists, a struct) are left for
+the transforms to fix; a row that still holds one is a bad record named by file and row.
 """
 
 from __future__ import annotations
@@ -32,14 +37,15 @@ from tpufeed.transforms.example import parse_example
 
 __all__ = ["InputFile", "Malformed", "expand_inputs", "read_input"]
 
-_TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
+_EXTENSION_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
+               ".parquet": "parquet"}
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
 
 @dataclass(frozen=True)
 class InputFile:
     path: str
-    kind: str  # jsonl | csv | tfrecord | array_record | images
+    kind: str  # jsonl | csv | parquet | tfrecord | array_record | images
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,13 @@ class Malformed:
 
 def _kind_of(path: str) -> str:
     name = path.rsplit("/", 1)[-1].lower()
-    for suffix, kind in _TEXT_KINDS.items():
+    for suffix, kind in _EXTENSION_KINDS.items():
         if name.endswith(suffix):
             return kind
     fmt = format_for_path(name)
     if fmt is not None and fmt.name in _READERS:
         return fmt.name
-    known = list(_TEXT_KINDS) + [e for f in FORMATS.values() if f.name in _READERS
+    known = list(_EXTENSION_KINDS) + [e for f in FORMATS.values() if f.name in _READERS
                                  for e in f.extensions]
     raise InvalidArgumentError(
         f"{path}: cannot tell the input format from the extension; expected one of "
@@ -196,6 +202,13 @@ def _array_record(path: str) -> Iterator[tuple[int, str, Any]]:
         shard.close()
 
 
+def _parquet(path: str) -> Iterator[tuple[int, str, Any]]:
+    from tpufeed.sources.parquet import iter_parquet_rows  # needs pyarrow: the parquet extra
+
+    for index, row in enumerate(iter_parquet_rows(path)):
+        yield index, f"{path} row {index}", row
+
+
 def _images(folder: str) -> Iterator[tuple[int, str, Any]]:
     from tpufeed.transforms.image import load_pillow
 
@@ -226,7 +239,7 @@ def _images(folder: str) -> Iterator[tuple[int, str, Any]]:
         yield index, path, record
 
 
-_READERS = {"jsonl": _jsonl, "csv": _csv, "tfrecord": _tfrecord,
+_READERS = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet, "tfrecord": _tfrecord,
             "array_record": _array_record, "images": _images}
 
 
