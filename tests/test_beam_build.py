@@ -263,10 +263,10 @@ def test_bad_arguments_fail_before_the_pipeline(tmp_path, capsys):
         run_cli("--input", tmp_path / "in.jsonl", "--output", tmp_path / "o",
                 "--num-shards", "0", capsys=capsys)
     assert usage.value.code == 2 and "--num-shards" in capsys.readouterr().err
-    (tmp_path / "in.parquet").write_bytes(b"")
-    code, _, err = run_cli("--input", tmp_path / "in.parquet", "--output", tmp_path / "o",
+    (tmp_path / "in.orc").write_bytes(b"")
+    code, _, err = run_cli("--input", tmp_path / "in.orc", "--output", tmp_path / "o",
                            capsys=capsys)
-    assert code == 2 and "in.parquet: cannot tell the input format" in err
+    assert code == 2 and "in.orc: cannot tell the input format" in err and ".parquet" in err
 
 
 def test_inspect_a_built_dataset(tmp_path, capsys):
