@@ -5,6 +5,7 @@ manifest, the CLI) giving the registry's answer."""
 from __future__ import annotations
 
 import argparse
+import json
 import inspect as python_inspect
 import pickle
 
@@ -25,13 +26,14 @@ RECORDS = [b"", b"a", b"bc" * 100, bytes(range(256))]
     ("array_record", "train.array_record-00003-of-00016"), ("array_record", "X.AR"),
     ("tfrecord", "d/train.tfrecord"), ("tfrecord", "x.tfr"), ("tfrecord", "x.tfrecords"),
     ("tfrecord", "gs://b/train.tfrecord-00000-of-00002"),
+    ("parquet", "d/train.parquet"), ("parquet", "gs://b/X.PARQUET"),
 ])
 def test_names_tell_the_format(name, path):
     assert format_for_path(path) is FORMATS[name]
     assert guess_format(path).name == name
 
 
-@pytest.mark.parametrize("path", ["x.parquet", "x.arx", "x.tfrecord.tpufeed-index",
+@pytest.mark.parametrize("path", ["x.parquet.crc", "x.arx", "x.tfrecord.tpufeed-index",
                                   "a-train.tfrecord-00000-of-00002.tpufeed-index", "x.json"])
 def test_other_names_belong_to_no_format(path):
     assert format_for_path(path) is None
@@ -42,7 +44,7 @@ def test_other_names_belong_to_no_format(path):
 
 def test_unknown_format_names_are_refused_with_the_choices():
     with pytest.raises(InvalidArgumentError, match=r"--format must be one of \['array_record', "
-                                                   r"'tfrecord'\], got 'csv'"):
+                                                   r"'parquet', 'tfrecord'\], got 'csv'"):
         get_format("csv", "--format")
 
 
@@ -93,6 +95,7 @@ def test_the_manifest_check_takes_formats_from_the_registry():
 def test_a_gs_url_of_any_registered_extension_is_a_file_not_a_dataset():
     assert not is_dataset_path("gs://b/x.tfr")  # was taken for a dataset folder
     assert not is_dataset_path("gs://b/x.ar")
+    assert not is_dataset_path("gs://b/x.parquet")
     assert is_dataset_path("gs://b/datasets/train")
 
 
@@ -111,6 +114,32 @@ def test_inspect_and_bench_agree_on_the_format(tmp_path, name, fmt):
     ds = make_target(argparse.Namespace(target=path, transform=[], batch_size=2))
     assert type(ds.source) is type(FORMATS[fmt].open_source(path))
     assert sorted(ds.source[i] for i in range(len(ds.source))) == sorted(RECORDS[:3])
+
+
+def test_parquet_is_read_not_written_and_inspect_and_bench_read_its_rows(tmp_path, capsys):
+    """Parquet rows are dicts: inspect shows them like decoded records; bench batches them."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tpufeed.bench import make_target
+    from tpufeed.cli import main
+    from tpufeed.inspect import inspect_paths
+
+    path = str(tmp_path / "rows.parquet")
+    pq.write_table(pa.table({"id": list(range(10)), "text": [f"t{i}" for i in range(10)],
+                             "v": [[1.0, 2.0]] * 10}), path, row_group_size=3)
+    assert "parquet" not in writable_formats()
+    with pytest.raises(InvalidArgumentError, match="reads Parquet files but does not write"):
+        FORMATS["parquet"].write(str(tmp_path / "out.parquet"), [b"x"])
+    lines, failures = inspect_paths([path], verify=True)
+    assert not failures and lines[0].splitlines()[:3] == [
+        "1 file, 10 records", f"  {path}: 10 records", "record 0: 3 fields"]
+    assert "  text: str = 't0'" in lines[0] and "  v: float64[2]" in lines[0]
+    assert FORMATS["parquet"].count_records(path) == 10
+    ds = make_target(argparse.Namespace(target=path, transform=[], batch_size=4))
+    assert type(ds.source) is type(FORMATS["parquet"].open_source(path))
+    assert sorted(int(ds.source[i]["id"]) for i in range(10)) == list(range(10))
+    assert main(["bench", path, "--batches", "2", "--batch-size", "4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stats"]["records"] == 8
 
 
 def test_a_plain_folder_of_short_names_is_recognised(tmp_path):

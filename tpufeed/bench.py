@@ -1,7 +1,7 @@
 """`tpufeed bench TARGET`: run a pipeline for a while, find its bottleneck, say what to change.
 
 TARGET is `file.py:make_dataset` (a function returning a Dataset) or a dataset — a folder built
-by `tpufeed build`, or ArrayRecord/TFRecord files — with `--transform module:function`.
+by `tpufeed build`, or ArrayRecord/TFRecord/Parquet files — with `--transform module:function`.
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ def folder_shards(path: str) -> tuple[str, list[str]] | None:
 
 
 def describe(paths: list[str], fmt: str | None = None) -> str:
-    """Record files: their counts and record 0, decoded when it is a tpufeed.codec record."""
+    """Record files: their counts and record 0, decoded when it is a tpufeed.codec record (rows
+    of Parquet files are shown as they are read)."""
     return _describe_files(open_source(paths, fmt))
 
 
@@ -64,6 +65,10 @@ def _describe_files(source: Any, sample: bool = True) -> str:
     lines += [f"  {f.path}: {plural(len(f), 'record')}" for f in source.files]
     if sample and len(source):
         record = source[0]
+        if isinstance(record, dict):  # a format of rows (Parquet): shown like a decoded record
+            lines.append(f"record 0: {plural(len(record), 'field')}")
+            lines += _fields(record)
+            return "\n".join(lines)
         lines.append(f"record 0: {plural(len(record), 'byte')}")
         try:
             decoded = codec.decode(record)

@@ -42,7 +42,7 @@ def _load(spec: str) -> Any:
 @dataclass(frozen=True)
 class FileFormat:
     """A record file format. `file_reader(path, remote=...)` opens one file for reads by
-    record index; `source_reader(paths)` opens paths or globs as one source; `writer(path,
+    record index (bytes, or dicts for a format of rows such as Parquet); `source_reader(paths)` opens paths or globs as one source; `writer(path,
     records, options)` writes a shard and returns its count (None: tpufeed does not write the
     format). `counts_from_index`: a file's record count is known without reading its records
     (ArrayRecord's footer); otherwise counting reads the whole file. `record_framing`: bytes
@@ -131,6 +131,11 @@ FORMATS: dict[str, FileFormat] = {f.name: f for f in (
                constructor="from_tfrecord",
                writer="tpufeed.sources.tfrecord_format:write_tfrecords",
                counts_from_index=False, record_framing=16),
+    # Read only (rows come as dicts, not bytes): never a shard format of a built dataset.
+    FileFormat(name="parquet", title="Parquet", extensions=(".parquet",),
+               file_reader="tpufeed.sources.parquet:ParquetFile",
+               source_reader="tpufeed.sources.parquet:ParquetSource",
+               constructor="from_parquet", counts_from_index=True),
 )}
 
 

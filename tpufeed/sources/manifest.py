@@ -44,7 +44,7 @@ import numpy as np
 
 from tpufeed.errors import (CodecError, CorruptDataError, InvalidArgumentError, SourceError,
                             SourceNotFoundError)
-from tpufeed.sources.formats import FORMATS, format_for_path, get_format
+from tpufeed.sources.formats import FORMATS, format_for_path, get_format, writable_formats
 from tpufeed.sources.record_formats import RAW_BYTES, manifest_names, record_format_of_manifest
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
@@ -213,8 +213,9 @@ def check_manifest(manifest: object, where: str) -> None:
         raise bad("'format_version'", f"is {version!r}; this tpufeed reads versions 1 to "
                   f"{FORMAT_VERSION} (a newer tpufeed wrote it?)")
     file_format = manifest.get("file_format")
-    if not isinstance(file_format, str) or file_format not in FORMATS:
-        raise bad("'file_format'", f"is {file_format!r}, expected one of {sorted(FORMATS)}")
+    # Only formats the build writes: a manifest never lists shards of a read-only format.
+    if not isinstance(file_format, str) or file_format not in writable_formats():
+        raise bad("'file_format'", f"is {file_format!r}, expected one of {writable_formats()}")
     if record_format_of_manifest(manifest.get("record_format")) is None:
         raise bad("'record_format'", f"is {manifest.get('record_format')!r}, expected one of "
                   f"{manifest_names()}")
