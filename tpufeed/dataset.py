@@ -74,6 +74,7 @@ class Dataset:
 
     @classmethod
     def from_sequence(cls, items: Sequence[Any]) -> Dataset:
+        """The items of an in-memory sequence (list, tuple, array), each an element."""
         from tpufeed.sources.memory import SequenceSource
         return cls(SourceView(SequenceSource(items)))
 
@@ -204,7 +205,7 @@ class Dataset:
         return dataclasses.replace(self, _sharding=Sharding(index, count))
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
-        """fn(element) -> element."""
+        """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`)."""
         return self._add(Map(check_callable(fn, "map")))
 
     def random_map(self, fn: Callable[[Any, Any], Any]) -> Dataset:

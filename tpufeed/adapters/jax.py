@@ -5,7 +5,7 @@ Each process feeds its own share (`Dataset.shard()` defaults to `jax.process_ind
 
 >>> it = ds.shuffle(0).shard().batch(64, drop_remainder=True).to_jax()   # doctest: +SKIP
 >>> for batch in it: state = train_step(state, batch)                   # doctest: +SKIP
->>> saved = it.get_state()        # the input position: save it with the model
+>>> saved = it.get_state()        # the input position: save it with the model  # doctest: +SKIP
 """
 
 from __future__ import annotations
