@@ -5,7 +5,7 @@
 Rows: the limits (raw array_record reader; bare loop = that reader + the same per-record fn +
 np.stack, in one process; for W2 also the CPU limit = bare loop x cores; bare-parallel = N bare
 loops side by side in N processes, which also pay for sharing the caches and memory bus),
-tpufeed, and the
+tpufeed (also over the same bytes in Parquet: tpufeed-parquet), and the
 anchors (Grain MapDataset and DataLoader, tf.data with the fn through tf.numpy_function,
 PyTorch DataLoader), each with 0 and N workers, plus tf.data with the work in TF ops as a
 reference (not an anchor). Every row runs in a fresh subprocess (benchmarks/measure.py): one
@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in (["W1", "W2"] if args.workload == "all" else [args.workload]):
         workload = WORKLOADS[name]
         records = args.records or workload.default_records
-        data: DataFiles = prepare(workload, records, args.data_dir, SEED)
+        data: DataFiles = prepare(workload, records, args.data_dir, SEED,
+                                  parquet="tpufeed-parquet" in args.systems)
         print(f"\n{name}: {workload.summary}; {records:,} records in {len(data.counts)} shards, "
               f"batch 256, {args.passes} timed passes after 1 warm-up, N = {args.workers}"
               + (f", {args.rounds} rounds" if args.rounds > 1 else ""), flush=True)

@@ -3,11 +3,16 @@
 Records are written twice with the same bytes: as ArrayRecord shards (group_size 1) and as
 TFRecord shards for tf.data. A folder counts as complete once its `done.json` exists (written
 last, atomically), so an interrupted generation is redone rather than trusted.
+
+On request (`prepare(..., parquet=True)`, for the tpufeed-parquet row) the same bytes also go
+into Parquet shards: one binary column `record`, row groups of 1,024 rows. Each is written to a
+`.tmp` name and renamed, so an existing file is complete; missing ones are written on demand.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 from collections.abc import Iterator
@@ -20,17 +25,20 @@ from benchmarks.workloads import Workload
 SHARDS = 8
 _DONE = "done.json"
 _CHUNK = 4096  # records generated at a time
+PARQUET_ROW_GROUP = 1024  # divides _CHUNK: every row group but a shard's last is full
 
 
 @dataclass(frozen=True)
 class DataFiles:
-    """The shards of one workload: the same records as ArrayRecord and as TFRecord."""
+    """The shards of one workload: the same records as ArrayRecord, TFRecord and (written
+    only on request) Parquet."""
 
     workload: str
     records: int
     array_record: tuple[str, ...]
     tfrecord: tuple[str, ...]
     counts: tuple[int, ...]
+    parquet: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -38,7 +46,7 @@ class DataFiles:
     @classmethod
     def from_json(cls, data: dict) -> DataFiles:
         return cls(data["workload"], data["records"], tuple(data["array_record"]),
-                   tuple(data["tfrecord"]), tuple(data["counts"]))
+                   tuple(data["tfrecord"]), tuple(data["counts"]), tuple(data.get("parquet", ())))
 
 
 def shard_counts(records: int, shards: int = SHARDS) -> list[int]:
@@ -47,8 +55,10 @@ def shard_counts(records: int, shards: int = SHARDS) -> list[int]:
     return [base + (s < extra) for s in range(shards)]
 
 
-def prepare(workload: Workload, records: int, root: str, seed: int) -> DataFiles:
-    """The workload's shards under `root`, generated first if they are not there yet."""
+def prepare(workload: Workload, records: int, root: str, seed: int,
+            parquet: bool = False) -> DataFiles:
+    """The workload's shards under `root`, generated first if they are not there yet
+    (the Parquet shards only with `parquet`)."""
     if records < SHARDS:
         raise ValueError(f"--records must be at least {SHARDS} (one per shard), got {records}")
     folder = os.path.join(root, f"{workload.name}-{records}-seed{seed}")
@@ -57,10 +67,33 @@ def prepare(workload: Workload, records: int, root: str, seed: int) -> DataFiles
     files = DataFiles(workload.name, records,
                       tuple(os.path.join(folder, f"{n}.array_record") for n in names),
                       tuple(os.path.join(folder, f"{n}.tfrecord") for n in names),
-                      tuple(counts))
+                      tuple(counts), tuple(os.path.join(folder, f"{n}.parquet") for n in names))
     if not os.path.exists(os.path.join(folder, _DONE)):
         _generate(workload, files, folder, seed)
+    missing = [s for s, path in enumerate(files.parquet) if not os.path.exists(path)]
+    if parquet and missing:
+        print(f"writing {len(missing)} Parquet shards of {workload.name} into {folder} ...",
+              flush=True)
+        # In a spawned process: pyarrow's import and memory stay out of this one, whose size
+        # every row's process starts from (see _generate).
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            pool.starmap(_write_parquet_shard, [(workload.name, seed, s, files.counts[s],
+                                                 files.parquet[s]) for s in missing])
     return files
+
+
+def _write_parquet_shard(workload_name: str, seed: int, shard: int, count: int,
+                         path: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from benchmarks.workloads import WORKLOADS
+
+    records = list(_shard_records(WORKLOADS[workload_name], seed, shard, count))
+    tmp = f"{path}.tmp"
+    pq.write_table(pa.table({"record": pa.array(records, pa.binary())}), tmp,
+                   row_group_size=PARQUET_ROW_GROUP)
+    os.replace(tmp, path)
 
 
 def _generate(workload: Workload, files: DataFiles, folder: str, seed: int) -> None:

@@ -36,7 +36,8 @@ def test_compare_runs_every_row(tmp_path, workload):
     seen = {(r["system"], r["workers"]) for r in rows}
     for system in ("grain-map", "grain-loader", "tfdata", "tfdata-ops", "torch"):
         assert {(system, 0), (system, 2)} <= seen, (system, seen)
-    assert {("raw-reader", 0), ("bare-loop", 0), ("bare-parallel", 2), ("tpufeed", 0)} <= seen
+    assert {("raw-reader", 0), ("bare-loop", 0), ("bare-parallel", 2), ("tpufeed", 0),
+            ("tpufeed-parquet", 0), ("tpufeed-parquet", 2)} <= seen
     assert ("bare-parallel", 0) not in seen
     assert (("tpufeed", 2) in seen) == parallel_tpufeed
     for row in rows:

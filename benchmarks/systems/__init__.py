@@ -54,6 +54,8 @@ SYSTEMS = {s.name: s for s in [
            "N bare loops side by side in N processes, each on every N-th batch"),
     System("tpufeed", "tpufeed", "benchmarks.systems.tpufeed_system", "batches", True,
            "Dataset.from_array_record ... batch(256)"),
+    System("tpufeed-parquet", "tpufeed", "benchmarks.systems.tpufeed_system", "parquet_batches",
+           True, "Dataset.from_parquet (column 'record', row groups of 1,024) ... batch(256)"),
     System("tpufeed-auto", "tpufeed", "benchmarks.systems.tpufeed_system", "batches_auto", False,
            "the same with .workers('auto').prefetch('auto')"),
     System("grain-map", "anchor", "benchmarks.systems.grain_system", "map_dataset", True,

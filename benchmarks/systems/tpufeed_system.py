@@ -1,8 +1,11 @@
-"""tpufeed: `Dataset.from_array_record(...).shuffle().map/random_map().batch(256)`."""
+"""tpufeed: `Dataset.from_array_record(...).shuffle().map/random_map().batch(256)`, and the same
+pipeline over the same bytes in Parquet (`from_parquet`, the fn applied to the `record` column)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from benchmarks.systems import RowSpec
 from benchmarks.workloads import BATCH_SIZE, WORKLOADS
@@ -18,13 +21,26 @@ def has_workers() -> bool:
     return hasattr(tpufeed.Dataset, "workers")
 
 
-def batches(spec: RowSpec, workers: int | str | None = None, prefetch: int | str = 0) -> Iterator[dict]:
+def _on_record(fn: Callable[..., Any], row: dict, *rng: Any) -> Any:
+    """The workload's fn on a Parquet row's `record` bytes (module level: workers pickle it)."""
+    return fn(row["record"], *rng)
+
+
+def batches(spec: RowSpec, workers: int | str | None = None, prefetch: int | str = 0,
+            parquet: bool = False) -> Iterator[dict]:
     import tpufeed
 
     workload = WORKLOADS[spec.workload]
-    ds = tpufeed.Dataset.from_array_record(list(spec.data.array_record)).shuffle(spec.seed)
+    if parquet:
+        if not spec.data.parquet:
+            raise ValueError("the data has no Parquet shards: prepare(..., parquet=True)")
+        ds = tpufeed.Dataset.from_parquet(list(spec.data.parquet)).shuffle(spec.seed)
+        fn = functools.partial(_on_record, workload.fn)
+    else:
+        ds = tpufeed.Dataset.from_array_record(list(spec.data.array_record)).shuffle(spec.seed)
+        fn = workload.fn
     # random_map hands the same fn a per-record numpy Generator (a Philox counter reset).
-    ds = ds.random_map(workload.fn) if workload.random else ds.map(workload.fn)
+    ds = ds.random_map(fn) if workload.random else ds.map(fn)
     ds = ds.batch(BATCH_SIZE).repeat(spec.epochs).prefetch(prefetch)
     workers = spec.workers if workers is None else workers
     if workers:
@@ -39,3 +55,8 @@ def batches(spec: RowSpec, workers: int | str | None = None, prefetch: int | str
 def batches_auto(spec: RowSpec) -> Iterator[dict]:
     """tpufeed choosing its own worker count and prefetch depth (issue 7's "auto" row)."""
     yield from batches(spec, workers="auto", prefetch="auto")
+
+
+def parquet_batches(spec: RowSpec) -> Iterator[dict]:
+    """The `batches` pipeline over the same records in Parquet: the read differs, the work not."""
+    yield from batches(spec, parquet=True)
