@@ -6,8 +6,8 @@ ArrayRecord files and folders of images, read as records that carry where they c
 wrong with that one record, so that the build either stops on it or counts it as skipped.
 Damage that ends a file (a torn TFRecord frame) raises.
 
-Kinds come from the extension: .jsonl .ndjson .json, .csv, .parquet, and the record file
-extensions of `tpufeed.sources.formats` (.tfrecord .tfrecords .tfr, .array_record .ar); a folder
+Kinds come from the extension: .jsonl .ndjson .json, .csv, and the file extensions of
+`tpufeed.sources.formats` (.parquet, .tfrecord .tfrecords .tfr, .array_record .ar); a folder
 is a folder of images (class sub-folders give `label` and `class_name`). `gs://` works for the
 formats read as a stream (JSONL, CSV, TFRecord) and for Parquet (read by ranges).
 
@@ -37,8 +37,7 @@ from tpufeed.transforms.example import parse_example
 
 __all__ = ["InputFile", "Malformed", "expand_inputs", "read_input"]
 
-_EXTENSION_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
-               ".parquet": "parquet"}
+_TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
 
 
@@ -61,13 +60,13 @@ class Malformed:
 
 def _kind_of(path: str) -> str:
     name = path.rsplit("/", 1)[-1].lower()
-    for suffix, kind in _EXTENSION_KINDS.items():
+    for suffix, kind in _TEXT_KINDS.items():
         if name.endswith(suffix):
             return kind
     fmt = format_for_path(name)
     if fmt is not None and fmt.name in _READERS:
         return fmt.name
-    known = list(_EXTENSION_KINDS) + [e for f in FORMATS.values() if f.name in _READERS
+    known = list(_TEXT_KINDS) + [e for f in FORMATS.values() if f.name in _READERS
                                  for e in f.extensions]
     raise InvalidArgumentError(
         f"{path}: cannot tell the input format from the extension; expected one of "
