@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from collections.abc import Iterator
 
 from tpufeed.errors import InvalidArgumentError, SourceError
@@ -24,14 +25,19 @@ _ELSEWHERE = f"point cache_dir= (or ${CACHE_DIR_ENV}) at"
 def check_not_a_file(root: str) -> None:
     """Refuses a cache directory that is, or lies under, something other than a directory."""
     path = root
-    while not os.path.isdir(path):
-        if os.path.lexists(path):
-            raise InvalidArgumentError(
-                f"the shard cache directory {root} cannot be used: {path} is a file, not a "
-                f"directory; {_ELSEWHERE} a directory")
-        if os.path.dirname(path) == path:
-            return
-        path = os.path.dirname(path)
+    while True:
+        try:  # one stat a path: another thread or process may be creating the directory now
+            if stat.S_ISDIR(os.stat(path).st_mode):
+                return
+        except (FileNotFoundError, NotADirectoryError):  # a parent tells
+            if not os.path.islink(path):  # missing: made on first use, if its parents allow
+                if os.path.dirname(path) == path:
+                    return
+                path = os.path.dirname(path)
+                continue
+        raise InvalidArgumentError(
+            f"the shard cache directory {root} cannot be used: {path} is a file, not a "
+            f"directory; {_ELSEWHERE} a directory")
 
 
 @contextlib.contextmanager
