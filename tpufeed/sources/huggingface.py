@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.errors import InvalidArgumentError, RecordIndexError, missing_dependency
+from tpufeed.errors import InvalidArgumentError, missing_dependency
 from tpufeed.sources.parquet import check_columns
+from tpufeed.sources.sharded import checked_indices
 
 try:
     from tpufeed.sources._arrow_rows import rows_of
@@ -66,11 +67,9 @@ class HuggingFaceSource:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        keys = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(self)
-        if keys.size and (keys.min() < 0 or keys.max() >= n):
-            bad = int(keys[(keys < 0) | (keys >= n)][0])
-            raise RecordIndexError(f"record index {bad} is out of range for a dataset of {n} rows")
+        keys = checked_indices(indices, n, lambda bad: f"record index {bad} is out of range "
+                                                       f"for a dataset of {n} rows")
         if not keys.size:
             return []
         return rows_of(self._dataset[keys.tolist()], self.columns)

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError, SourceError,
+from tpufeed.errors import (CorruptDataError, InvalidArgumentError, SourceError,
                             SourceNotFoundError, TpufeedError, missing_dependency)
-from tpufeed.sources.sharded import ShardedSource
+from tpufeed.sources.sharded import ShardedSource, checked_indices
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import PathsLike, check_regular, resolve_paths
@@ -127,11 +127,9 @@ class ParquetFile:
     def read(self, indices: np.ndarray) -> list[Any]:  # dicts, where RecordFile says bytes
         """The rows at local `indices` (any order, repeats allowed), in that order: the row
         groups they fall in are decoded (or found decoded) once, then their rows taken."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(self)
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            bad = int(idx[(idx < 0) | (idx >= n)][0])
-            raise RecordIndexError(f"{self.path}: row {bad} is out of range for a file of {n} rows")
+        idx = checked_indices(indices, n, lambda bad: f"{self.path}: row {bad} is out of range "
+                                                      f"for a file of {n} rows")
         if not idx.size:
             return []
         starts = self.row_group_starts

@@ -133,11 +133,9 @@ class ShardedSource(Generic[F]):
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """Batched read: one `read` call per file touched, results in the order asked."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         n = len(self)
-        if idx.size and (idx.min() < 0 or idx.max() >= n):
-            bad = int(idx[(idx < 0) | (idx >= n)][0])
-            raise RecordIndexError(f"record index {bad} is out of range for a source of {n} records")
+        idx = checked_indices(indices, n, lambda bad: f"record index {bad} is out of range "
+                                                      f"for a source of {n} records")
         if not idx.size:
             return []
         file_ids = np.searchsorted(self._starts, idx, side="right") - 1
@@ -226,3 +224,12 @@ class ShardedSource(Generic[F]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.files)} files, {len(self)} records)"
+
+
+def checked_indices(indices: Sequence[int] | np.ndarray, n: int,
+                    message: Callable[[int], str]) -> np.ndarray:
+    """`indices` as a flat int64 array, each in [0, n); RecordIndexError(message(first bad))."""
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise RecordIndexError(message(int(idx[(idx < 0) | (idx >= n)][0])))
+    return idx
