@@ -10,6 +10,8 @@ Pillow (images) is imported on first use: `pip install tpufeed[images]`.
 [[1, 1, 1, 0, 0, 0, 0, 0]]
 """
 
+from tpufeed.transforms.color import ColorJitter
+from tpufeed.transforms.crops import RandomResizedCrop, ResizedCenterCrop, sample_crop_box
 from tpufeed.transforms.example import ParseExample, encode_example, parse_example
 from tpufeed.transforms.features import Cast, Rename, Select
 from tpufeed.transforms.image import (CenterCrop, DecodeImage, Normalize, RandomCrop,
@@ -22,18 +24,22 @@ __all__ = [
     "ByteTokenizer",
     "Cast",
     "CenterCrop",
+    "ColorJitter",
     "DecodeImage",
     "Normalize",
     "PackSequences",
     "ParseExample",
     "RandomCrop",
     "RandomFlip",
+    "RandomResizedCrop",
     "Rename",
     "Resize",
+    "ResizedCenterCrop",
     "Select",
     "Tokenize",
     "decode_image",
     "encode_example",
     "pack_sequences",
     "parse_example",
+    "sample_crop_box",
 ]

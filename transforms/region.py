@@ -1,0 +1,196 @@
+"""Decode only what a crop needs: a region of an encoded image, resized, at reduced JPEG scale.
+
+A crop box is chosen on the image's full-size coordinates (read from the header, nothing
+decoded), so it is the same box whichever decoder runs. A JPEG is then decoded at the smallest
+DCT scale (1, 1/2, 1/4, 1/8) that still gives the box at least the target size, and the box is
+resampled from that. Other formats (PNG, GIF, WebP...) are decoded whole by Pillow.
+
+Two backends, chosen on measurements (docs/images.md): "opencv" (cv2.imdecode with
+IMREAD_REDUCED_*, then a bilinear warp of the box, or INTER_AREA when shrinking more than 2x)
+and "pillow" (Image.draft, then Image.resize with the box, antialiased bilinear). "auto" takes
+OpenCV when `cv2` imports, else Pillow. Both are imported on first use.
+
+>>> box = (10.0, 20.0, 300.0, 400.0)  # top, left, height, width on the full-size image
+>>> decode_region(data, box, (224, 224)).shape  # doctest: +SKIP
+(224, 224, 3)
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.transforms.image import decode_image, load_pillow
+
+__all__ = ["BACKENDS", "decode_region", "image_size", "is_jpeg", "resize_region", "resolve_backend"]
+
+BACKENDS = ("auto", "opencv", "pillow")
+Box = tuple[float, float, float, float]  # top, left, height, width (full-size pixels)
+_SCALES = (8, 4, 2, 1)  # JPEG DCT scaling: the output is 1/f of the image on each side
+
+
+@lru_cache(maxsize=1)
+def _opencv() -> Any:
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2
+
+
+def resolve_backend(backend: str) -> str:
+    """"opencv" or "pillow" for a backend name; "auto" is OpenCV when it imports."""
+    if backend not in BACKENDS:
+        raise InvalidArgumentError(f"decoder backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "pillow":
+        load_pillow()
+        return backend
+    if _opencv() is not None:
+        return "opencv"
+    if backend == "opencv":
+        raise InvalidArgumentError("decoder backend 'opencv' needs cv2: "
+                                   "`pip install opencv-python-headless` (or backend='auto')")
+    load_pillow()
+    return "pillow"
+
+
+def is_jpeg(data: bytes) -> bool:
+    return bytes(data[:3]) == b"\xff\xd8\xff"
+
+
+def image_size(data: bytes) -> tuple[int, int]:
+    """(height, width) of an encoded image, read from its header without decoding the pixels."""
+    image_module = load_pillow()
+    try:
+        with image_module.open(io.BytesIO(data)) as image:
+            width, height = image.size
+    except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
+        raise ValueError(f"cannot read image header ({len(data)} bytes, starting "
+                         f"{bytes(data[:8])!r}): {type(e).__name__}: {e}") from None
+    return height, width
+
+
+def _check_box(box: Box, height: int, width: int) -> None:
+    top, left, h, w = box
+    if not (h > 0 and w > 0 and top >= 0 and left >= 0 and top + h <= height + 1e-6
+            and left + w <= width + 1e-6):
+        raise ValueError(f"crop box (top, left, height, width) {box} is not inside the "
+                         f"{height}x{width} image")
+
+
+def _scale_for(box: Box, size: tuple[int, int]) -> int:
+    """The largest DCT reduction that keeps the box at least `size` on both sides."""
+    _, _, h, w = box
+    return next(f for f in _SCALES if f == 1 or (h / f >= size[0] and w / f >= size[1]))
+
+
+def decode_region(data: bytes, box: Box, size: tuple[int, int], mode: str = "RGB",
+                  backend: str = "auto") -> np.ndarray:
+    """uint8 (size[0], size[1], channels): the `box` of the encoded image, resampled to `size`.
+
+    JPEGs in mode RGB or L decode at reduced scale where the box allows; anything else decodes
+    whole with Pillow (`decode_image`) and is then resampled the same way.
+    """
+    backend = resolve_backend(backend)
+    if not is_jpeg(data) or mode not in ("RGB", "L"):
+        image = decode_image(data, mode)
+        _check_box(box, *image.shape[:2])
+        return resize_region(image, box, size, backend)
+    scale = _scale_for(box, size)
+    if backend == "opencv":
+        image = _decode_opencv(data, scale, mode)
+    else:
+        image, scale = _decode_pillow(data, scale, mode)
+    top, left, h, w = box
+    # Reduced pixel k covers full-size pixels [k*f, (k+1)*f): box edges scale by 1/f exactly.
+    reduced = (top / scale, left / scale, h / scale, w / scale)
+    _check_box(reduced, *image.shape[:2])
+    out = resize_region(image, reduced, size, backend)
+    if backend == "opencv" and mode == "RGB":
+        out = np.ascontiguousarray(out[:, :, ::-1])  # BGR -> RGB, on the small output
+    return out
+
+
+def _decode_opencv(data: bytes, scale: int, mode: str) -> np.ndarray:
+    cv2 = _opencv()
+    color = mode == "RGB"
+    flag = {1: cv2.IMREAD_COLOR if color else cv2.IMREAD_GRAYSCALE,
+            2: cv2.IMREAD_REDUCED_COLOR_2 if color else cv2.IMREAD_REDUCED_GRAYSCALE_2,
+            4: cv2.IMREAD_REDUCED_COLOR_4 if color else cv2.IMREAD_REDUCED_GRAYSCALE_4,
+            8: cv2.IMREAD_REDUCED_COLOR_8 if color else cv2.IMREAD_REDUCED_GRAYSCALE_8}[scale]
+    # Pillow and the header size ignore EXIF orientation; OpenCV would apply it.
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), flag | cv2.IMREAD_IGNORE_ORIENTATION)
+    if image is None:
+        raise ValueError(f"cannot decode image ({len(data)} bytes, starting {bytes(data[:8])!r}): "
+                         f"OpenCV could not decode it as JPEG")
+    return image[:, :, None] if image.ndim == 2 else image
+
+
+def _decode_pillow(data: bytes, scale: int, mode: str) -> tuple[np.ndarray, int]:
+    """The image at 1/scale, and the scale Pillow's draft() took (it rounds sizes down)."""
+    image_module = load_pillow()
+    try:
+        with image_module.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            if scale > 1:
+                # draft() takes the largest reduction leaving the image at least this size.
+                image.draft(mode, (max(1, width // scale), max(1, height // scale)))
+                scale = next((f for f in _SCALES if image.size == (math.ceil(width / f),
+                                                                   math.ceil(height / f))), 1)
+            array = np.asarray(image.convert(mode))
+    except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
+        raise ValueError(f"cannot decode image ({len(data)} bytes, starting "
+                         f"{bytes(data[:8])!r}): {type(e).__name__}: {e}") from None
+    return (array[:, :, None] if array.ndim == 2 else array), scale
+
+
+def resize_region(image: np.ndarray, box: Box, size: tuple[int, int],
+                  backend: str = "auto") -> np.ndarray:
+    """uint8 (size[0], size[1], channels): `box` of a uint8 image, resampled bilinearly.
+
+    Pixel centres sit at half-integers of the box's coordinates (as in Pillow and OpenCV's
+    resize), so a box may start or end between pixels.
+    """
+    backend = resolve_backend(backend)
+    _check_box(box, *image.shape[:2])
+    channels = image.shape[2]
+    if backend == "pillow":
+        out = _resize_pillow(image, box, size)
+    else:
+        out = _resize_opencv(image, box, size)
+    return out.reshape(size[0], size[1], channels)
+
+
+def _resize_pillow(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.ndarray:
+    image_module = load_pillow()
+    top, left, h, w = box
+    pil = image_module.fromarray(image[:, :, 0] if image.shape[2] == 1 else image)
+    return np.asarray(pil.resize((size[1], size[0]), image_module.Resampling.BILINEAR,
+                                 box=(left, top, left + w, top + h)))
+
+
+def _resize_opencv(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.ndarray:
+    cv2 = _opencv()
+    top, left, h, w = box
+    sy, sx = h / size[0], w / size[1]
+    if max(sy, sx) > 2:
+        # Shrinking more than 2x: bilinear would skip pixels (aliasing); area averaging does not.
+        t, l_ = int(round(top)), int(round(left))
+        b, r = max(t + 1, int(round(top + h))), max(l_ + 1, int(round(left + w)))
+        return cv2.resize(image[t:b, l_:r], (size[1], size[0]), interpolation=cv2.INTER_AREA)
+    # Only the box (and one pixel around it) is resampled; the warp maps each output pixel
+    # centre to its exact, fractional source position, borders replicated like Pillow's.
+    t0, l0 = max(0, int(math.floor(top)) - 1), max(0, int(math.floor(left)) - 1)
+    t1 = min(image.shape[0], int(math.ceil(top + h)) + 1)
+    l1 = min(image.shape[1], int(math.ceil(left + w)) + 1)
+    window = image[t0:t1, l0:l1]
+    matrix = np.array([[sx, 0.0, left + 0.5 * sx - 0.5 - l0],
+                       [0.0, sy, top + 0.5 * sy - 0.5 - t0]], np.float64)
+    return cv2.warpAffine(window, matrix, (size[1], size[0]),
+                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                          borderMode=cv2.BORDER_REPLICATE)
