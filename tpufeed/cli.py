@@ -138,6 +138,8 @@ def _build(args: argparse.Namespace) -> int:
                                       else "array_record")
         config = BuildConfig(inputs=tuple(args.input), output=args.output,
                              num_shards=args.num_shards, file_format=file_format,
+                             workers=args.workers, block_bytes=args.block_mb << 20,
+                             max_shard_bytes=args.max_shard_mb << 20,
                              record_format=args.record_format,
                              transforms=tuple(args.transform), max_bad=args.max_bad,
                              beam_args=tuple(args.beam_args), overwrite=args.overwrite)
@@ -236,7 +238,16 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
     build.add_argument("--overwrite", action="store_true",
                        help="replace the dataset already in --output (refused otherwise)")
-    build.add_argument("--num-shards", type=positive_int, default=1, help="shards to write")
+    build.add_argument("--num-shards", type=positive_int, default=None,
+                       help="shards to write (default: one per ~256 MB of input)")
+    build.add_argument("--workers", type=positive_int, default=1,
+                       help="local worker processes (Beam's multi_processing mode); the "
+                            "shards are byte-identical for any count")
+    build.add_argument("--max-shard-mb", type=positive_int, default=2048,
+                       help="refuse a --num-shards that makes a shard larger than this (one "
+                            "worker holds a shard while writing it)")
+    build.add_argument("--block-mb", type=positive_int, default=64,
+                       help="inputs are read in blocks of about this size, in parallel")
     build.add_argument("--format", choices=writable_formats(), default=None,
                        help="shard file format (default: tfrecord with --record-format "
                             "tf_example, which tf.data reads; else array_record)")

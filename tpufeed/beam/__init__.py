@@ -22,7 +22,7 @@ __all__ = ["BuildConfig", "WriteShards", "beam_option_names", "build", "in_proce
            "unknown_beam_args"]
 
 _LAZY = {"WriteShards": "tpufeed.beam.write_shards", "BuildConfig": "tpufeed.beam.build_pipeline",
-         "build": "tpufeed.beam.build_pipeline", "in_process_runner": "tpufeed.beam.build_pipeline",
+         "build": "tpufeed.beam.build_pipeline", "in_process_runner": "tpufeed.beam.build_runner",
          "beam_option_names": "tpufeed.beam.pipeline_args",
          "unknown_beam_args": "tpufeed.beam.pipeline_args"}
 

@@ -1,10 +1,14 @@
-"""The `tpufeed build` pipeline: raw inputs -> --transform functions -> WriteShards.
+"""The `tpufeed build` pipeline: raw inputs -> blocks -> --transform functions -> shards.
 
-Records keep their input order: each gets the order key (input file, record, output) and
-shards are contiguous runs of that order. A malformed input record or a transform that
-raises stops the build with an error naming the file and line, unless `max_bad` allows
-skipping it; skips are counted, listed in the manifest, and more than `max_bad` of them
-fail the build before anything is finalized.
+Records keep their input order. The inputs are cut into deterministic blocks (see `blocks`);
+a worker reads one block, runs the transforms and encodes, and sends the records on in chunks
+that carry (block, position in the block). The blocks' record counts become each block's first
+rank (prefix sums, one small side input), so rank = block start + position, and shards are
+contiguous runs of that order, balanced within one record (see `write_shards`). No step sees
+every record on one key, and the result depends on the inputs alone, never on bundles or
+workers. A malformed input record or a transform that raises stops the build with an error
+naming the file and line, unless `max_bad` allows skipping it; skips are counted, listed in
+the manifest, and more than `max_bad` of them fail the build before the manifest is written.
 
 >>> build(BuildConfig(inputs=("raw/*.jsonl",), output="ds", num_shards=4))  # doctest: +SKIP
 {'records_in': 1000, 'records_out': 1000, 'skipped': 0, 'filtered': 0, 'shards': 4, ...}
@@ -15,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import signal
 import threading
@@ -26,57 +29,70 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pvalue import AsSingleton, TaggedOutput
 
-from tpufeed.beam import ranking, shard_files
+from tpufeed.beam import shard_files
+from tpufeed.beam.blocks import (DEFAULT_BLOCK_BYTES, Block, BlockStart, count_block,
+                                 file_starts, needs_count, plan_blocks, read_block)
 from tpufeed.beam.build_progress import progress
-from tpufeed.beam.inputs import InputFile, Malformed, expand_inputs, read_input
+from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
+from tpufeed.beam.inputs import Malformed, expand_inputs
+from tpufeed.beam.shard_size import DEFAULT_MAX_SHARD_BYTES, check_shard_size, input_bytes, suggest_num_shards
 from tpufeed.beam.user_transforms import (TransformChain, load_transform, normalize_record,
                                           resolve_spec)
-from tpufeed.beam.write_shards import ShardEncoded, encode_record
+from tpufeed.beam.write_shards import ShardChunks, encode_record
 from tpufeed._words import plural
 from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError, TransformError
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.manifest import MANIFEST_NAME
 from tpufeed.sources.record_formats import RecordFormat, get_record_format
 
-__all__ = ["BuildConfig", "build", "in_process_runner"]
+__all__ = ["BuildConfig", "build"]
 
 log = logging.getLogger("tpufeed.build")
 _EXAMPLES = 20
 _PROGRESS_EVERY_S = 5.0
+_CHUNK_RECORDS = 4096  # records of one chunk: few elements for the runner, small to hold
+_CHUNK_BYTES = 8 << 20
 
 
-def in_process_runner() -> beam.runners.PipelineRunner:
-    """Beam's in-process runner; unlike the plain DirectRunner it never downloads Prism."""
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-    return FnApiRunner()
+def _positive_int(value: object, option: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(f"{option} must be a positive int, got {value!r}")
 
 
 @dataclass(frozen=True)
 class BuildConfig:
     """What to build; `beam_args` are Beam pipeline options (`--runner DataflowRunner ...`).
     A folder that already holds a dataset is replaced only with `overwrite=True`.
-    `record_format`: "codec" (tpufeed's) or "tf_example" (`tf.train.Example`)."""
+    `record_format`: "codec" (tpufeed's) or "tf_example" (`tf.train.Example`).
+    `num_shards=None` picks shards of about 256 MB of input; a count that would make a shard
+    larger than `max_shard_bytes` (what one worker holds while writing it) is refused.
+    `workers` local worker processes; `block_bytes` is the size of the blocks inputs are cut into."""
 
     inputs: tuple[str, ...]
     output: str
-    num_shards: int = 1
+    num_shards: int | None = None
     file_format: str = "array_record"
     transforms: tuple[str, ...] = ()
     max_bad: int = 0
     beam_args: tuple[str, ...] = ()
     overwrite: bool = False
     record_format: str = "codec"
+    workers: int = 1
+    block_bytes: int = DEFAULT_BLOCK_BYTES
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str) or not self.inputs:
             raise InvalidArgumentError(f"inputs must be a non-empty list of paths or globs, "
                                        f"got {self.inputs!r}")
-        if not isinstance(self.num_shards, int) or self.num_shards < 1:
-            raise InvalidArgumentError(f"--num-shards must be a positive int, got {self.num_shards!r}")
+        if self.num_shards is not None:
+            _positive_int(self.num_shards, "--num-shards")
+        _positive_int(self.workers, "--workers")
+        _positive_int(self.block_bytes, "block_bytes")
+        _positive_int(self.max_shard_bytes, "max_shard_bytes")
         if get_format(self.file_format, "--format").writer is None:
             raise InvalidArgumentError(f"--format {self.file_format}: tpufeed does not write it")
         get_record_format(self.record_format, "--record-format")
@@ -89,94 +105,93 @@ class BuildConfig:
         object.__setattr__(self, "beam_args", tuple(self.beam_args))
 
 
-class _ReadInput(beam.DoFn):
-    """Reads one input file: records go on, malformed ones to "bad" (or raise, with no skips).
-    Logs each file read with the share of the input done and an ETA (for this worker)."""
+class _ReadBlock(beam.DoFn):
+    """Reads one block, runs the transforms and encodes: chunks (block, position, [bytes],
+    kinds); malformed records and failed transforms go to "bad" (or raise, with no skips), and
+    (records read, records filtered) to "stats". Logs each block, and every few seconds the
+    records done, with this worker's share of the input bytes and an ETA."""
 
-    def __init__(self, fail_fast: bool, sizes: list[int | None]):
-        self._fail_fast = fail_fast
-        self._files = len(sizes)
-        # Bytes of each input file; None counts files (a folder of images, or a size unknown).
-        self._sizes = None if None in sizes else [size for size in sizes if size is not None]
+    def __init__(self, transforms: tuple[str, ...], fail_fast: bool, record_format: RecordFormat,
+                 total_bytes: int):
+        self._specs, self._fail_fast = transforms, fail_fast
+        self._record_format, self._total_bytes = record_format, total_bytes
         self._read = Metrics.counter("tpufeed", "records_in")
-
-    def setup(self) -> None:
-        self._files_done, self._bytes_done = 0, 0
-        self._start: float | None = None
-
-    def process(self, element: tuple[int, InputFile]) -> Iterator[Any]:
-        file_index, item = element
-        if self._start is None:
-            self._start = time.monotonic()
-        count = bad = 0
-        for index, origin, record in read_input(item):
-            count += 1
-            if isinstance(record, Malformed):
-                bad += 1
-                if self._fail_fast:
-                    raise SourceError(f"{record} (pass --max-bad N to skip up to N bad records)",
-                                      path=item.path, record=index)
-                yield TaggedOutput("bad", str(record))
-            else:
-                yield file_index, index, origin, record
-        self._read.inc(count)
-        self._files_done += 1
-        elapsed = time.monotonic() - self._start
-        if self._sizes is None:
-            done = progress(self._files_done, self._files, elapsed)
-        else:
-            self._bytes_done += self._sizes[file_index]
-            done = progress(self._bytes_done, sum(self._sizes), elapsed, " of the input bytes")
-        log.info("read %s: %s%s (input %d of %d; %s)", item.path, plural(count, "record"),
-                 f", {bad} malformed" if bad else "", self._files_done, self._files, done)
-
-
-class _Process(beam.DoFn):
-    """Runs the transforms and encodes: (order key, (bytes, kind)); failures go to "bad".
-    Every few seconds logs the records done of those read, with an ETA (for this worker)."""
-
-    def __init__(self, transforms: tuple[str, ...], paths: list[str], fail_fast: bool,
-                 record_format: RecordFormat):
-        self._specs, self._paths, self._fail_fast = transforms, paths, fail_fast
-        self._record_format = record_format
         self._out = Metrics.counter("tpufeed", "records_out")
         self._chain: TransformChain | None = None
 
     def setup(self) -> None:
         self._chain = TransformChain(self._specs)
-        self._done, self._last_log = 0, time.monotonic()
+        self._blocks = self._bytes_done = self._records_done = 0
         self._start: float | None = None
+        self._last_log = time.monotonic()
 
-    def process(self, element: tuple[int, int, str, Any], total: int) -> Iterator[Any]:
-        file_index, index, origin, record = element
+    def _bad(self, message: str, error: Exception | None, path: str, index: int) -> Any:
+        if not self._fail_fast:
+            return TaggedOutput("bad", message)
+        hint = " (pass --max-bad N to skip up to N bad records)"
+        if error is None:
+            raise SourceError(f"{message}{hint}", path=path, record=index)
+        tb = getattr(error, "traceback_text", None) or ""
+        raise TransformError(f"{message}{hint}{chr(10) + tb if tb else ''}", record=index,
+                             path=path, traceback_text=tb or None) from error
+
+    def process(self, block: Block, starts: dict[int, BlockStart]) -> Iterator[Any]:
         if self._chain is None:
             raise TpufeedError("the transforms are loaded by setup(), which Beam calls first")
         if self._start is None:
             self._start = time.monotonic()
-        try:
-            outputs = self._chain(record, file_index, index)
-            encoded = [encode_record(normalize_record(r), origin, self._record_format)
-                       for r in outputs]
-        except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
-            if self._fail_fast:
-                tb = getattr(e, "traceback_text", None) or ""
-                raise TransformError(f"{origin}: {e} (pass --max-bad N to skip up to N bad "
-                                     f"records){chr(10) + tb if tb else ''}", record=index,
-                                     path=self._paths[file_index],
-                                     traceback_text=tb or None) from e
-            yield TaggedOutput("bad", f"{origin}: {e}")
-            return
-        if not encoded:
-            yield TaggedOutput("filtered", 1)
-        for sub, item in enumerate(encoded):
-            yield ranking.order_key((file_index, index, sub)), item
-        self._out.inc(len(encoded))
-        self._done += 1
+        datas: list[bytes] = []
+        kinds = bytearray()
+        position = size = read = filtered = 0
+        for index, origin, record in read_block(block, starts[block.id]):
+            read += 1
+            if isinstance(record, Malformed):
+                yield self._bad(str(record), None, block.path, index)
+                continue
+            try:
+                outputs = self._chain(record, block.file_index, index)
+                encoded = [encode_record(normalize_record(r), origin, self._record_format)
+                           for r in outputs]
+            except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
+                yield self._bad(f"{origin}: {e}", e, block.path, index)
+                continue
+            filtered += not encoded
+            for data, kind in encoded:
+                datas.append(data)
+                kinds.append(kind)
+                size += len(data)
+            if len(datas) >= _CHUNK_RECORDS or size >= _CHUNK_BYTES:
+                yield block.id, position, datas, bytes(kinds)
+                position += len(datas)
+                datas, kinds, size = [], bytearray(), 0
+            self._log_progress(read)
+        if datas:
+            yield block.id, position, datas, bytes(kinds)
+        self._read.inc(read)
+        self._out.inc(position + len(datas))
+        yield TaggedOutput("stats", (read, filtered))
+        self._blocks += 1
+        self._records_done += read
+        self._bytes_done += block.size
+        log.info("read %s: %s (%s by this worker; %s)", block.describe(), plural(read, "record"),
+                 plural(self._blocks, "block"), self._share())
+
+    def _share(self) -> str:
+        return progress(self._bytes_done, self._total_bytes, time.monotonic() - (self._start or 0),
+                        " of the input bytes")
+
+    def _log_progress(self, read: int) -> None:
         now = time.monotonic()
         if now - self._last_log >= _PROGRESS_EVERY_S:
             self._last_log = now
-            log.info("processed %s of %s (%s)", f"{self._done:,}", plural(total, "record"),
-                     progress(self._done, total, now - self._start))
+            log.info("processed %s records (this worker)", f"{self._records_done + read:,}")
+
+
+def _sum_stats(stats: Any) -> tuple[int, int]:
+    read = filtered = 0
+    for r, f in stats:
+        read, filtered = read + r, filtered + f
+    return read, filtered
 
 
 class _BadRecords(beam.CombineFn):
@@ -205,8 +220,8 @@ class _CheckBad(beam.DoFn):
     def __init__(self, max_bad: int):
         self._max_bad = max_bad
 
-    def process(self, _: Any, read: int, bad: tuple[int, list[str]], filtered: int) -> Iterator[dict]:
-        count, examples = bad
+    def process(self, _: Any, stats: tuple[int, int], bad: tuple[int, list[str]]) -> Iterator[dict]:
+        (read, filtered), (count, examples) = stats, bad
         if count > self._max_bad:
             listed = "\n  ".join(examples)
             raise SourceError(f"{count} bad records, more than --max-bad {self._max_bad}; the "
@@ -217,88 +232,37 @@ class _CheckBad(beam.DoFn):
                "filtered": filtered}
 
 
-def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, files: list[InputFile]) -> ShardEncoded:
+def _block_starts(counts: list[tuple[int, tuple[int, int]]], blocks: list[Block]) -> dict[int, BlockStart]:
+    known = {b.id: (b.count, 0) for b in blocks if b.count is not None}
+    return file_starts(blocks, {**known, **dict(counts)})
+
+
+def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, blocks: list[Block],
+                    num_shards: int) -> ShardChunks:
     fail_fast = config.max_bad == 0
-    read = (p | "Inputs" >> beam.Create(list(enumerate(files)))
-            | "Read" >> beam.ParDo(_ReadInput(fail_fast, [_input_bytes(f) for f in files]))
-            .with_outputs("bad", main="records"))
-    ok = read.records | "ReadOk" >> beam.Map(lambda _: 1)
-    n_ok = ok | "CountOk" >> beam.CombineGlobally(sum)  # the total that progress counts to
-    processed = (read.records | "Spread" >> beam.Reshuffle()
-                 | "Process" >> beam.ParDo(_Process(config.transforms, [f.path for f in files],
-                                                    fail_fast,
-                                                    get_record_format(config.record_format)),
-                                           AsSingleton(n_ok))
-                 .with_outputs("bad", "filtered", main="records"))
-    bad = ((read.bad, processed.bad) | "AllBad" >> beam.Flatten()
-           | "CountBad" >> beam.CombineGlobally(_BadRecords()))
-    n_read = ((ok, read.bad | "ReadBad" >> beam.Map(lambda _: 1))
-              | "AllRead" >> beam.Flatten() | "CountRead" >> beam.CombineGlobally(sum))
-    n_filtered = processed.filtered | "CountFiltered" >> beam.CombineGlobally(sum)
+    to_count = [b for b, after in zip(blocks, blocks[1:] + [None])
+                if b.count is None and needs_count(b, after)]
+    starts = (p | "BlocksToCount" >> beam.Create(to_count)
+              | "CountBlock" >> beam.Map(lambda b: (b.id, count_block(b)))
+              | "AllCounts" >> beam.combiners.ToList()
+              | "FileStarts" >> beam.Map(_block_starts, blocks))
+    read = (p | "Blocks" >> beam.Create(blocks)
+            | "ReadBlock" >> beam.ParDo(
+                _ReadBlock(config.transforms, fail_fast, get_record_format(config.record_format),
+                           sum(b.size for b in blocks)), AsSingleton(starts))
+            .with_outputs("bad", "stats", main="chunks"))
+    bad = read.bad | "CountBad" >> beam.CombineGlobally(_BadRecords())
+    stats = read.stats | "CountRead" >> beam.CombineGlobally(_sum_stats)
     info = (p | "Check" >> beam.Create([None])
-            | "CheckBad" >> beam.ParDo(_CheckBad(config.max_bad), AsSingleton(n_read),
-                                       AsSingleton(bad), AsSingleton(n_filtered)))
-    writer = ShardEncoded(
-        config.output, config.num_shards, config.file_format, record_format=config.record_format,
+            | "CheckBad" >> beam.ParDo(_CheckBad(config.max_bad), AsSingleton(stats),
+                                       AsSingleton(bad)))
+    writer = ShardChunks(
+        config.output, num_shards, config.file_format, record_format=config.record_format,
         build={"order": "input", "inputs": list(config.inputs),
                "transforms": list(config.transforms), "max_bad": config.max_bad},
         info=info)
-    processed.records | "WriteShards" >> writer
+    read.chunks | "WriteShards" >> writer
     return writer
-
-
-def _input_bytes(item: InputFile) -> int | None:
-    """The size of an input file, for progress; None for a folder or where it is unknown."""
-    try:
-        if "://" in item.path:
-            from apache_beam.io.filesystems import FileSystems
-            return FileSystems.match([item.path])[0].metadata_list[0].size_in_bytes
-        return None if os.path.isdir(item.path) else os.path.getsize(item.path)
-    except Exception:  # noqa: BLE001 - progress is best effort; the read reports real errors
-        return None
-
-
-_IN_PROCESS_RUNNERS = {None, "directrunner", "direct", "fnapirunner", "switchingdirectrunner",
-                       "apache_beam.runners.portability.fn_api_runner.fnapirunner"}
-
-
-def _runner(options: PipelineOptions) -> beam.runners.PipelineRunner | None:
-    """The in-process runner unless --runner names another; refuses its unsafe modes."""
-    name = options.view_as(StandardOptions).runner
-    workers = options.view_as(DirectOptions).direct_num_workers
-    if (name is None or name.lower() in _IN_PROCESS_RUNNERS) and workers not in (None, 1):
-        raise InvalidArgumentError(
-            f"--direct_num_workers={workers}: Beam's in-process runner drops records when it "
-            "runs bundles on several workers (a race in FnApiRunner's buffers, seen with "
-            "apache-beam 2.77), so tpufeed builds locally with one worker; use a cluster "
-            "runner (--runner DataflowRunner, FlinkRunner, SparkRunner) to scale out")
-    return in_process_runner() if name is None else None
-
-
-def _check_counts(result: Any, manifest: dict[str, Any], output: str) -> None:
-    """Cross-checks the manifest against the DoFns' own counters (where the runner has them).
-
-    A runner that loses elements between steps would otherwise leave a consistent-looking
-    dataset with records missing; the manifest is removed and the build fails instead.
-    """
-    try:
-        counters = result.metrics().query(MetricsFilter().with_namespace("tpufeed"))["counters"]
-    except Exception:  # noqa: BLE001 - some runners do not report metrics
-        return
-    totals: dict[str, int] = {}
-    for counter in counters:
-        value = counter.committed if counter.committed is not None else counter.attempted
-        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + (value or 0)
-    expected = {"records_in": manifest["build"]["records_in"],
-                "records_out": manifest["num_records"],
-                "records_written": manifest["num_records"]}
-    wrong = {k: (totals[k], v) for k, v in expected.items() if k in totals and totals[k] != v}
-    if wrong:
-        shard_files.delete_paths([shard_files.join(output, MANIFEST_NAME)])
-        details = ", ".join(f"{k}: steps counted {a}, the manifest has {b}"
-                            for k, (a, b) in wrong.items())
-        raise TpufeedError(f"{output}: the runner lost or repeated records ({details}); the "
-                           "manifest was removed, so the dataset does not open")
 
 
 @contextlib.contextmanager
@@ -347,30 +311,33 @@ def _disk_failure(output: str, error: OSError, outer: str) -> SourceError:
 def build(config: BuildConfig) -> dict[str, Any]:
     """Runs the build and returns its summary (records in/out, skipped, shards, bytes, seconds).
 
-    Ctrl-C raises KeyboardInterrupt, with the temporary shards removed and no manifest written.
+    Ctrl-C raises KeyboardInterrupt, with the half-written shards removed and no manifest written.
     """
     start = time.monotonic()
-    shard_files.check_output(config.output, config.num_shards, config.file_format,
-                             overwrite=config.overwrite)
+    options = PipelineOptions(list(worker_args(config.workers, config.beam_args)))
+    runner = runner_for(options)
     files = expand_inputs(config.inputs)
     for spec in config.transforms:  # fail here, before any work, on a bad name
         load_transform(spec)
-    options = PipelineOptions(list(config.beam_args))
-    runner = _runner(options)
-    log.info("building %s from %s into %s", config.output, plural(len(files), "input file"),
-             plural(config.num_shards, f"{config.file_format} shard"))
+    blocks = plan_blocks(files, config.block_bytes)
+    size = input_bytes(blocks)
+    num_shards = config.num_shards or suggest_num_shards(size)
+    check_shard_size(size, num_shards, config.max_shard_bytes, config.output)
+    shard_files.check_output(config.output, num_shards, config.file_format,
+                             overwrite=config.overwrite)
+    log.info("building %s from %s (%s) into %s", config.output, plural(len(files), "input file"),
+             plural(len(blocks), "block"), plural(num_shards, f"{config.file_format} shard"))
     pipeline = beam.Pipeline(runner=runner, options=options)
-    writer = _pipeline_parts(pipeline, config, files)
+    writer = _pipeline_parts(pipeline, config, blocks, num_shards)
     with _noting_interrupts() as interrupted:
         try:
             result = pipeline.run()
             result.wait_until_finish()
         except BaseException as e:
-            if not shard_files.is_remote(writer.temp_dir):
-                shard_files.delete_paths([writer.temp_dir])
+            writer.remove_partial_files()
             if interrupted.is_set():
-                raise KeyboardInterrupt(f"the build's temporary shards in {config.output} were "
-                                        "removed; no new manifest was written") from None
+                raise KeyboardInterrupt(f"the build's half-written shards in {config.output} "
+                                        "were removed; no new manifest was written") from None
             disk = _os_error_in(e)
             if disk is not None:
                 raise _disk_failure(config.output, disk, str(e)) from e
@@ -379,10 +346,12 @@ def build(config: BuildConfig) -> dict[str, Any]:
     if text is None:
         raise TpufeedError(f"{config.output}: the pipeline finished but wrote no manifest")
     manifest = json.loads(text)
-    _check_counts(result, manifest, writer.output)
+    check_counts(result, manifest, writer.output,
+                 options.view_as(StandardOptions).runner or "FnApiRunner")
     seconds = time.monotonic() - start
     info = manifest["build"]
     return {"output": writer.output, "records_in": info["records_in"],
             "records_out": manifest["num_records"], "skipped": info["skipped"],
             "filtered": info["filtered"], "shards": len(manifest["shards"]),
-            "bytes": sum(s["num_bytes"] for s in manifest["shards"]), "seconds": seconds}
+            "bytes": sum(s["num_bytes"] for s in manifest["shards"]), "seconds": seconds,
+            "blocks": len(blocks), "workers": config.workers}

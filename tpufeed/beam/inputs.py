@@ -35,7 +35,8 @@ from tpufeed.sources.formats import FORMATS, format_for_path
 from tpufeed.sources.tfrecord_format import read_stream
 from tpufeed.transforms.example import parse_example
 
-__all__ = ["InputFile", "Malformed", "expand_inputs", "read_input"]
+__all__ = ["InputFile", "Malformed", "expand_inputs", "image_record", "jsonl_record", "open_input",
+           "read_input"]
 
 _TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
@@ -98,7 +99,7 @@ def expand_inputs(patterns: Sequence[str]) -> list[InputFile]:
     return list(out.values())
 
 
-def _open(path: str) -> BinaryIO:
+def open_input(path: str) -> BinaryIO:
     try:
         if "://" in path:
             from apache_beam.io.filesystems import FileSystems
@@ -110,32 +111,36 @@ def _open(path: str) -> BinaryIO:
         raise SourceError(f"{path}: cannot open: {e}", path=path) from e
 
 
+def jsonl_record(line: bytes, origin: str) -> Any:
+    """The dict of one JSONL line, or a Malformed saying why it is not one."""
+    try:
+        # Without its line end, so that an error at the end of the line is reported
+        # there, not at column 1 of a next line; columns count characters.
+        text = line.decode("utf-8-sig").rstrip("\r\n")  # a BOM may open the file
+        record = json.loads(text)
+    except UnicodeDecodeError as e:
+        return Malformed(origin, f"not UTF-8: {e}")
+    except json.JSONDecodeError as e:
+        end = " (the end of the line)" if e.pos >= len(text) else ""
+        return Malformed(origin, f"invalid JSON: {e.msg} at column {e.colno}{end}")
+    if not isinstance(record, dict):
+        return Malformed(origin, f"expected a JSON object, got {type(record).__name__}")
+    return record
+
+
 def _jsonl(path: str) -> Iterator[tuple[int, str, Any]]:
     index = 0
-    with _open(path) as f:
+    with open_input(path) as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             origin = f"{path} line {number}"
-            try:
-                # Without its line end, so that an error at the end of the line is reported
-                # there, not at column 1 of a next line; columns count characters.
-                text = line.decode("utf-8-sig").rstrip("\r\n")  # a BOM may open the file
-                record = json.loads(text)
-            except UnicodeDecodeError as e:
-                record = Malformed(origin, f"not UTF-8: {e}")
-            except json.JSONDecodeError as e:
-                end = " (the end of the line)" if e.pos >= len(text) else ""
-                record = Malformed(origin, f"invalid JSON: {e.msg} at column {e.colno}{end}")
-            else:
-                if not isinstance(record, dict):
-                    record = Malformed(origin, f"expected a JSON object, got {type(record).__name__}")
-            yield index, origin, record
+            yield index, origin, jsonl_record(line, origin)
             index += 1
 
 
 def _csv(path: str) -> Iterator[tuple[int, str, Any]]:
-    with _open(path) as raw:
+    with open_input(path) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
         reader = csv.reader(text)
         try:
@@ -170,7 +175,7 @@ def _csv(path: str) -> Iterator[tuple[int, str, Any]]:
 
 
 def _tfrecord(path: str) -> Iterator[tuple[int, str, Any]]:
-    with _open(path) as f:
+    with open_input(path) as f:
         for index, data in enumerate(read_stream(f, path)):
             origin = f"{path} record {index}"
             try:
@@ -223,19 +228,24 @@ def _images(folder: str) -> Iterator[tuple[int, str, Any]]:
     classes = {name: i for i, name in enumerate(sorted({rel.split(os.sep)[0] for rel in files}))}
     for index, rel in enumerate(files):
         path = os.path.join(folder, rel)
-        with open(path, "rb") as f:
-            data = f.read()
-        try:
-            with image_module.open(io.BytesIO(data)) as image:
-                image.verify()
-        except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
-            yield index, path, Malformed(path, f"cannot decode image: {type(e).__name__}: {e}")
-            continue
-        record: dict[str, Any] = {"image": data, "path": rel.replace(os.sep, "/")}
-        if labelled:
-            record["class_name"] = rel.split(os.sep)[0]
-            record["label"] = classes[record["class_name"]]
-        yield index, path, record
+        yield index, path, image_record(image_module, path, rel, classes if labelled else None)
+
+
+def image_record(image_module: Any, path: str, rel: str, classes: dict[str, int] | None) -> Any:
+    """The record of one image file (bytes, path, and class from its folder when `classes`
+    is given), or a Malformed when Pillow cannot decode it."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        with image_module.open(io.BytesIO(data)) as image:
+            image.verify()
+    except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
+        return Malformed(path, f"cannot decode image: {type(e).__name__}: {e}")
+    record: dict[str, Any] = {"image": data, "path": rel.replace(os.sep, "/")}
+    if classes is not None:
+        record["class_name"] = rel.split(os.sep)[0]
+        record["label"] = classes[record["class_name"]]
+    return record
 
 
 _READERS = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet, "tfrecord": _tfrecord,

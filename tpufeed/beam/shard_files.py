@@ -1,14 +1,15 @@
-"""Shard files of a build: written under temporary names, then finalized with the manifest last.
+"""Shard files of a build: each written in place by its writer, the manifest last.
 
-Each format's writer comes from `tpufeed.sources.formats`. Local outputs use `os` (renames
-are atomic); `gs://` and other remote outputs go through Beam's `FileSystems` (a shard is
-written to a local temporary file first, because the ArrayRecord writer needs a local path,
-then uploaded; object uploads are atomic).
+Each format's writer comes from `tpufeed.sources.formats`. Local outputs use `os`: a shard is
+written under a temporary name in the output folder and renamed there (atomic, no copy);
+`gs://` and other remote outputs go through Beam's `FileSystems` (a shard is written to a
+local temporary file first, because the ArrayRecord writer needs a local path, then uploaded
+under its final name; object uploads are atomic, so no remote rename is needed).
 
-Finalize order: remove the old manifest (so the folder never pairs an old manifest with new
-shards), move the shards to their final names, delete shards of the old manifest that the new
-one does not name, remove the temporary folder, and write the new manifest. Every step is safe
-to repeat, so a retried finalize (a runner may retry a failed bundle) completes the job.
+Order: remove the old manifest before any shard is written (so the folder never pairs an old
+manifest with new shards), write the shards in parallel, then delete shards of the old
+manifest that the new one does not name and write the new manifest. Every step is safe to
+repeat, so a retried step (a runner may retry a failed bundle) completes the job.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from tpufeed.sources.formats import get_format
 from tpufeed.sources.manifest import MANIFEST_NAME, file_crc32c, safe_shard_path
 
 __all__ = ["check_output", "delete_paths", "exists", "finalize", "is_remote", "join",
-           "manifest_text", "read_text", "shard_name", "temp_dir", "write_shard_file"]
+           "manifest_text", "old_shard_names", "read_text", "remove_partial", "shard_name",
+           "write_shard_file", "write_shard_in_place"]
 
 log = logging.getLogger("tpufeed.build")
 _UPLOAD_CHUNK = 8 << 20
@@ -45,8 +47,16 @@ def shard_name(prefix: str, index: int, num_shards: int, file_format: str) -> st
     return f"{prefix}-{index:05d}-of-{num_shards:05d}{get_format(file_format).extension}"
 
 
-def temp_dir(output: str, build_id: str) -> str:
-    return join(output, f".tpufeed-tmp-{build_id}")
+def _partial_name(name: str, build_id: str) -> str:
+    return f".{name}.tpufeed-tmp-{build_id}"
+
+
+def remove_partial(output: str, build_id: str) -> None:
+    """Removes the half-written local shards of build `build_id` (after a failed build)."""
+    if is_remote(output) or not os.path.isdir(output):
+        return
+    suffix = f".tpufeed-tmp-{build_id}"
+    delete_paths([os.path.join(output, n) for n in os.listdir(output) if n.endswith(suffix)])
 
 
 def check_output(output: str, num_shards: int, file_format: str, *, overwrite: bool,
@@ -133,6 +143,23 @@ def write_shard_file(path: str, records: Iterable[bytes], file_format: str,
     return count, size, crc
 
 
+def write_shard_in_place(output: str, name: str, build_id: str, records: Iterable[bytes],
+                         file_format: str, options: str | None) -> tuple[int, int, str]:
+    """Writes shard `name` into `output`: locally under a temporary name then renamed in the
+    same folder, remotely uploaded under its name. Returns (records, bytes, CRC32C hex)."""
+    final = join(output, name)
+    if is_remote(output):
+        return write_shard_file(final, records, file_format, options)
+    partial = join(output, _partial_name(name, build_id))
+    try:
+        result = write_shard_file(partial, records, file_format, options)
+        os.replace(partial, final)
+    except BaseException:
+        delete_paths([partial])
+        raise
+    return result
+
+
 def exists(path: str) -> bool:
     if not is_remote(path):
         return os.path.exists(path)
@@ -151,14 +178,6 @@ def delete_paths(paths: list[str]) -> None:
             from apache_beam.io.filesystems import FileSystems
             if FileSystems.exists(path):
                 FileSystems.delete([path])
-
-
-def _move(src: str, dst: str) -> None:
-    if not is_remote(src):
-        os.replace(src, dst)
-        return
-    from apache_beam.io.filesystems import FileSystems
-    FileSystems.rename([src], [dst])
 
 
 def read_text(path: str) -> str | None:
@@ -197,7 +216,7 @@ def manifest_text(manifest: dict[str, Any]) -> str:
     return json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False) + "\n"
 
 
-def _old_shard_names(output: str) -> list[str]:
+def old_shard_names(output: str) -> list[str]:
     """Shard names of a manifest already in `output` that are plain names in the folder."""
     try:
         text = read_text(join(output, MANIFEST_NAME))
@@ -209,26 +228,17 @@ def _old_shard_names(output: str) -> list[str]:
             and n not in (".", "..", MANIFEST_NAME)]
 
 
-def finalize(output: str, tmp: str, manifest: dict[str, Any]) -> None:
-    """Moves the temporary shards of `manifest` into `output`, then writes the manifest."""
+def finalize(output: str, manifest: dict[str, Any], old_names: Iterable[str] = ()) -> None:
+    """Deletes the shards of a replaced dataset (`old_names`) that `manifest` does not name,
+    then writes the manifest: the one file that makes the folder a dataset."""
     names = [shard["path"] for shard in manifest["shards"]]
     manifest_path = join(output, MANIFEST_NAME)
     if not is_remote(output):
         os.makedirs(output, exist_ok=True)
         for name in names:  # names are ours, but a folder may hold symlinks: check anyway
             safe_shard_path(output, name, manifest_path)
-    stale = [n for n in _old_shard_names(output) if n not in names]
-    delete_paths([manifest_path])
-    for shard, name in zip(manifest["shards"], names):
-        src, dst = join(tmp, name), join(output, name)
-        if exists(src):
-            _move(src, dst)
-        elif not exists(dst):
-            raise SourceError(f"cannot finalize {output}: shard {src} is missing "
-                              "(was the temporary folder removed during the build?)", path=src)
-        log.debug("shard %s: %d records, %d bytes, crc32c %s", dst, shard["num_records"],
-                  shard["num_bytes"], shard["crc32c"])
-    delete_paths([join(output, n) for n in stale] + [tmp])
+    stale = [n for n in old_names if n not in names]
+    delete_paths([join(output, n) for n in stale])
     _write_text(manifest_path, manifest_text(manifest))
     log.info("manifest %s: %s, %s", manifest_path, plural(len(names), "shard"),
              plural(manifest["num_records"], "record"))

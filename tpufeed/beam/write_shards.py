@@ -10,14 +10,19 @@
 `tpufeed.sources.tf_example_records`), which tf.data (TFRecord shards) and Grain (ArrayRecord
 shards, with a parse step) read without tpufeed; `Dataset.open` decodes either kind.
 
-How it works (see `ranking` for the arithmetic): each record gets a sort key, keys are cut
-into buckets at approximate quantiles, each bucket is sorted and its records get global
-ranks, and rank p goes to shard `shard_of(p)`. Each shard is sorted in rank order, written
-under a temporary name, and summarised (count, bytes, CRC32C, schema, lengths); a last step
-merges the summaries, moves the shards to their names and writes `manifest.json`. A bucket
-and a shard are each held in one worker's memory while sorted. Dict records travel through
-the pipeline in tpufeed's codec (what their order and the schema are computed from), and are
-stored in the record format when their shard is written.
+How it works (see `ranking` for the arithmetic): records arrive in *chunks*, (block,
+position of the first record in its block, records); blocks are numbered in the dataset's
+order. The records of each block are counted, the counts become each block's first rank
+(prefix sums: one small side input), and a chunk is cut at shard boundaries and sent to its
+shards. A shard's writer puts its pieces in rank order, writes the file in place (a local
+temporary name renamed in the same folder; a remote object is uploaded under its name), and
+yields its summary (count, bytes, CRC32C, schema, lengths). The last step only writes
+`manifest.json`: until then the folder holds no manifest, so a failed build leaves nothing
+that opens. `WriteShards` makes its blocks from the records' keys: ranges of the content hash
+(or, for caller-given order keys, cuts at approximate quantiles), each sorted on one worker.
+A shard is held in one worker's memory while written. Dict records travel in tpufeed's codec
+(what their order and the schema are computed from), and are stored in the record format when
+their shard is written.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
-from apache_beam.pvalue import AsDict, AsList, AsSingleton
+from apache_beam.pvalue import AsList, AsSingleton
 
 import tpufeed
 from tpufeed import codec
@@ -41,11 +46,11 @@ from tpufeed.beam.build_progress import progress
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.sources.formats import get_format
-from tpufeed.sources.manifest import FORMAT, FORMAT_VERSION
+from tpufeed.sources.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME
 from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
 from tpufeed.sources.record_formats import RAW_BYTES, RecordFormat, get_record_format
 
-__all__ = ["CODEC", "RAW", "ShardEncoded", "WriteShards", "encode_record"]
+__all__ = ["CODEC", "RAW", "ShardChunks", "WriteShards", "encode_record"]
 
 CODEC, RAW = 0, 1  # record kinds: tpufeed.codec bytes of a dict, or raw bytes
 _BUCKETS_PER_SHARD = 4
@@ -84,33 +89,67 @@ def _keyed_record(element: Any, keyed: bool,
     return ranking.content_key(data), (data, kind)
 
 
-def _bucket(item: tuple[bytes, Any], quantiles: list[bytes]) -> tuple[int, tuple[bytes, Any]]:
+def _hash_bucket(item: tuple[bytes, Any], buckets: int) -> tuple[int, tuple[bytes, Any]]:
+    """Content keys are uniform hashes: equal ranges of the key space are balanced blocks."""
+    return int.from_bytes(item[0][:8], "big") * buckets >> 64, item
+
+
+def _quantile_bucket(item: tuple[bytes, Any], quantiles: list[bytes]) -> tuple[int, tuple[bytes, Any]]:
     return ranking.bucket_of(item[0], quantiles[1:-1]), item
 
 
-class _RankBucket(beam.DoFn):
-    """Sorts one bucket and sends each record, with its global rank, to its shard."""
+def _sorted_chunk(element: tuple[int, Any]) -> tuple[int, int, list[bytes], bytes]:
+    """One block of WriteShards: its records sorted by (key, bytes), as one chunk."""
+    bucket, items = element
+    ordered = sorted(items, key=lambda item: (item[0], item[1][0]))
+    return bucket, 0, [data for _, (data, _) in ordered], bytes(kind for _, (_, kind) in ordered)
+
+
+def _block_starts(counts: list[tuple[int, int]]) -> dict[str, Any]:
+    """{"starts": first rank of each block, "total": records}: the ranks' side input."""
+    merged: dict[int, int] = {}
+    for block, n in counts:
+        merged[block] = merged.get(block, 0) + n
+    starts, total = ranking.bucket_starts(merged)
+    return {"starts": starts, "total": total}
+
+
+class _SplitChunk(beam.DoFn):
+    """Cuts a chunk at shard boundaries: (shard, (first rank, records, kinds)) pieces."""
 
     def __init__(self, num_shards: int):
         self._num_shards = num_shards
 
-    def process(self, element: tuple[int, Any], counts: dict[int, int]) -> Iterator[Any]:
-        bucket, items = element
-        starts, total = ranking.bucket_starts(counts)
-        rank = starts[bucket]
-        for _key, (data, kind) in sorted(items, key=lambda item: (item[0], item[1][0])):
-            yield ranking.shard_of(rank, total, self._num_shards), (rank, data, kind)
-            rank += 1
+    def process(self, chunk: tuple[int, int, list[bytes], bytes],
+                ranks: dict[str, Any]) -> Iterator[tuple[int, tuple[int, list[bytes], bytes]]]:
+        block, position, datas, kinds = chunk
+        total, first = ranks["total"], ranks["starts"][block] + position
+        done = 0
+        while done < len(datas):
+            rank = first + done
+            shard = ranking.shard_of(rank, total, self._num_shards)
+            shard_end = (shard + 1) * total // self._num_shards
+            take = min(len(datas) - done, shard_end - rank)
+            yield shard, (rank, datas[done:done + take], kinds[done:done + take])
+            done += take
+
+
+def _old_shards(_: Any, output: str) -> Iterator[list[str]]:
+    """Removes the manifest of a dataset being replaced, before any shard is written, and
+    gives the names of its shards (those the new one does not name are deleted last)."""
+    names = shard_files.old_shard_names(output)
+    shard_files.delete_paths([shard_files.join(output, MANIFEST_NAME)])
+    yield names
 
 
 class _WriteShard(beam.DoFn):
-    """Writes one shard under the temporary folder; yields its manifest entry and summary.
-    Logs each shard written, with the shards this worker wrote so far and an ETA."""
+    """Writes one shard in place; yields its manifest entry and summary. Logs each shard
+    written, with the shards this worker wrote so far and an ETA."""
 
-    def __init__(self, tmp: str, prefix: str, num_shards: int, file_format: str,
-                 options: str | None, record_format: str):
-        self._tmp, self._prefix, self._num_shards = tmp, prefix, num_shards
-        self._format, self._options = file_format, options
+    def __init__(self, output: str, build_id: str, prefix: str, num_shards: int,
+                 file_format: str, options: str | None, record_format: str):
+        self._output, self._build_id, self._prefix = output, build_id, prefix
+        self._num_shards, self._format, self._options = num_shards, file_format, options
         self._record_format = get_record_format(record_format)
         self._records = Metrics.counter(_NAMESPACE, "records_written")
         self._bytes = Metrics.counter(_NAMESPACE, "bytes_written")
@@ -119,24 +158,30 @@ class _WriteShard(beam.DoFn):
         self._written = 0
         self._start: float | None = None
 
-    def process(self, element: tuple[int, dict[str, list]]) -> Iterator[dict[str, Any]]:
+    def _stored(self, pieces: list, summary: RecordSummary, kinds: set[int]) -> Iterator[bytes]:
+        for _rank, datas, piece_kinds in sorted(pieces, key=lambda piece: piece[0]):
+            kinds.update(set(piece_kinds))
+            for data, kind in zip(datas, piece_kinds):
+                record = codec.decode(data) if kind == CODEC else None
+                if record is not None and self._record_format is not CODEC_FORMAT:
+                    data = self._record_format.encode(record)  # the codec bytes are stored as is
+                summary.add(record, len(data))
+                yield data
+
+    def process(self, element: tuple[int, dict[str, list]], ranks: dict[str, Any],
+                _cleared: list[str]) -> Iterator[dict[str, Any]]:
         index, groups = element
         if self._start is None:
             self._start = time.monotonic()
-        items = sorted(groups["records"], key=lambda item: item[0])
-        summary = RecordSummary()
-        kinds = set()
-        stored = []
-        for _rank, data, kind in items:
-            kinds.add(kind)
-            record = codec.decode(data) if kind == CODEC else None
-            if record is not None and self._record_format is not CODEC_FORMAT:
-                data = self._record_format.encode(record)  # the codec bytes are stored as is
-            summary.add(record, len(data))
-            stored.append(data)
+        expected = ranking.shard_sizes(ranks["total"], self._num_shards)[index]
+        summary, kinds = RecordSummary(), set()
         name = shard_files.shard_name(self._prefix, index, self._num_shards, self._format)
-        count, size, crc = shard_files.write_shard_file(
-            shard_files.join(self._tmp, name), stored, self._format, self._options)
+        count, size, crc = shard_files.write_shard_in_place(
+            self._output, name, self._build_id,
+            self._stored(list(groups["records"]), summary, kinds), self._format, self._options)
+        if count != expected:
+            raise TpufeedError(f"{self._output}: shard {name} got {count} records, its rank range "
+                               f"holds {expected} (the runner lost or repeated records)")
         self._records.inc(count)
         self._bytes.inc(size)
         self._written += 1
@@ -148,12 +193,14 @@ class _WriteShard(beam.DoFn):
 
 
 class _Finalize(beam.DoFn):
-    """Merges the shard summaries, finalizes the shards and writes the manifest, last."""
+    """Merges the shard summaries, deletes the replaced dataset's other shards and writes
+    the manifest, last."""
 
-    def __init__(self, output: str, tmp: str, num_shards: int, build: dict[str, Any]):
-        self._output, self._tmp, self._num_shards, self._build = output, tmp, num_shards, build
+    def __init__(self, output: str, num_shards: int, build: dict[str, Any]):
+        self._output, self._num_shards, self._build = output, num_shards, build
 
-    def process(self, _: Any, shards: list[dict], infos: list[dict]) -> Iterator[dict[str, Any]]:
+    def process(self, _: Any, shards: list[dict], infos: list[dict],
+                old: list[str]) -> Iterator[dict[str, Any]]:
         shards = sorted(shards, key=lambda s: s["index"])
         if [s["index"] for s in shards] != list(range(self._num_shards)):
             raise TpufeedError(f"{self._output}: expected shards 0..{self._num_shards - 1}, got "
@@ -184,14 +231,15 @@ class _Finalize(beam.DoFn):
             "statistics": summary.statistics(),
             "build": build,
         }
-        shard_files.finalize(self._output, self._tmp, manifest)
+        shard_files.finalize(self._output, manifest, old)
         yield manifest
 
 
-class ShardEncoded(beam.PTransform):
-    """Shards (sort key, (bytes, kind)) pairs; `info` (a PCollection of dicts) is merged into
-    the manifest's "build" entry, and the manifest waits for it: a step that fails there (too
-    many bad records) fails the job before anything is finalized."""
+class ShardChunks(beam.PTransform):
+    """Shards chunks (block, position in block, [record bytes], kinds as bytes) in (block,
+    position) order; `info` (a PCollection of dicts) is merged into the manifest's "build"
+    entry, and the manifest waits for it: a step that fails there (too many bad records)
+    fails the job before the manifest is written."""
 
     def __init__(self, output: str, num_shards: int, file_format: str, *, prefix: str = "data",
                  writer_options: str = "group_size:1", record_format: str = "codec",
@@ -207,37 +255,36 @@ class ShardEncoded(beam.PTransform):
                        "writer_options": self._options, "record_format": record_format,
                        **(build or {})}
         self._info = info
-        self._tmp = shard_files.temp_dir(self._output, uuid.uuid4().hex[:12])
+        self.build_id = uuid.uuid4().hex[:12]
 
     @property
     def output(self) -> str:
         return self._output
 
-    @property
-    def temp_dir(self) -> str:
-        """Where shards wait until the manifest step moves them; removed when that is done."""
-        return self._tmp
+    def remove_partial_files(self) -> None:
+        """Removes the local shard files this build left half-written (after a failure)."""
+        shard_files.remove_partial(self._output, self.build_id)
 
-    def expand(self, items: beam.PCollection) -> beam.PCollection:
-        p = items.pipeline
-        quantiles = (items | "SortKeys" >> beam.Keys()
-                     | "Quantiles" >> beam.ApproximateQuantiles.Globally(
-                         self._num_shards * _BUCKETS_PER_SHARD + 1))
-        bucketed = items | "Bucket" >> beam.Map(_bucket, AsSingleton(quantiles))
-        counts = (bucketed | "BucketIds" >> beam.Keys()
-                  | "CountBuckets" >> beam.combiners.Count.PerElement())
-        ranked = (bucketed | "GroupBuckets" >> beam.GroupByKey()
-                  | "Rank" >> beam.ParDo(_RankBucket(self._num_shards), AsDict(counts)))
+    def expand(self, chunks: beam.PCollection) -> beam.PCollection:
+        p = chunks.pipeline
+        ranks = (chunks | "BlockSizes" >> beam.Map(lambda chunk: (chunk[0], len(chunk[2])))
+                 | "CountBlocks" >> beam.CombinePerKey(sum)
+                 | "AllBlocks" >> beam.combiners.ToList()
+                 | "BlockStarts" >> beam.Map(_block_starts))
+        pieces = chunks | "SplitChunks" >> beam.ParDo(_SplitChunk(self._num_shards),
+                                                      AsSingleton(ranks))
+        old = (p | "Start" >> beam.Create([None])
+               | "RemoveOldManifest" >> beam.FlatMap(_old_shards, self._output))
         ids = p | "ShardIds" >> beam.Create([(i, None) for i in range(self._num_shards)])
-        shards = ({"ids": ids, "records": ranked} | "GroupShards" >> beam.CoGroupByKey()
+        shards = ({"ids": ids, "records": pieces} | "GroupShards" >> beam.CoGroupByKey()
                   | "WriteShard" >> beam.ParDo(_WriteShard(
-                      self._tmp, self._prefix, self._num_shards, self._format, self._options,
-                      self._record_format)))
+                      self._output, self.build_id, self._prefix, self._num_shards, self._format,
+                      self._options, self._record_format), AsSingleton(ranks), AsSingleton(old)))
         info = self._info if self._info is not None else p | "NoInfo" >> beam.Create([{}])
         return (p | "Finalize" >> beam.Create([None])
                 | "WriteManifest" >> beam.ParDo(
-                    _Finalize(self._output, self._tmp, self._num_shards, self._build),
-                    AsList(shards), AsList(info)))
+                    _Finalize(self._output, self._num_shards, self._build),
+                    AsList(shards), AsList(info), AsSingleton(old)))
 
 
 class WriteShards(beam.PTransform):
@@ -257,14 +304,22 @@ class WriteShards(beam.PTransform):
         super().__init__()
         self._keyed = keyed
         self._record_format = get_record_format(record_format)
-        self._shard = ShardEncoded(output, num_shards, format, prefix=prefix,
-                                   writer_options=writer_options, record_format=record_format,
-                                   build={"order": "key" if keyed else "content",
-                                          **(build_options or {})})
+        self._buckets = num_shards * _BUCKETS_PER_SHARD
+        self._shard = ShardChunks(output, num_shards, format, prefix=prefix,
+                                  writer_options=writer_options, record_format=record_format,
+                                  build={"order": "key" if keyed else "content",
+                                         **(build_options or {})})
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
-        return (records | "Encode" >> beam.Map(_keyed_record, self._keyed, self._record_format)
-                | "Shard" >> self._shard)
+        items = records | "Encode" >> beam.Map(_keyed_record, self._keyed, self._record_format)
+        if self._keyed:  # keys of any distribution: cut at approximate quantiles
+            quantiles = (items | "SortKeys" >> beam.Keys()
+                         | "Quantiles" >> beam.ApproximateQuantiles.Globally(self._buckets + 1))
+            bucketed = items | "Bucket" >> beam.Map(_quantile_bucket, AsSingleton(quantiles))
+        else:
+            bucketed = items | "Bucket" >> beam.Map(_hash_bucket, self._buckets)
+        return (bucketed | "GroupBuckets" >> beam.GroupByKey()
+                | "SortBuckets" >> beam.Map(_sorted_chunk) | "Shard" >> self._shard)
 
 
 def _check_args(output: object, num_shards: object, file_format: object, prefix: object) -> None:
