@@ -6,7 +6,8 @@ item as with no workers; they are received as they come. A worker is given a tas
 fewer than two unanswered and a free slot for the answer, so one that falls behind (descheduled,
 slower records) gets fewer tasks and never holds the others up. Batched pipelines' pieces are
 stacked by the worker straight into a shared-memory slot; where a chunk is exactly one batch
-(counts cannot depend on the data) the worker finishes the batch whole.
+(counts cannot depend on the data) the worker finishes the batch whole, and the consumer gets it
+as views of that slot, lent until it drops them (`leases.py`): the parent copies nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from tpufeed.stream import Counters, stream
 from tpufeed.walk import walk
 from tpufeed.watch import beacon_at, labels_of, timed_out
 from tpufeed.workers.layout import read_batch
-from tpufeed.workers.messages import Answer, Failure, Free, Task
+from tpufeed.workers.leases import Leases
+from tpufeed.workers.messages import Answer, Failure, encode_free, encode_task
 from tpufeed.workers.pool import WorkerPool, rebuild_error
 from tpufeed.workers.slots import segment_prefix
 
@@ -40,6 +42,7 @@ class _Dealer:
     pool: WorkerPool
     steps: Iterator[Chunk | EpochEnd]
     slots_per_worker: int
+    leases: Leases
     limit: int = 1  # steps in flight, all workers together (set by `set_depth`)
     held_per_worker: int = 1  # answers a worker may hold in slots before the parent consumes them
     isolate: bool = False  # never run a chunk in the parent, even while workers start
@@ -51,12 +54,26 @@ class _Dealer:
     def __post_init__(self) -> None:
         self.queued = [0] * self.pool.size  # given to the worker, not answered yet
         self.held = [0] * self.pool.size  # given to the worker, answer not consumed yet
+        self.freed: list[list[int]] = [[] for _ in range(self.pool.size)]  # not sent yet
 
     def set_depth(self, depth: int) -> None:
         """Room for `depth` answers ahead of the consumer, spread over the workers."""
         workers = self.pool.size
-        self.held_per_worker = max(1, min(self.slots_per_worker, -(-depth // workers) + 1))
+        unlent = self.slots_per_worker - self.leases.cap
+        self.held_per_worker = max(1, min(unlent, -(-depth // workers) + 1))
         self.limit = depth + workers
+
+    def free(self, worker: int, slot: int) -> None:
+        """`slot` of `worker` is free again; the worker hears so with its next task (or
+        `send_freed`), before it could need the slot."""
+        self.freed[worker].append(slot)
+
+    def send_freed(self) -> None:
+        """Tells each worker the slots freed since its last task (the ones it may wait for)."""
+        for worker, slots in enumerate(self.freed):
+            if slots:
+                self.pool.send(worker, encode_free(slots))
+                slots.clear()
 
     def deal(self) -> None:
         """Deals chunks while there is room: at most `limit` in flight, and per worker at most
@@ -66,12 +83,16 @@ class _Dealer:
         the first batches come at in-process speed, and results are the same either way.
         `isolate`d, it deals nothing until a worker has started.
         """
+        for worker, slot in self.leases.returned():
+            self.free(worker, slot)
+        lent = self.leases.lent
         while not self.exhausted and len(self.inflight) < self.limit:
             ready = self.pool.ready()
             if not ready and (self.inflight or self.isolate):
                 return
             room = [w for w in ready
-                    if self.queued[w] < _QUEUED_PER_WORKER and self.held[w] < self.held_per_worker]
+                    if self.queued[w] < _QUEUED_PER_WORKER and self.held[w] < self.held_per_worker
+                    and self.held[w] + lent[w] < self.slots_per_worker]
             if ready and not room:
                 return
             step = next(self.steps, None)
@@ -86,8 +107,10 @@ class _Dealer:
                     self.queued[worker] += 1
                     self.held[worker] += 1
                     skips = step.skips.tobytes() if step.skips is not None else None
-                    self.pool.send(worker, Task(task_id, step.cursor.epoch, step.records.tobytes(),
-                                                skips))
+                    self.pool.send(worker, encode_task(task_id, step.cursor.epoch,
+                                                       step.records.tobytes(), skips,
+                                                       self.freed[worker]))
+                    self.freed[worker].clear()
             self.inflight.append((step, worker, task_id))
 
     def answer(self, worker: int, task_id: int,
@@ -99,7 +122,10 @@ class _Dealer:
                 error = timeout()
                 if error is not None:
                     raise error
-            for sender, message in self.pool.receive_any():
+            messages = self.pool.receive_any()
+            if not messages:  # nothing for a while: never leave a worker waiting for a slot
+                self.send_freed()
+            for sender, message in messages:
                 if isinstance(message, Failure) and message.task_id == -1:  # failed to start
                     raise rebuild_error(message.fields, sender)
                 self.answers[message.task_id] = message
@@ -125,7 +151,10 @@ class ParallelProducer:
     def __post_init__(self) -> None:
         self.depth = self.depth_for(self.prefetch)
         deepest = max(1, self.prefetch, self.max_prefetch) + 2 * self.workers
-        self.slots_per_worker = -(-deepest // self.workers) + 1
+        # Lent to the consumer: the prefetched batches, the one it holds and the one it is
+        # about to take. Slots are made only when used, so room to lend costs nothing unused.
+        self.lend_per_worker = -(-(max(self.prefetch, self.max_prefetch) + 2) // self.workers) + 1
+        self.slots_per_worker = -(-deepest // self.workers) + 1 + self.lend_per_worker
         self._local: ChunkRunner | None = None
         self.queue_depth = 0
         self.worker_pids: list[int] = []
@@ -155,6 +184,7 @@ class ParallelProducer:
     def pieces(self, pool: WorkerPool) -> Iterator[Piece | EpochEnd]:
         """The plan's pieces in order, their chunks run by the pool's workers."""
         dealer = _Dealer(pool, walk(self.plan, self.cursor), self.slots_per_worker,
+                         Leases(pool.size, self.lend_per_worker),
                          isolate=self.isolate or self.timeout_s is not None)
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
@@ -174,7 +204,7 @@ class ParallelProducer:
                 yield self._local.run_chunk(step)
             else:
                 answer = dealer.answer(worker, task_id, self._deadline(pool, worker))
-                yield self._received(pool, step, worker, answer)
+                yield self._received(pool, dealer, step, worker, answer)
 
     def _deadline(self, pool: WorkerPool,
                   worker: int) -> Callable[[], InputTimeoutError | None] | None:
@@ -192,17 +222,23 @@ class ParallelProducer:
                              self.plan.source)
         return check
 
-    def _received(self, pool: WorkerPool, chunk: Chunk, worker: int,
+    def _received(self, pool: WorkerPool, dealer: _Dealer, chunk: Chunk, worker: int,
                   answer: Answer | Failure) -> Piece:
         if isinstance(answer, Failure):
             raise rebuild_error(answer.fields, worker)
-        self.clock.merge(answer.times)
+        if answer.times:
+            self.clock.merge(answer.times)
         payload = answer.payload
         if answer.slot is not None:
             started = now()
-            payload = read_batch(payload, pool.slot_maps.buffer(worker, answer.slot,
-                                                                answer.new_segment))
-            pool.send(worker, Free(answer.slot))
+            segment = pool.slot_maps.buffer(worker, answer.slot, answer.new_segment)
+            if answer.final and dealer.leases.can_lend(worker):
+                # A finished batch goes to the consumer as is: lent, not copied.
+                base = dealer.leases.lend(worker, answer.slot, segment, len(segment))
+                payload = read_batch(payload, base, copy=False)
+            else:  # pieces are joined in this process; and past the cap the consumer holds
+                payload = read_batch(payload, segment)
+                dealer.free(worker, answer.slot)
             self.clock.add("transfer", now() - started, answer.size)
         return Piece(chunk, payload, answer.size, answer.units, answer.outs, answer.last,
                      [rebuild_error(fields, worker) for fields in answer.skipped], answer.final)

@@ -115,8 +115,9 @@ def _columns(elements: Sequence[Any]) -> tuple[TreeDef | None, list[list[Any]] |
     return treedef, columns
 
 
-def read_batch(layout: tuple, buffer: Any) -> Any:
-    """The batch of `layout`, copied out of `buffer` into ordinary memory."""
+def read_batch(layout: tuple, buffer: Any, copy: bool = True) -> Any:
+    """The batch of `layout`, copied out of `buffer` into ordinary memory (or, not `copy`ed,
+    as views of it)."""
     treedef, specs = layout
     leaves = []
     for spec in specs:
@@ -124,7 +125,8 @@ def read_batch(layout: tuple, buffer: Any) -> Any:
             leaves.append(spec[1])
         else:
             dtype, shape, offset = spec
-            leaves.append(np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=offset).copy())
+            leaf = np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=offset)
+            leaves.append(leaf.copy() if copy else leaf)
     return unflatten(treedef, leaves)
 
 

@@ -3,12 +3,23 @@
 parent -> worker: `Start` (once), then `Task`, `Free` and `Stop`.
 worker -> parent: `Ready` (once), then an `Answer` or a `Failure` per task; a `Failure` with
 task_id -1 is a start-up failure.
+
+The parent is the one serial part of a host's input, so what it sends most often, tasks and
+freed slots, goes as packed bytes (`encode_task`, `encode_free`): no pickler is built and no
+object made per message, and slots freed since the last message ride along with the next task
+in the same write.
 """
 
 from __future__ import annotations
 
+import pickle
+import struct
 from dataclasses import dataclass, field
 from typing import Any
+
+_TASK = struct.Struct("<cqqiii")  # b"T", task_id, epoch, records, skips (-1: none), freed slots
+_STOP = b"S"
+_FREE = b"F"
 
 
 @dataclass(frozen=True)
@@ -66,3 +77,44 @@ class Answer:
 class Failure:
     task_id: int  # -1: the worker failed to start
     fields: dict[str, Any]
+
+
+def encode_task(task_id: int, epoch: int, records: bytes, skips: bytes | None,
+                freed: list[int]) -> bytes:
+    """A task (int64 record indices, optional int64 skips), with slots freed since the last
+    message to this worker."""
+    nskips = -1 if skips is None else len(skips) // 8
+    return b"".join((_TASK.pack(b"T", task_id, epoch, len(records) // 8, nskips, len(freed)),
+                     struct.pack(f"<{len(freed)}i", *freed), records, skips or b""))
+
+
+def encode_free(freed: list[int]) -> bytes:
+    return _FREE + struct.pack(f"<{len(freed)}i", *freed)
+
+
+def encode_start(start: Start) -> bytes:
+    return b"B" + pickle.dumps(start, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def encode_stop() -> bytes:
+    return _STOP
+
+
+def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | None]:
+    """What the parent sent: the slots it freed, and the task, start or stop (or None)."""
+    kind = message[:1]
+    if kind == b"T":
+        _, task_id, epoch, records, skips, nfreed = _TASK.unpack_from(message)
+        at = _TASK.size
+        freed = [Free(slot) for slot in struct.unpack_from(f"<{nfreed}i", message, at)]
+        at += 4 * nfreed
+        indices = message[at:at + 8 * records]
+        at += 8 * records
+        return freed, Task(task_id, epoch, indices, None if skips < 0 else message[at:at + 8 * skips])
+    if kind == _FREE:
+        return [Free(slot) for slot in struct.unpack(f"<{(len(message) - 1) // 4}i", message[1:])], None
+    if kind == _STOP:
+        return [], Stop()
+    if kind == b"B":
+        return [], pickle.loads(message[1:])
+    raise ValueError(f"unknown message kind {kind!r} from the parent")

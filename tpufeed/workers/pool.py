@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import atexit
 import os
+import select
 import subprocess
 import sys
 import time
 import weakref
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
-from tpufeed.workers.messages import Answer, Failure, Ready, Start, Stop
+from tpufeed.workers.messages import Answer, Failure, Ready, Start, encode_start, encode_stop
 from tpufeed.watch import beacon_file, beacon_map
 from tpufeed.workers.slots import SlotMaps
 
@@ -33,6 +34,8 @@ class WorkerPool:
         self._results: list[Connection] = []
         self._closed = False
         self._ready: list[int] = []
+        self._poll: select.poll | None = None
+        self._workers_by_fd: dict[int, int] = {}
         self._beacon_fd = beacon_file(count)  # unlinked at once: nothing to clean up
         self.beacons = beacon_map(self._beacon_fd, count)
         _LIVE_POOLS.add(self)
@@ -52,7 +55,7 @@ class WorkerPool:
                 self._procs.append(proc)
                 self._tasks.append(Connection(task_w, readable=False))
                 self._results.append(Connection(result_r, writable=False))
-                self._tasks[-1].send(Start(list(sys.path), payload))
+                self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload)))
         except BaseException:
             self.close()
             raise
@@ -83,9 +86,10 @@ class WorkerPool:
                 self._ready.append(worker)
         return self._ready
 
-    def send(self, worker: int, message: object) -> None:
+    def send(self, worker: int, message: bytes) -> None:
+        """Sends one encoded message (`messages.encode_*`) to `worker`."""
         try:
-            self._tasks[worker].send(message)
+            self._tasks[worker].send_bytes(message)
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
@@ -95,10 +99,14 @@ class WorkerPool:
         A worker that died raises WorkerError: its pipe reads as closed at once, and a worker
         that is gone while its pipe stays open is caught when nothing arrives in time.
         """
-        conns = {id(conn): worker for worker, conn in enumerate(self._results)}
+        if self._poll is None:  # one poll object, registered once: no selector per wait
+            self._poll = select.poll()
+            for worker, conn in enumerate(self._results):
+                self._poll.register(conn.fileno(), select.POLLIN)
+                self._workers_by_fd[conn.fileno()] = worker
         out: list[tuple[int, Answer | Failure]] = []
-        for ready in wait(self._results, timeout=timeout):
-            worker = conns[id(ready)]
+        for fd, _ in self._poll.poll(None if timeout is None else timeout * 1000):
+            worker = self._workers_by_fd[fd]
             conn = self._results[worker]
             try:
                 message = conn.recv()
@@ -147,7 +155,7 @@ class WorkerPool:
         self._closed = True
         for conn in self._tasks:
             try:
-                conn.send(Stop())
+                conn.send_bytes(encode_stop())
             except (BrokenPipeError, OSError):
                 pass
         deadline = time.monotonic() + 2.0

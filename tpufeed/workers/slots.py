@@ -29,7 +29,7 @@ class WorkerSlots:
         self._prefix = prefix
         self._maps: list[mmap.mmap | None] = [None] * count
         self._names: list[str | None] = [None] * count
-        self._free = list(range(count))
+        self._free = list(range(count))[::-1]  # taken from the end: the last freed, still warm
         self._created: list[str] = []
 
     @property
@@ -38,7 +38,7 @@ class WorkerSlots:
 
     def acquire(self, nbytes: int) -> tuple[int, memoryview, str | None]:
         """A free slot of at least `nbytes`: (index, buffer, new segment name or None)."""
-        index = self._free.pop(0)
+        index = self._free.pop()
         current = self._maps[index]
         if current is not None and len(current) >= nbytes:
             return index, memoryview(current), None

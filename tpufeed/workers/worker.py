@@ -8,6 +8,7 @@ the same `ChunkRunner` the parent uses.
 
 from __future__ import annotations
 
+import pickle
 import signal
 import sys
 import traceback
@@ -15,7 +16,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tpufeed.workers.messages import Answer, Failure, Free, Ready, Start, Stop, Task
+from tpufeed.workers.messages import Answer, Failure, Ready, Start, Stop, Task, decode
 
 _WATCH_S = 0.2  # how often a worker checks that its parent is alive
 
@@ -85,23 +86,32 @@ class Worker:
         self.backlog: deque = deque()
 
     def run(self) -> None:
-        self.results.send(Ready())
+        self._send(Ready())
         while True:
-            message = self.backlog.popleft() if self.backlog else self.tasks.recv()
+            message = self.backlog.popleft() if self.backlog else self._receive()
+            if message is None:
+                continue
             if isinstance(message, Stop):
                 return
-            if isinstance(message, Free):
-                self.slots.release(message.slot)
-                continue
             try:
                 answer = self._task(message)
             except Exception as exc:  # noqa: BLE001 - every failure goes to the parent
-                self.results.send(Failure(message.task_id, error_fields(exc)))
+                self._send(Failure(message.task_id, error_fields(exc)))
                 continue
             try:
-                self.results.send(answer)  # pickled whole before anything is written
+                self._send(answer)  # pickled whole before anything is written
             except Exception as exc:  # noqa: BLE001 - an element that cannot be pickled
-                self.results.send(Failure(message.task_id, error_fields(_unsendable(exc, message))))
+                self._send(Failure(message.task_id, error_fields(_unsendable(exc, message))))
+
+    def _receive(self) -> Task | Stop | None:
+        """The parent's next message, after releasing the slots it says are free."""
+        freed, message = decode(self.tasks.recv_bytes())
+        for free in freed:
+            self.slots.release(free.slot)
+        return message  # type: ignore[return-value]  # Start comes once, before run()
+
+    def _send(self, message: object) -> None:
+        self.results.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
     def _task(self, task: Task) -> Answer:
         import numpy as np
@@ -127,12 +137,10 @@ class Worker:
                       self.clock.drain())
 
     def _wait_for_free_slot(self) -> None:
-        message = self.tasks.recv()
-        if isinstance(message, Free):
-            self.slots.release(message.slot)
-        elif isinstance(message, Stop):
+        message = self._receive()
+        if isinstance(message, Stop):
             raise SystemExit(0)
-        else:
+        if message is not None:
             self.backlog.append(message)
 
 
@@ -143,7 +151,8 @@ def main(argv: list[str]) -> int:
     tasks, results = Connection(int(argv[0])), Connection(int(argv[1]))
     worker = None
     try:
-        start: Start = tasks.recv()
+        _, start = decode(tasks.recv_bytes())
+        assert isinstance(start, Start)
         sys.path[:] = start.sys_path
         import cloudpickle
         init = cloudpickle.loads(start.payload)
@@ -153,7 +162,7 @@ def main(argv: list[str]) -> int:
         pass  # the parent went away
     except Exception as exc:  # noqa: BLE001 - start-up failure, e.g. a function that won't unpickle
         try:
-            results.send(Failure(-1, error_fields(exc)))
+            results.send_bytes(pickle.dumps(Failure(-1, error_fields(exc))))
         except (BrokenPipeError, OSError):
             pass
     finally:

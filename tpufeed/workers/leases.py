@@ -1,0 +1,49 @@
+"""Batches lent to the consumer straight out of a worker's shared-memory slot, never copied.
+
+A batch a worker wrote into a slot reaches the consumer as numpy views of that slot. The slot
+is lent, not freed: it goes back to its worker only once the consumer has dropped every array
+of the batch (a weak reference to the views' common base says when), in whatever thread that
+happens. The parent never copies a batch unless the consumer holds so many that the workers
+would run out of slots: past `cap` lent slots per worker, a batch is copied out and its slot
+freed at once, so a consumer that keeps every batch (`list(ds)`) never stalls the workers.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from typing import Any
+
+import numpy as np
+
+
+class Leases:
+    """Slots lent to the consumer, per worker, and those it has given back."""
+
+    def __init__(self, workers: int, cap: int):
+        self.cap = cap
+        self.lent = [0] * workers
+        self._refs: dict[tuple[int, int], weakref.ref] = {}
+        self._returned: deque[tuple[int, int]] = deque()  # appended from any thread
+
+    def can_lend(self, worker: int) -> bool:
+        return self.lent[worker] < self.cap
+
+    def lend(self, worker: int, slot: int, segment: Any, nbytes: int) -> np.ndarray:
+        """The base array every leaf of the lent batch is a view of: the slot goes back when it
+        and all of them are gone."""
+        base = np.frombuffer(segment, np.uint8, count=nbytes)
+        key = (worker, slot)
+        self._refs[key] = weakref.ref(base, lambda _, key=key: self._returned.append(key))
+        self.lent[worker] += 1
+        return base
+
+    def returned(self) -> list[tuple[int, int]]:
+        """(worker, slot) of every slot given back since the last call."""
+        out = []
+        while self._returned:
+            worker, slot = key = self._returned.popleft()
+            del self._refs[key]
+            self.lent[worker] -= 1
+            out.append(key)
+        return out
