@@ -302,3 +302,59 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no room in /dev/shm for a" in proc.stdout and "--shm-size" in proc.stdout, proc.stdout
+
+
+def _batches_of(n, batch, workers, prefetch=0):
+    return (tpufeed.Dataset.from_sequence([{"x": np.full(64, i, np.int64)} for i in range(n)])
+            .shuffle(3).map(lambda e: {"x": e["x"] * 2}).batch(batch).prefetch(prefetch)
+            .workers(workers))
+
+
+def _lent(array):
+    """Whether a batch leaf is a view of a worker's slot (lent) rather than memory of its own."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return not isinstance(array, np.ndarray) or not array.flags.owndata
+
+
+@pytest.mark.parametrize("prefetch", [0, 3])
+def test_batches_are_lent_not_copied_and_stay_intact_while_held(prefetch):
+    expected = [b["x"].copy() for b in _batches_of(400, 8, 0)]
+    it = iter(_batches_of(400, 8, 2, prefetch))
+    kept, lent = [], 0
+    for k, batch in enumerate(it):
+        lent += _lent(batch["x"])
+        np.testing.assert_array_equal(batch["x"], expected[k])
+        if k % 10 == 0:
+            kept.append((k, batch))  # held while 10 more batches are written by the workers
+        batch["x"] += 1  # the consumer owns what it holds: writing into it harms nothing
+        batch["x"] -= 1
+        if len(kept) > 3:
+            old_k, old = kept.pop(0)
+            np.testing.assert_array_equal(old["x"], expected[old_k])
+    it.close()
+    assert lent >= len(expected) // 2  # most batches came without a copy in the parent
+
+
+def test_a_consumer_that_keeps_every_batch_never_stalls_the_workers():
+    expected = [b["x"].copy() for b in _batches_of(600, 4, 0)]
+    got = list(_batches_of(600, 4, 2))  # far more batches than the workers have slots
+    assert len(got) == len(expected) == 150
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a["x"], b)
+
+
+def test_dropped_batches_give_their_slots_back():
+    from tpufeed.workers.leases import Leases
+
+    leases = Leases(workers=1, cap=2)
+    segment = bytearray(256)
+    first = leases.lend(0, 0, segment, 128)
+    view = first[64:].view(np.int64)
+    leases.lend(0, 1, segment, 128)  # dropped at once
+    assert not leases.can_lend(0)
+    assert leases.returned() == [(0, 1)]
+    del first
+    assert leases.returned() == []  # a view of the batch is still held
+    del view
+    assert leases.returned() == [(0, 0)] and leases.lent == [0] and leases.can_lend(0)
