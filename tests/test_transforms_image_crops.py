@@ -255,3 +255,18 @@ def test_the_same_batches_with_0_and_2_workers(photos):
     for a, b in zip(plain, parallel):
         np.testing.assert_array_equal(a["label"], b["label"])
         np.testing.assert_array_equal(a["image"], b["image"])
+
+
+def test_the_jpeg_header_walk_agrees_with_pillow(photos):
+    """Baseline, progressive, 4:4:4 and EXIF-carrying JPEGs; a truncated one falls to Pillow."""
+    rgb = decode_image(photos[0])
+    variants = list(photos)
+    for options in (dict(progressive=True), dict(quality=50, subsampling=0),
+                    dict(exif=Image.Exif())):
+        buf = io.BytesIO()
+        Image.fromarray(rgb).save(buf, format="JPEG", **options)
+        variants.append(buf.getvalue())
+    for data in variants:
+        assert image_size(data) == Image.open(io.BytesIO(data)).size[::-1]
+    with pytest.raises(ValueError, match="cannot read image header"):
+        image_size(variants[0][:20])

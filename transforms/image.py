@@ -167,8 +167,18 @@ class RandomFlip:
     def __call__(self, element: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = _image(element, self.key, "RandomFlip")
         if rng.random() < self.p:
-            image = image[:, ::-1]
+            image = _mirror(image)
         return {**element, self.key: image}
+
+
+def _mirror(image: np.ndarray) -> np.ndarray:
+    """image[:, ::-1], contiguous. numpy copies such a view one pixel at a time (~3 ms at
+    224x224x3, where the later stages would pay it); OpenCV's flip, when installed, ~0.03 ms."""
+    from tpufeed.transforms.region import opencv
+    cv2 = opencv()
+    if cv2 is None or image.dtype not in (np.uint8, np.float32) or image.shape[2] > 4:
+        return image[:, ::-1]
+    return cv2.flip(image, 1).reshape(image.shape)
 
 
 @dataclass(frozen=True)
@@ -186,7 +196,14 @@ class Normalize:
 
     def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
         image = _image(element, self.key, "Normalize")
-        mean = np.asarray(self.mean, np.float32)
-        std = np.asarray(self.std, np.float32)
-        out = (image.astype(np.float32) * np.float32(self.scale) - mean) / std
-        return {**element, self.key: out}
+        height, width, channels = image.shape
+        std = np.broadcast_to(np.asarray(self.std, np.float32), (channels,))
+        mean = np.broadcast_to(np.asarray(self.mean, np.float32), (channels,))
+        # image * (scale / std) - mean / std over rows of width * channels: numpy broadcasts a
+        # (channels,) vector over the last axis with an inner loop of 3, ~8x slower.
+        gain = np.tile(np.float32(self.scale) / std, width)
+        offset = np.tile(-mean / std, width)
+        out = image.reshape(height, width * channels).astype(np.float32)
+        out *= gain
+        out += offset
+        return {**element, self.key: out.reshape(height, width, channels)}

@@ -27,7 +27,8 @@ import numpy as np
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.transforms.image import decode_image, load_pillow
 
-__all__ = ["BACKENDS", "decode_region", "image_size", "is_jpeg", "resize_region", "resolve_backend"]
+__all__ = ["BACKENDS", "decode_region", "image_size", "is_jpeg", "opencv", "resize_region",
+           "resolve_backend"]
 
 BACKENDS = ("auto", "opencv", "pillow")
 Box = tuple[float, float, float, float]  # top, left, height, width (full-size pixels)
@@ -35,7 +36,8 @@ _SCALES = (8, 4, 2, 1)  # JPEG DCT scaling: the output is 1/f of the image on ea
 
 
 @lru_cache(maxsize=1)
-def _opencv() -> Any:
+def opencv() -> Any:
+    """The `cv2` module, or None when OpenCV is not installed (imported once, on first use)."""
     try:
         import cv2
     except ImportError:
@@ -50,7 +52,7 @@ def resolve_backend(backend: str) -> str:
     if backend == "pillow":
         load_pillow()
         return backend
-    if _opencv() is not None:
+    if opencv() is not None:
         return "opencv"
     if backend == "opencv":
         raise InvalidArgumentError("decoder backend 'opencv' needs cv2: "
@@ -63,8 +65,36 @@ def is_jpeg(data: bytes) -> bool:
     return bytes(data[:3]) == b"\xff\xd8\xff"
 
 
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """(height, width) from a JPEG's start-of-frame marker, or None where it is not found.
+
+    Pillow's open() reads the same in ~0.5 ms (it parses every marker); this walk ~10 us.
+    """
+    at, end = 2, len(data) - 9
+    while at < end:
+        if data[at] != 0xFF:
+            return None
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height = (data[at + 5] << 8) | data[at + 6]
+            width = (data[at + 7] << 8) | data[at + 8]
+            return (height, width) if height and width else None
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            at += 2
+            continue
+        at += 2 + ((data[at + 2] << 8) | data[at + 3])
+    return None
+
+
 def image_size(data: bytes) -> tuple[int, int]:
     """(height, width) of an encoded image, read from its header without decoding the pixels."""
+    if is_jpeg(data):
+        size = _jpeg_size(data)
+        if size is not None:
+            return size
     image_module = load_pillow()
     try:
         with image_module.open(io.BytesIO(data)) as image:
@@ -112,12 +142,12 @@ def decode_region(data: bytes, box: Box, size: tuple[int, int], mode: str = "RGB
     _check_box(reduced, *image.shape[:2])
     out = resize_region(image, reduced, size, backend)
     if backend == "opencv" and mode == "RGB":
-        out = np.ascontiguousarray(out[:, :, ::-1])  # BGR -> RGB, on the small output
+        out = opencv().cvtColor(out, opencv().COLOR_BGR2RGB)  # on the small output
     return out
 
 
 def _decode_opencv(data: bytes, scale: int, mode: str) -> np.ndarray:
-    cv2 = _opencv()
+    cv2 = opencv()
     color = mode == "RGB"
     flag = {1: cv2.IMREAD_COLOR if color else cv2.IMREAD_GRAYSCALE,
             2: cv2.IMREAD_REDUCED_COLOR_2 if color else cv2.IMREAD_REDUCED_GRAYSCALE_2,
@@ -175,9 +205,14 @@ def _resize_pillow(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.nda
 
 
 def _resize_opencv(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.ndarray:
-    cv2 = _opencv()
+    cv2 = opencv()
     top, left, h, w = box
     sy, sx = h / size[0], w / size[1]
+    if all(float(v).is_integer() for v in box):
+        # A whole-pixel box: resize maps pixel centres as the warp below does, 5x faster.
+        window = image[int(top):int(top + h), int(left):int(left + w)]
+        method = cv2.INTER_AREA if max(sy, sx) > 2 else cv2.INTER_LINEAR
+        return cv2.resize(window, (size[1], size[0]), interpolation=method)
     if max(sy, sx) > 2:
         # Shrinking more than 2x: bilinear would skip pixels (aliasing); area averaging does not.
         t, l_ = int(round(top)), int(round(left))

@@ -1,0 +1,476 @@
+"""W4, vision input: the ResNet-50 training recipe on real photographs, images/s per system.
+
+    python benchmarks/compare.py --workload W4 --rounds 3      (the same as)
+    python -m benchmarks.vision --rounds 3 --workers 2 --json benchmarks/results/w4.json
+
+Data: the photographs that ship with installed packages (scikit-learn's china.jpg and
+flower.jpg, matplotlib's grace_hopper.jpg) are too few, so each of the `--images` records
+(default 2,000) is a distinct crop of one of them (random position, 55-100% of the largest
+4:3 or 3:4 window, 3 in 4 landscape), resized to 500x375 (or 375x500), randomly mirrored,
+saved as JPEG quality 90 (~47 KB). Records {"image": JPEG bytes, "label": photo} in 8
+ArrayRecord shards, and the same as tf.train.Examples in 8 TFRecord shards.
+
+The work of every row, per image: random-resized-crop to 224 (area 8-100%, aspect 3/4-4/3,
+10 attempts), mirror with p 0.5, scale to [0, 1] and normalise by the ImageNet mean and std
+(float32); batches of 64 with the labels. Rows, each in a fresh process (one warm-up epoch,
+then `--passes` timed epochs, all pooled over `--rounds`):
+
+  pil-loop          one process: read, PIL decode, crop+resize (antialiased bilinear, as
+                    torchvision), flip, normalise, stack. The 1-core limit.
+  tpufeed[-pillow]  tpufeed.transforms RandomResizedCrop (decodes only what the box needs;
+                    OpenCV backend, or Pillow's draft with -pillow), RandomFlip, Normalize,
+                    with 0 and N workers.
+  tfdata            tf.data native: sample_distorted_bounding_box (the same area and aspect
+                    ranges, 10 attempts) + decode_and_crop_jpeg + resize, AUTOTUNE.
+  torch             PyTorch DataLoader, N workers (persistent, prefetch 2), the pil-loop's
+                    per-image function in a map-style Dataset over the ArrayRecord shards.
+
+Reported: images/s (median of all timed passes), CPU seconds per image (the row's process and
+its children, all epochs: the per-core cost), time to the first batch (pipeline built and
+workers started; the framework import not counted), peak RSS of the main process and the peak
+summed PSS of its process tree, and the load when the row started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from benchmarks.datafiles import SHARDS, shard_counts  # noqa: E402
+from benchmarks.shards import ShardReader  # noqa: E402
+
+SIZE, BATCH, SEED = 224, 64, 0
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
+ROWS = ["pil-loop", "tpufeed", "tpufeed-workers", "tpufeed-pillow", "tpufeed-pillow-workers",
+        "tfdata", "torch-workers"]
+
+
+def source_photographs() -> list[str]:
+    """JPEG photographs that ship with scikit-learn and matplotlib."""
+    import matplotlib
+    import sklearn
+    paths = [os.path.join(os.path.dirname(sklearn.__file__), "datasets", "images", name)
+             for name in ("china.jpg", "flower.jpg")]
+    paths.append(os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "sample_data",
+                              "grace_hopper.jpg"))
+    return paths
+
+
+def make_images(n: int, seed: int = SEED) -> list[tuple[bytes, int]]:
+    """`n` distinct JPEGs (quality 90, 500x375 or 375x500) cut from the shipped photographs."""
+    from PIL import Image
+    photos = [Image.open(p).convert("RGB") for p in source_photographs()]
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        label = i % len(photos)
+        photo = photos[label]
+        width, height = photo.size
+        tall = rng.random() < 0.25
+        aspect = 3 / 4 if tall else 4 / 3
+        w = rng.uniform(0.55, 1.0) * min(width, height * aspect)
+        h = w / aspect
+        left, top = rng.uniform(0, width - w), rng.uniform(0, height - h)
+        image = photo.resize((375, 500) if tall else (500, 375), Image.Resampling.BILINEAR,
+                             box=(left, top, left + w, top + h))
+        if rng.random() < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", quality=90)
+        out.append((buf.getvalue(), label))
+    return out
+
+
+def prepare(root: str, n: int) -> dict[str, Any]:
+    """The images as 8 ArrayRecord and 8 TFRecord shards under `root`/W4-`n` (written once)."""
+    folder = os.path.join(root, f"W4-{n}")
+    done = os.path.join(folder, "done.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            return json.load(f)
+    from tpufeed import codec
+    from tpufeed.sources.array_record import write_array_records
+    from tpufeed.sources.tfrecord import write_tfrecords
+    from tpufeed.transforms import encode_example
+
+    images = make_images(n)
+    os.makedirs(folder, exist_ok=True)
+    counts = shard_counts(n)
+    files: dict[str, Any] = {"array_record": [], "tfrecord": [], "counts": counts, "images": n,
+                             "mean_bytes": float(np.mean([len(d) for d, _ in images])),
+                             "sources": source_photographs()}
+    start = 0
+    for shard, count in enumerate(counts):
+        part = images[start:start + count]
+        start += count
+        base = os.path.join(folder, f"shard-{shard:05d}-of-{SHARDS:05d}")
+        write_array_records(base + ".array_record",
+                            [codec.encode({"image": d, "label": np.int32(y)}) for d, y in part],
+                            options="group_size:1")
+        write_tfrecords(base + ".tfrecord", [encode_example({"image": d, "label": y})
+                                             for d, y in part])
+        files["array_record"].append(base + ".array_record")
+        files["tfrecord"].append(base + ".tfrecord")
+    with open(done + ".tmp", "w") as f:
+        json.dump(files, f)
+    os.replace(done + ".tmp", done)
+    return files
+
+
+# -- the per-image work of the PIL rows (what a careful user writes; torchvision's algorithm) --
+
+def pil_crop_box(width: int, height: int, rnd: random.Random) -> tuple[int, int, int, int]:
+    area = width * height
+    for _ in range(10):
+        target = area * rnd.uniform(*SCALE)
+        aspect = math.exp(rnd.uniform(math.log(RATIO[0]), math.log(RATIO[1])))
+        w, h = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rnd.randint(0, width - w), rnd.randint(0, height - h), w, h
+    in_ratio = width / height
+    if in_ratio < RATIO[0]:
+        w, h = width, int(round(width / RATIO[0]))
+    elif in_ratio > RATIO[1]:
+        w, h = int(round(height * RATIO[1])), height
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def pil_work(record: dict, rnd: random.Random) -> dict[str, Any]:
+    from PIL import Image
+    with Image.open(io.BytesIO(record["image"])) as image:
+        image = image.convert("RGB")
+        left, top, w, h = pil_crop_box(*image.size, rnd)
+        image = image.resize((SIZE, SIZE), Image.Resampling.BILINEAR,
+                             box=(left, top, left + w, top + h))
+    array = np.asarray(image, np.float32)
+    if rnd.random() < 0.5:
+        array = array[:, ::-1]
+    return {"image": (array * np.float32(1 / 255) - MEAN) / STD, "label": record["label"]}
+
+
+# -- the rows: each yields batches {"image": [<=64, 224, 224, 3] float32, "label": [<=64]} -----
+
+def pil_loop(files: dict, epochs: int, workers: int) -> Iterator[dict]:
+    from tpufeed import codec
+    reader = ShardReader(files["array_record"], files["counts"])
+    rnd = random.Random(SEED)
+    for epoch in range(epochs):
+        order = np.random.default_rng((SEED, epoch)).permutation(len(reader))
+        for start in range(0, len(order), BATCH):
+            out = [pil_work(codec.decode(r), rnd) for r in reader.read(order[start:start + BATCH])]
+            yield {"image": np.stack([o["image"] for o in out]),
+                   "label": np.stack([o["label"] for o in out])}
+    reader.close()
+
+
+def _tpufeed(backend: str) -> Any:
+    def rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
+        import tpufeed
+        from tpufeed.transforms import Normalize, RandomFlip, RandomResizedCrop
+        ds = (tpufeed.Dataset.from_array_record(files["array_record"]).shuffle(SEED)
+              .map(tpufeed.codec.decode)
+              .random_map(RandomResizedCrop(SIZE, SCALE, RATIO, backend=backend))
+              .random_map(RandomFlip()).map(Normalize(tuple(MEAN), tuple(STD)))
+              .batch(BATCH).repeat(epochs).workers(workers))
+        it = ds.iterator()
+        try:
+            yield from it
+        finally:
+            it.close()
+    return rows
+
+
+def tfdata_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    tf.random.set_seed(SEED)
+    features = {"image": tf.io.FixedLenFeature([], tf.string),
+                "label": tf.io.FixedLenFeature([], tf.int64)}
+    whole = tf.constant([0.0, 0.0, 1.0, 1.0], tf.float32, [1, 1, 4])
+
+    def work(record: Any) -> dict:
+        example = tf.io.parse_single_example(record, features)
+        data = example["image"]
+        begin, size, _ = tf.image.sample_distorted_bounding_box(
+            tf.io.extract_jpeg_shape(data), whole, min_object_covered=SCALE[0],
+            aspect_ratio_range=RATIO, area_range=SCALE, max_attempts=10,
+            use_image_if_no_bounding_boxes=True)
+        top, left, _ = tf.unstack(begin)
+        height, width, _ = tf.unstack(size)
+        image = tf.io.decode_and_crop_jpeg(data, tf.stack([top, left, height, width]), channels=3)
+        image = tf.image.resize(image, [SIZE, SIZE], method="bilinear")
+        image = tf.image.random_flip_left_right(image)
+        image = (image * (1 / 255) - MEAN) / STD
+        return {"image": image, "label": tf.cast(example["label"], tf.int32)}
+
+    ds = (tf.data.TFRecordDataset(files["tfrecord"], num_parallel_reads=tf.data.AUTOTUNE)
+          .shuffle(files["images"], seed=SEED).repeat(epochs)
+          .map(work, num_parallel_calls=tf.data.AUTOTUNE)
+          .batch(BATCH).prefetch(tf.data.AUTOTUNE))
+    yield from ds.as_numpy_iterator()
+
+
+class _TorchPhotos:
+    """Map-style torch Dataset: record i of the shards through `pil_work`."""
+
+    def __init__(self, files: dict):
+        self.reader = ShardReader(files["array_record"], files["counts"])
+        self.rnd = random.Random(SEED)
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def __getitem__(self, index: int) -> dict:
+        from tpufeed import codec
+        return pil_work(codec.decode(self.reader.read([index])[0]), self.rnd)
+
+
+def _torch_worker_init(worker_id: int) -> None:
+    import torch
+    info = torch.utils.data.get_worker_info()
+    info.dataset.rnd = random.Random(info.seed)  # distinct per worker, as torch seeds `random`
+
+
+def torch_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
+    import torch
+    dataset = _TorchPhotos(files)
+    order = [int(i) for e in range(epochs)
+             for i in np.random.default_rng((SEED, e)).permutation(len(dataset))]
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=BATCH, sampler=order, num_workers=workers,
+        persistent_workers=workers > 0, prefetch_factor=2 if workers else None,
+        worker_init_fn=_torch_worker_init if workers else None)
+    for batch in loader:
+        yield {"image": batch["image"].numpy(), "label": batch["label"].numpy()}
+
+
+RUNNERS = {"pil-loop": (pil_loop, 0), "tpufeed": (_tpufeed("auto"), 0),
+           "tpufeed-workers": (_tpufeed("auto"), None),
+           "tpufeed-pillow": (_tpufeed("pillow"), 0),
+           "tpufeed-pillow-workers": (_tpufeed("pillow"), None),
+           "tfdata": (tfdata_rows, 0), "torch-workers": (torch_rows, None)}
+
+
+def _import(row: str) -> None:
+    """The row's framework, imported before the clock starts (and OpenCV set to one thread:
+    the parallelism of every row is its workers, and 0 workers means one core)."""
+    from PIL import Image  # noqa: F401
+    if row.startswith("tpufeed"):
+        import tpufeed  # noqa: F401
+        from tpufeed.transforms.region import resolve_backend
+        if resolve_backend("pillow" if "pillow" in row else "auto") == "opencv":
+            import cv2
+            cv2.setNumThreads(1)
+    elif row == "tfdata":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        import tensorflow  # noqa: F401
+    elif row.startswith("torch"):
+        import torch  # noqa: F401
+
+
+def _cpu_s() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _peak_rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:"))
+
+
+def measure(row: str, files: dict, passes: int, workers: int) -> dict[str, Any]:
+    """One warm-up epoch, then `passes` timed epochs, told apart by the images seen."""
+    fn, fixed = RUNNERS[row]
+    n = files["images"]
+    _import(row)
+    cpu_start = _cpu_s()
+    started = time.perf_counter()
+    batches = fn(files, passes + 1, workers if fixed is None else fixed)
+    marks: list[float] = []
+    first = None
+    seen = 0
+    for batch in batches:
+        now = time.perf_counter()
+        if first is None:
+            first = now - started
+            if batch["image"].shape[1:] != (SIZE, SIZE, 3) or batch["image"].dtype != np.float32:
+                raise ValueError(f"{row}: batch image {batch['image'].dtype}"
+                                 f"{batch['image'].shape}, expected float32[64, 224, 224, 3]")
+        seen += len(batch["label"])
+        while seen >= n * (len(marks) + 1):
+            marks.append(now)
+    batches.close()
+    if seen != n * (passes + 1):
+        raise ValueError(f"{row}: {seen} images came out of {passes + 1} epochs of {n}")
+    seconds = [b - a for a, b in zip(marks, marks[1:])]
+    return {"row": row, "workers": workers if fixed is None else 0, "first_batch_s": first,
+            "pass_s": seconds, "images_per_s": [n / s for s in seconds],
+            "cpu_s_per_image": (_cpu_s() - cpu_start) / seen, "rss_main_mib": _peak_rss_mib(),
+            "rss_child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
+def _tree_pss_mib(pid: int) -> float | None:
+    try:
+        import psutil
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except Exception:  # noqa: BLE001 - no psutil, or the row just ended
+        return None
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_full_info().pss
+        except Exception:  # noqa: BLE001 - a worker that just exited
+            pass
+    return total / 2**20
+
+
+def run_row(row: str, args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "row.json")
+        cmd = [sys.executable, "-m", "benchmarks.vision", "--row", row, "--passes",
+               str(args.passes), "--workers", str(args.workers), "--images", str(args.images),
+               "--data-dir", args.data_dir, "--json", out]
+        load = os.getloadavg()[0]
+        env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        with open(os.path.join(tmp, "log"), "w+") as log:
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            peak = None
+            while proc.poll() is None:
+                pss = _tree_pss_mib(proc.pid)
+                peak = pss if peak is None or (pss or 0) > peak else peak
+                time.sleep(0.2)
+            if proc.returncode:
+                log.seek(0)
+                raise SystemExit(f"row {row} failed:\n{log.read()[-4000:]}")
+        with open(out) as f:
+            result = json.load(f)
+    result.update(load_at_start=load, pss_tree_mib=peak)
+    return result
+
+
+def summarise(results: dict[str, list[dict]], workers: int, cores: int) -> list[dict]:
+    rows = []
+    for row, rounds in results.items():
+        rates = [r for result in rounds for r in result["images_per_s"]]
+        used = min(cores, workers) if row.endswith("workers") else (cores if row == "tfdata" else 1)
+        name = row.replace("-workers", f" {workers} workers") if row.endswith("workers") else row
+        rate = statistics.median(rates)
+        rows.append({"row": name, "key": row, "images_per_s": rate,
+                     "spread": (max(rates) - min(rates)) / rate, "passes": len(rates),
+                     "cores": used, "per_core": rate / used,
+                     "cpu_ms_per_image": 1000 * statistics.median(r["cpu_s_per_image"] for r in rounds),
+                     "first_batch_s": statistics.median(r["first_batch_s"] for r in rounds),
+                     "rss_main_mib": max(r["rss_main_mib"] for r in rounds),
+                     "pss_tree_mib": max((r["pss_tree_mib"] or 0) for r in rounds) or None,
+                     "load": statistics.median(r["load_at_start"] for r in rounds)})
+    return rows
+
+
+def targets(rows: list[dict]) -> list[tuple[str, Any, bool | None]]:
+    by = {r["key"]: r for r in rows}
+    out: list[tuple[str, Any, bool | None]] = []
+    best = by.get("tpufeed-workers")
+    if best and "tfdata" in by:
+        ratio = best["images_per_s"] / by["tfdata"]["images_per_s"]
+        out.append(("tpufeed N workers >= 1.2x tf.data native, same cores", ratio, ratio >= 1.2))
+    if best and "pil-loop" in by:
+        ratio = best["per_core"] / by["pil-loop"]["per_core"]
+        out.append(("tpufeed per core (N workers) >= 1.5x the plain PIL loop", ratio, ratio >= 1.5))
+        if "tpufeed" in by:
+            ratio0 = by["tpufeed"]["images_per_s"] / by["pil-loop"]["images_per_s"]
+            out.append(("  (tpufeed 0 workers / plain PIL loop, one core each)", ratio0, None))
+    if best:
+        out.append(("tpufeed N workers first batch <= 1 s", best["first_batch_s"],
+                    best["first_batch_s"] <= 1.0))
+        per_core = min(best["per_core"], by["tpufeed"]["per_core"]) if "tpufeed" in by else best["per_core"]
+        out.append(("cores for 5,000 images/s per host (projected from the lower per-core rate)",
+                     math.ceil(5000 / per_core), None))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {ROWS}")
+    p.add_argument("--images", type=int, default=2000, help="photographs per epoch")
+    p.add_argument("--passes", type=int, default=3, help="timed epochs per row, after 1 warm-up")
+    p.add_argument("--rounds", type=int, default=1, help="run every row this many times in turn")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
+    p.add_argument("--json", default=None, help="write the figures here")
+    p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # run one row in this process
+    args = p.parse_args(argv)
+    if args.images < SHARDS or args.passes < 1 or args.rounds < 1 or args.workers < 1:
+        p.error(f"need --images >= {SHARDS}, --passes, --rounds and --workers >= 1")
+    files = prepare(args.data_dir, args.images)
+    if args.row:
+        result = measure(args.row, files, args.passes, args.workers)
+        with open(args.json, "w") as f:
+            json.dump(result, f)
+        return 0
+    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = sorted(set(args.rows) - set(ROWS))
+    if unknown:
+        p.error(f"unknown rows {unknown}; choose from {ROWS}")
+    cores = os.cpu_count() or 1
+    print(f"W4: {files['images']:,} photographs (JPEG q90, 500x375, mean {files['mean_bytes'] / 1e3:.0f}"
+          f" KB) -> random-resized-crop 224, flip, normalise, batch {BATCH}; {args.passes} passes x "
+          f"{args.rounds} rounds, N = {args.workers}, {cores} cores", flush=True)
+    results: dict[str, list[dict]] = {row: [] for row in args.rows}
+    for round_number in range(args.rounds):  # rounds interleave the rows against drift
+        for row in args.rows:
+            result = run_row(row, args)
+            results[row].append(result)
+            print(f" round {round_number + 1}: {row:<24} "
+                  f"{statistics.median(result['images_per_s']):>8,.0f} images/s  "
+                  f"(load {result['load_at_start']:.1f})", flush=True)
+    rows = summarise(results, args.workers, cores)
+    print("\n| row | images/s | spread | cores | per core | CPU ms/image | first batch s | "
+          "peak RSS main MiB | peak PSS tree MiB | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        pss = f"{r['pss_tree_mib']:,.0f}" if r["pss_tree_mib"] else "-"
+        print(f"| {r['row']} | {r['images_per_s']:,.0f} | {r['spread']:.2f} | {r['cores']} | "
+              f"{r['per_core']:,.0f} | {r['cpu_ms_per_image']:.2f} | {r['first_batch_s']:.2f} | "
+              f"{r['rss_main_mib']:,.0f} | {pss} | {r['load']:.1f} |")
+    checks = targets(rows)
+    print("\ntargets (issue 17):")
+    for name, value, met in checks:
+        shown = f"{value:.2f}" if isinstance(value, float) else str(value)
+        print(f"  {name}: {shown}" + ("" if met is None else (" met" if met else " NOT met")))
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump({"command": "python -m benchmarks.vision " + " ".join(argv or sys.argv[1:]),
+                       "cores": cores, "rows": rows, "rounds": results,
+                       "targets": [{"target": t, "measured": v, "met": m} for t, v, m in checks]},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
