@@ -51,8 +51,9 @@ _SAMPLE_S = 0.2
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--workload", choices=["W1", "W2", "W3", "all"], default="all",
-                   help="W3 (language-model input) runs benchmarks/lm.py's rows")
+    p.add_argument("--workload", choices=["W1", "W2", "W3", "W4", "all"], default="all",
+                   help="W3 (language-model input) runs benchmarks/lm.py's rows, "
+                        "W4 (vision input) benchmarks/vision.py's")
     p.add_argument("--records", type=int, default=None,
                    help="records per workload (default: W1 200,000, W2 100,000)")
     p.add_argument("--passes", type=int, default=3, help="timed epochs per row, after one warm-up")
@@ -195,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         return lm.main(["--passes", str(args.passes), "--rounds", str(args.rounds), "--workers",
                         str(args.workers), "--data-dir", args.data_dir]
                        + (["--json", args.json_path] if args.json_path else []))
+    if args.workload == "W4":
+        from benchmarks import vision
+        return vision.main(["--passes", str(args.passes), "--rounds", str(args.rounds), "--workers",
+                            str(args.workers), "--data-dir", args.data_dir]
+                           + (["--json", args.json_path] if args.json_path else []))
     cores = os.cpu_count() or 1
     tpufeed_workers = has_workers()
     rows = plan_rows(args.systems, args.workers, tpufeed_workers)
