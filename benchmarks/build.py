@@ -1,14 +1,18 @@
-"""Build throughput: `tpufeed build` (Beam, in-process) against the overhead floor.
+"""Build throughput: `tpufeed build` (Beam, in-process, 1 and N worker processes) against the
+overhead floor, with each variant's peak memory.
 
 The floor is a single-process Python loop that reads the same JSONL, encodes each record with
 tpufeed.codec and writes the same shards with array_record directly, contiguous and balanced.
-Both produce byte-identical shards (checked here by CRC32C), so the difference is what the
-Beam stage costs: sorting keys, shuffles, manifest statistics, verification.
+Every build must produce shards byte-identical to the floor's (checked by CRC32C), so the
+difference is what the Beam stage costs: blocks and their counts, the shuffle to shards,
+manifest statistics, verification; and what worker processes win back.
 
-    python benchmarks/build.py --records 20000 --num-shards 8
+    python benchmarks/build.py --records 1000000 --num-shards 8 --workers 1 2 --rounds 3
 
-Prints one row per variant (seconds, records/s, MB/s of shard output) and optionally writes
-them as JSON (--json). Data goes to a temporary folder unless --workdir is given.
+Each variant runs in its own process, in rounds whose order rotates (the machine may be
+shared); rows give the median seconds, records/s, the ratio to the floor, the speed-up over
+one worker, and the peak RSS of the largest process of the variant (a worker process counts
+on its own, the runner process on its own). The load average is printed before and after.
 """
 
 from __future__ import annotations
@@ -17,11 +21,15 @@ import argparse
 import json
 import logging
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+FLOOR = "floor"
 
 
 def make_input(path: str, n: int, seed: int = 0) -> None:
@@ -58,36 +66,72 @@ def floor_loop(src: str, out_dir: str, num_shards: int) -> list[str]:
     return crcs
 
 
-def run(args: argparse.Namespace, workdir: str) -> list[dict]:
-    from tpufeed.beam import BuildConfig, build
+def run_one(variant: str, src: str, out: str, num_shards: int) -> dict:
+    """One variant in this process: seconds and the shards' CRC32Cs."""
+    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    start = time.perf_counter()
+    if variant == FLOOR:
+        crcs = floor_loop(src, out, num_shards)
+    else:
+        from tpufeed.beam import BuildConfig, build
 
-    src = os.path.join(workdir, "input.jsonl")
-    make_input(src, args.records)
-    input_mb = os.path.getsize(src) / 1e6
-    rows = []
-
-    t0 = time.perf_counter()
-    floor_crcs = floor_loop(src, os.path.join(workdir, "floor"), args.num_shards)
-    floor_s = time.perf_counter() - t0
-    floor_bytes = sum(os.path.getsize(os.path.join(workdir, "floor", n))
-                      for n in os.listdir(os.path.join(workdir, "floor")))
-    rows.append({"variant": "floor: python loop + array_record", "seconds": floor_s,
-                 "bytes": floor_bytes, "identical_to_floor": True})
-
-    # One in-process worker: Beam 2.77's FnApiRunner loses records with several (tpufeed
-    # refuses those modes); scaling out is a cluster runner's job.
-    for name in ("tpufeed build (FnApiRunner, 1 worker)",):
-        out = os.path.join(workdir, f"build-{len(rows)}")
-        summary = build(BuildConfig(inputs=(src,), output=out, num_shards=args.num_shards))
+        build(BuildConfig(inputs=(src,), output=out, num_shards=num_shards,
+                          workers=int(variant), beam_args=("--default_sdk_harness_log_level=ERROR",)))
         with open(os.path.join(out, "manifest.json")) as f:
             crcs = [s["crc32c"] for s in json.load(f)["shards"]]
-        rows.append({"variant": name, "seconds": summary["seconds"], "bytes": summary["bytes"],
-                     "identical_to_floor": crcs == floor_crcs})
+    return {"seconds": time.perf_counter() - start, "crcs": crcs}
+
+
+def _measure(variant: str, src: str, out: str, num_shards: int) -> dict:
+    """Runs one variant in a child process; adds its peak RSS (largest process, MB)."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", variant, "--src", src,
+           "--out", out, "--num-shards", str(num_shards)]
+    with tempfile.TemporaryFile() as result:
+        child = subprocess.Popen(cmd, stdout=result, stderr=subprocess.DEVNULL,
+                                 env={**os.environ, "PYTHONPATH": os.path.dirname(
+                                     os.path.dirname(os.path.abspath(__file__)))})
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        result.seek(0)
+        text = result.read().decode()
+    if child.returncode != 0:
+        raise RuntimeError(f"variant {variant} failed (exit {child.returncode}): {text[-2000:]}")
+    row = json.loads(text.strip().splitlines()[-1])
+    row["peak_rss_mb"] = usage.ru_maxrss / 1024
+    return row
+
+
+def run(args: argparse.Namespace, workdir: str) -> list[dict]:
+    src = os.path.join(workdir, "input.jsonl")
+    make_input(src, args.records)
+    variants = [FLOOR] + [str(w) for w in args.workers]
+    samples: dict[str, list[dict]] = {v: [] for v in variants}
+    for r in range(args.rounds):
+        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        for variant in order:
+            out = os.path.join(workdir, f"out-{variant}-{r}")
+            row = _measure(variant, src, out, args.num_shards)
+            print(f"round {r + 1}: {variant:>5} {row['seconds']:7.1f} s  "
+                  f"{row['peak_rss_mb']:7.0f} MB", file=sys.stderr, flush=True)
+            samples[variant].append(row)
+            subprocess.run(["rm", "-rf", out], check=True)
+    floor_crcs = samples[FLOOR][0]["crcs"]
+    rows = []
+    for variant in variants:
+        seconds = statistics.median(s["seconds"] for s in samples[variant])
+        rows.append({
+            "variant": ("floor: python loop + array_record" if variant == FLOOR else
+                        f"tpufeed build, {variant} worker{'s' if variant != '1' else ''}"),
+            "workers": None if variant == FLOOR else int(variant),
+            "seconds": seconds, "seconds_all": [s["seconds"] for s in samples[variant]],
+            "records": args.records, "records_per_s": args.records / seconds,
+            "peak_rss_mb": max(s["peak_rss_mb"] for s in samples[variant]),
+            "identical_to_floor": all(s["crcs"] == floor_crcs for s in samples[variant])})
+    floor_s = rows[0]["seconds"]
+    one = next((r["seconds"] for r in rows if r["workers"] == 1), None)
     for row in rows:
-        row["records"] = args.records
-        row["records_per_s"] = args.records / row["seconds"]
-        row["input_mb_per_s"] = input_mb / row["seconds"]
-        row["x_floor_time"] = row["seconds"] / floor_s
+        row["x_floor_speed"] = floor_s / row["seconds"]
+        row["x_one_worker_speed"] = one / row["seconds"] if one and row["workers"] else None
     return rows
 
 
@@ -95,10 +139,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--num-shards", type=int, default=8)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workdir", default=None, help="default: a temporary folder")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--src", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    logging.getLogger("apache_beam").setLevel(logging.ERROR)
+    if args.one:
+        print(json.dumps(run_one(args.one, args.src, args.out, args.num_shards)))
+        return 0
+    load_before = os.getloadavg()
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
         rows = run(args, args.workdir)
@@ -106,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="tpufeed-bench-build-") as workdir:
             rows = run(args, workdir)
     print(f"{args.records:,} JSONL records -> {args.num_shards} ArrayRecord shards; "
-          f"{os.cpu_count()} CPUs")
-    print(f"{'variant':42} {'seconds':>8} {'records/s':>10} {'in MB/s':>8} {'x floor':>8}  same shards")
+          f"{os.cpu_count()} CPUs; median of {args.rounds} round(s); load average "
+          f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
+    print(f"{'variant':36} {'seconds':>8} {'records/s':>10} {'x floor':>8} {'x 1 worker':>10} "
+          f"{'peak MB':>8}  same shards")
     for r in rows:
-        print(f"{r['variant']:42} {r['seconds']:8.2f} {r['records_per_s']:10,.0f} "
-              f"{r['input_mb_per_s']:8.2f} {r['x_floor_time']:8.2f}  {r['identical_to_floor']}")
+        speedup = f"{r['x_one_worker_speed']:10.2f}" if r["x_one_worker_speed"] else f"{'':10}"
+        print(f"{r['variant']:36} {r['seconds']:8.1f} {r['records_per_s']:10,.0f} "
+              f"{r['x_floor_speed']:8.2f} {speedup} {r['peak_rss_mb']:8.0f}  "
+              f"{r['identical_to_floor']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -133,6 +133,12 @@ def _build(args: argparse.Namespace) -> int:
     logger.propagate = False
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)  # we report it
+    # --workers: Beam's worker processes warn of a missing cache folder they do not need.
+    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
+    # --workers N passes Beam --direct_num_workers=N with tpufeed's own worker processes, which
+    # Beam's runner takes for a mode without parallelism and warns about.
+    logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").setLevel(
+        logging.ERROR)
     try:
         file_format = args.format or ("tfrecord" if args.record_format == "tf_example"
                                       else "array_record")

@@ -186,8 +186,7 @@ class _Lines:
         return line
 
 
-def _jsonl(block: Block, start: BlockStart, count_only: bool,
-           tally: list[int] | None = None) -> Iterator[tuple[int, str, Any]]:
+def _jsonl(block: Block, start: BlockStart) -> Iterator[tuple[int, str, Any]]:
     index = start.record
     with open_input(block.path) as f:
         lines = _Lines(f, block.start)
@@ -199,10 +198,8 @@ def _jsonl(block: Block, start: BlockStart, count_only: bool,
             if not line.strip():
                 continue
             origin = f"{block.path} line {start.line + lines.count}"
-            yield index, origin, None if count_only else jsonl_record(line, origin)
+            yield index, origin, jsonl_record(line, origin)
             index += 1
-    if tally is not None:
-        tally.append(lines.count)
 
 
 def _text_lines(lines: _Lines, path: str, line_base: int) -> Iterator[str]:
@@ -302,20 +299,34 @@ def _image_block(block: Block) -> Iterator[tuple[int, str, Any]]:
         yield index, path, image_record(image_module, path, rel, labels)
 
 
+def _count_jsonl(block: Block) -> tuple[int, int]:
+    """(records, lines) of a JSONL block: its lines split in one pass over its bytes."""
+    with open_input(block.path) as f:
+        lines = _Lines(f, block.start)
+        data = f.read(max(0, block.end - lines.pos)) if lines.pos < block.end else b""
+        if data and not data.endswith(b"\n"):
+            data += f.readline()  # the last line owned here runs past the end
+    parts = data.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()  # after the final line end
+    return sum(1 for part in parts if part.strip()), len(parts)
+
+
 def count_block(block: Block) -> tuple[int, int]:
     """(records, lines) of a block, read from the data where the plan does not know them."""
     if block.count is not None:
         return block.count, 0
-    reader = _jsonl if block.kind == "jsonl" else _csv
+    if block.kind == "jsonl":
+        return _count_jsonl(block)
     tally: list[int] = []
-    records = sum(1 for _ in reader(block, BlockStart(), count_only=True, tally=tally))
+    records = sum(1 for _ in _csv(block, BlockStart(), count_only=True, tally=tally))
     return records, tally[0]
 
 
 def read_block(block: Block, start: BlockStart) -> Iterator[tuple[int, str, Any]]:
     """(index in the file, origin, record | Malformed) for every record of `block`."""
     if block.kind == "jsonl":
-        return _jsonl(block, start, count_only=False)
+        return _jsonl(block, start)
     if block.kind == "csv":
         return _csv(block, start, count_only=False)
     if block.kind == "array_record" and block.end >= 0:

@@ -41,11 +41,13 @@ from tpufeed.beam.inputs import Malformed, expand_inputs
 from tpufeed.beam.shard_size import DEFAULT_MAX_SHARD_BYTES, check_shard_size, input_bytes, suggest_num_shards
 from tpufeed.beam.user_transforms import (TransformChain, load_transform, normalize_record,
                                           resolve_spec)
-from tpufeed.beam.write_shards import ShardChunks, encode_record
+from tpufeed.beam.schema import RecordSummary
+from tpufeed.beam.write_shards import CODEC, ShardChunks, encode_record
 from tpufeed._words import plural
 from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError, TransformError
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.manifest import MANIFEST_NAME
+from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
 from tpufeed.sources.record_formats import RecordFormat, get_record_format
 
 __all__ = ["BuildConfig", "build"]
@@ -115,6 +117,7 @@ class _ReadBlock(beam.DoFn):
                  total_bytes: int):
         self._specs, self._fail_fast = transforms, fail_fast
         self._record_format, self._total_bytes = record_format, total_bytes
+        self._summarize = record_format is CODEC_FORMAT
         self._read = Metrics.counter("tpufeed", "records_in")
         self._out = Metrics.counter("tpufeed", "records_out")
         self._chain: TransformChain | None = None
@@ -142,6 +145,7 @@ class _ReadBlock(beam.DoFn):
             self._start = time.monotonic()
         datas: list[bytes] = []
         kinds = bytearray()
+        summary = RecordSummary() if self._summarize else None
         position = size = read = filtered = 0
         for index, origin, record in read_block(block, starts[block.id]):
             read += 1
@@ -149,14 +153,16 @@ class _ReadBlock(beam.DoFn):
                 yield self._bad(str(record), None, block.path, index)
                 continue
             try:
-                outputs = self._chain(record, block.file_index, index)
-                encoded = [encode_record(normalize_record(r), origin, self._record_format)
-                           for r in outputs]
+                outputs = [normalize_record(r)
+                           for r in self._chain(record, block.file_index, index)]
+                encoded = [encode_record(r, origin, self._record_format) for r in outputs]
             except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
                 yield self._bad(f"{origin}: {e}", e, block.path, index)
                 continue
             filtered += not encoded
-            for data, kind in encoded:
+            for (data, kind), out in zip(encoded, outputs):
+                if summary is not None:
+                    summary.add(out if kind == CODEC else None, len(data))
                 datas.append(data)
                 kinds.append(kind)
                 size += len(data)
@@ -170,6 +176,8 @@ class _ReadBlock(beam.DoFn):
         self._read.inc(read)
         self._out.inc(position + len(datas))
         yield TaggedOutput("stats", (read, filtered))
+        if summary is not None:
+            yield TaggedOutput("summary", (block.id, summary.to_json()))
         self._blocks += 1
         self._records_done += read
         self._bytes_done += block.size
@@ -250,7 +258,7 @@ def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, blocks: list[Block],
             | "ReadBlock" >> beam.ParDo(
                 _ReadBlock(config.transforms, fail_fast, get_record_format(config.record_format),
                            sum(b.size for b in blocks)), AsSingleton(starts))
-            .with_outputs("bad", "stats", main="chunks"))
+            .with_outputs("bad", "stats", "summary", main="chunks"))
     bad = read.bad | "CountBad" >> beam.CombineGlobally(_BadRecords())
     stats = read.stats | "CountRead" >> beam.CombineGlobally(_sum_stats)
     info = (p | "Check" >> beam.Create([None])
@@ -260,7 +268,7 @@ def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, blocks: list[Block],
         config.output, num_shards, config.file_format, record_format=config.record_format,
         build={"order": "input", "inputs": list(config.inputs),
                "transforms": list(config.transforms), "max_bad": config.max_bad},
-        info=info)
+        info=info, summaries=read.summary)
     read.chunks | "WriteShards" >> writer
     return writer
 
@@ -315,7 +323,7 @@ def build(config: BuildConfig) -> dict[str, Any]:
     """
     start = time.monotonic()
     options = PipelineOptions(list(worker_args(config.workers, config.beam_args)))
-    runner = runner_for(options)
+    runner = runner_for(options, config.workers)
     files = expand_inputs(config.inputs)
     for spec in config.transforms:  # fail here, before any work, on a bad name
         load_transform(spec)

@@ -1,8 +1,9 @@
 """Which Beam runner a build runs on, and whether its result can be trusted.
 
 Locally the build runs on Beam's in-process runner (FnApiRunner: it never downloads Prism);
-`workers=N` runs its bundles in N worker processes (Beam's `multi_processing` mode), which
-gives byte-identical shards. Refused, each with its reason:
+`workers=N` runs its bundles in N worker processes (what Beam's `multi_processing` mode
+starts, through `tpufeed.beam.worker_process`), which gives byte-identical shards; Beam's own
+`--direct_running_mode=multi_processing` is accepted too. Refused, each with its reason:
 - `multi_threading`: several threads in FnApiRunner lose records (Beam 2.77: a plain
   Create | Map | Reshuffle | Count of (int, 250-byte) pairs lost records in 5 of 6 runs);
 - `in_memory` with several workers: it runs one worker at a time and only looks parallel;
@@ -13,6 +14,8 @@ no counters fails the build, because lost records would then go unnoticed.
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any
 
 import apache_beam as beam
@@ -54,7 +57,7 @@ def _runner_name(options: PipelineOptions) -> str | None:
 
 
 def worker_args(workers: int, beam_args: tuple[str, ...]) -> tuple[str, ...]:
-    """`beam_args` with Beam's flags for `workers` local worker processes added (none for 1)."""
+    """`beam_args` with Beam's flag for `workers` local worker processes added (none for 1)."""
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise InvalidArgumentError(f"--workers must be a positive int, got {workers!r}")
     if workers == 1:
@@ -66,18 +69,29 @@ def worker_args(workers: int, beam_args: tuple[str, ...]) -> tuple[str, ...]:
             f"--workers {workers} is for the local runner; --runner {name} has its own "
             "worker options (Dataflow: --num_workers, --max_num_workers)")
     direct = options.view_as(DirectOptions)
-    if direct.direct_num_workers not in (None, 1) or direct.direct_running_mode not in (
-            None, "in_memory"):
+    if direct.direct_num_workers not in (None, 1) or direct.direct_running_mode != "in_memory":
         raise InvalidArgumentError(
-            f"--workers {workers} sets --direct_num_workers and --direct_running_mode; pass "
-            "one or the other")
-    return (*beam_args, f"--direct_num_workers={workers}",
-            "--direct_running_mode=multi_processing")
+            f"--workers {workers} sets Beam's --direct_num_workers and runs worker processes; "
+            "pass --workers or the --direct_* options, not both")
+    return (*beam_args, f"--direct_num_workers={workers}")
 
 
-def runner_for(options: PipelineOptions) -> beam.runners.PipelineRunner | None:
-    """The in-process runner unless --runner names another (None: Beam makes that one);
-    refuses runners and modes that lose records."""
+def _worker_processes() -> beam.runners.PipelineRunner:
+    """FnApiRunner with worker processes, as Beam's multi_processing mode starts them, through
+    tpufeed's entry point (which keeps Beam's start-up log lines out of the output)."""
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+    from tpufeed.beam.worker_process import command
+
+    level = logging.getLogger("tpufeed").getEffectiveLevel()
+    return FnApiRunner(default_environment=SubprocessSDKEnvironment.from_command_string(
+        command_string=command(level)))
+
+
+def runner_for(options: PipelineOptions, workers: int = 1) -> beam.runners.PipelineRunner | None:
+    """The in-process runner (with `workers` worker processes) unless --runner names another
+    (None: Beam makes that one); refuses runners and modes that lose records."""
     name = _runner_name(options)
     key = None if name is None else name.lower()
     short = None if key is None else key.rsplit(".", 1)[-1]
@@ -86,14 +100,16 @@ def runner_for(options: PipelineOptions) -> beam.runners.PipelineRunner | None:
     if key not in _IN_PROCESS_RUNNERS:
         return None
     direct = options.view_as(DirectOptions)
-    workers, mode = direct.direct_num_workers, direct.direct_running_mode
+    mode = direct.direct_running_mode
     if mode == "multi_threading":
         raise InvalidArgumentError(
             f"--direct_running_mode=multi_threading: {_LOSES_RECORDS}; use --workers N "
             "(worker processes) instead")
-    if workers not in (None, 1) and mode != "multi_processing":
+    if workers > 1:
+        return _worker_processes()
+    if direct.direct_num_workers not in (None, 1) and mode != "multi_processing":
         raise InvalidArgumentError(
-            f"--direct_num_workers={workers} without --direct_running_mode=multi_processing: "
+            f"--direct_num_workers={direct.direct_num_workers} without --direct_running_mode=multi_processing: "
             f"Beam's in-process runner would run its bundles on threads, and {_LOSES_RECORDS}; "
             "use --workers N (worker processes)")
     return in_process_runner()  # it reads the direct options itself

@@ -21,6 +21,7 @@ import numpy as np
 __all__ = ["LengthStats", "RecordSummary"]
 
 _SCALAR_TYPES = ((bool, "bool"), (int, "int"), (float, "float"), (bytes, "bytes"), (str, "str"))
+_EXACT_SCALARS = {kind: name for kind, name in _SCALAR_TYPES}
 
 
 class LengthStats:
@@ -36,8 +37,10 @@ class LengthStats:
     def add(self, length: int) -> None:
         self.count += 1
         self.total += length
-        self.min = length if self.min is None else min(self.min, length)
-        self.max = length if self.max is None else max(self.max, length)
+        if self.min is None or length < self.min:
+            self.min = length
+        if self.max is None or length > self.max:
+            self.max = length
         bucket = length.bit_length()
         self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
 
@@ -76,13 +79,30 @@ class _KeySummary:
         self.ndims: set[int] = set()
         self.present = 0
         self.length = LengthStats()
+        self._last_dtype: Any = None
+        self._last_shape: tuple[int, ...] | None = None
+        self._last_type: str | None = None
 
     def add(self, value: Any) -> None:
         self.present += 1
-        if isinstance(value, np.ndarray):
-            self.types.add(f"ndarray:{value.dtype.name}")
-            self._add_shape(list(value.shape))
+        cls = type(value)
+        if cls is np.ndarray or isinstance(value, np.ndarray):
+            # Adding the dtype or shape added last again changes nothing: skip the work.
+            if value.dtype != self._last_dtype:
+                self._last_dtype = value.dtype
+                self.types.add(f"ndarray:{value.dtype.name}")
+            if value.shape != self._last_shape:
+                self._last_shape = value.shape
+                self._add_shape(list(value.shape))
             self.length.add(int(value.size))
+            return
+        name = _EXACT_SCALARS.get(cls)
+        if name is not None:
+            if name != self._last_type:
+                self._last_type = name
+                self.types.add(name)
+            if cls is str or cls is bytes:
+                self.length.add(len(value))
             return
         for kind, name in _SCALAR_TYPES:
             if isinstance(value, kind):
@@ -150,10 +170,11 @@ class RecordSummary:
         self.count += 1
         self.record_bytes.add(nbytes)
         if record is not None:
+            keys = self.keys
             for key, value in record.items():
-                summary = self.keys.get(key)
+                summary = keys.get(key)
                 if summary is None:
-                    summary = self.keys[key] = _KeySummary()
+                    summary = keys[key] = _KeySummary()
                 summary.add(value)
 
     def merge(self, other: RecordSummary) -> None:

@@ -147,8 +147,9 @@ class _WriteShard(beam.DoFn):
     written, with the shards this worker wrote so far and an ETA."""
 
     def __init__(self, output: str, build_id: str, prefix: str, num_shards: int,
-                 file_format: str, options: str | None, record_format: str):
+                 file_format: str, options: str | None, record_format: str, summarize: bool):
         self._output, self._build_id, self._prefix = output, build_id, prefix
+        self._summarize = summarize
         self._num_shards, self._format, self._options = num_shards, file_format, options
         self._record_format = get_record_format(record_format)
         self._records = Metrics.counter(_NAMESPACE, "records_written")
@@ -161,6 +162,9 @@ class _WriteShard(beam.DoFn):
     def _stored(self, pieces: list, summary: RecordSummary, kinds: set[int]) -> Iterator[bytes]:
         for _rank, datas, piece_kinds in sorted(pieces, key=lambda piece: piece[0]):
             kinds.update(set(piece_kinds))
+            if not self._summarize:  # summarized upstream; the codec bytes are stored as is
+                yield from datas
+                continue
             for data, kind in zip(datas, piece_kinds):
                 record = codec.decode(data) if kind == CODEC else None
                 if record is not None and self._record_format is not CODEC_FORMAT:
@@ -199,8 +203,8 @@ class _Finalize(beam.DoFn):
     def __init__(self, output: str, num_shards: int, build: dict[str, Any]):
         self._output, self._num_shards, self._build = output, num_shards, build
 
-    def process(self, _: Any, shards: list[dict], infos: list[dict],
-                old: list[str]) -> Iterator[dict[str, Any]]:
+    def process(self, _: Any, shards: list[dict], infos: list[dict], old: list[str],
+                summaries: list[tuple[int, dict]]) -> Iterator[dict[str, Any]]:
         shards = sorted(shards, key=lambda s: s["index"])
         if [s["index"] for s in shards] != list(range(self._num_shards)):
             raise TpufeedError(f"{self._output}: expected shards 0..{self._num_shards - 1}, got "
@@ -211,8 +215,9 @@ class _Finalize(beam.DoFn):
                 f"{self._output}: the records are a mix of dicts (tpufeed.codec) and raw bytes; "
                 "a dataset holds one kind")
         summary = RecordSummary()
-        for shard in shards:
-            summary.merge(RecordSummary.from_json(shard["summary"]))
+        # In the dataset's order, so that the result does not depend on how work was split.
+        for _, part in sorted(summaries, key=lambda s: s[0]) or [(0, s["summary"]) for s in shards]:
+            summary.merge(RecordSummary.from_json(part))
         raw = kinds == {RAW}
         build = dict(self._build)
         for info in infos:
@@ -239,11 +244,14 @@ class ShardChunks(beam.PTransform):
     """Shards chunks (block, position in block, [record bytes], kinds as bytes) in (block,
     position) order; `info` (a PCollection of dicts) is merged into the manifest's "build"
     entry, and the manifest waits for it: a step that fails there (too many bad records)
-    fails the job before the manifest is written."""
+    fails the job before the manifest is written. `summaries`, (block, RecordSummary JSON)
+    of the codec records, spare the shard writers from decoding every record to summarize it
+    (ignored for another record format, whose writer decodes to re-encode anyway)."""
 
     def __init__(self, output: str, num_shards: int, file_format: str, *, prefix: str = "data",
                  writer_options: str = "group_size:1", record_format: str = "codec",
-                 build: dict[str, Any] | None = None, info: beam.PCollection | None = None):
+                 build: dict[str, Any] | None = None, info: beam.PCollection | None = None,
+                 summaries: beam.PCollection | None = None):
         super().__init__()
         _check_args(output, num_shards, file_format, prefix)
         get_record_format(record_format)
@@ -255,6 +263,7 @@ class ShardChunks(beam.PTransform):
                        "writer_options": self._options, "record_format": record_format,
                        **(build or {})}
         self._info = info
+        self._summaries = summaries if record_format == "codec" else None
         self.build_id = uuid.uuid4().hex[:12]
 
     @property
@@ -279,12 +288,15 @@ class ShardChunks(beam.PTransform):
         shards = ({"ids": ids, "records": pieces} | "GroupShards" >> beam.CoGroupByKey()
                   | "WriteShard" >> beam.ParDo(_WriteShard(
                       self._output, self.build_id, self._prefix, self._num_shards, self._format,
-                      self._options, self._record_format), AsSingleton(ranks), AsSingleton(old)))
+                      self._options, self._record_format, self._summaries is None),
+                      AsSingleton(ranks), AsSingleton(old)))
         info = self._info if self._info is not None else p | "NoInfo" >> beam.Create([{}])
+        summaries = (self._summaries if self._summaries is not None
+                     else p | "NoSummaries" >> beam.Create([]))
         return (p | "Finalize" >> beam.Create([None])
                 | "WriteManifest" >> beam.ParDo(
                     _Finalize(self._output, self._num_shards, self._build),
-                    AsList(shards), AsList(info), AsSingleton(old)))
+                    AsList(shards), AsList(info), AsSingleton(old), AsList(summaries)))
 
 
 class WriteShards(beam.PTransform):
