@@ -11,6 +11,8 @@ import pytest
 
 import tpufeed
 
+from processes import worker_processes
+
 
 def test_close_does_not_wait_for_a_slow_transform_on_the_prefetch_thread():
     it = tpufeed.Dataset.from_sequence(list(range(10))).map(
@@ -95,11 +97,9 @@ def test_a_timeout_names_the_stage_and_the_record_and_stops_the_workers(workers)
     fixed = tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: i + 0).map(int).batch(4)
     assert [b.tolist() for b in fixed.iterator(it.get_state())][0] == [16, 17, 18, 19]
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(
-            "tpufeed.workers.worker" in " ".join(c.cmdline()) for c in psutil.Process().children()):
+    while time.monotonic() < deadline and worker_processes():
         time.sleep(0.1)
-    assert not any("tpufeed.workers.worker" in " ".join(c.cmdline())
-                   for c in psutil.Process().children())
+    assert not worker_processes()
     it.close()
 
 
@@ -111,8 +111,7 @@ def test_a_stopped_worker_is_caught_by_the_timeout():
           .workers(1).options(timeout_s=2))
     it = ds.iterator()
     next(it)
-    worker = [c for c in psutil.Process().children()
-              if "tpufeed.workers.worker" in " ".join(c.cmdline())][0]
+    worker = worker_processes()[0]
     worker.suspend()
     try:
         with pytest.raises(tpufeed.InputTimeoutError, match=f"worker 0 \\(pid {worker.pid}\\)"):

@@ -13,6 +13,8 @@ import tpufeed
 from tpufeed.errors import StateError
 from tpufeed.uneven import ThreadAgreement
 
+from processes import worker_processes
+
 
 def source(n=120):
     return tpufeed.Dataset.from_sequence([{"id": np.int64(i), "x": np.full(3, i)} for i in range(n)])
@@ -36,15 +38,7 @@ PIPELINES = {
 
 
 def worker_pids():
-    pids = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "tpufeed.workers.worker" in " ".join(child.cmdline()) \
-                    and child.status() != psutil.STATUS_ZOMBIE:
-                pids.append(child.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return pids
+    return [c.pid for c in worker_processes()]
 
 
 def segments():

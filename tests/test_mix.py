@@ -11,6 +11,8 @@ import tpufeed
 from tpufeed.errors import BatchError, InvalidArgumentError, StateError
 from tpufeed.schedule import next_components, phases
 
+from processes import worker_processes
+
 
 def component(tag, n, seed=None, keep=None):
     ds = tpufeed.Dataset.from_sequence(list(range(n)))
@@ -181,8 +183,7 @@ def test_a_mixture_with_workers_leaves_no_process_behind():
     ds = tpufeed.Dataset.mix([component(0, 2000), component(1, 2000)]).batch(16).workers(2)
     it = ds.iterator()
     next(it)
-    children = [c for c in psutil.Process().children(recursive=True)
-                if "tpufeed.workers.worker" in " ".join(c.cmdline())]
+    children = worker_processes()
     assert len(children) == 2  # one worker per component, by weight
     it.close()
     gone, alive = psutil.wait_procs(children, timeout=5)

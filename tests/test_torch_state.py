@@ -15,6 +15,8 @@ import pytest
 import tpufeed
 from tpufeed.errors import StateError
 
+from processes import is_fork_server
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchdata")
 from torch.utils.data import DataLoader  # noqa: E402
@@ -47,7 +49,7 @@ def children():
     found = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            if child.status() != psutil.STATUS_ZOMBIE:
+            if child.status() != psutil.STATUS_ZOMBIE and not is_fork_server(child):
                 found.add(child.pid)
         except psutil.NoSuchProcess:
             pass

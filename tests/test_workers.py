@@ -16,18 +16,9 @@ import pytest
 import tpufeed
 from tpufeed.errors import TransformError, WorkerError
 
+from processes import worker_processes
+
 pytestmark = pytest.mark.multiprocess
-
-
-def worker_processes(parent=None):
-    out = []
-    for child in psutil.Process(parent).children(recursive=True):
-        try:
-            if "tpufeed.workers.worker" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def leftovers():
@@ -358,3 +349,55 @@ def test_dropped_batches_give_their_slots_back():
     assert leases.returned() == []  # a view of the batch is still held
     del view
     assert leases.returned() == [(0, 0)] and leases.lent == [0] and leases.can_lend(0)
+
+
+def _where(e):
+    time.sleep(0.002)
+    return {"id": e, "pid": os.getpid()}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the parent steals only with a core of its own")
+def test_the_parent_runs_chunks_itself_rather_than_wait_and_order_holds():
+    ds = tpufeed.Dataset.from_sequence(list(range(800))).shuffle(1).map(_where).batch(8)
+    expected = [b["id"].tolist() for b in ds]
+    got = list(ds.workers(1))
+    assert [b["id"].tolist() for b in got] == expected
+    makers = {int(b["pid"][0]) for b in got[10:]}
+    assert os.getpid() in makers and len(makers) == 2  # the worker, and the parent in its waits
+
+
+def _fails_at_300(e):
+    time.sleep(0.001)
+    if e == 300:
+        raise ValueError("bad record")
+    return e
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the parent steals only with a core of its own")
+def test_an_error_in_a_chunk_the_parent_ran_ahead_comes_in_order():
+    ds = tpufeed.Dataset.from_sequence(list(range(800))).map(_fails_at_300).batch(10).workers(1)
+    got = []
+    with pytest.raises(TransformError) as info:
+        for batch in ds:
+            got.append(batch.tolist())
+    assert got == [list(range(i, i + 10)) for i in range(0, 300, 10)]
+    assert info.value.record == 300
+
+
+def _counted(path):
+    def fn(e):
+        with open(path, "a") as f:
+            f.write("x\n")
+        return e
+    return fn
+
+
+def test_auto_hands_its_warm_up_on_instead_of_making_it_twice(tmp_path):
+    calls = tmp_path / "calls"
+    ds = (tpufeed.Dataset.from_sequence(list(range(3000))).shuffle(2).map(_counted(str(calls)))
+          .batch(16))
+    expected = [b.tolist() for b in ds]
+    calls.unlink()
+    got = [b.tolist() for b in ds.workers("auto").prefetch("auto")]
+    assert got == expected
+    assert calls.read_text().count("x") == 3000  # each record transformed once

@@ -8,7 +8,7 @@ budget allows. While running, the prefetch depth grows when the consumer keeps w
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
@@ -57,6 +57,7 @@ class Tuning:
     batch_bytes: int
     budget_bytes: int
     reason: str
+    warm: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # the warm-up's pieces
 
     def buffer_bytes(self, workers: int | None = None, prefetch: int | None = None) -> int:
         w = self.workers if workers is None else workers
@@ -91,11 +92,13 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def measure(plan: Plan, cursor: Cursor, timeout_s: float | None = None) -> tuple[float, int]:
-    """(CPU seconds per record, bytes per item) over the first chunks from `cursor`.
+def measure(plan: Plan, cursor: Cursor,
+            timeout_s: float | None = None) -> tuple[float, int, tuple[Any, ...]]:
+    """(CPU seconds per record, bytes per item, the pieces made) over the first chunks from
+    `cursor`.
 
-    The warm-up reads and transforms records the iterator will produce again: it costs at most
-    a few batches or a quarter of a second. With `timeout_s` it runs on a thread, and a warm-up
+    The warm-up's pieces are the iterator's first pieces: it hands them on rather than make
+    them again (at most a few batches or a quarter of a second of work). With `timeout_s` it runs on a thread, and a warm-up
     still running after `timeout_s` raises `InputTimeoutError` naming its stage and record.
     """
     if timeout_s is None:
@@ -123,13 +126,14 @@ def measure(plan: Plan, cursor: Cursor, timeout_s: float | None = None) -> tuple
     return result[0]
 
 
-def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int]:
+def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int, tuple[Any, ...]]:
     from tpufeed.batching import flatten
     from tpufeed.chunk import Chunk, ChunkRunner
     from tpufeed.walk import walk
 
     runner = ChunkRunner(plan, StageClock(), beacon)
     records = tasks = item_bytes = 0
+    pieces = []
     started = now()
     for step in walk(plan, cursor, announce=False):
         if tasks >= _WARMUP_TASKS or now() - started >= _WARMUP_SECONDS:
@@ -137,6 +141,7 @@ def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int]:
         if not isinstance(step, Chunk):
             break  # the warm-up stays within the first epoch
         piece = runner.run_chunk(step)
+        pieces.append(piece)
         items = [piece.payload] if plan.batch is not None else piece.payload
         if piece.size and items and items[0] is not None:
             size = sum(getattr(leaf, "nbytes", 64) for leaf in flatten(items[0])[1])
@@ -144,14 +149,14 @@ def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int]:
             item_bytes = max(item_bytes, per_item)
         records += step.count
         tasks += 1
-    return (now() - started) / records if records else 0.0, item_bytes
+    return (now() - started) / records if records else 0.0, item_bytes, tuple(pieces)
 
 
 def choose(plan: Plan, cursor: Cursor, workers: int | str, prefetch: int | str,
            options: Options) -> Tuning:
     """Settings for `auto` values; fixed values are kept as given."""
     budget = options.budget()
-    per_record, batch_bytes = measure(plan, cursor, options.timeout_s)
+    per_record, batch_bytes, warm = measure(plan, cursor, options.timeout_s)
     task_seconds = per_record * plan.chunk
     cores = cpu_count()
     if workers == AUTO:
@@ -172,4 +177,4 @@ def choose(plan: Plan, cursor: Cursor, workers: int | str, prefetch: int | str,
             chosen_prefetch -= 1
     else:
         chosen_prefetch = int(prefetch)
-    return Tuning(chosen_workers, chosen_prefetch, per_record, batch_bytes, budget, reason)
+    return Tuning(chosen_workers, chosen_prefetch, per_record, batch_bytes, budget, reason, warm)

@@ -249,3 +249,20 @@ def _outputs(elements: Elements, skips: np.ndarray | None) -> tuple[Elements, li
                             None if elements.ids is None else [elements.ids[i] for i in keep])
         outs, last = [outs[i] for i in keep], [last[i] for i in keep]
     return elements, outs, last
+
+
+class WarmPieces:
+    """Pieces already made for the first chunks of a walk (by the `auto` warm-up), handed out
+    in order, each only for the chunk it was made from; past the first mismatch, none."""
+
+    def __init__(self, pieces: tuple[Piece, ...] = ()):
+        self._pieces = list(pieces)[::-1]
+
+    def take(self, chunk: Chunk) -> Piece | None:
+        if not self._pieces:
+            return None
+        made = self._pieces[-1].chunk
+        if made is None or made.start != chunk.start or made.cursor != chunk.cursor:
+            self._pieces.clear()
+            return None
+        return self._pieces.pop()

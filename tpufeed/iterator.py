@@ -152,14 +152,15 @@ class PipelineRun(Iterator[Any]):
             self._parallel = ParallelProducer(plan, cursor, workers, prefetch, self._counters,
                                               self._clock,
                                               max_prefetch=MAX_PREFETCH if adapt_prefetch else prefetch,
-                                              stages=stages, isolate=isolate, timeout_s=timeout_s)
+                                              stages=stages, isolate=isolate, timeout_s=timeout_s,
+                                              warm=tuning.warm if tuning is not None else ())
             self._items = self._parallel.items(self._parallel.start())
         else:
             if timeout_s is not None:  # the work leaves this thread, so a wait can end
                 self._beacon = Beacon(labels_of(plan))
                 self._prefetch = prefetch = max(1, prefetch)
             self._items = Producer(plan, cursor, self._counters, self._clock, stages,
-                                   self._beacon).items()
+                                   self._beacon, tuning.warm if tuning is not None else ()).items()
             if prefetch > 0:
                 self._prefetcher = ThreadPrefetcher(self._items, prefetch)
         self._closed = False

@@ -10,7 +10,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpufeed.chunk import Chunk, ChunkRunner
+from tpufeed.chunk import Chunk, ChunkRunner, Piece, WarmPieces
 from tpufeed.cursor import Cursor
 from tpufeed.plan import Plan
 from tpufeed.stats import StageClock
@@ -29,9 +29,11 @@ class Producer:
     clock: StageClock = field(default_factory=StageClock)
     stages: dict[str, Any] | None = None
     beacon: Any = None  # a watch.Beacon, when a timeout watches the pipeline
+    warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
 
     def items(self) -> Generator[tuple[Any, Cursor, dict[str, Any] | None], None, None]:
         runner = ChunkRunner(self.plan, self.clock, self.beacon)
-        pieces = (runner.run_chunk(step) if isinstance(step, Chunk) else step
+        warm = WarmPieces(self.warm)
+        pieces = ((warm.take(step) or runner.run_chunk(step)) if isinstance(step, Chunk) else step
                   for step in walk(self.plan, self.cursor))
         return stream(self.plan, pieces, self.counters, self.clock, self.cursor, self.stages)

@@ -18,9 +18,10 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece
+from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece, WarmPieces
 from tpufeed.cursor import Cursor
 from tpufeed.errors import InputTimeoutError
+from tpufeed.autotune import cpu_count
 from tpufeed.plan import Plan
 from tpufeed.stats import StageClock, now
 from tpufeed.stream import Counters, stream
@@ -46,7 +47,10 @@ class _Dealer:
     limit: int = 1  # steps in flight, all workers together (set by `set_depth`)
     held_per_worker: int = 1  # answers a worker may hold in slots before the parent consumes them
     isolate: bool = False  # never run a chunk in the parent, even while workers start
+    run_here: Callable[[Chunk], Piece] | None = None  # runs a chunk in the parent (stealing)
     inflight: deque = field(default_factory=deque)  # (step, worker, task id), in order
+    stolen: dict[int, Piece | Exception] = field(default_factory=dict)  # run here, ahead
+    warm: WarmPieces = field(default_factory=WarmPieces)
     answers: dict[int, Answer | Failure] = field(default_factory=dict)
     dealt: int = 0
     exhausted: bool = False
@@ -102,7 +106,10 @@ class _Dealer:
             worker = task_id = None
             if isinstance(step, Chunk):
                 task_id, self.dealt = self.dealt, self.dealt + 1
-                if room:
+                made = self.warm.take(step)
+                if made is not None:  # already made by the warm-up: waits its turn here
+                    self.stolen[task_id] = made
+                elif room:
                     worker = min(room, key=lambda w: (self.queued[w], self.held[w]))
                     self.queued[worker] += 1
                     self.held[worker] += 1
@@ -113,6 +120,26 @@ class _Dealer:
                     self.freed[worker].clear()
             self.inflight.append((step, worker, task_id))
 
+    def steal(self) -> bool:
+        """Runs the next chunk here rather than wait (the parent has a core of its own, and
+        every worker has a full queue): its piece waits its turn in order, and so does an error
+        it raised. False when there is nothing to take."""
+        if self.exhausted or len(self.inflight) >= self.limit or self.run_here is None:
+            return False
+        step = next(self.steps, None)
+        if step is None:
+            self.exhausted = True
+            return False
+        task_id = None
+        if isinstance(step, Chunk):
+            task_id, self.dealt = self.dealt, self.dealt + 1
+            try:
+                self.stolen[task_id] = self.run_here(step)
+            except Exception as error:  # noqa: BLE001 - raised in order, when its turn comes
+                self.stolen[task_id] = error
+        self.inflight.append((step, None, task_id))
+        return True
+
     def answer(self, worker: int, task_id: int,
                timeout: Callable[[], Exception | None] | None = None) -> Answer | Failure:
         """The answer to `task_id`; while it is not there, takes the others and deals more.
@@ -122,7 +149,11 @@ class _Dealer:
                 error = timeout()
                 if error is not None:
                     raise error
-            messages = self.pool.receive_any()
+            messages = self.pool.receive_any(0.0 if self.run_here is not None else None)
+            if not messages:
+                if self.run_here is not None and self.steal():
+                    continue
+                messages = self.pool.receive_any()
             if not messages:  # nothing for a while: never leave a worker waiting for a slot
                 self.send_freed()
             for sender, message in messages:
@@ -147,6 +178,7 @@ class ParallelProducer:
     stages: dict[str, Any] | None = None  # stream stages' state to restore
     isolate: bool = False  # no chunk runs in this process, even while workers start
     timeout_s: float | None = None  # the longest wait for one chunk's answer (isolates)
+    warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
 
     def __post_init__(self) -> None:
         self.depth = self.depth_for(self.prefetch)
@@ -183,9 +215,13 @@ class ParallelProducer:
 
     def pieces(self, pool: WorkerPool) -> Iterator[Piece | EpochEnd]:
         """The plan's pieces in order, their chunks run by the pool's workers."""
+        isolate = self.isolate or self.timeout_s is not None
+        # The parent runs chunks itself when it would otherwise wait, but only on a core of its
+        # own: where the workers fill every core it would only slow them down.
+        steal = not isolate and self.workers < cpu_count()
         dealer = _Dealer(pool, walk(self.plan, self.cursor), self.slots_per_worker,
-                         Leases(pool.size, self.lend_per_worker),
-                         isolate=self.isolate or self.timeout_s is not None)
+                         Leases(pool.size, self.lend_per_worker), isolate=isolate,
+                         run_here=self._run_here if steal else None, warm=WarmPieces(self.warm))
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
             dealer.deal()
@@ -199,12 +235,18 @@ class ParallelProducer:
             if isinstance(step, EpochEnd):
                 yield step
             elif worker is None:
-                if self._local is None:
-                    self._local = ChunkRunner(self.plan, self.clock)
-                yield self._local.run_chunk(step)
+                piece = dealer.stolen.pop(task_id) if task_id in dealer.stolen else self._run_here(step)
+                if isinstance(piece, Exception):
+                    raise piece
+                yield piece
             else:
                 answer = dealer.answer(worker, task_id, self._deadline(pool, worker))
                 yield self._received(pool, dealer, step, worker, answer)
+
+    def _run_here(self, chunk: Chunk) -> Piece:
+        if self._local is None:
+            self._local = ChunkRunner(self.plan, self.clock)
+        return self._local.run_chunk(chunk)
 
     def _deadline(self, pool: WorkerPool,
                   worker: int) -> Callable[[], InputTimeoutError | None] | None:

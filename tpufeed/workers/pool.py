@@ -18,6 +18,7 @@ from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.workers.messages import Answer, Failure, Ready, Start, encode_start, encode_stop
 from tpufeed.watch import beacon_file, beacon_map
+from tpufeed.workers.forkserver import ForkedProcess, ForkServer, shared_server
 from tpufeed.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
@@ -29,7 +30,7 @@ class WorkerPool:
 
     def __init__(self, init: dict[str, Any], count: int, prefix: str):
         self.slot_maps = SlotMaps(prefix)
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen | ForkedProcess] = []
         self._tasks: list[Connection] = []
         self._results: list[Connection] = []
         self._closed = False
@@ -41,15 +42,17 @@ class WorkerPool:
         _LIVE_POOLS.add(self)
         payloads = [_pickled({**init, "index": i, "prefix": prefix}) for i in range(count)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        server = shared_server()
         try:
             for payload in payloads:
                 task_r, task_w = os.pipe()
                 result_r, result_w = os.pipe()
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "tpufeed.workers.worker", str(task_r), str(result_w),
-                     str(os.getpid()), str(self._beacon_fd)],
-                    pass_fds=(task_r, result_w, self._beacon_fd), stdin=subprocess.DEVNULL,
-                    env=env, close_fds=True)
+                proc = (_forked(server, task_r, result_w, self._beacon_fd) if server is not None
+                        else subprocess.Popen(
+                            [sys.executable, "-m", "tpufeed.workers.worker", str(task_r),
+                             str(result_w), str(os.getpid()), str(self._beacon_fd)],
+                            pass_fds=(task_r, result_w, self._beacon_fd),
+                            stdin=subprocess.DEVNULL, env=env, close_fds=True))
                 os.close(task_r)
                 os.close(result_w)
                 self._procs.append(proc)
@@ -93,8 +96,9 @@ class WorkerPool:
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
-    def receive_any(self, timeout: float = _POLL_S) -> list[tuple[int, Answer | Failure]]:
-        """(worker, message) for every message that arrives within `timeout`, from any worker.
+    def receive_any(self, timeout: float | None = _POLL_S) -> list[tuple[int, Answer | Failure]]:
+        """(worker, message) for every message that arrives within `timeout` (None: the
+        default wait), from any worker.
 
         A worker that died raises WorkerError: its pipe reads as closed at once, and a worker
         that is gone while its pipe stays open is caught when nothing arrives in time.
@@ -105,7 +109,7 @@ class WorkerPool:
                 self._poll.register(conn.fileno(), select.POLLIN)
                 self._workers_by_fd[conn.fileno()] = worker
         out: list[tuple[int, Answer | Failure]] = []
-        for fd, _ in self._poll.poll(None if timeout is None else timeout * 1000):
+        for fd, _ in self._poll.poll((_POLL_S if timeout is None else timeout) * 1000):
             worker = self._workers_by_fd[fd]
             conn = self._results[worker]
             try:
@@ -116,7 +120,7 @@ class WorkerPool:
                 self._ready.append(worker)
             else:
                 out.append((worker, message))
-        if not out:
+        if not out and timeout != 0:
             for worker, proc in enumerate(self._procs):
                 if proc.poll() is not None and not self._results[worker].poll():
                     raise self._death(worker)
@@ -173,6 +177,16 @@ class WorkerPool:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _forked(server: ForkServer, task_r: int, result_w: int, beacon_fd: int) -> ForkedProcess:
+    """A worker forked by the fork server, on the pipes and beacon given."""
+    argv = ["{0}", "{1}", str(os.getpid()), "{2}"]
+    try:
+        ticket = server.spawn(argv, [task_r, result_w, beacon_fd])
+    except OSError as error:
+        raise WorkerError(f"could not ask the tpufeed fork server for a worker: {error}") from None
+    return ForkedProcess(server, ticket)
 
 
 def _pickled(init: dict[str, Any]) -> bytes:

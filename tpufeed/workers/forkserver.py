@@ -1,0 +1,336 @@
+"""Workers forked from one warm process, so N workers cost one interpreter start, not N.
+
+A fresh interpreter that imports numpy, tpufeed and the record readers costs ~0.4 s of CPU.
+Started as N fresh interpreters, N workers pay that N times, all at once, on the cores the
+parent is producing its first batches on. The fork server pays it once: it is started (a fresh
+interpreter, never a fork of the user's process, so nothing of the user's threads, JAX or open
+readers crosses a fork) the first time a pipeline starts workers, imports what every worker
+needs, and from then on forks each worker in a few milliseconds: for this iterator's workers,
+the next epoch's, an elastic restart's, an autotune trial's.
+
+It imports no user module (those may start threads, and a thread does not survive a fork): a
+worker imports the pipeline's modules itself, after the fork, as it unpickles the pipeline.
+
+The parent talks to it over a Unix socket: a worker's pipes travel as file descriptors
+(SCM_RIGHTS), the answer is its pid; the server reaps its children and tells the parent how one
+ended. It exits when the parent closes the socket or exits. Where it cannot start, workers
+start as fresh interpreters, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+_PRELOAD = ("ctypes", "numpy", "cloudpickle", "tpufeed.chunk", "tpufeed.workers.worker",
+            "tpufeed.workers.layout", "tpufeed.sources.array_record", "tpufeed.sources.tfrecord")
+_HEADER = struct.Struct("<I")
+_STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
+
+
+# -- the parent's side ------------------------------------------------------------------------
+
+class ForkServer:
+    """The parent's handle on its fork server (one per process, started on first use).
+
+    Nothing here waits for the server's imports: requests queue in the socket and are answered
+    in order once it is warm, so the parent starts producing at once, as with fresh workers.
+    """
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tpufeed.workers.forkserver", str(theirs.fileno()),
+                 str(os.getpid())],
+                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"}, close_fds=True)
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.owner = os.getpid()
+        self._lock = threading.Lock()
+        self._sent = 0  # requests sent; their replies come back in the same order
+        self._replies: dict[int, Any] = {}  # read, not collected yet
+        self._read = 0
+
+    def spawn(self, argv: list[str], fds: list[int]) -> int:
+        """Asks for a worker running `python -m tpufeed.workers.worker` with `argv`, where each
+        "{i}" in argv stands for the worker's number of `fds[i]`; returns a ticket for `pid`."""
+        with self._lock:
+            socket.send_fds(self.sock, [_frame(("spawn", argv, sys.path))], fds)
+            return self._ticket()
+
+    def pid(self, ticket: int) -> int:
+        reply = self._result(ticket)
+        if reply[0] != "pid":
+            raise OSError(f"the tpufeed fork server could not start a worker: {reply[1]}")
+        return reply[1]
+
+    def status(self, pid: int) -> int | None:
+        """How worker `pid` ended (a returncode: negative for a signal), None while it runs."""
+        with self._lock:
+            self.sock.sendall(_frame(("status", pid)))
+            ticket = self._ticket()
+        return self._result(ticket)[1]
+
+    def alive(self) -> bool:
+        return self.owner == os.getpid() and self.proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def _ticket(self) -> int:
+        self._sent += 1
+        return self._sent - 1
+
+    def _result(self, ticket: int) -> Any:
+        with self._lock:
+            while ticket not in self._replies:
+                header = _read_exactly(self.sock, _HEADER.size)
+                body = None if header is None else _read_exactly(self.sock, _HEADER.unpack(header)[0])
+                if body is None:
+                    raise OSError("the tpufeed fork server exited")
+                self._replies[self._read] = pickle.loads(body)
+                self._read += 1
+            return self._replies.pop(ticket)
+
+
+class ForkedProcess:
+    """A worker forked by the server, with the parts of `subprocess.Popen` the pool uses."""
+
+    def __init__(self, server: ForkServer, ticket: int):
+        self._server, self._ticket = server, ticket
+        self._pid: int | None = None
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int:
+        """Its pid (the first call waits for the server to have forked it)."""
+        if self._pid is None:
+            self._pid = self._server.pid(self._ticket)
+        return self._pid
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self._server.status(self.pid)
+            except OSError:  # the server is gone, and with it the way to know: ask the kernel
+                self.returncode = None if _exists(self.pid) else -signal.SIGKILL
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"tpufeed worker {self.pid}", timeout or 0.0)
+            time.sleep(0.005)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+_unavailable = False
+
+
+def shared_server() -> ForkServer | None:
+    """This process's fork server, started if need be; None where one cannot run (then
+    workers start as fresh interpreters)."""
+    global _server, _unavailable
+    if _unavailable or os.environ.get("TPUFEED_FORKSERVER", "1") == "0" or not hasattr(os, "fork"):
+        return None
+    with _server_lock:
+        if _server is not None and not _server.alive():
+            if _server.owner == os.getpid():
+                _server.close()
+            _server = None  # a fork of the process that started it: start this one's own
+        if _server is None:
+            try:
+                _server = ForkServer()
+            except OSError:  # no interpreter to start, no socket: fresh workers, as before
+                _unavailable = True
+                return None
+        return _server
+
+
+def stop_shared_server() -> None:
+    global _server
+    with _server_lock:
+        if _server is not None and _server.owner == os.getpid():
+            _server.close()
+        _server = None
+
+
+# -- the server -------------------------------------------------------------------------------
+
+def _frame(message: Any) -> bytes:
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(len(body)) + body
+
+
+def _read_exactly(sock: socket.socket, n: int, fds: list[int] | None = None) -> bytes | None:
+    data = b""
+    while len(data) < n:
+        if fds is not None:
+            chunk, got, _, _ = socket.recv_fds(sock, n - len(data), 16)
+            fds.extend(got)
+        else:
+            chunk = sock.recv(n - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Server:
+    def __init__(self, sock: socket.socket, parent: int):
+        self.sock, self.parent = sock, parent
+        self.statuses: dict[int, int] = {}
+        self.children: set[int] = set()
+
+    def reap(self, *_: Any) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+            self.statuses[pid] = os.waitstatus_to_exitcode(status)
+            while len(self.statuses) > _STATUS_KEPT:
+                del self.statuses[next(iter(self.statuses))]
+
+    def serve(self) -> None:
+        watch = _parent_watch(self.parent)
+        while True:
+            ready = select.select([self.sock] + ([watch] if watch is not None else []), [], [])[0]
+            if watch is not None and watch in ready:
+                return  # the parent exited: so does the server (its workers watch it too)
+            fds: list[int] = []
+            header = _read_exactly(self.sock, _HEADER.size, fds)
+            if header is None:
+                return
+            body = _read_exactly(self.sock, _HEADER.unpack(header)[0], fds)
+            if body is None:
+                return
+            request = pickle.loads(body)
+            if request[0] == "spawn":
+                self.sock.sendall(_frame(self.spawn(request[1], request[2], fds)))
+            elif request[0] == "status":
+                self.reap()
+                pid = request[1]
+                status = self.statuses.get(pid)
+                if status is None and pid not in self.children:
+                    status = 0 if not _exists(pid) else None
+                self.sock.sendall(_frame(("status", status)))
+
+    def spawn(self, argv: list[str], path: list[str], fds: list[int]) -> tuple[str, Any]:
+        try:
+            argv = [arg.format(*fds) for arg in argv]
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # reap after we know it
+            try:
+                pid = os.fork()
+                if pid == 0:  # the worker
+                    _run_worker(self.sock, argv, path)
+                self.children.add(pid)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
+            return ("pid", pid)
+        except Exception as error:  # noqa: BLE001 - the parent falls back and says why
+            return ("error", f"{type(error).__name__}: {error}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def _run_worker(sock: socket.socket, argv: list[str], path: list[str]) -> None:
+    code = 1
+    try:
+        sock.close()
+        _name_process(b"tpufeed-worker")
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
+        sys.path[:] = path
+        from tpufeed.workers import worker
+        code = worker.main(argv)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream: nothing to flush
+                pass
+        os._exit(code)
+
+
+def _name_process(name: bytes) -> None:
+    """What `ps -o comm`, `top` and psutil's `name()` show (Linux; elsewhere nothing)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+def _parent_watch(parent: int) -> int | None:
+    """A file that turns readable when `parent` exits (a pidfd), or None where there is none."""
+    try:
+        return os.pidfd_open(parent)
+    except (AttributeError, OSError):
+        return None
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _name_process(b"tpufeed-forksrv")
+    sock = socket.socket(fileno=int(argv[0]))
+    parent = int(argv[1])
+    try:
+        for name in _PRELOAD:
+            try:
+                __import__(name)
+            except ImportError:
+                pass  # an extra that is not installed: the worker that needs it says so
+        server = _Server(sock, parent)
+        signal.signal(signal.SIGCHLD, server.reap)
+        server.serve()
+    except (BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
