@@ -10,7 +10,8 @@ then `--passes` timed epochs, exactly epochs x records records checked. Rounds i
 variants (the machine's speed drifts), and each variant's figure is the median of its passes
 pooled over the rounds, shown next to the rate of the whole run after its first batch (a
 deep prefetch filled during the warm-up lifts the first figure, not the second); the 1-minute
-load average at each run's start is printed with it.
+load average at each run's start is printed with it, and so is the CPU time per record of
+the run's processes (less exposed to a shared machine's other work than records/s).
 Variants whose options only concern workers (prefetch depth, start method...) skip 0 workers.
 """
 
@@ -76,6 +77,8 @@ VARIANTS: dict[str, Variant] = {
     "grain-map-max-parallelism0": Variant(_GRAIN, "map_dataset", GrainOptions(
         reader_options=(("max_parallelism", "0"),))),
     "grain-map-iter-batch": Variant(_GRAIN, "map_dataset", GrainOptions(
+        batch_after="iter", read_buffer=64)),
+    "grain-map-iter-batch-buffer500": Variant(_GRAIN, "map_dataset", GrainOptions(
         batch_after="iter", read_buffer=500)),
     "grain-map-iter-batch-threads0": Variant(_GRAIN, "map_dataset", GrainOptions(
         batch_after="iter", read_threads=0, read_buffer=0)),
@@ -159,19 +162,30 @@ def sweep(workload: str, names: list[str], workers: list[int], rounds: int, pass
                        "after_first_batch": statistics.median(
                            r["rate_after_first_batch"] for r in results if "rates" in r)
                        if rates else None,
+                       "cpu_us_per_record": statistics.median(
+                           cpu_per_record(r, records) for r in results if "rates" in r)
+                       if rates else None,
                        "loads": [r["load_at_start"] for r in results]})
     return pooled
 
 
+def cpu_per_record(result: dict[str, Any], records: int) -> float:
+    """CPU µs per record of a whole run (all processes, the import, start-up and warm-up
+    included): less exposed than records/s to other work on a shared machine."""
+    cpu = result["cpu_main_s"] + result["cpu_workers_s"]
+    return 1e6 * cpu / (records * len(result["pass_s"]) + records)
+
+
 def format_table(workload: str, pooled: list[dict[str, Any]]) -> str:
     lines = [f"| {workload} variant | workers | records/s (median, pooled) | after first batch "
-             "| per round | load |", "|---|---|---|---|---|---|"]
+             "| CPU µs/record | per round | load |", "|---|---|---|---|---|---|---|"]
     for p in pooled:
         rate = f"{p['rate']:,.0f}" if p["rate"] is not None else f"error: {p['errors'][0][:80]}"
         after = f"{p['after_first_batch']:,.0f}" if p["rate"] is not None else ""
+        cpu = f"{p['cpu_us_per_record']:.1f}" if p["rate"] is not None else ""
         rounds = ", ".join(f"{r / 1000:.0f}k" for r in p["round_rates"])
         loads = ", ".join(f"{x:.1f}" for x in p["loads"])
-        lines.append(f"| {p['variant']} | {p['workers']} | {rate} | {after} | {rounds} | {loads} |")
+        lines.append(f"| {p['variant']} | {p['workers']} | {rate} | {after} | {cpu} | {rounds} | {loads} |")
     return "\n".join(lines)
 
 

@@ -111,3 +111,62 @@ def test_rounds_pool_each_rows_passes(tmp_path):
         assert len(row["rates"]) == 4 and len(row["rounds"]) == 2
         assert sorted(row["rates"]) == sorted(x for r in row["rounds"] for x in r["rates"])
         assert min(row["rates"]) <= row["rate"] <= max(row["rates"])
+
+
+@pytest.fixture(scope="module")
+def w2_tiny(tmp_path_factory):
+    from benchmarks.datafiles import prepare
+    from benchmarks.workloads import SEED, WORKLOADS
+    return prepare(WORKLOADS["W2"], 600, str(tmp_path_factory.mktemp("w2")), SEED)
+
+
+def _torch_options(**kwargs):
+    from benchmarks.systems.torch_system import TorchOptions
+    return TorchOptions(**kwargs)
+
+
+@pytest.mark.parametrize("workers, options", [
+    (0, {}), (0, {"reads": "batch"}), (0, {"collate": "default"}),
+    pytest.param(2, {}, marks=pytest.mark.multiprocess),
+    pytest.param(2, {"sampler": "index", "collate": "numpy"}, marks=pytest.mark.multiprocess),
+    pytest.param(2, {"epochs": "per-epoch", "persistent_workers": True},
+                 marks=pytest.mark.multiprocess),
+])
+def test_torch_row_yields_the_bare_loops_records_in_its_order(w2_tiny, workers, options):
+    """Every torch set-up the sweep tries delivers the bare loop's values, record for record."""
+    import numpy as np
+    from benchmarks.systems import RowSpec
+    from benchmarks.systems.limits import bare_loop
+    from benchmarks.systems.torch_system import batches
+    from benchmarks.workloads import SEED
+
+    spec = RowSpec("torch", "W2", workers, 2, SEED, w2_tiny)
+    expected = np.concatenate([b["image"] for b in bare_loop(spec)])
+    got = np.concatenate([b["image"].numpy() for b in batches(spec, _torch_options(**options))])
+    assert got.shape == (2 * 600, 30, 30, 3)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_torch_options_name_the_bad_value():
+    with pytest.raises(ValueError, match="'threads'"):
+        _torch_options(reads="threads")
+
+
+@pytest.mark.slow
+def test_anchor_variants_sweep_pools_each_variant(tmp_path):
+    from benchmarks.anchor_variants import VARIANTS, pick
+
+    assert pick("grain-loader") == [v for v in VARIANTS if v.startswith("grain-loader-")]
+    out = tmp_path / "variants.json"
+    cmd = [sys.executable, "-m", "benchmarks.anchor_variants", "--workload", "W1", "--variants",
+           "torch-row,torch-prefetch2,grain-map-row", "--workers", "0", "--records", "600",
+           "--passes", "1", "--rounds", "2", "--data-dir", str(tmp_path / "data"),
+           "--json", str(out), "--timeout", "120"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    pooled = json.loads(out.read_text())["variants"]
+    # torch-prefetch2 changes nothing without workers: not run at 0 workers.
+    assert [(p["variant"], p["workers"]) for p in pooled] == [("torch-row", 0), ("grain-map-row", 0)]
+    for p in pooled:
+        assert not p["errors"] and len(p["rates"]) == 2 and p["rate"] > 0
+    assert "| torch-row | 0 |" in proc.stdout
