@@ -16,7 +16,7 @@ import pytest
 import tpufeed
 from tpufeed.errors import TransformError, WorkerError
 
-from processes import worker_processes
+from processes import is_fork_server, worker_processes
 
 pytestmark = pytest.mark.multiprocess
 
@@ -228,10 +228,15 @@ def test_parent_killed_takes_its_workers_along(tmp_path):
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "running"
+    deadline = time.monotonic() + 20
+    while len(worker_processes(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     workers = worker_processes(proc.pid)
+    servers = [c for c in psutil.Process(proc.pid).children() if is_fork_server(c)]
+    assert len(workers) == 2 and len(servers) == 1
     proc.kill()
     proc.wait()
-    gone, alive = psutil.wait_procs(workers, timeout=5)
+    gone, alive = psutil.wait_procs(workers + servers, timeout=5)
     assert not alive
     assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
 
@@ -401,3 +406,36 @@ def test_auto_hands_its_warm_up_on_instead_of_making_it_twice(tmp_path):
     got = [b.tolist() for b in ds.workers("auto").prefetch("auto")]
     assert got == expected
     assert calls.read_text().count("x") == 3000  # each record transformed once
+
+
+def _made_by(e):
+    time.sleep(0.002)
+    return [os.getpid(), os.getppid()]
+
+
+def test_workers_are_forked_by_one_server_that_outlives_iterators():
+    ds = tpufeed.Dataset.from_sequence(list(range(600))).map(_made_by).batch(4).workers(2)
+    servers = set()
+    for _ in range(2):
+        made = {tuple(row) for b in ds for row in b.tolist()}
+        by_workers = {(pid, ppid) for pid, ppid in made if pid != os.getpid()}
+        assert len({pid for pid, _ in by_workers}) == 2
+        servers |= {ppid for _, ppid in by_workers}
+    assert len(servers) == 1  # both iterators' workers were forked by the same server
+    server = psutil.Process(servers.pop())
+    assert is_fork_server(server) and server.ppid() == os.getpid()
+    assert worker_processes() == []  # the workers went with their iterators, the server stays
+
+
+def _started_as(e):
+    time.sleep(0.002)
+    return [os.getpid(), os.path.basename(sys.argv[0]) == "worker.py"]
+
+
+@pytest.mark.parametrize("server", ["1", "0"])
+def test_without_the_fork_server_workers_are_fresh_interpreters(server, monkeypatch):
+    monkeypatch.setenv("TPUFEED_FORKSERVER", server)
+    ds = tpufeed.Dataset.from_sequence(list(range(600))).map(_started_as).batch(4)
+    made = {tuple(row) for b in ds.workers(2) for row in b.tolist()}
+    assert {fresh for pid, fresh in made if pid != os.getpid()} == {server == "0"}
+    assert {pid for pid, _ in made} - {os.getpid()}  # workers made some of them
