@@ -30,7 +30,6 @@ __all__ = ["Block", "BlockStart", "count_block", "file_starts", "plan_blocks", "
 
 DEFAULT_BLOCK_BYTES = 64 << 20
 _SPLIT_BY_BYTES = ("jsonl", "csv")
-_ARRAY_RECORD_BLOCK = 1 << 16  # records per ArrayRecord block at the default block size
 
 
 @dataclass(frozen=True)
@@ -107,9 +106,9 @@ def _file_blocks(index: int, item: InputFile, block_bytes: int) -> list[dict[str
             n = len(shard)
         finally:
             shard.close()
-        per_block = max(1, _ARRAY_RECORD_BLOCK * block_bytes // DEFAULT_BLOCK_BYTES)
-        cuts = list(range(0, n, per_block)) + [n] if n else [0, 0]
         size = _size(item.path)
+        per_block = max(1, block_bytes * n // max(size, 1))  # records in about block_bytes
+        cuts = list(range(0, n, per_block)) + [n] if n else [0, 0]
         return [dict(base, start=a, end=b, count=b - a, single=len(cuts) == 2,
                      size=size * (b - a) // max(n, 1)) for a, b in zip(cuts, cuts[1:])]
     if item.kind == "images":
@@ -202,33 +201,43 @@ def _jsonl(block: Block, start: BlockStart) -> Iterator[tuple[int, str, Any]]:
             index += 1
 
 
-def _text_lines(lines: _Lines, path: str, line_base: int) -> Iterator[str]:
+def _where(block: Block, start: BlockStart | None, line_in_block: int) -> str:
+    """`path line N`; in the count pass of a later block, whose first line number is not
+    known yet, the line of the block and the byte the block starts at."""
+    if start is None and block.start > 0:
+        return f"{block.path} (line {line_in_block} of the block from byte {block.start:,})"
+    return f"{block.path} line {(start.line if start else 0) + line_in_block}"
+
+
+def _text_lines(lines: _Lines, block: Block, start: BlockStart | None) -> Iterator[str]:
     for line in lines:
         try:
             yield line.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise SourceError(f"{path} line {line_base + lines.count}: not UTF-8: {e}",
-                              path=path) from e
+            raise SourceError(f"{_where(block, start, lines.count)}: not UTF-8: {e}",
+                              path=block.path) from e
 
 
 def _csv_header(path: str) -> list[str]:
     with open_input(path) as f:
         lines = _Lines(f, 0)
-        header = next(csv.reader(_text_lines(lines, path, 0)), None)
+        whole = Block(id=0, file_index=0, kind="csv", path=path, start=0, end=-1, single=True)
+        header = next(csv.reader(_text_lines(lines, whole, BlockStart())), None)
     if header is not None and (len(set(header)) != len(header) or not all(header)):
         raise SourceError(f"{path} line 1: the header {header} has empty or repeated "
                           "column names", path=path)
     return header or []
 
 
-def _csv(block: Block, start: BlockStart, count_only: bool,
+def _csv(block: Block, start: BlockStart | None,
          tally: list[int] | None = None) -> Iterator[tuple[int, str, Any]]:
+    """The rows of a CSV block; with `start` None, the count pass: no records made."""
     path = block.path
     header = _csv_header(path)
-    index = start.record
+    index = start.record if start else 0
     with open_input(path) as f:
         lines = _Lines(f, block.start)
-        reader = csv.reader(_text_lines(lines, path, start.line))
+        reader = csv.reader(_text_lines(lines, block, start))
         first = block.start == 0
         while lines.pos < block.end:
             before = lines.count
@@ -237,23 +246,25 @@ def _csv(block: Block, start: BlockStart, count_only: bool,
             except StopIteration:
                 break
             except csv.Error as e:
-                raise SourceError(f"{path} line {start.line + lines.count}: malformed CSV: {e}",
+                raise SourceError(f"{_where(block, start, lines.count)}: malformed CSV: {e}",
                                   path=path) from e
-            line = start.line + lines.count
             if lines.count - before > 1 and not block.single:
                 raise SourceError(
-                    f"{path} line {line}: a quoted field holds a line break; a CSV file read "
-                    "in several blocks must have one record a line (pass a --block-mb larger "
-                    "than the file to read it whole)", path=path)
+                    f"{_where(block, start, lines.count)}: a quoted field holds a line break; a "
+                    "CSV file read in several blocks must have one record a line (pass a "
+                    "--block-mb larger than the file to read it whole)", path=path)
             if first:  # block 0 owns the header line
                 first = False
                 continue
             if not row:
                 continue
-            origin = f"{path} line {line}"
-            if count_only:
-                record: Any = None
-            elif len(row) != len(header):
+            if start is None:
+                yield index, "", None
+                index += 1
+                continue
+            origin = _where(block, start, lines.count)
+            record: Any
+            if len(row) != len(header):
                 missing = header[len(row):]
                 why = (f"missing column{'s' if len(missing) > 1 else ''} "
                        f"{', '.join(map(repr, missing))}" if missing else
@@ -319,7 +330,7 @@ def count_block(block: Block) -> tuple[int, int]:
     if block.kind == "jsonl":
         return _count_jsonl(block)
     tally: list[int] = []
-    records = sum(1 for _ in _csv(block, BlockStart(), count_only=True, tally=tally))
+    records = sum(1 for _ in _csv(block, None, tally=tally))
     return records, tally[0]
 
 
@@ -328,7 +339,7 @@ def read_block(block: Block, start: BlockStart) -> Iterator[tuple[int, str, Any]
     if block.kind == "jsonl":
         return _jsonl(block, start)
     if block.kind == "csv":
-        return _csv(block, start, count_only=False)
+        return _csv(block, start)
     if block.kind == "array_record" and block.end >= 0:
         return _array_record(block, start)
     if block.kind == "images":

@@ -138,7 +138,7 @@ def check_counts(result: Any, manifest: dict[str, Any], output: str, runner: str
     """
     totals = _counter_totals(result)
     missing = [name for name in COUNTERS if totals is None or name not in totals]
-    if missing:
+    if totals is None or missing:
         shard_files.delete_paths([shard_files.join(output, MANIFEST_NAME)])
         raise TpufeedError(
             f"{output}: the runner {runner} reported no {' or '.join(missing)} counter, so "

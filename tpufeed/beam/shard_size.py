@@ -42,7 +42,7 @@ def check_shard_size(total_bytes: int, num_shards: int, max_shard_bytes: int, ou
     (input bytes stand for shard bytes: encoded records are of the same order)."""
     per_shard = total_bytes / num_shards
     if per_shard > max_shard_bytes:
-        suggested = suggest_num_shards(total_bytes)
+        suggested = max(suggest_num_shards(total_bytes), math.ceil(total_bytes / max_shard_bytes))
         raise InvalidArgumentError(
             f"--output {output}: {_mb(total_bytes)} of input in {num_shards} shards is about "
             f"{_mb(per_shard)} a shard, more than the {_mb(max_shard_bytes)} one worker may hold "

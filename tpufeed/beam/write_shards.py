@@ -178,7 +178,7 @@ class _WriteShard(beam.DoFn):
         if self._start is None:
             self._start = time.monotonic()
         expected = ranking.shard_sizes(ranks["total"], self._num_shards)[index]
-        summary, kinds = RecordSummary(), set()
+        summary, kinds = RecordSummary(), set[int]()
         name = shard_files.shard_name(self._prefix, index, self._num_shards, self._format)
         count, size, crc = shard_files.write_shard_in_place(
             self._output, name, self._build_id,

@@ -1,0 +1,111 @@
+"""Which runners a build accepts, and the check of the steps' counters against the manifest."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("apache_beam")
+
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
+import tpufeed  # noqa: E402
+from tpufeed import cli  # noqa: E402
+from tpufeed.beam.build_runner import check_counts, runner_for, worker_args  # noqa: E402
+from tpufeed.errors import InvalidArgumentError  # noqa: E402
+
+
+def _cli(tmp_path, capsys, *args: str) -> tuple[int, str]:
+    (tmp_path / "in.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    code = cli.main(["build", "-q", "--input", str(tmp_path / "in.jsonl"), "--output",
+                     str(tmp_path / "out"), *args])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("runner", ["DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"])
+def test_dask_runner_is_refused_in_one_line_with_the_reason(tmp_path, capsys, runner):
+    code, err = _cli(tmp_path, capsys, "--runner", runner)
+    assert code == 2 and err.count("\n") == 1
+    assert f"--runner {runner}" in err and "tagged outputs" in err and "last branch" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--direct_running_mode=multi_threading"], "multi_threading mode loses records"),
+    (["--direct_num_workers=2", "--direct_running_mode=multi_threading"], "loses records"),
+    (["--direct_num_workers=2"], "without --direct_running_mode=multi_processing"),
+    (["--direct_num_workers=2", "--direct_running_mode=in_memory"], "on threads"),
+])
+def test_modes_that_lose_records_are_refused_with_the_reason(tmp_path, capsys, args, match):
+    code, err = _cli(tmp_path, capsys, *args)
+    assert code == 2 and match in err and "--workers N" in err
+
+
+def test_workers_with_another_runner_or_direct_options_is_refused():
+    with pytest.raises(InvalidArgumentError, match="--workers 2 is for the local runner"):
+        worker_args(2, ("--runner", "DataflowRunner"))
+    with pytest.raises(InvalidArgumentError, match="not both"):
+        worker_args(2, ("--direct_num_workers=3",))
+    with pytest.raises(InvalidArgumentError, match="--workers must be a positive int"):
+        worker_args(0, ())
+    assert worker_args(1, ("--x",)) == ("--x",)
+    assert worker_args(3, ()) == ("--direct_num_workers=3",)
+
+
+def test_multi_processing_and_worker_processes_are_accepted():
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    assert isinstance(runner_for(options), FnApiRunner)
+    runner = runner_for(PipelineOptions(["--direct_num_workers=2"]), workers=2)
+    assert "tpufeed.beam.worker_process" in runner._default_environment.command_string  # noqa: SLF001
+    assert runner_for(PipelineOptions(["--runner", "DataflowRunner"])) is None  # Beam makes it
+
+
+class _Counter:
+    def __init__(self, name, value):
+        self.key = type("Key", (), {"metric": type("Name", (), {"name": name})})()
+        self.committed, self.attempted = value, value
+
+
+class _Result:
+    """A runner result as Beam's `PipelineResult.metrics()` gives it (or fails to)."""
+
+    def __init__(self, counters=None, error=None):
+        self._counters, self._error = counters, error
+
+    def metrics(self):
+        if self._error is not None:
+            raise self._error
+        counters = self._counters
+
+        class Query:
+            def query(self, _):
+                return {"counters": counters}
+        return Query()
+
+
+_MANIFEST = {"num_records": 8, "build": {"records_in": 10}}
+
+
+def test_counts_that_disagree_with_the_steps_remove_the_manifest(tmp_path):
+    (tmp_path / "manifest.json").write_text("{}")
+    counters = [_Counter("records_in", 10), _Counter("records_out", 9),
+                _Counter("records_written", 8)]
+    with pytest.raises(tpufeed.TpufeedError, match="records_out: steps counted 9, the manifest "
+                                                   "has 8"):
+        check_counts(_Result(counters), _MANIFEST, str(tmp_path), "FnApiRunner")
+    assert not (tmp_path / "manifest.json").exists()
+    counters[1] = _Counter("records_out", 8)
+    check_counts(_Result(counters), _MANIFEST, str(tmp_path), "FnApiRunner")
+
+
+@pytest.mark.parametrize("result", [
+    _Result(error=NotImplementedError("no metrics")), _Result([]),
+    _Result([_Counter("records_in", 10), _Counter("records_out", 8)]),
+])
+def test_a_runner_without_metrics_fails_the_build(tmp_path, result):
+    (tmp_path / "manifest.json").write_text("{}")
+    with pytest.raises(tpufeed.TpufeedError, match="the runner SomeRunner reported no .*counter, "
+                                                   "so tpufeed cannot check"):
+        check_counts(result, _MANIFEST, str(tmp_path), "SomeRunner")
+    assert not (tmp_path / "manifest.json").exists()
