@@ -413,6 +413,87 @@ def targets(rows: list[dict]) -> list[tuple[str, Any, bool | None]]:
     return out
 
 
+# -- decoders, one image at a time in this process: what chose the crop path (docs/images.md) --
+
+def decoder_candidates() -> dict[str, Any]:
+    """fn(jpeg, box (top, left, h, w)) -> uint8 224x224x3, for each decoder that is installed."""
+    from PIL import Image
+
+    from tpufeed.transforms.region import decode_region, opencv
+
+    def pil_full(data: bytes, box: tuple) -> Any:
+        top, left, h, w = box
+        with Image.open(io.BytesIO(data)) as image:
+            return np.asarray(image.convert("RGB").resize(
+                (SIZE, SIZE), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h)))
+
+    out: dict[str, Any] = {
+        "Pillow: decode all, crop+resize (antialiased)": pil_full,
+        "tpufeed pillow: draft + resize(box)":
+            lambda d, b: decode_region(d, b, (SIZE, SIZE), backend="pillow"),
+    }
+    cv2 = opencv()
+    if cv2 is not None:
+        cv2.setNumThreads(1)
+        out["tpufeed opencv: imdecode(REDUCED) + resize/warp"] = (
+            lambda d, b: decode_region(d, b, (SIZE, SIZE), backend="opencv"))
+
+        def cv2_area(data: bytes, box: tuple) -> Any:
+            top, left, h, w = (int(v) for v in box)
+            image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+            return cv2.resize(image[top:top + h, left:left + w], (SIZE, SIZE),
+                              interpolation=cv2.INTER_AREA)
+        out["OpenCV: imdecode all, INTER_AREA"] = cv2_area
+    try:
+        import simplejpeg
+
+        def simple(data: bytes, box: tuple, fast: bool = False) -> Any:
+            top, left, h, w = box
+            height, width = simplejpeg.decode_jpeg_header(data)[:2]
+            image = simplejpeg.decode_jpeg(data, "RGB", fastdct=fast, fastupsample=fast,
+                                           min_height=math.ceil(height * SIZE / h),
+                                           min_width=math.ceil(width * SIZE / w))
+            sy, sx = image.shape[0] / height, image.shape[1] / width
+            return np.asarray(Image.fromarray(image).resize(
+                (SIZE, SIZE), Image.Resampling.BILINEAR,
+                box=(left * sx, top * sy, (left + w) * sx, (top + h) * sy)))
+        out["simplejpeg: scaled decode + Pillow resize"] = simple
+        out["simplejpeg fastdct/fastupsample + Pillow"] = lambda d, b: simple(d, b, True)
+    except ImportError:
+        pass
+    if os.environ.get("W4_TF_DECODER"):  # ~2 s and ~500 MB to import: only when asked
+        import tensorflow as tf
+
+        def tf_crop(data: bytes, box: tuple) -> Any:
+            window = tf.constant([int(v) for v in box])
+            image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
+            return tf.cast(tf.image.resize(image, (SIZE, SIZE)), tf.uint8).numpy()
+        out["tf.io.decode_and_crop_jpeg + resize (eager)"] = tf_crop
+    return out
+
+
+def decoders(files: dict, repeats: int) -> list[dict]:
+    """ms per image of each decoder on the same photographs and random boxes, interleaved."""
+    from tpufeed import codec
+    from tpufeed.transforms import sample_crop_box
+    from tpufeed.transforms.region import image_size
+    reader = ShardReader(files["array_record"], files["counts"])
+    data = [codec.decode(r)["image"] for r in reader.read(range(min(400, len(reader))))]
+    reader.close()
+    rng = np.random.default_rng(SEED)
+    boxes = [sample_crop_box(*image_size(d), rng) for d in data]
+    candidates = decoder_candidates()
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(repeats):
+        for name, fn in candidates.items():
+            start = time.process_time()
+            for d, b in zip(data, boxes):
+                fn(d, b)
+            times[name].append(1000 * (time.process_time() - start) / len(data))
+    return [{"decoder": name, "cpu_ms_per_image": statistics.median(t)}
+            for name, t in times.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {ROWS}")
@@ -423,10 +504,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
     p.add_argument("--json", default=None, help="write the figures here")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # run one row in this process
+    p.add_argument("--decoders", action="store_true",
+                   help="instead of the rows: CPU ms per image of each installed decoder, "
+                        "crop and resize included (W4_TF_DECODER=1 adds tf.io)")
     args = p.parse_args(argv)
     if args.images < SHARDS or args.passes < 1 or args.rounds < 1 or args.workers < 1:
         p.error(f"need --images >= {SHARDS}, --passes, --rounds and --workers >= 1")
     files = prepare(args.data_dir, args.images)
+    if args.decoders:
+        print("| decoder (random-resized-crop box -> 224x224 uint8) | CPU ms/image |\n|---|---|")
+        for r in decoders(files, args.rounds * args.passes):
+            print(f"| {r['decoder']} | {r['cpu_ms_per_image']:.2f} |", flush=True)
+        return 0
     if args.row:
         result = measure(args.row, files, args.passes, args.workers)
         with open(args.json, "w") as f:

@@ -132,16 +132,15 @@ def decode_region(data: bytes, box: Box, size: tuple[int, int], mode: str = "RGB
         _check_box(box, *image.shape[:2])
         return resize_region(image, box, size, backend)
     scale = _scale_for(box, size)
-    if backend == "opencv":
-        image = _decode_opencv(data, scale, mode)
-    else:
-        image, scale = _decode_pillow(data, scale, mode)
+    if backend == "pillow":
+        return _region_pillow(data, box, scale, size, mode)
+    image = _decode_opencv(data, scale, mode)
     top, left, h, w = box
     # Reduced pixel k covers full-size pixels [k*f, (k+1)*f): box edges scale by 1/f exactly.
     reduced = (top / scale, left / scale, h / scale, w / scale)
     _check_box(reduced, *image.shape[:2])
     out = resize_region(image, reduced, size, backend)
-    if backend == "opencv" and mode == "RGB":
+    if mode == "RGB":
         out = opencv().cvtColor(out, opencv().COLOR_BGR2RGB)  # on the small output
     return out
 
@@ -161,22 +160,36 @@ def _decode_opencv(data: bytes, scale: int, mode: str) -> np.ndarray:
     return image[:, :, None] if image.ndim == 2 else image
 
 
-def _decode_pillow(data: bytes, scale: int, mode: str) -> tuple[np.ndarray, int]:
-    """The image at 1/scale, and the scale Pillow's draft() took (it rounds sizes down)."""
+def _region_pillow(data: bytes, box: Box, scale: int, size: tuple[int, int],
+                   mode: str) -> np.ndarray:
+    """draft() to 1/scale, then one resize of the box: no array copies on the way."""
     image_module = load_pillow()
     try:
-        with image_module.open(io.BytesIO(data)) as image:
-            width, height = image.size
+        image = image_module.open(io.BytesIO(data))
+    except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
+        raise _undecodable(data, e) from None
+    with image:
+        width, height = image.size
+        _check_box(box, height, width)
+        try:
             if scale > 1:
-                # draft() takes the largest reduction leaving the image at least this size.
+                # draft() takes the largest reduction leaving the image at least this size
+                # (it rounds down: read back the scale it took).
                 image.draft(mode, (max(1, width // scale), max(1, height // scale)))
                 scale = next((f for f in _SCALES if image.size == (math.ceil(width / f),
                                                                    math.ceil(height / f))), 1)
-            array = np.asarray(image.convert(mode))
-    except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
-        raise ValueError(f"cannot decode image ({len(data)} bytes, starting "
-                         f"{bytes(data[:8])!r}): {type(e).__name__}: {e}") from None
-    return (array[:, :, None] if array.ndim == 2 else array), scale
+            loaded = image.convert(mode) if image.mode != mode else image
+            top, left, h, w = (v / scale for v in box)
+            out = np.asarray(loaded.resize((size[1], size[0]), image_module.Resampling.BILINEAR,
+                                           box=(left, top, left + w, top + h)))
+        except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
+            raise _undecodable(data, e) from None
+    return out[:, :, None] if out.ndim == 2 else out
+
+
+def _undecodable(data: bytes, error: Exception) -> ValueError:
+    return ValueError(f"cannot decode image ({len(data)} bytes, starting {bytes(data[:8])!r}): "
+                      f"{type(error).__name__}: {error}")
 
 
 def resize_region(image: np.ndarray, box: Box, size: tuple[int, int],
