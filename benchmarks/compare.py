@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "whose speed drifts while the rows run)")
     p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                    help="N for the N-worker rows (default: os.cpu_count())")
+    p.add_argument("--tpufeed-workers", default=None,
+                   help="comma-separated worker counts for the tpufeed row (default: 0 and N), "
+                        "e.g. 0,1,2 to check that no worker count is slower than none")
     p.add_argument("--systems", default=",".join(SYSTEMS),
                    help=f"comma-separated subset of: {', '.join(SYSTEMS)}")
     p.add_argument("--json", dest="json_path", default=None, help="write all results here")
@@ -71,6 +74,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per row")
     args = p.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    try:
+        args.tpufeed_workers = (None if args.tpufeed_workers is None else
+                                sorted({int(c) for c in args.tpufeed_workers.split(",") if c.strip()}))
+    except ValueError:
+        p.error(f"--tpufeed-workers takes comma-separated integers, got {args.tpufeed_workers!r}")
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown:
         p.error(f"unknown system(s) {unknown}; choose from {list(SYSTEMS)}")
@@ -85,11 +93,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plan_rows(systems: list[str], workers: int, tpufeed_workers: bool) -> list[tuple[str, int]]:
-    """(system, workers) rows in table order: limits, tpufeed, anchors, references."""
+def plan_rows(systems: list[str], workers: int, tpufeed_workers: bool,
+              tpufeed_counts: list[int] | None = None) -> list[tuple[str, int]]:
+    """(system, workers) rows in table order: limits, tpufeed, anchors, references.
+    `tpufeed_counts`: the tpufeed row's worker counts (default 0 and N)."""
     rows = []
     for name in systems:
         system = SYSTEMS[name]
+        if name == "tpufeed" and tpufeed_workers and tpufeed_counts:
+            rows += [(name, count) for count in tpufeed_counts]
+            continue
         if name != "bare-parallel":  # N loops side by side: it has no 0-worker form
             rows.append((name, 0))
         if system.parallel and (name != "tpufeed" or tpufeed_workers):
@@ -142,10 +155,13 @@ def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         rates=rates, pass_s=[s for r in rounds for s in r["pass_s"]], rate=median(rates),
         spread=(max(rates) - min(rates)) / median(rates),
         rate_after_first_batch=median(r["rate_after_first_batch"] for r in rounds),
+        rate_early=(median(r["rate_early"] for r in rounds)
+                    if all(r.get("rate_early") for r in rounds) else None),
         first_batch_s=median(r["first_batch_s"] for r in rounds),
         import_s=median(r["import_s"] for r in rounds),
         load_at_start=median(r["load_at_start"] for r in rounds),
-        rounds=[{k: r[k] for k in ("rate", "rates", "first_batch_s", "load_at_start")}
+        rounds=[{k: r.get(k) for k in ("rate", "rates", "rate_early", "first_batch_s",
+                                        "load_at_start")}
                 for r in rounds])
     for key in ("rss_main_mib", "rss_worker_mib", "pss_all_mib"):
         values = [r[key] for r in rounds if r.get(key) is not None]
@@ -203,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                            + (["--json", args.json_path] if args.json_path else []))
     cores = os.cpu_count() or 1
     tpufeed_workers = has_workers()
-    rows = plan_rows(args.systems, args.workers, tpufeed_workers)
+    rows = plan_rows(args.systems, args.workers, tpufeed_workers, args.tpufeed_workers)
     if "tpufeed" in args.systems and not tpufeed_workers:
         print("note: tpufeed has no Dataset.workers yet; only its 0-worker row runs", flush=True)
     report: dict[str, Any] = {
@@ -245,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nbest anchor (same Python fn; TF-ops rows are references, not anchors): "
               f"{summary['best_anchor']}")
         targets = check_targets(name, results, summary)
-        print("targets (issue 3):\n" + format_targets(targets), flush=True)
+        print("targets:\n" + format_targets(targets), flush=True)
         report["workloads"][name] = {"records": records, "summary": summary, "rows": results,
                                      "targets": [{"target": t, "measured": v, "met": m}
                                                  for t, v, m in targets]}

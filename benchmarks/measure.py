@@ -4,7 +4,8 @@ compare.py starts `python -m benchmarks.measure SPEC.json RESULT.json` once per 
 row's imports and peak RSS are its own. One iterator covers 1 + passes epochs: the first is the
 warm-up and gives the time to first batch (from building the pipeline, worker start-up
 included, the framework import not); each later epoch is a timed pass, from the batch that
-completed the previous epoch to the batch that completes this one.
+completed the previous epoch to the batch that completes this one. `rate_early` is the rate over
+the first 50,000 records after the first batch: the stretch in which workers start.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 from benchmarks.systems import SYSTEMS, RowSpec
 from benchmarks.workloads import BATCH_SIZE, WORKLOADS, Workload
+
+EARLY_RECORDS = 50_000  # the window right after the first batch, while workers start
 
 
 def leaf_info(value: Any) -> tuple[tuple[int, ...], str]:
@@ -98,10 +101,14 @@ def run(spec: RowSpec) -> dict[str, Any]:
 
     boundaries = [start]  # the end of each epoch, as seen by the consumer
     seen = first_records
+    early = min(EARLY_RECORDS, n * spec.epochs - first_records)  # right after the first batch
+    early_at = first_at if early <= 0 else None
     while seen >= len(boundaries) * n:
         boundaries.append(time.perf_counter())
     for batch in it:
         seen += batch_records(batch)
+        if early_at is None and seen - first_records >= early:
+            early_at = time.perf_counter()
         while seen >= len(boundaries) * n and len(boundaries) <= spec.epochs:
             boundaries.append(time.perf_counter())
     if seen != n * spec.epochs:
@@ -118,6 +125,7 @@ def run(spec: RowSpec) -> dict[str, Any]:
     after_first = (n * spec.epochs - first_records) / (boundaries[-1] - first_at)
     return {"import_s": import_s, "first_batch_s": first_batch_s, "warmup_s": boundaries[1] - start,
             "pass_s": pass_s, "rates": [n / s for s in pass_s], "rate_after_first_batch": after_first,
+            "rate_early": early / (early_at - first_at) if early > 0 and early_at > first_at else None,
             "rss_after_import_mib": rss_after_import, **_usage()}
 
 

@@ -189,7 +189,12 @@ class ParallelProducer:
         self.slots_per_worker = -(-deepest // self.workers) + 1 + self.lend_per_worker
         self._local: ChunkRunner | None = None
         self.queue_depth = 0
-        self.worker_pids: list[int] = []
+        self._pool: WorkerPool | None = None
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The workers' pids (forked workers: the first call waits until they are forked)."""
+        return self._pool.pids if self._pool is not None else []
 
     def depth_for(self, prefetch: int) -> int:
         """Sets (and returns) the chunks in flight for a prefetch depth."""
@@ -201,7 +206,7 @@ class ParallelProducer:
         init = {"plan": self.plan, "slots": self.slots_per_worker, "count": self.workers,
                 "watch": self.timeout_s is not None}
         pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
-        self.worker_pids = pool.pids
+        self._pool = pool
         return pool
 
     def items(self, pool: WorkerPool | None = None
