@@ -66,6 +66,51 @@ def floor_loop(src: str, out_dir: str, num_shards: int) -> list[str]:
     return crcs
 
 
+def stage_costs(src: str, num_shards: int, limit: int = 50000) -> dict[str, float]:
+    """CPU microseconds per record of each step of the build, run directly (no runner) on the
+    first `limit` records of `src`: what one worker spends, for the at-scale estimates."""
+    from tpufeed.beam import ranking
+    from tpufeed.beam.blocks import count_block, file_starts, plan_blocks, read_block
+    from tpufeed.beam.inputs import expand_inputs
+    from tpufeed.beam.schema import RecordSummary
+    from tpufeed.beam.user_transforms import normalize_record
+    from tpufeed.beam.write_shards import encode_record
+    from tpufeed.sources.array_record_shard import write_array_record_shard
+    from tpufeed.sources.manifest import file_crc32c
+
+    small = src.replace(".jsonl", f"-first-{limit}.jsonl")
+    with open(src, "rb") as f, open(small, "wb") as out:
+        for _, line in zip(range(limit), f):
+            out.write(line)
+    blocks = plan_blocks(expand_inputs([small]), 1 << 20)
+    costs: dict[str, float] = {}
+
+    def timed(name: str, fn):  # noqa: ANN001, ANN202 - a local helper
+        start = time.process_time()
+        result = fn()
+        costs[name] = (time.process_time() - start) / limit * 1e6
+        return result
+
+    counts = timed("count (JSONL lines of a block)", lambda: {b.id: count_block(b) for b in blocks})
+    starts = file_starts(blocks, counts)
+    raw = timed("read + parse (JSON)", lambda: [r for b in blocks for r in read_block(b, starts[b.id])])
+    normal = timed("normalize", lambda: [normalize_record(r) for _, _, r in raw])
+    encoded = timed("encode (codec)", lambda: [encode_record(r, "x")[0] for r in normal])
+    summary = RecordSummary()
+    timed("summarize (schema, statistics)",
+          lambda: [summary.add(r, len(d)) for r, d in zip(normal, encoded)])
+    timed("rank + cut into shards", lambda: [ranking.shard_of(p, limit, num_shards)
+                                             for p in range(0, limit, 4096)])
+    path = small + ".array_record"
+    timed("write (ArrayRecord) + CRC32C",
+          lambda: (write_array_record_shard(path, encoded, "group_size:1"), file_crc32c(path)))
+    os.remove(path)
+    os.remove(small)
+    costs["bytes per record (input)"] = os.path.getsize(src) / sum(1 for _ in open(src, "rb"))
+    costs["bytes per record (encoded)"] = sum(map(len, encoded)) / limit
+    return costs
+
+
 def run_one(variant: str, src: str, out: str, num_shards: int) -> dict:
     """One variant in this process: seconds and the shards' CRC32Cs."""
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
@@ -143,12 +188,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workdir", default=None, help="default: a temporary folder")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--stage-costs", action="store_true",
+                        help="print the CPU microseconds per record of each build step instead")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(run_one(args.one, args.src, args.out, args.num_shards)))
+        return 0
+    if args.stage_costs:
+        with tempfile.TemporaryDirectory(prefix="tpufeed-bench-build-") as workdir:
+            src = os.path.join(workdir, "input.jsonl")
+            make_input(src, args.records)
+            for name, value in stage_costs(src, args.num_shards, min(args.records, 50000)).items():
+                print(f"{name:36} {value:10.2f}")
         return 0
     load_before = os.getloadavg()
     if args.workdir:

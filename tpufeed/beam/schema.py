@@ -88,7 +88,8 @@ class _KeySummary:
         cls = type(value)
         if cls is np.ndarray or isinstance(value, np.ndarray):
             # Adding the dtype or shape added last again changes nothing: skip the work.
-            if value.dtype != self._last_dtype:
+            # (None first: numpy compares a float64 dtype equal to None, its default dtype)
+            if self._last_dtype is None or value.dtype != self._last_dtype:
                 self._last_dtype = value.dtype
                 self.types.add(f"ndarray:{value.dtype.name}")
             if value.shape != self._last_shape:
