@@ -304,12 +304,11 @@ def test_progress_counts_to_a_total_with_an_eta(tmp_path, caplog, monkeypatch):
                       num_shards=2))
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith("building ") and line.endswith(
-        "from 2 input files (2 blocks) into 2 array_record shards") for line in lines)
+        "from 2 input files into 2 array_record shards") for line in lines)
     reads = [line for line in lines if line.startswith("read ")]
-    assert re.search(r"a\.jsonl: 3 records \(1 block by this worker; \d\d% of the input bytes, "
-                     r"ETA \d+ s\)$", reads[0])
-    assert reads[1].endswith("b.jsonl: 3 records (2 blocks by this worker; 100% of the input "
-                             "bytes)")
+    assert re.search(r"a\.jsonl: 3 records \(input 1 of 2; \d\d% of the input bytes, ETA \d+ s\)$",
+                     reads[0])
+    assert reads[1].endswith("b.jsonl: 3 records (input 2 of 2; 100% of the input bytes)")
     processed = [line for line in lines if line.startswith("processed ")]
     assert processed[2] == "processed 3 records (this worker)"
     assert "shards written, 100%)" in [line for line in lines if line.startswith("wrote ")][-1]

@@ -110,11 +110,13 @@ class BuildConfig:
 class _ReadBlock(beam.DoFn):
     """Reads one block, runs the transforms and encodes: chunks (block, position, [bytes],
     kinds); malformed records and failed transforms go to "bad" (or raise, with no skips), and
-    (records read, records filtered) to "stats". Logs each block, and every few seconds the
-    records done, with this worker's share of the input bytes and an ETA."""
+    (records read, records filtered) to "stats". Logs each block ("input k of N": the blocks
+    this worker read of all), and every few seconds the records done, with this worker's share
+    of the input bytes and an ETA."""
 
     def __init__(self, transforms: tuple[str, ...], fail_fast: bool, record_format: RecordFormat,
-                 total_bytes: int):
+                 total_bytes: int, total_blocks: int):
+        self._total_blocks = total_blocks
         self._specs, self._fail_fast = transforms, fail_fast
         self._record_format, self._total_bytes = record_format, total_bytes
         self._summarize = record_format is CODEC_FORMAT
@@ -181,8 +183,8 @@ class _ReadBlock(beam.DoFn):
         self._blocks += 1
         self._records_done += read
         self._bytes_done += block.size
-        log.info("read %s: %s (%s by this worker; %s)", block.describe(), plural(read, "record"),
-                 plural(self._blocks, "block"), self._share())
+        log.info("read %s: %s (input %d of %d; %s)", block.describe(), plural(read, "record"),
+                 self._blocks, self._total_blocks, self._share())
 
     def _share(self) -> str:
         return progress(self._bytes_done, self._total_bytes, time.monotonic() - (self._start or 0),
@@ -257,7 +259,7 @@ def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, blocks: list[Block],
     read = (p | "Blocks" >> beam.Create(blocks)
             | "ReadBlock" >> beam.ParDo(
                 _ReadBlock(config.transforms, fail_fast, get_record_format(config.record_format),
-                           sum(b.size for b in blocks)), AsSingleton(starts))
+                           sum(b.size for b in blocks), len(blocks)), AsSingleton(starts))
             .with_outputs("bad", "stats", "summary", main="chunks"))
     bad = read.bad | "CountBad" >> beam.CombineGlobally(_BadRecords())
     stats = read.stats | "CountRead" >> beam.CombineGlobally(_sum_stats)
@@ -333,8 +335,10 @@ def build(config: BuildConfig) -> dict[str, Any]:
     check_shard_size(size, num_shards, config.max_shard_bytes, config.output)
     shard_files.check_output(config.output, num_shards, config.file_format,
                              overwrite=config.overwrite)
-    log.info("building %s from %s (%s) into %s", config.output, plural(len(files), "input file"),
-             plural(len(blocks), "block"), plural(num_shards, f"{config.file_format} shard"))
+    log.info("building %s from %s into %s", config.output, plural(len(files), "input file"),
+             plural(num_shards, f"{config.file_format} shard"))
+    log.info("reading %s in %s of up to %s bytes", plural(len(files), "input file"),
+             plural(len(blocks), "block"), f"{config.block_bytes:,}")
     pipeline = beam.Pipeline(runner=runner, options=options)
     writer = _pipeline_parts(pipeline, config, blocks, num_shards)
     with _noting_interrupts() as interrupted:

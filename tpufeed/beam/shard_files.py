@@ -1,7 +1,7 @@
 """Shard files of a build: each written in place by its writer, the manifest last.
 
 Each format's writer comes from `tpufeed.sources.formats`. Local outputs use `os`: a shard is
-written under a temporary name in the output folder and renamed there (atomic, no copy);
+written in a temporary folder inside the output folder and renamed into it (atomic, no copy);
 `gs://` and other remote outputs go through Beam's `FileSystems` (a shard is written to a
 local temporary file first, because the ArrayRecord writer needs a local path, then uploaded
 under its final name; object uploads are atomic, so no remote rename is needed).
@@ -29,7 +29,7 @@ from tpufeed.sources.manifest import MANIFEST_NAME, file_crc32c, safe_shard_path
 
 __all__ = ["check_output", "delete_paths", "exists", "finalize", "is_remote", "join",
            "manifest_text", "old_shard_names", "read_text", "remove_partial", "shard_name",
-           "write_shard_file", "write_shard_in_place"]
+           "temp_dir", "write_shard_file", "write_shard_in_place"]
 
 log = logging.getLogger("tpufeed.build")
 _UPLOAD_CHUNK = 8 << 20
@@ -47,16 +47,15 @@ def shard_name(prefix: str, index: int, num_shards: int, file_format: str) -> st
     return f"{prefix}-{index:05d}-of-{num_shards:05d}{get_format(file_format).extension}"
 
 
-def _partial_name(name: str, build_id: str) -> str:
-    return f".{name}.tpufeed-tmp-{build_id}"
+def temp_dir(output: str, build_id: str) -> str:
+    """The local folder in `output` where build `build_id` writes shards before renaming them."""
+    return join(output, f".tpufeed-tmp-{build_id}")
 
 
 def remove_partial(output: str, build_id: str) -> None:
     """Removes the half-written local shards of build `build_id` (after a failed build)."""
-    if is_remote(output) or not os.path.isdir(output):
-        return
-    suffix = f".tpufeed-tmp-{build_id}"
-    delete_paths([os.path.join(output, n) for n in os.listdir(output) if n.endswith(suffix)])
+    if not is_remote(output):
+        delete_paths([temp_dir(output, build_id)])
 
 
 def check_output(output: str, num_shards: int, file_format: str, *, overwrite: bool,
@@ -150,7 +149,7 @@ def write_shard_in_place(output: str, name: str, build_id: str, records: Iterabl
     final = join(output, name)
     if is_remote(output):
         return write_shard_file(final, records, file_format, options)
-    partial = join(output, _partial_name(name, build_id))
+    partial = join(temp_dir(output, build_id), name)  # same filesystem: the rename is atomic
     try:
         result = write_shard_file(partial, records, file_format, options)
         os.replace(partial, final)

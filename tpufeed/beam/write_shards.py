@@ -200,8 +200,9 @@ class _Finalize(beam.DoFn):
     """Merges the shard summaries, deletes the replaced dataset's other shards and writes
     the manifest, last."""
 
-    def __init__(self, output: str, num_shards: int, build: dict[str, Any]):
+    def __init__(self, output: str, build_id: str, num_shards: int, build: dict[str, Any]):
         self._output, self._num_shards, self._build = output, num_shards, build
+        self._build_id = build_id
 
     def process(self, _: Any, shards: list[dict], infos: list[dict], old: list[str],
                 summaries: list[tuple[int, dict]]) -> Iterator[dict[str, Any]]:
@@ -236,6 +237,7 @@ class _Finalize(beam.DoFn):
             "statistics": summary.statistics(),
             "build": build,
         }
+        shard_files.remove_partial(self._output, self._build_id)  # the writers' empty folder
         shard_files.finalize(self._output, manifest, old)
         yield manifest
 
@@ -295,7 +297,7 @@ class ShardChunks(beam.PTransform):
                      else p | "NoSummaries" >> beam.Create([]))
         return (p | "Finalize" >> beam.Create([None])
                 | "WriteManifest" >> beam.ParDo(
-                    _Finalize(self._output, self._num_shards, self._build),
+                    _Finalize(self._output, self.build_id, self._num_shards, self._build),
                     AsList(shards), AsList(info), AsSingleton(old), AsList(summaries)))
 
 
