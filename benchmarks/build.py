@@ -127,20 +127,29 @@ def run_one(variant: str, src: str, out: str, num_shards: int) -> dict:
     return {"seconds": time.perf_counter() - start, "crcs": crcs}
 
 
+def _failure(err: str) -> str:
+    """The tpufeed error line of a failed variant's stderr."""
+    lines = [line for line in err.splitlines() if "TpufeedError" in line or "tpufeed: error" in line]
+    return lines[-1][-300:] if lines else err[-300:]
+
+
 def _measure(variant: str, src: str, out: str, num_shards: int) -> dict:
     """Runs one variant in a child process; adds its peak RSS (largest process, MB)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--one", variant, "--src", src,
            "--out", out, "--num-shards", str(num_shards)]
-    with tempfile.TemporaryFile() as result:
-        child = subprocess.Popen(cmd, stdout=result, stderr=subprocess.DEVNULL,
+    with tempfile.TemporaryFile() as result, tempfile.TemporaryFile() as errors:
+        child = subprocess.Popen(cmd, stdout=result, stderr=errors,
                                  env={**os.environ, "PYTHONPATH": os.path.dirname(
                                      os.path.dirname(os.path.abspath(__file__)))})
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         result.seek(0)
         text = result.read().decode()
-    if child.returncode != 0:
-        raise RuntimeError(f"variant {variant} failed (exit {child.returncode}): {text[-2000:]}")
+        errors.seek(0)
+        err = errors.read().decode(errors="replace")
+    if child.returncode != 0:  # recorded, not raised: a build that fails is a result too
+        return {"seconds": float("nan"), "crcs": None, "peak_rss_mb": usage.ru_maxrss / 1024,
+                "failed": _failure(err)}
     row = json.loads(text.strip().splitlines()[-1])
     row["peak_rss_mb"] = usage.ru_maxrss / 1024
     return row
@@ -148,7 +157,8 @@ def _measure(variant: str, src: str, out: str, num_shards: int) -> dict:
 
 def run(args: argparse.Namespace, workdir: str) -> list[dict]:
     src = os.path.join(workdir, "input.jsonl")
-    make_input(src, args.records)
+    if not os.path.exists(src) or sum(1 for _ in open(src, "rb")) != args.records:
+        make_input(src, args.records)  # a --workdir keeps the input of an earlier run
     variants = [FLOOR] + [str(w) for w in args.workers]
     samples: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.rounds):
@@ -157,13 +167,15 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
             out = os.path.join(workdir, f"out-{variant}-{r}")
             row = _measure(variant, src, out, args.num_shards)
             print(f"round {r + 1}: {variant:>5} {row['seconds']:7.1f} s  "
-                  f"{row['peak_rss_mb']:7.0f} MB", file=sys.stderr, flush=True)
+                  f"{row['peak_rss_mb']:7.0f} MB  {row.get('failed') or ''}", file=sys.stderr,
+                  flush=True)
             samples[variant].append(row)
             subprocess.run(["rm", "-rf", out], check=True)
     floor_crcs = samples[FLOOR][0]["crcs"]
     rows = []
     for variant in variants:
-        seconds = statistics.median(s["seconds"] for s in samples[variant])
+        done = [s for s in samples[variant] if not s.get("failed")]
+        seconds = statistics.median(s["seconds"] for s in done) if done else float("nan")
         rows.append({
             "variant": ("floor: python loop + array_record" if variant == FLOOR else
                         f"tpufeed build, {variant} worker{'s' if variant != '1' else ''}"),
@@ -171,7 +183,8 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
             "seconds": seconds, "seconds_all": [s["seconds"] for s in samples[variant]],
             "records": args.records, "records_per_s": args.records / seconds,
             "peak_rss_mb": max(s["peak_rss_mb"] for s in samples[variant]),
-            "identical_to_floor": all(s["crcs"] == floor_crcs for s in samples[variant])})
+            "failures": [s["failed"] for s in samples[variant] if s.get("failed")],
+            "identical_to_floor": all(s["crcs"] == floor_crcs for s in done) and bool(done)})
     floor_s = rows[0]["seconds"]
     one = next((r["seconds"] for r in rows if r["workers"] == 1), None)
     for row in rows:
@@ -221,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['variant']:36} {r['seconds']:8.1f} {r['records_per_s']:10,.0f} "
               f"{r['x_floor_speed']:8.2f} {speedup} {r['peak_rss_mb']:8.0f}  "
               f"{r['identical_to_floor']}")
+        for failure in r["failures"]:
+            print(f"  failed run: {failure}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
