@@ -9,9 +9,14 @@ SERVER_NAME = "tpufeed-forksrv"
 
 
 def is_worker(proc):
+    """Also a worker the fork server has just forked, before it has taken its own name."""
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE and (
-            proc.name() == WORKER_NAME or "tpufeed.workers.worker" in " ".join(proc.cmdline()))
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        if proc.name() == WORKER_NAME or "tpufeed.workers.worker" in " ".join(proc.cmdline()):
+            return True
+        parent = proc.parent()
+        return parent is not None and is_fork_server(parent)
     except psutil.NoSuchProcess:
         return False
 

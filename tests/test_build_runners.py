@@ -29,6 +29,27 @@ def test_dask_runner_is_refused_in_one_line_with_the_reason(tmp_path, capsys, ru
     assert not (tmp_path / "out").exists()
 
 
+def test_bundle_based_direct_runner_is_refused_with_the_reason(tmp_path, capsys):
+    code, err = _cli(tmp_path, capsys, "--runner", "BundleBasedDirectRunner")
+    assert code == 2 and err.count("\n") == 1
+    assert "--runner BundleBasedDirectRunner" in err and "side input" in err
+    assert "FnApiRunner" in err and not (tmp_path / "out").exists()
+
+
+def test_summaries_that_miss_records_fail_before_the_manifest(tmp_path):
+    """A runner that drops a step's tagged outputs leaves summaries short of the shards."""
+    from tpufeed.beam.write_shards import _Finalize
+
+    shards = [{"index": 0, "path": "data-00000-of-00001.array_record", "num_records": 5,
+               "num_bytes": 10, "crc32c": 0, "kinds": [0], "summary": {}}]
+    finalize = _Finalize(str(tmp_path / "ds"), "b1", 1, {"format": "array_record"}, True)
+    with pytest.raises(tpufeed.TpufeedError, match="summaries cover 0 records, the shards hold 5"):
+        list(finalize.process(None, shards, [], [], []))
+    with pytest.raises(tpufeed.TpufeedError, match="does not keep a step's tagged outputs apart"):
+        list(finalize.process(None, shards, [], [], ["a chunk, not a summary"]))
+    assert not (tmp_path / "ds" / "manifest.json").exists()
+
+
 @pytest.mark.parametrize("args, match", [
     (["--direct_running_mode=multi_threading"], "multi_threading mode loses records"),
     (["--direct_num_workers=2", "--direct_running_mode=multi_threading"], "loses records"),

@@ -49,7 +49,8 @@ def test_the_readme_build_benchmark_runs_as_a_script(tmp_path):
                              "--num-shards", "2", "--workdir", str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "tpufeed build (FnApiRunner, 1 worker)" in result.stdout
+    assert "tpufeed build, 1 worker " in result.stdout
+    assert "tpufeed build, 2 workers " in result.stdout
 
 
 def test_the_profiler_says_how_to_install_py_spy():
@@ -204,7 +205,7 @@ def test_ctrl_c_during_a_build_prints_one_line_and_exits_130(tmp_path):
         proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert err.splitlines()[-1] == ("tpufeed: interrupted: the build's temporary shards in ds "
+    assert err.splitlines()[-1] == ("tpufeed: interrupted: the build's half-written shards in ds "
                                     "were removed; no new manifest was written")
     assert not (tmp_path / "ds").exists() or os.listdir(tmp_path / "ds") == []
 
@@ -233,7 +234,7 @@ def test_beam_options_pass_through_and_the_build_reports_totals(tmp_path):
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 5)
     result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", "--runner",
-                     "BundleBasedDirectRunner", "--direct_num_workers", "1", "--temp_location",
+                     "FnApiRunner", "--direct_num_workers", "1", "--temp_location",
                      str(tmp_path / "beam-tmp"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "apitools" not in result.stderr and "WARNING" not in result.stderr

@@ -79,16 +79,18 @@ def test_set_state_restarts_workers_and_leaves_nothing_behind(name):
     ds = PIPELINES[name](source()).workers(2).prefetch(4)
     expected = [leaves(b) for b in PIPELINES[name](source())]
     it = ds.iterator()
-    take(it, 2)
-    state = it.get_state()
-    take(it, 5)  # the workers have made more than this, waiting in the prefetch buffer
-    before = set(worker_pids())
-    assert len(before) == 2
-    it.set_state(state)
-    assert [leaves(b) for b in take(it, 5)] == expected[2:7]  # nothing stale
-    assert settled(lambda: not before & set(worker_pids())), "old workers still running"
-    assert len(worker_pids()) == 2
-    it.close()
+    try:
+        take(it, 2)
+        state = it.get_state()
+        take(it, 5)  # the workers have made more than this, waiting in the prefetch buffer
+        assert settled(lambda: len(worker_pids()) == 2)  # forked as the fork server gets to it
+        before = set(worker_pids())
+        it.set_state(state)
+        assert [leaves(b) for b in take(it, 5)] == expected[2:7]  # nothing stale
+        assert settled(lambda: not before & set(worker_pids())), "old workers still running"
+        assert settled(lambda: len(worker_pids()) == 2)
+    finally:
+        it.close()  # also when an assertion failed: no worker left for the next test to count
     gc.collect()
     assert settled(lambda: worker_pids() == [] and segments() == [])
 

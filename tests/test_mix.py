@@ -1,8 +1,10 @@
 """Dataset.mix: exact proportions, each component its own order and epochs, exact resume."""
 
 import json
+import time
 
 import numpy as np
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -182,10 +184,15 @@ def test_a_mixture_with_workers_leaves_no_process_behind():
 
     ds = tpufeed.Dataset.mix([component(0, 2000), component(1, 2000)]).batch(16).workers(2)
     it = ds.iterator()
-    next(it)
-    children = worker_processes()
-    assert len(children) == 2  # one worker per component, by weight
-    it.close()
+    try:
+        next(it)
+        deadline = time.monotonic() + 5  # forked as the fork server gets to it
+        while len(worker_processes()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        children = worker_processes()
+        assert len(children) == 2  # one worker per component, by weight
+    finally:
+        it.close()
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert not alive
 

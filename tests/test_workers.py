@@ -424,7 +424,10 @@ def test_workers_are_forked_by_one_server_that_outlives_iterators():
     assert len(servers) == 1  # both iterators' workers were forked by the same server
     server = psutil.Process(servers.pop())
     assert is_fork_server(server) and server.ppid() == os.getpid()
-    assert worker_processes() == []  # the workers went with their iterators, the server stays
+    deadline = time.monotonic() + 5  # the workers went with their iterators, the server stays
+    while worker_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert worker_processes() == []
 
 
 def _started_as(e):
@@ -439,3 +442,22 @@ def test_without_the_fork_server_workers_are_fresh_interpreters(server, monkeypa
     made = {tuple(row) for b in ds.workers(2) for row in b.tolist()}
     assert {fresh for pid, fresh in made if pid != os.getpid()} == {server == "0"}
     assert {pid for pid, _ in made} - {os.getpid()}  # workers made some of them
+
+
+def _sees(e):
+    time.sleep(0.002)
+    return [os.getpid(), int(os.environ.get("TPUFEED_TEST_MARK", "-1")),
+            int(os.path.exists("mark-here"))]
+
+
+def test_forked_workers_see_the_environment_and_directory_of_now(tmp_path, monkeypatch):
+    """As a fresh interpreter started now would: not those of when the fork server started
+    (an emulator address or credentials set later, a directory changed since)."""
+    ds = tpufeed.Dataset.from_sequence(list(range(600))).map(_sees).batch(4).workers(2)
+    list(ds)  # the fork server is running from here on
+    monkeypatch.setenv("TPUFEED_TEST_MARK", "7")
+    (tmp_path / "mark-here").write_text("")
+    monkeypatch.chdir(tmp_path)
+    made = {tuple(row) for b in ds for row in b.tolist()}
+    by_workers = {(mark, here) for pid, mark, here in made if pid != os.getpid()}
+    assert by_workers == {(7, 1)}

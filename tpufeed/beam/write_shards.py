@@ -200,9 +200,10 @@ class _Finalize(beam.DoFn):
     """Merges the shard summaries, deletes the replaced dataset's other shards and writes
     the manifest, last."""
 
-    def __init__(self, output: str, build_id: str, num_shards: int, build: dict[str, Any]):
+    def __init__(self, output: str, build_id: str, num_shards: int, build: dict[str, Any],
+                 upstream: bool):
         self._output, self._num_shards, self._build = output, num_shards, build
-        self._build_id = build_id
+        self._build_id, self._upstream = build_id, upstream  # summaries from upstream, or shards
 
     def process(self, _: Any, shards: list[dict], infos: list[dict], old: list[str],
                 summaries: list[tuple[int, dict]]) -> Iterator[dict[str, Any]]:
@@ -216,9 +217,21 @@ class _Finalize(beam.DoFn):
                 f"{self._output}: the records are a mix of dicts (tpufeed.codec) and raw bytes; "
                 "a dataset holds one kind")
         summary = RecordSummary()
+        if not self._upstream:
+            summaries = [(s["index"], s["summary"]) for s in shards]
+        elif not all(isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], dict)
+                     for s in summaries):
+            raise TpufeedError(f"{self._output}: the runner passed other outputs of a step as its "
+                               "record summaries (it does not keep a step's tagged outputs "
+                               "apart); build on the in-process runner, Dataflow, Flink or Spark")
         # In the dataset's order, so that the result does not depend on how work was split.
-        for _, part in sorted(summaries, key=lambda s: s[0]) or [(0, s["summary"]) for s in shards]:
+        for _, part in sorted(summaries, key=lambda s: s[0]):
             summary.merge(RecordSummary.from_json(part))
+        written = sum(s["num_records"] for s in shards)
+        if summary.count != written:
+            raise TpufeedError(f"{self._output}: the record summaries cover {summary.count} "
+                               f"records, the shards hold {written} (the runner lost or repeated "
+                               "a step's outputs); no manifest was written")
         raw = kinds == {RAW}
         build = dict(self._build)
         for info in infos:
@@ -297,7 +310,8 @@ class ShardChunks(beam.PTransform):
                      else p | "NoSummaries" >> beam.Create([]))
         return (p | "Finalize" >> beam.Create([None])
                 | "WriteManifest" >> beam.ParDo(
-                    _Finalize(self._output, self.build_id, self._num_shards, self._build),
+                    _Finalize(self._output, self.build_id, self._num_shards, self._build,
+                              self._summaries is not None),
                     AsList(shards), AsList(info), AsSingleton(old), AsList(summaries)))
 
 

@@ -87,8 +87,8 @@ class _Dealer:
         the first batches come at in-process speed, and results are the same either way.
         `isolate`d, it deals nothing until a worker has started.
         """
-        for worker, slot in self.leases.returned():
-            self.free(worker, slot)
+        for owner, slot in self.leases.returned():
+            self.free(owner, slot)
         lent = self.leases.lent
         while not self.exhausted and len(self.inflight) < self.limit:
             ready = self.pool.ready()
@@ -103,7 +103,8 @@ class _Dealer:
             if step is None:
                 self.exhausted = True
                 return
-            worker = task_id = None
+            worker: int | None = None
+            task_id: int | None = None
             if isinstance(step, Chunk):
                 task_id, self.dealt = self.dealt, self.dealt + 1
                 made = self.warm.take(step)

@@ -67,7 +67,8 @@ class ForkServer:
         """Asks for a worker running `python -m tpufeed.workers.worker` with `argv`, where each
         "{i}" in argv stands for the worker's number of `fds[i]`; returns a ticket for `pid`."""
         with self._lock:
-            socket.send_fds(self.sock, [_frame(("spawn", argv, sys.path))], fds)
+            socket.send_fds(self.sock, [_frame(("spawn", argv, sys.path, dict(os.environ),
+                                                _cwd()))], fds)
             return self._ticket()
 
     def pid(self, ticket: int) -> int:
@@ -249,7 +250,7 @@ class _Server:
                 return
             request = pickle.loads(body)
             if request[0] == "spawn":
-                self.sock.sendall(_frame(self.spawn(request[1], request[2], fds)))
+                self.sock.sendall(_frame(self.spawn(*request[1:], fds)))
             elif request[0] == "status":
                 self.reap()
                 pid = request[1]
@@ -258,14 +259,15 @@ class _Server:
                     status = 0 if not _exists(pid) else None
                 self.sock.sendall(_frame(("status", status)))
 
-    def spawn(self, argv: list[str], path: list[str], fds: list[int]) -> tuple[str, Any]:
+    def spawn(self, argv: list[str], path: list[str], env: dict[str, str], cwd: str | None,
+              fds: list[int]) -> tuple[str, Any]:
         try:
             argv = [arg.format(*fds) for arg in argv]
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # reap after we know it
             try:
                 pid = os.fork()
                 if pid == 0:  # the worker
-                    _run_worker(self.sock, argv, path)
+                    _run_worker(self.sock, argv, path, env, cwd)
                 self.children.add(pid)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
@@ -277,11 +279,26 @@ class _Server:
                 os.close(fd)
 
 
-def _run_worker(sock: socket.socket, argv: list[str], path: list[str]) -> None:
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # removed under us: the worker stays where the server is
+        return None
+
+
+def _run_worker(sock: socket.socket, argv: list[str], path: list[str], env: dict[str, str],
+                cwd: str | None) -> None:
+    """The forked worker: the parent's environment, directory and import path as they are now
+    (as a fresh interpreter started now would have them), not as they were when the server
+    started."""
     code = 1
     try:
-        sock.close()
         _name_process(b"tpufeed-worker")
+        sock.close()
+        os.environ.clear()
+        os.environ.update(env)
+        if cwd is not None:
+            os.chdir(cwd)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         sys.path[:] = path

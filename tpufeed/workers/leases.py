@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -26,6 +26,10 @@ class Leases:
         self._refs: dict[tuple[int, int], weakref.ref] = {}
         self._returned: deque[tuple[int, int]] = deque()  # appended from any thread
 
+    def _giver(self, key: tuple[int, int]) -> Callable[[Any], None]:
+        """The weakref callback that gives `key` back (appending is thread-safe)."""
+        return lambda _: self._returned.append(key)
+
     def can_lend(self, worker: int) -> bool:
         return self.lent[worker] < self.cap
 
@@ -34,7 +38,7 @@ class Leases:
         and all of them are gone."""
         base = np.frombuffer(segment, np.uint8, count=nbytes)
         key = (worker, slot)
-        self._refs[key] = weakref.ref(base, lambda _, key=key: self._returned.append(key))
+        self._refs[key] = weakref.ref(base, self._giver(key))
         self.lent[worker] += 1
         return base
 
