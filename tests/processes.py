@@ -31,3 +31,14 @@ def is_fork_server(proc):
 def worker_processes(parent=None):
     """The live tpufeed workers among `parent`'s descendants (default: this process's)."""
     return [c for c in psutil.Process(parent).children(recursive=True) if is_worker(c)]
+
+
+def wait_for_workers(count, parent=None, timeout_s=10.0):
+    """The live workers once there are `count` of them (the fork server forks them as it gets
+    to it, so a loaded machine may deliver the first batches before they exist)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while len(worker_processes(parent)) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return worker_processes(parent)

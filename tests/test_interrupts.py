@@ -11,7 +11,7 @@ import pytest
 
 import tpufeed
 
-from processes import worker_processes
+from processes import wait_for_workers, worker_processes
 
 
 def test_close_does_not_wait_for_a_slow_transform_on_the_prefetch_thread():
@@ -111,7 +111,7 @@ def test_a_stopped_worker_is_caught_by_the_timeout():
           .workers(1).options(timeout_s=2))
     it = ds.iterator()
     next(it)
-    worker = worker_processes()[0]
+    worker = wait_for_workers(1)[0]
     worker.suspend()
     try:
         with pytest.raises(tpufeed.InputTimeoutError, match=f"worker 0 \\(pid {worker.pid}\\)"):

@@ -16,7 +16,7 @@ import pytest
 import tpufeed
 from tpufeed.errors import TransformError, WorkerError
 
-from processes import is_fork_server, worker_processes
+from processes import is_fork_server, wait_for_workers, worker_processes
 
 pytestmark = pytest.mark.multiprocess
 
@@ -157,7 +157,7 @@ def test_a_killed_worker_surfaces_as_an_error_quickly():
     ds = tpufeed.Dataset.from_sequence(list(range(10_000))).map(lambda i: (time.sleep(0.01), i)[1])
     it = ds.batch(8).workers(2).iterator()
     next(it)
-    victim = worker_processes()[0]
+    victim = wait_for_workers(1)[0]
     victim.send_signal(signal.SIGKILL)
     start = time.monotonic()
     with pytest.raises(WorkerError, match=f"pid {victim.pid}.*signal 9"):
@@ -170,9 +170,14 @@ def test_a_killed_worker_surfaces_as_an_error_quickly():
 def test_close_and_garbage_collection_stop_the_workers():
     ds = make("batch", n=500, epochs=None).workers(2)
     it = ds.iterator()
-    next(it)
-    assert len(leftovers()[0]) == 2
-    it.close()
+    try:
+        next(it)
+        deadline = time.monotonic() + 5  # forked as the fork server gets to it
+        while len(leftovers()[0]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(leftovers()[0]) == 2
+    finally:
+        it.close()
     it.close()
     assert leftovers()[0] == []
     it = ds.iterator()
@@ -208,7 +213,7 @@ def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "running"
-    workers = worker_processes(proc.pid)
+    workers = wait_for_workers(2, proc.pid)
     assert len(workers) == 2
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=10)

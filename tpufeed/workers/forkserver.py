@@ -250,7 +250,8 @@ class _Server:
                 return
             request = pickle.loads(body)
             if request[0] == "spawn":
-                self.sock.sendall(_frame(self.spawn(*request[1:], fds)))
+                _, argv, path, env, cwd = request
+                self.sock.sendall(_frame(self.spawn(argv, path, env, cwd, fds)))
             elif request[0] == "status":
                 self.reap()
                 pid = request[1]
