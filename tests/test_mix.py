@@ -1,7 +1,6 @@
 """Dataset.mix: exact proportions, each component its own order and epochs, exact resume."""
 
 import json
-import time
 
 import numpy as np
 
@@ -13,7 +12,7 @@ import tpufeed
 from tpufeed.errors import BatchError, InvalidArgumentError, StateError
 from tpufeed.schedule import next_components, phases
 
-from processes import worker_processes
+from processes import wait_for_workers
 
 
 def component(tag, n, seed=None, keep=None):
@@ -186,10 +185,7 @@ def test_a_mixture_with_workers_leaves_no_process_behind():
     it = ds.iterator()
     try:
         next(it)
-        deadline = time.monotonic() + 5  # forked as the fork server gets to it
-        while len(worker_processes()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        children = worker_processes()
+        children = wait_for_workers(2)
         assert len(children) == 2  # one worker per component, by weight
     finally:
         it.close()

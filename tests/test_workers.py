@@ -172,10 +172,7 @@ def test_close_and_garbage_collection_stop_the_workers():
     it = ds.iterator()
     try:
         next(it)
-        deadline = time.monotonic() + 5  # forked as the fork server gets to it
-        while len(leftovers()[0]) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(leftovers()[0]) == 2
+        assert len(wait_for_workers(2)) == 2
     finally:
         it.close()
     it.close()
@@ -233,10 +230,7 @@ def test_parent_killed_takes_its_workers_along(tmp_path):
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "running"
-    deadline = time.monotonic() + 20
-    while len(worker_processes(proc.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    workers = worker_processes(proc.pid)
+    workers = wait_for_workers(2, proc.pid, timeout_s=20)
     servers = [c for c in psutil.Process(proc.pid).children() if is_fork_server(c)]
     assert len(workers) == 2 and len(servers) == 1
     proc.kill()
@@ -466,3 +460,21 @@ def test_forked_workers_see_the_environment_and_directory_of_now(tmp_path, monke
     made = {tuple(row) for b in ds for row in b.tolist()}
     by_workers = {(mark, here) for pid, mark, here in made if pid != os.getpid()}
     assert by_workers == {(7, 1)}
+
+
+def _with_pid(i):
+    time.sleep(0.002)
+    return [i, os.getpid()]
+
+
+def test_workers_start_from_a_directory_removed_under_the_caller(tmp_path, monkeypatch):
+    """No raw FileNotFoundError from os.getcwd(): the workers start where the server is."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    list(tpufeed.Dataset.from_sequence(list(range(10))).batch(5).workers(2))  # the server runs
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    ds = tpufeed.Dataset.from_sequence(list(range(600))).map(_with_pid).batch(4).workers(2)
+    rows = [row for b in ds for row in b.tolist()]
+    assert [i for i, _ in rows] == list(range(600))
+    assert {pid for _, pid in rows} - {os.getpid()}  # workers made some of them
