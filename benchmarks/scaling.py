@@ -62,7 +62,10 @@ def _pipeline(workload: str, data_dir: str, records: int | None) -> tuple[Any, i
 
 
 def _worker_cpu() -> float:
-    """CPU seconds of this process's children: those reaped (getrusage) and those alive."""
+    """CPU seconds of this process's descendants, live or exited: the workers and the fork
+    server they are forked from. The workers are the fork server's children, so once they
+    exit their time is in the server's children counters (/proc's cutime and cstime), not in
+    this process's getrusage(RUSAGE_CHILDREN), which holds the children this process reaped."""
     import resource
 
     import psutil
@@ -73,7 +76,7 @@ def _worker_cpu() -> float:
             times = child.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
+        total += times.user + times.system + times.children_user + times.children_system
     return total
 
 
@@ -101,7 +104,7 @@ def measure_one(workload: str, workers: int, passes: int, data_dir: str,
             window += 1
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     finally:
-        it.close()  # the workers exit and are reaped: their CPU is all in getrusage now
+        it.close()
     wcpu = _worker_cpu() - workers0
     read = epochs * n - read_before
     return {"workload": workload, "workers": workers, "records": read, "batches": window,

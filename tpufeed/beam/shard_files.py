@@ -48,14 +48,22 @@ def shard_name(prefix: str, index: int, num_shards: int, file_format: str) -> st
 
 
 def temp_dir(output: str, build_id: str) -> str:
-    """The local folder in `output` where build `build_id` writes shards before renaming them."""
+    """The folder in `output` where build `build_id` spills its chunks (`tpufeed.beam.spill`)
+    and, locally, writes shards before renaming them."""
     return join(output, f".tpufeed-tmp-{build_id}")
 
 
 def remove_partial(output: str, build_id: str) -> None:
-    """Removes the half-written local shards of build `build_id` (after a failed build)."""
+    """Removes what build `build_id` left in its temporary folder: half-written local shards
+    and spilled chunks (after the build, or after a failure)."""
+    folder = temp_dir(output, build_id)
     if not is_remote(output):
-        delete_paths([temp_dir(output, build_id)])
+        delete_paths([folder])
+        return
+    from apache_beam.io.filesystems import FileSystems
+    found = [m.path for m in FileSystems.match([f"{folder}/*"])[0].metadata_list]
+    if found:
+        FileSystems.delete(found)
 
 
 def check_output(output: str, num_shards: int, file_format: str, *, overwrite: bool,

@@ -12,15 +12,17 @@ shards, with a parse step) read without tpufeed; `Dataset.open` decodes either k
 
 How it works (see `ranking` for the arithmetic): records arrive in *chunks*, (block,
 position of the first record in its block, records); blocks are numbered in the dataset's
-order. The records of each block are counted, the counts become each block's first rank
-(prefix sums: one small side input), and a chunk is cut at shard boundaries and sent to its
-shards. A shard's writer puts its pieces in rank order, writes the file in place (a local
+order. Each chunk is spilled to a file where it is made (`tpufeed.beam.spill`): from there on
+the runner carries only (block, position, file, count). The records of each block are
+counted, the counts become each block's first rank (prefix sums: one small side input), and a
+chunk is cut at shard boundaries into spans of its file, each sent to its shard. A shard's
+writer reads its spans in rank order, one chunk at a time, writes the file in place (a local
 temporary name renamed in the same folder; a remote object is uploaded under its name), and
 yields its summary (count, bytes, CRC32C, schema, lengths). The last step only writes
 `manifest.json`: until then the folder holds no manifest, so a failed build leaves nothing
 that opens. `WriteShards` makes its blocks from the records' keys: ranges of the content hash
 (or, for caller-given order keys, cuts at approximate quantiles), each sorted on one worker.
-A shard is held in one worker's memory while written. Dict records travel in tpufeed's codec
+A shard writer holds one chunk at a time. Dict records travel in tpufeed's codec
 (what their order and the schema are computed from), and are stored in the record format when
 their shard is written.
 """
@@ -41,7 +43,7 @@ from apache_beam.pvalue import AsList, AsSingleton
 import tpufeed
 from tpufeed import codec
 from tpufeed._words import plural
-from tpufeed.beam import ranking, shard_files
+from tpufeed.beam import ranking, shard_files, spill
 from tpufeed.beam.build_progress import progress
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.errors import InvalidArgumentError, TpufeedError
@@ -114,24 +116,43 @@ def _block_starts(counts: list[tuple[int, int]]) -> dict[str, Any]:
     return {"starts": starts, "total": total}
 
 
+def _spill_chunk(chunk: tuple[int, int, list[bytes], bytes], output: str,
+                 build_id: str) -> tuple[int, int, str, int]:
+    """Writes a chunk to a file (see `spill`): (block, position, file, records)."""
+    block, position, datas, kinds = chunk
+    path = spill.chunk_path(output, build_id, block, position)
+    spill.write_chunk(path, datas, kinds)
+    return block, position, path, len(datas)
+
+
 class _SplitChunk(beam.DoFn):
-    """Cuts a chunk at shard boundaries: (shard, (first rank, records, kinds)) pieces."""
+    """Cuts a spilled chunk at shard boundaries: (shard, (first rank, file, records in the
+    file, start, stop)) for each shard it overlaps."""
 
     def __init__(self, num_shards: int):
         self._num_shards = num_shards
 
-    def process(self, chunk: tuple[int, int, list[bytes], bytes],
-                ranks: dict[str, Any]) -> Iterator[tuple[int, tuple[int, list[bytes], bytes]]]:
-        block, position, datas, kinds = chunk
+    def process(self, chunk: tuple[int, int, str, int], ranks: dict[str, Any]
+                ) -> Iterator[tuple[int, tuple[int, str, int, int, int]]]:
+        block, position, path, count = chunk
         total, first = ranks["total"], ranks["starts"][block] + position
         done = 0
-        while done < len(datas):
+        while done < count:
             rank = first + done
             shard = ranking.shard_of(rank, total, self._num_shards)
             shard_end = (shard + 1) * total // self._num_shards
-            take = min(len(datas) - done, shard_end - rank)
-            yield shard, (rank, datas[done:done + take], kinds[done:done + take])
+            take = min(count - done, shard_end - rank)
+            yield shard, (rank, path, count, done, done + take)
             done += take
+
+
+def _drop_chunks(shard: dict[str, Any]) -> dict[str, Any]:
+    """Deletes the spilled chunks that lie whole in a written shard: no other writer reads
+    them, and this step sees only writes the runner kept (a retried writer still finds its
+    chunks). Chunks across a shard boundary go with the temporary folder, last. One shard a
+    call, in parallel: a single step deleting every chunk would be serial."""
+    spill.delete_chunks(shard["whole_chunks"])
+    return {k: v for k, v in shard.items() if k != "whole_chunks"}
 
 
 def _old_shards(_: Any, output: str) -> Iterator[list[str]]:
@@ -159,13 +180,15 @@ class _WriteShard(beam.DoFn):
         self._written = 0
         self._start: float | None = None
 
-    def _stored(self, pieces: list, summary: RecordSummary, kinds: set[int]) -> Iterator[bytes]:
-        for _rank, datas, piece_kinds in sorted(pieces, key=lambda piece: piece[0]):
-            kinds.update(set(piece_kinds))
+    def _stored(self, spans: list[tuple[int, str, int, int, int]], summary: RecordSummary,
+                kinds: set[int]) -> Iterator[bytes]:
+        for _rank, path, count, start, stop in spans:  # one chunk in memory at a time
+            datas, span_kinds = spill.read_chunk(path, count, start, stop)
+            kinds.update(set(span_kinds))
             if not self._summarize:  # summarized upstream; the codec bytes are stored as is
                 yield from datas
                 continue
-            for data, kind in zip(datas, piece_kinds):
+            for data, kind in zip(datas, span_kinds):
                 record = codec.decode(data) if kind == CODEC else None
                 if record is not None and self._record_format is not CODEC_FORMAT:
                     data = self._record_format.encode(record)  # the codec bytes are stored as is
@@ -180,9 +203,10 @@ class _WriteShard(beam.DoFn):
         expected = ranking.shard_sizes(ranks["total"], self._num_shards)[index]
         summary, kinds = RecordSummary(), set[int]()
         name = shard_files.shard_name(self._prefix, index, self._num_shards, self._format)
+        spans = sorted(groups["records"], key=lambda span: span[0])
         count, size, crc = shard_files.write_shard_in_place(
-            self._output, name, self._build_id,
-            self._stored(list(groups["records"]), summary, kinds), self._format, self._options)
+            self._output, name, self._build_id, self._stored(spans, summary, kinds),
+            self._format, self._options)
         if count != expected:
             raise TpufeedError(f"{self._output}: shard {name} got {count} records, its rank range "
                                f"holds {expected} (the runner lost or repeated records)")
@@ -193,7 +217,9 @@ class _WriteShard(beam.DoFn):
                  f"{size:,}", plural(self._written, "shard"),
                  progress(self._written, self._num_shards, time.monotonic() - self._start))
         yield {"index": index, "path": name, "num_records": count, "num_bytes": size,
-               "crc32c": crc, "kinds": sorted(kinds), "summary": summary.to_json()}
+               "crc32c": crc, "kinds": sorted(kinds), "summary": summary.to_json(),
+               "whole_chunks": [path for _, path, n, start, stop in spans
+                                if start == 0 and stop == n]}
 
 
 class _Finalize(beam.DoFn):
@@ -250,7 +276,8 @@ class _Finalize(beam.DoFn):
             "statistics": summary.statistics(),
             "build": build,
         }
-        shard_files.remove_partial(self._output, self._build_id)  # the writers' empty folder
+        # The temporary folder: the chunks across shard boundaries (locally, the whole folder).
+        shard_files.remove_partial(self._output, self._build_id)
         shard_files.finalize(self._output, manifest, old)
         yield manifest
 
@@ -291,20 +318,22 @@ class ShardChunks(beam.PTransform):
 
     def expand(self, chunks: beam.PCollection) -> beam.PCollection:
         p = chunks.pipeline
-        ranks = (chunks | "BlockSizes" >> beam.Map(lambda chunk: (chunk[0], len(chunk[2])))
+        spilled = chunks | "SpillChunks" >> beam.Map(_spill_chunk, self._output, self.build_id)
+        ranks = (spilled | "BlockSizes" >> beam.Map(lambda chunk: (chunk[0], chunk[3]))
                  | "CountBlocks" >> beam.CombinePerKey(sum)
                  | "AllBlocks" >> beam.combiners.ToList()
                  | "BlockStarts" >> beam.Map(_block_starts))
-        pieces = chunks | "SplitChunks" >> beam.ParDo(_SplitChunk(self._num_shards),
-                                                      AsSingleton(ranks))
+        spans = spilled | "SplitChunks" >> beam.ParDo(_SplitChunk(self._num_shards),
+                                                       AsSingleton(ranks))
         old = (p | "Start" >> beam.Create([None])
                | "RemoveOldManifest" >> beam.FlatMap(_old_shards, self._output))
         ids = p | "ShardIds" >> beam.Create([(i, None) for i in range(self._num_shards)])
-        shards = ({"ids": ids, "records": pieces} | "GroupShards" >> beam.CoGroupByKey()
+        shards = ({"ids": ids, "records": spans} | "GroupShards" >> beam.CoGroupByKey()
                   | "WriteShard" >> beam.ParDo(_WriteShard(
                       self._output, self.build_id, self._prefix, self._num_shards, self._format,
                       self._options, self._record_format, self._summaries is None),
-                      AsSingleton(ranks), AsSingleton(old)))
+                      AsSingleton(ranks), AsSingleton(old))
+                  | "DropChunks" >> beam.Map(_drop_chunks))
         info = self._info if self._info is not None else p | "NoInfo" >> beam.Create([{}])
         summaries = (self._summaries if self._summaries is not None
                      else p | "NoSummaries" >> beam.Create([]))
