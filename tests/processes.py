@@ -42,3 +42,11 @@ def wait_for_workers(count, parent=None, timeout_s=10.0):
     while len(worker_processes(parent)) < count and time.monotonic() < deadline:
         time.sleep(0.05)
     return worker_processes(parent)
+
+
+def default_ctrl_c():
+    """`preexec_fn` for a child that a test interrupts: Ctrl-C back to its default. A shell
+    starts background jobs with SIGINT ignored (`pytest ... &`), children inherit that, and
+    Python then installs no KeyboardInterrupt handler."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

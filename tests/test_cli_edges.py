@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from processes import default_ctrl_c
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -164,7 +166,7 @@ def test_a_disk_error_inside_the_pipeline_is_one_line_naming_the_path(tmp_path):
     result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", "--transform",
                      "clobber.py:clobber", "-q", cwd=tmp_path)
     one_line_error(result, f"the build into ds failed at {tmp_path / 'ds'}/.tpufeed-tmp-")
-    assert ": Not a directory (in step WriteShards/WriteShard); no manifest was written" \
+    assert ": Not a directory (in step WriteShards/SpillChunks); no manifest was written" \
         in result.stderr
 
 
@@ -194,7 +196,8 @@ def test_ctrl_c_during_a_build_prints_one_line_and_exits_130(tmp_path):
         "    return r\n")
     proc = subprocess.Popen([*tpufeed_command(), "build", "--input", "in.jsonl", "--output",
                              "ds", "--transform", "slow.py:slow"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_ctrl_c)
     try:
         deadline = time.monotonic() + 60
         while not started.exists() and proc.poll() is None and time.monotonic() < deadline:

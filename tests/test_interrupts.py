@@ -11,7 +11,7 @@ import pytest
 
 import tpufeed
 
-from processes import wait_for_workers, worker_processes
+from processes import default_ctrl_c, wait_for_workers, worker_processes
 
 
 def test_close_does_not_wait_for_a_slow_transform_on_the_prefetch_thread():
@@ -56,7 +56,7 @@ def test_ctrl_c_stops_a_pipeline_whose_prefetch_thread_is_in_a_slow_transform(tm
         next(it)
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_ctrl_c)
     try:
         assert proc.stdout.readline().strip() == "running"
         time.sleep(0.5)  # the consumer waits, the prefetch thread sleeps in the transform

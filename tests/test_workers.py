@@ -16,7 +16,7 @@ import pytest
 import tpufeed
 from tpufeed.errors import TransformError, WorkerError
 
-from processes import is_fork_server, wait_for_workers, worker_processes
+from processes import default_ctrl_c, is_fork_server, wait_for_workers, worker_processes
 
 pytestmark = pytest.mark.multiprocess
 
@@ -208,7 +208,8 @@ def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
             if i == 2:
                 print("running", flush=True)
     """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=default_ctrl_c)
     assert proc.stdout.readline().strip() == "running"
     workers = wait_for_workers(2, proc.pid)
     assert len(workers) == 2
