@@ -300,10 +300,10 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
     assert "no room in /dev/shm for a" in proc.stdout and "--shm-size" in proc.stdout, proc.stdout
 
 
-def _batches_of(n, batch, workers, prefetch=0):
+def _batches_of(n, batch, workers, prefetch=0, isolate=False):
     return (tpufeed.Dataset.from_sequence([{"x": np.full(64, i, np.int64)} for i in range(n)])
             .shuffle(3).map(lambda e: {"x": e["x"] * 2}).batch(batch).prefetch(prefetch)
-            .workers(workers))
+            .workers(workers, isolate=isolate))
 
 
 def _lent(array):
@@ -316,7 +316,9 @@ def _lent(array):
 @pytest.mark.parametrize("prefetch", [0, 3])
 def test_batches_are_lent_not_copied_and_stay_intact_while_held(prefetch):
     expected = [b["x"].copy() for b in _batches_of(400, 8, 0)]
-    it = iter(_batches_of(400, 8, 2, prefetch))
+    # Isolated, every batch comes from a worker: none is made by the parent while the workers
+    # start, or run by it on a spare core, so how many are lent does not depend on timing.
+    it = iter(_batches_of(400, 8, 2, prefetch, isolate=True))
     kept, lent = [], 0
     for k, batch in enumerate(it):
         lent += _lent(batch["x"])
