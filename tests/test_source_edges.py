@@ -76,6 +76,26 @@ def test_a_forked_child_reads_array_record_through_its_own_helper_exactly(tmp_pa
     assert source.__getitems__([1]) == [expected[1]]  # and the parent's readers still work
 
 
+def _how_read(record):
+    """Where a worker read `record`: (its pid, whether through a helper process)."""
+    from tpufeed.sources._reader_process import ReaderProcess, native_state_inherited
+    return {"pid": os.getpid(), "helped": native_state_inherited() or ReaderProcess.running() is not None,
+            "record": record}
+
+
+def test_workers_forked_by_the_fork_server_read_array_record_themselves(tmp_path):
+    # The parent has its readers open (counted and read); the workers come from the fork
+    # server, which loaded array_record but never used it: they read directly, no helper.
+    records = [b"%d" % i for i in range(40)]
+    paths = _array_record_files(tmp_path, records)
+    ds = tpufeed.Dataset.from_array_record(paths)
+    assert list(ds) == [records[i] for i in range(0, 40, 2)] + [records[i] for i in range(1, 40, 2)]
+    got = list(ds.map(_how_read).workers(2, isolate=True))
+    assert [g["record"] for g in got] == list(ds)
+    assert {g["pid"] for g in got}.isdisjoint({os.getpid()})
+    assert not any(g["helped"] for g in got)
+
+
 def test_a_damaged_record_read_in_a_forked_child_names_the_file_and_record(tmp_path):
     rng = random.Random(0)
     records = [rng.randbytes(1000) for _ in range(20)]

@@ -28,7 +28,7 @@ from typing import Any
 
 from tpufeed.errors import SourceError
 
-__all__ = ["ReaderProcess", "native_state_inherited"]
+__all__ = ["ReaderProcess", "claim_native_state", "native_state_inherited"]
 
 # The process that loaded array_record's native library: a fork of it shares that state.
 _NATIVE_PID = os.getpid()
@@ -40,6 +40,19 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
 def native_state_inherited() -> bool:
     """Whether this process is a fork of the one that loaded array_record's native library."""
     return os.getpid() != _NATIVE_PID
+
+
+def claim_native_state() -> None:
+    """Makes this forked process the owner of array_record's native state, read directly.
+
+    Only for a fork of a process that loaded the library but never opened, counted, read or
+    wrote a file (the workers' fork server: it imports, nothing more). Loading starts no thread
+    and takes no lock; the first open starts Riegeli's thread pool, and that is what a fork
+    must not inherit. Workers then read their files themselves, at full speed, rather than
+    through a helper process that costs a fresh interpreter's start and a pipe per read.
+    """
+    global _NATIVE_PID
+    _NATIVE_PID = os.getpid()
 
 
 class ReaderProcess:

@@ -10,6 +10,8 @@ the next epoch's, an elastic restart's, an autotune trial's.
 
 It imports no user module (those may start threads, and a thread does not survive a fork): a
 worker imports the pipeline's modules itself, after the fork, as it unpickles the pipeline.
+Nor does it open any file: array_record's native library is loaded here but never used, so a
+worker reads its ArrayRecord files itself (`_reader_process.claim_native_state`).
 
 The parent talks to it over a Unix socket: a worker's pipes travel as file descriptors
 (SCM_RIGHTS), the answer is its pid; the server reaps its children and tells the parent how one
@@ -303,6 +305,9 @@ def _run_worker(sock: socket.socket, argv: list[str], path: list[str], env: dict
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         sys.path[:] = path
+        helper = sys.modules.get("tpufeed.sources._reader_process")
+        if helper is not None:  # this server imported array_record and never used it
+            helper.claim_native_state()
         from tpufeed.workers import worker
         code = worker.main(argv)
     finally:
