@@ -25,7 +25,8 @@ _FREE = b"F"
 @dataclass(frozen=True)
 class Start:
     sys_path: list[str]
-    payload: bytes  # the cloudpickled plan and worker settings
+    payload: bytes  # the cloudpickled plan and settings, the same bytes for every worker
+    index: int  # which worker this is
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,11 @@ class WorkerPool:
         self._beacon_fd = beacon_file(count)  # unlinked at once: nothing to clean up
         self.beacons = beacon_map(self._beacon_fd, count)
         _LIVE_POOLS.add(self)
-        payloads = [_pickled({**init, "index": i, "prefix": prefix}) for i in range(count)]
+        payload = _pickled({**init, "prefix": prefix})  # once: a 200-worker host pickles once
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         server = shared_server()
         try:
-            for payload in payloads:
+            for index in range(count):
                 task_r, task_w = os.pipe()
                 result_r, result_w = os.pipe()
                 proc = (_forked(server, task_r, result_w, self._beacon_fd) if server is not None
@@ -58,7 +58,7 @@ class WorkerPool:
                 self._procs.append(proc)
                 self._tasks.append(Connection(task_w, readable=False))
                 self._results.append(Connection(result_r, writable=False))
-                self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload)))
+                self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload, index)))
         except BaseException:
             self.close()
             raise

@@ -178,7 +178,7 @@ def main(argv: list[str]) -> int:
         assert isinstance(start, Start)
         sys.path[:] = start.sys_path
         import cloudpickle
-        init = cloudpickle.loads(start.payload)
+        init = {**cloudpickle.loads(start.payload), "index": start.index}
         worker = Worker(tasks, results, init, int(argv[3]))
         worker.run()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
