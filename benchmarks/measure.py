@@ -144,5 +144,25 @@ def main(argv: list[str]) -> int:
     return status
 
 
+def descendants_cpu_s() -> float:
+    """CPU seconds of this process's descendants, live or exited: the workers and the fork
+    server they are forked from. The workers are the fork server's children, so once they
+    exit their time is in the server's children counters (/proc's cutime and cstime), not in
+    this process's getrusage(RUSAGE_CHILDREN), which holds the children this process reaped."""
+    import resource
+
+    import psutil
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = reaped.ru_utime + reaped.ru_stime
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+

@@ -17,9 +17,10 @@ needs p per record on one thread, every record costs p + w of CPU in all and p o
 
     rate(C) = min(C / (p + w), 1 / p)        feed ceiling = 1 / p (any core count)
 
-`w` comes from the 1-worker run (the parent and one worker on 2 cores: no contention), and
+`w` comes from the 1-worker run (the parent and one worker on 2 cores: no contention; the
+parent also runs chunks there, so w is that run's parent and worker CPU per record less p), and
 again from the N-worker run, where the vCPUs slow each other (SMT siblings, shared caches):
-the two bracket what a big host gets. The check: costs measured with 1 worker predict the
+the two bracket what a big host gets. The check: w measured with 1 worker, with p, predicts the
 2-worker rate, `min(2 / (p + w), 1 / p, 2 / w)`, printed next to the measured rate.
 """
 
@@ -37,6 +38,8 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+
+from benchmarks.measure import descendants_cpu_s  # noqa: E402 - after the path fix
 
 CORES = (8, 32, 96, 240)
 WORKLOADS = ("W1", "W2", "W3")
@@ -61,25 +64,6 @@ def _pipeline(workload: str, data_dir: str, records: int | None) -> tuple[Any, i
     return ds, files.records
 
 
-def _worker_cpu() -> float:
-    """CPU seconds of this process's descendants, live or exited: the workers and the fork
-    server they are forked from. The workers are the fork server's children, so once they
-    exit their time is in the server's children counters (/proc's cutime and cstime), not in
-    this process's getrusage(RUSAGE_CHILDREN), which holds the children this process reaped."""
-    import resource
-
-    import psutil
-    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = reaped.ru_utime + reaped.ru_stime
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
 def measure_one(workload: str, workers: int, passes: int, data_dir: str,
                 records: int | None) -> dict[str, Any]:
     """One row, in this process: rates and CPU counters over the steady window."""
@@ -98,14 +82,14 @@ def measure_one(workload: str, workers: int, passes: int, data_dir: str,
             if state["epoch"] * n + state["consumed"] >= warmup:
                 break
         read_before = state["epoch"] * n + state["consumed"]
-        wall0, cpu0, workers0 = time.perf_counter(), time.process_time(), _worker_cpu()
+        wall0, cpu0, workers0 = time.perf_counter(), time.process_time(), descendants_cpu_s()
         window = 0
         for _ in it:
             window += 1
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     finally:
         it.close()
-    wcpu = _worker_cpu() - workers0
+    wcpu = descendants_cpu_s() - workers0
     read = epochs * n - read_before
     return {"workload": workload, "workers": workers, "records": read, "batches": window,
             "seconds": wall, "rate": read / wall, "parent_cpu_s": cpu, "worker_cpu_s": wcpu,
@@ -142,8 +126,12 @@ def summarise(runs: list[dict[str, Any]], n_workers: int) -> dict[str, Any]:
         one, many = med.get((workload, 1)), med.get((workload, n_workers))
         if one is None or many is None:
             continue
-        p, w1, wn = many["p_us"], one["w_us"], many["w_us"]
-        predicted = min(n_workers / (one["p_us"] + w1), 1.0 / one["p_us"], n_workers / w1) * 1e6
+        # With N workers on N cores the parent runs no chunk itself: its CPU is the serial
+        # part, p. With 1 worker it also runs chunks on its spare core (stealing), so there the
+        # record work w is everything spent per record less that serial part.
+        p, wn = many["p_us"], many["w_us"]
+        w1 = one["p_us"] + one["w_us"] - p
+        predicted = min(n_workers / (p + w1), 1.0 / p, n_workers / w1) * 1e6
         out["workloads"][workload] = {
             "p_us": p, "w1_us": w1, "wn_us": wn, "ceiling": 1e6 / p,
             "predicted_nw": predicted, "measured_nw": many["rate"],

@@ -292,9 +292,11 @@ def _import(row: str) -> None:
 
 
 def _cpu_s() -> float:
+    """This process's CPU seconds and its descendants', live or exited (tpufeed's workers are
+    children of its fork server, not of this process)."""
+    from benchmarks.measure import descendants_cpu_s
     own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + descendants_cpu_s()
 
 
 def _peak_rss_mib() -> float:

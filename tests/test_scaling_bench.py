@@ -22,11 +22,13 @@ def test_projection_is_amdahl_with_the_parent_as_the_serial_part():
     assert project(0.5, 9.5, 240) == pytest.approx(2e6)  # parent-bound: 1 / p
     runs = [{"workload": "W1", "workers": k, "rate": r, "p_us": p, "w_us": w,
              "parent_us_per_batch": p * 256, "load": 0.5}
-            for k, r, p, w in [(0, 100e3, 10.0, 10.0), (1, 110e3, 0.4, 9.0), (2, 190e3, 0.5, 10.0),
-                               (1, 90e3, 0.6, 11.0), (2, 170e3, 0.5, 10.0)]]
+            for k, r, p, w in [(0, 100e3, 10.0, 10.0), (1, 110e3, 4.0, 9.0), (2, 190e3, 0.5, 10.0),
+                               (1, 90e3, 6.0, 11.0), (2, 170e3, 0.5, 10.0)]]
     out = summarise(runs, 2)["workloads"]["W1"]
-    assert out["p_us"] == 0.5 and out["w1_us"] == 10.0 and out["wn_us"] == 10.0  # medians
-    assert out["predicted_nw"] == pytest.approx(min(2 / 10.5, 1 / 0.5, 2 / 10.0) * 1e6)
+    # p is the N-worker parent's; with 1 worker the parent also ran chunks (5 µs of the
+    # medians' 5 + 10), so that run's record work is 5 + 10 - 0.5
+    assert out["p_us"] == 0.5 and out["w1_us"] == 14.5 and out["wn_us"] == 10.0
+    assert out["predicted_nw"] == pytest.approx(min(2 / 15.0, 1 / 0.5, 2 / 14.5) * 1e6)
     assert out["ceiling"] == pytest.approx(2e6)
     assert out["projection"][240] == (pytest.approx(2e6), pytest.approx(2e6))
 
