@@ -4,7 +4,8 @@
 
 For each worker count, in its own process: the time of the first batch, then records per 0.1 s
 bin after it, the longest gap between two batches, and the records/s over the first 50k records
-after the first batch (compare.py's "first 50k" column). The pipeline is compare.py's tpufeed
+after the first batch (compare.py's "first 50k" column). `--ahead S` waits S seconds between
+building the dataset and iterating it, as a training script does while it builds its model. The pipeline is compare.py's tpufeed
 row (`from_array_record(...).shuffle().map().batch(256)`, prefetch 0).
 """
 
@@ -24,8 +25,10 @@ _ROOT = os.path.join(os.path.dirname(__file__), "data")
 _BIN_S = 0.1
 
 
-def measure(workload: str, records: int, workers: int, seconds: float, early: int) -> dict:
-    """One worker count, in this process."""
+def measure(workload: str, records: int, workers: int, seconds: float, early: int,
+            ahead: float = 0.0) -> dict:
+    """One worker count, in this process; `ahead`: seconds between building the dataset and
+    iterating it (a training script builds and compiles its model there)."""
     import tpufeed
 
     spec = WORKLOADS[workload]
@@ -35,6 +38,7 @@ def measure(workload: str, records: int, workers: int, seconds: float, early: in
     ds = ds.prefetch(0)
     if workers:
         ds = ds.workers(workers)
+    time.sleep(ahead)
     started = time.perf_counter()
     times: list[float] = []
     it = iter(ds)
@@ -68,12 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--early", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--ahead", type=float, default=0.0,
+                        help="seconds between building the dataset and iterating it")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     args = parser.parse_args(argv)
     records = args.records or WORKLOADS[args.workload].default_records
     if args.one:
         print(json.dumps(measure(args.workload, records, args.workers[0], args.seconds,
-                                 args.early)))
+                                 args.early, args.ahead)))
         return 0
     prepare(WORKLOADS[args.workload], records, _ROOT, seed=0)
     for round_ in range(args.rounds):
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             out = subprocess.run(
                 [sys.executable, "-m", "benchmarks.timeline", "--one", "--workload",
                  args.workload, "--records", str(records), "--workers", str(workers),
-                 "--seconds", str(args.seconds), "--early", str(args.early)],
+                 "--seconds", str(args.seconds), "--early", str(args.early),
+                 "--ahead", str(args.ahead)],
                 capture_output=True, text=True, check=True)
             row = json.loads(out.stdout.strip().splitlines()[-1])
             bins = " ".join(f"{b // 1000:>3}" for b in row["records_per_bin"])

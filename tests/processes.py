@@ -22,8 +22,10 @@ def is_worker(proc):
 
 
 def is_fork_server(proc):
+    """Also a fork server still starting, before it has taken its own name."""
     try:
-        return proc.name() == SERVER_NAME
+        return (proc.name() == SERVER_NAME
+                or "tpufeed.workers.forkserver" in " ".join(proc.cmdline()))
     except psutil.NoSuchProcess:
         return False
 

@@ -241,6 +241,33 @@ def test_parent_killed_takes_its_workers_along(tmp_path):
     assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
 
 
+def test_asking_for_workers_starts_their_fork_server_before_the_first_batch(tmp_path):
+    script = tmp_path / "ask.py"
+    script.write_text(textwrap.dedent("""
+        import time, psutil, tpufeed
+        def servers():
+            return [c for c in psutil.Process().children()
+                    if "tpufeed.workers.forkserver" in " ".join(c.cmdline())]
+        ds = tpufeed.Dataset.from_sequence(list(range(8))).map(lambda i: i * 2)
+        ds.workers(0)
+        print("after workers(0):", len(servers()), flush=True)
+        ds = ds.workers(2)  # nothing iterated yet
+        print("after workers(2):", len(servers()), flush=True)
+        deadline = time.monotonic() + 30
+        while servers()[0].name() != "tpufeed-forksrv" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        print("named:", servers()[0].name(), flush=True)
+        print("items:", list(ds), flush=True)
+        print("servers:", len(servers()), flush=True)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == [
+        "after workers(0): 0", "after workers(2): 1", "named: tpufeed-forksrv",
+        f"items: {[i * 2 for i in range(8)]}", "servers: 1"], proc.stdout
+
+
 def slow_square(i):
     time.sleep(0.002)
     return np.int64(i) ** 2

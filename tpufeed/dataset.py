@@ -323,6 +323,11 @@ class Dataset:
         `isolate=True` runs none here, so a crash in native code (a segfault in a decoder) can
         only take a worker down, at the cost of a first batch that waits for a worker to start
         (with a number of workers: "auto" measures its warm-up here).
+
+        Asking for workers starts the process they are forked from (one per process, in the
+        background, ~0.5 s of one core to import numpy and tpufeed), so that by the time the
+        first batch is asked for (after the model is built and compiled) workers start in
+        milliseconds. `TPUFEED_FORKSERVER=0` starts each worker as a fresh interpreter instead.
         """
         if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
             raise InvalidArgumentError(f"workers must be a non-negative int or 'auto', got {n!r}")
@@ -331,6 +336,9 @@ class Dataset:
         if isolate and n == AUTO:
             raise InvalidArgumentError("workers('auto') measures a warm-up in this process; with "
                                        "isolate=True give a number of workers")
+        if n:
+            from tpufeed.workers.forkserver import shared_server
+            shared_server()  # returns at once: its imports run while the caller goes on
         return dataclasses.replace(self, _workers=n, _isolate=isolate)
 
     # -- running ------------------------------------------------------------------------------
