@@ -11,7 +11,9 @@ So a process that did not load array_record itself (`native_state_inherited()`) 
 files through one helper: `python -c ...` started on first need, which opens the same
 `ArrayRecordFile`s (they are picklable) and answers count and read requests over two pipes.
 The helper ends when the pipes close, that is when its process (and any of its own forks)
-is gone; Ctrl-C in a terminal is left to that process.
+is gone; Ctrl-C in a terminal is left to that process. tpufeed's own workers need none: the
+fork server they come from loads the library but never uses it, so each claims the state
+(`claim_native_state`) and reads its files itself.
 """
 
 from __future__ import annotations
