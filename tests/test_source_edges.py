@@ -118,6 +118,22 @@ def test_a_damaged_record_read_in_a_forked_child_names_the_file_and_record(tmp_p
     assert f"{path} record 0 " in message
 
 
+def test_a_damaged_record_read_by_a_worker_names_the_file_and_record(tmp_path):
+    rng = random.Random(0)
+    records = [rng.randbytes(1000) for _ in range(20)]
+    (path,) = _array_record_files(tmp_path, records, shards=1)
+    data = bytearray(open(path, "rb").read())
+    data[64 + 40 + 20] ^= 0xFF  # inside the first record's chunk
+    open(path, "wb").write(bytes(data))
+    ds = tpufeed.Dataset.from_array_record(path).map(len).workers(1, isolate=True)
+    with pytest.raises(CorruptDataError) as caught:
+        list(ds)
+    assert (caught.value.path, caught.value.record) == (path, 0)
+    assert f"{path} record 0 " in str(caught.value) and "in tpufeed worker 0" in str(caught.value)
+    assert list(tpufeed.Dataset.from_array_record(path).map(len).ignore_errors(1)
+                .workers(1, isolate=True)) == [1000] * 19
+
+
 @pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
 def test_a_read_in_progress_in_another_thread_at_fork_time_does_not_block_the_child(
         tmp_path, file_format):
