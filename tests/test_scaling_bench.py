@@ -62,3 +62,18 @@ def test_compare_reports_the_early_window_for_each_worker_count(tmp_path):
     assert all(r["rate_early"] > 0 for r in rows)
     targets = {t["target"] for t in json.loads(out.read_text())["workloads"]["W1"]["targets"]}
     assert {"tpufeed 1w >= tpufeed 0w, early", "tpufeed 2w >= tpufeed 0w"} <= targets
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_parent_cost_breaks_next_down_by_step(tmp_path):
+    cmd = [sys.executable, "-m", "benchmarks.parent_cost", "--workers", "1", "--batches", "30",
+           "--step-ms", "1", "--records", "3000", "--data-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    lines = lines[next(i for i, line in enumerate(lines) if line.startswith("W1, ")):]
+    assert "next()" in lines[0] and "µs a record" in lines[0]
+    spent = {line.split(":")[0].strip(): float(line.rsplit(":", 1)[1].split()[0])
+             for line in lines[1:]}
+    assert spent["deal"] > 0 and spent["receive_any"] > 0 and spent["_received"] > 0, spent
