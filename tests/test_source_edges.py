@@ -96,13 +96,19 @@ def test_workers_forked_by_the_fork_server_read_array_record_themselves(tmp_path
     assert not any(g["helped"] for g in got)
 
 
-def test_a_damaged_record_read_in_a_forked_child_names_the_file_and_record(tmp_path):
+def _damaged_first_record(tmp_path):
+    """An ArrayRecord file of 20 records of 1,000 bytes whose first record is damaged."""
     rng = random.Random(0)
     records = [rng.randbytes(1000) for _ in range(20)]
     (path,) = _array_record_files(tmp_path, records, shards=1)
     data = bytearray(open(path, "rb").read())
     data[64 + 40 + 20] ^= 0xFF  # inside the first record's chunk
     open(path, "wb").write(bytes(data))
+    return path
+
+
+def test_a_damaged_record_read_in_a_forked_child_names_the_file_and_record(tmp_path):
+    path = _damaged_first_record(tmp_path)
     source = ArrayRecordSource(path)
     assert len(source) == 20
 
@@ -119,12 +125,7 @@ def test_a_damaged_record_read_in_a_forked_child_names_the_file_and_record(tmp_p
 
 
 def test_a_damaged_record_read_by_a_worker_names_the_file_and_record(tmp_path):
-    rng = random.Random(0)
-    records = [rng.randbytes(1000) for _ in range(20)]
-    (path,) = _array_record_files(tmp_path, records, shards=1)
-    data = bytearray(open(path, "rb").read())
-    data[64 + 40 + 20] ^= 0xFF  # inside the first record's chunk
-    open(path, "wb").write(bytes(data))
+    path = _damaged_first_record(tmp_path)
     ds = tpufeed.Dataset.from_array_record(path).map(len).workers(1, isolate=True)
     with pytest.raises(CorruptDataError) as caught:
         list(ds)
