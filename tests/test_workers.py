@@ -351,14 +351,17 @@ def test_batches_are_lent_not_copied_and_stay_intact_while_held(prefetch):
         lent += _lent(batch["x"])
         np.testing.assert_array_equal(batch["x"], expected[k])
         if k % 10 == 0:
-            kept.append((k, batch))  # held while 10 more batches are written by the workers
+            kept.append((k, batch))  # held while 20 more batches are written by the workers
         batch["x"] += 1  # the consumer owns what it holds: writing into it harms nothing
         batch["x"] -= 1
-        if len(kept) > 3:
+        if len(kept) > 2:
             old_k, old = kept.pop(0)
             np.testing.assert_array_equal(old["x"], expected[old_k])
     it.close()
-    assert lent >= len(expected) // 2  # most batches came without a copy in the parent
+    # A consumer holding two batches past their step, on top of the current one, still gets
+    # every batch lent, whichever worker made the batches it keeps. With a prefetch thread also
+    # holding some, most are.
+    assert lent == len(expected) if prefetch == 0 else lent >= len(expected) * 3 // 4
 
 
 def test_a_consumer_that_keeps_every_batch_never_stalls_the_workers():

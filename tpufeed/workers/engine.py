@@ -34,6 +34,7 @@ from tpufeed.workers.pool import WorkerPool, rebuild_error
 from tpufeed.workers.slots import segment_prefix
 
 _QUEUED_PER_WORKER = 2  # one task running, one waiting, so a worker never waits for the parent
+_KEPT_BY_CONSUMER = 4  # batches a training loop may hold past its step and still get lent
 
 
 @dataclass
@@ -184,9 +185,13 @@ class ParallelProducer:
     def __post_init__(self) -> None:
         self.depth = self.depth_for(self.prefetch)
         deepest = max(1, self.prefetch, self.max_prefetch) + 2 * self.workers
-        # Lent to the consumer: the prefetched batches, the one it holds and the one it is
-        # about to take. Slots are made only when used, so room to lend costs nothing unused.
-        self.lend_per_worker = -(-(max(self.prefetch, self.max_prefetch) + 2) // self.workers) + 1
+        # Lent to the consumer: the prefetched batches, the one it holds, the one it is about to
+        # take, and a few it keeps a little longer (steps in flight under async dispatch, the
+        # last batch kept for logging). Slots are made only when used, so room to lend costs
+        # nothing unused. Past this a batch is copied, so a consumer that keeps them all never
+        # stalls the workers.
+        lendable = max(self.prefetch, self.max_prefetch) + 2 + _KEPT_BY_CONSUMER
+        self.lend_per_worker = -(-lendable // self.workers) + 1
         self.slots_per_worker = -(-deepest // self.workers) + 1 + self.lend_per_worker
         self._local: ChunkRunner | None = None
         self.queue_depth = 0
