@@ -5,7 +5,7 @@ import pytest
 
 from tpufeed.batching import concat, stack, take
 from tpufeed.errors import BatchError
-from tpufeed.workers.layout import read_batch, write_stacked
+from tpufeed.workers.layout import read_batch, read_elements, write_elements, write_stacked
 
 CASES = {
     "flat dict": [{"x": np.full(3, i, np.uint8), "y": np.float32(i)} for i in range(5)],
@@ -56,6 +56,60 @@ def test_mismatched_shapes_raise_before_a_slot_is_taken():
     calls = []
     with pytest.raises(BatchError, match=r"element 0 has shape \(3,\) but element 1 has shape \(4,\)"):
         write_stacked([np.zeros(3), np.zeros(4)], lambda n: calls.append(n), lambda i: f"element {i}")
+    assert calls == []
+
+
+UNBATCHED = {
+    "documents of any length": [{"tokens": np.arange(n, dtype=np.int32)} for n in (5, 0, 1, 900)],
+    "arrays of any shape and dtype": [np.zeros((2, 3), np.float16), np.ones((7,), np.float16),
+                                      np.full((), 3, np.float16)],
+    "pairs with a label": [(np.full((4, 4, 3), i, np.uint8), i) for i in range(3)],
+    "str, bytes and objects ride along": [{"x": np.arange(i + 1), "name": f"r{i}", "raw": b"z",
+                                           "obj": np.array([None]), "n": np.int64(i)}
+                                          for i in range(3)],
+    "unaligned sizes": [{"b": np.arange(i, dtype=np.uint8), "d": np.arange(i, dtype=np.float64)}
+                        for i in (1, 3, 7)],
+}
+NOT_UNSTACKED = {
+    "no array at all": [{"i": 1}, {"i": 2}],
+    "keys that differ": [{"x": np.zeros(1)}, {"y": np.zeros(1)}],
+    "keys in another order": [{"x": np.zeros(1), "y": 1}, {"y": 1, "x": np.zeros(1)}],
+    "a dict subclass": [__import__("collections").OrderedDict(x=np.zeros(2))],
+    "a list element": [[np.zeros(2)]],
+    "bare arrays of mixed dtypes": [np.zeros(2, np.int32), np.zeros(2, np.int64)],
+    "an ndarray subclass": [np.ma.masked_array([1, 2])],
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNBATCHED))
+def test_unbatched_elements_come_back_equal_as_views_of_one_copy(name):
+    elements = UNBATCHED[name]
+    buffer, calls = bytearray(1 << 16), []
+    layout = write_elements(elements, lambda n: calls.append(n) or memoryview(buffer))
+    assert len(calls) == 1 and calls[0] % 64 == 0
+    got = read_elements(layout, memoryview(buffer))
+    buffer[:] = bytes(len(buffer))  # the slot is reused at once: what was read must not change
+    assert len(got) == len(elements)
+    bases = set()
+    for a, b in zip(elements, got):
+        assert type(a) is type(b)
+        for x, y in (zip(a.values(), b.values()) if isinstance(a, dict)
+                     else zip(a, b) if isinstance(a, tuple) else [(a, b)]):
+            assert type(x) is type(y)
+            if isinstance(x, np.ndarray) and x.dtype != object:
+                assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)
+                bases.add(id(y.base))
+            else:
+                assert x == y if not isinstance(x, np.ndarray) else x.tolist() == y.tolist()
+        if isinstance(a, dict):
+            assert list(a) == list(b)  # the keys' order too
+    assert len(bases) == 1  # every array a view of the one copy
+
+
+@pytest.mark.parametrize("name", sorted(NOT_UNSTACKED))
+def test_elements_that_cannot_be_written_unstacked_take_no_slot(name):
+    calls = []
+    assert write_elements(NOT_UNSTACKED[name], calls.append) is None
     assert calls == []
 
 

@@ -364,6 +364,20 @@ def test_batches_are_lent_not_copied_and_stay_intact_while_held(prefetch):
     assert lent == len(expected) if prefetch == 0 else lent >= len(expected) * 3 // 4
 
 
+def test_unbatched_elements_come_through_shared_memory_equal_to_no_workers():
+    ds = (tpufeed.Dataset.from_sequence(list(range(300))).shuffle(5)
+          .map(lambda i: {"tokens": np.arange(i % 37, dtype=np.int32) + i, "id": i, "name": f"r{i}"}))
+    want = list(ds)
+    got = list(ds.workers(2, isolate=True))
+    assert [e["id"] for e in got] == [e["id"] for e in want]
+    for a, b in zip(got, want):
+        assert list(a) == list(b) and a["name"] == b["name"] and type(a["id"]) is int
+        assert a["tokens"].dtype == np.int32 and np.array_equal(a["tokens"], b["tokens"])
+    # Views of the one copy the parent made of each answer's slot, not arrays unpickled one by one.
+    copies = {id(e["tokens"].base) for e in got}
+    assert len(copies) <= len(got) // 4
+
+
 def test_a_consumer_that_keeps_every_batch_never_stalls_the_workers():
     expected = [b["x"].copy() for b in _batches_of(600, 4, 0)]
     got = list(_batches_of(600, 4, 2))  # far more batches than the workers have slots

@@ -27,7 +27,7 @@ from tpufeed.stats import StageClock, now
 from tpufeed.stream import Counters, stream
 from tpufeed.walk import walk
 from tpufeed.watch import beacon_at, labels_of, timed_out
-from tpufeed.workers.layout import read_batch
+from tpufeed.workers.layout import read_batch, read_elements
 from tpufeed.workers.leases import Leases
 from tpufeed.workers.messages import Answer, Failure, encode_free, encode_task
 from tpufeed.workers.pool import WorkerPool, rebuild_error
@@ -285,7 +285,10 @@ class ParallelProducer:
         if answer.slot is not None:
             started = now()
             segment = pool.slot_maps.buffer(worker, answer.slot, answer.new_segment)
-            if answer.final and dealer.leases.can_lend(worker):
+            if answer.elements:  # unbatched elements: views of one copy of the slot
+                payload = read_elements(payload, segment)
+                dealer.free(worker, answer.slot)
+            elif answer.final and dealer.leases.can_lend(worker):
                 # A finished batch goes to the consumer as is: lent, not copied.
                 base = dealer.leases.lend(worker, answer.slot, segment, len(segment))
                 payload = read_batch(payload, base, copy=False)

@@ -3,7 +3,8 @@
 A batch is a tree of dicts, lists and tuples whose leaves are numpy arrays. `write_stacked`
 stacks a list of elements leaf by leaf directly into a slot buffer and returns a small, picklable
 layout; `read_batch` rebuilds the tree in the parent. Leaves that cannot live in shared memory
-(bytes, str, object arrays) travel inside the layout.
+(bytes, str, object arrays) travel inside the layout. Unbatched elements go the same way,
+unstacked (`write_elements`, `read_elements`).
 """
 
 from __future__ import annotations
@@ -128,6 +129,76 @@ def read_batch(layout: tuple, buffer: Any, copy: bool = True) -> Any:
             leaf = np.ndarray(shape, np.dtype(dtype), buffer=buffer, offset=offset)
             leaves.append(leaf.copy() if copy else leaf)
     return unflatten(treedef, leaves)
+
+
+def write_elements(elements: Sequence[Any], buffer_for: Callable[[int], memoryview]) -> tuple | None:
+    """Unbatched elements (a pipeline without batch, or one whose parent packs) written into
+    one slot as they are, each array at its own offset: the parent copies the slot once and
+    hands out views of that copy, instead of unpickling every array from the pipe.
+
+    Elements that are numpy arrays, or dicts or tuples of them, qualify; any other leaf (a str,
+    an int, an object array) travels in the layout. Other elements, or elements of different
+    structures, return None: they are sent pickled, as they are.
+    """
+    first = elements[0]
+    kind = type(first)
+    if kind is dict:
+        keys: tuple[Any, ...] | int | None = tuple(first)
+        if not all(type(e) is dict and tuple(e) == keys for e in elements):
+            return None
+        columns = [[e[k] for e in elements] for k in first]
+    elif kind is tuple:
+        keys = len(first)
+        if not all(type(e) is tuple and len(e) == keys for e in elements):
+            return None
+        columns = [[e[j] for e in elements] for j in range(keys)]
+    elif kind is np.ndarray:
+        keys, columns = None, [list(elements)]
+    else:
+        return None
+    specs: list[tuple[Any, ...]] = []
+    total = 0
+    for column in columns:
+        head = column[0]
+        if (type(head) is np.ndarray and _in_shm(head)
+                and all(type(x) is np.ndarray and x.dtype == head.dtype for x in column)):
+            offsets = []
+            for x in column:
+                offsets.append(total)
+                total += _aligned(x.nbytes)
+            specs.append((head.dtype.str, [x.shape for x in column], offsets))
+        elif keys is None:
+            return None
+        else:
+            specs.append(("inline", column))
+    if not total:
+        return None
+    buffer = buffer_for(total)
+    for column, spec in zip(columns, specs):
+        if spec[0] != "inline":
+            for x, offset in zip(column, spec[2]):
+                np.ndarray(x.shape, x.dtype, buffer=buffer, offset=offset)[...] = x
+    return kind.__name__, keys, specs, total
+
+
+def read_elements(layout: tuple, buffer: Any) -> list[Any]:
+    """The elements of `write_elements`' layout, as views of one copy of the slot (so the slot
+    is free at once, and the copy goes when the last element does)."""
+    kind, keys, specs, total = layout
+    flat = np.frombuffer(buffer, np.uint8, count=total).copy()
+    columns: list[list[Any]] = []
+    for spec in specs:
+        if spec[0] == "inline":
+            columns.append(spec[1])
+        else:
+            dtype = np.dtype(spec[0])
+            columns.append([np.ndarray(shape, dtype, buffer=flat, offset=offset)
+                            for shape, offset in zip(spec[1], spec[2])])
+    if kind == "dict":
+        return [dict(zip(keys, values)) for values in zip(*columns)]
+    if kind == "tuple":
+        return list(zip(*columns))
+    return columns[0]
 
 
 def _in_shm(leaf: Any) -> bool:

@@ -72,6 +72,7 @@ class Answer:
     new_segment: str | None = None
     skipped: list[dict[str, Any]] = field(default_factory=list)  # error fields, in order
     times: dict[str, tuple[float, int]] = field(default_factory=dict)
+    elements: bool = False  # `payload` is unbatched elements in `slot` (`layout.write_elements`)
 
 
 @dataclass(frozen=True)

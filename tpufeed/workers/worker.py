@@ -139,7 +139,7 @@ class Worker:
     def _task(self, task: Task) -> Answer:
         import numpy as np
 
-        from tpufeed.workers.layout import write_batch, write_stacked
+        from tpufeed.workers.layout import write_batch, write_elements, write_stacked
 
         slot: list[Any] = [None, None]
 
@@ -155,9 +155,14 @@ class Worker:
             task.epoch, np.frombuffer(task.indices, np.int64), skips,
             stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
             placer=lambda batch: write_batch(batch, buffer_for))
-        return Answer(task.task_id, piece.payload, piece.size, piece.units, piece.outs, piece.last,
+        payload, elements = piece.payload, False
+        if slot[0] is None and type(payload) is list and payload:  # unbatched: sent unstacked
+            layout = write_elements(payload, buffer_for)
+            if layout is not None:
+                payload, elements = layout, True
+        return Answer(task.task_id, payload, piece.size, piece.units, piece.outs, piece.last,
                       piece.final, slot[0], slot[1], [error_fields(e) for e in piece.skipped],
-                      self.clock.drain())
+                      self.clock.drain(), elements)
 
     def _wait_for_free_slot(self) -> None:
         message = self._receive()
