@@ -51,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import tpufeed
-    from multiprocessing import connection
     from tpufeed import walk
     from tpufeed.workers import engine, leases, pool
 
@@ -64,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
              (pool.WorkerPool, "send", "  send (a pipe write)"),
              (leases.Leases, "returned", "  slots given back"),
              (pool.WorkerPool, "ready", "  workers ready?"),
-             (pool.WorkerPool, "receive_any", "receive_any: poll, read, unpickle"),
-             (connection.Connection, "recv", "  read + unpickle an answer"),
+             (pool.WorkerPool, "receive_any", "receive_any: poll, read, decode"),
+             (pool._Inbox, "read", "  read every answer waiting, decode them"),
+             (pool, "decode_result", "    decode one answer"),
              (engine.ParallelProducer, "_received", "_received: the batch's views, lent"),
              (engine, "read_batch", "  views of the slot"),
              (leases.Leases, "lend", "  the lease")]

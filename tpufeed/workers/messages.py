@@ -4,6 +4,11 @@ parent -> worker: `Start` (once), then `Task`, `Free` and `Stop`.
 worker -> parent: `Ready` (once), then an `Answer` or a `Failure` per task; a `Failure` with
 task_id -1 is a start-up failure.
 
+An answer in shared memory (the common case: a batch, or unbatched elements, in a slot) goes as
+packed fields, and its layout and stage labels only when they differ from that worker's last
+(`encode_answer`, `decode_result`): a batch of the same shapes as the last costs the parent one
+struct unpack, not an unpickling. Other answers, and the rest, go pickled.
+
 The parent is the one serial part of a host's input, so what it sends most often, tasks and
 freed slots, goes as packed bytes (`encode_task`, `encode_free`): no pickler is built and no
 object made per message, and slots freed since the last message ride along with the next task
@@ -14,10 +19,13 @@ from __future__ import annotations
 
 import pickle
 import struct
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 _TASK = struct.Struct("<cqqiii")  # b"T", task_id, epoch, records, skips (-1: none), freed slots
+# b"A", task_id, size, slot, final, elements, then the lengths of: the new segment's name, the
+# layout (0: the same as this worker's last), the stage labels (0: the same), the times
+_ANSWER = struct.Struct("<cqii??HIII")
 _STOP = b"S"
 _FREE = b"F"
 
@@ -56,8 +64,7 @@ class Ready:
     pass
 
 
-@dataclass(frozen=True)
-class Answer:
+class Answer(NamedTuple):
     """What a task made (a `Piece` without its chunk). Stacked payloads live in shared memory:
     `payload` is then their layout in `slot` (`new_segment`: the slot's new file, to map)."""
 
@@ -70,8 +77,8 @@ class Answer:
     final: bool
     slot: int | None = None
     new_segment: str | None = None
-    skipped: list[dict[str, Any]] = field(default_factory=list)  # error fields, in order
-    times: dict[str, tuple[float, int]] = field(default_factory=dict)
+    skipped: tuple[dict[str, Any], ...] | list[dict[str, Any]] = ()  # error fields, in order
+    times: dict[str, tuple[float, int]] | None = None
     elements: bool = False  # `payload` is unbatched elements in `slot` (`layout.write_elements`)
 
 
@@ -120,3 +127,63 @@ def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | None]:
     if kind == b"B":
         return [], pickle.loads(message[1:])
     raise ValueError(f"unknown message kind {kind!r} from the parent")
+
+
+class AnswerMemo:
+    """What one worker's last answer sent (the encoder's side) or meant (the decoder's):
+    its layout and its stage labels, so the next answer can say "the same"."""
+
+    def __init__(self) -> None:
+        self.layout: Any = None
+        self.layout_bytes = b""
+        self.labels: tuple[str, ...] = ()
+
+
+def encode_answer(answer: Answer, memo: AnswerMemo) -> bytes:
+    """`answer` as bytes (pickled whole unless it lives in a slot with nothing but its layout
+    and times to say). Raises if its payload cannot be pickled, before anything is sent."""
+    if (answer.slot is None or answer.units is not None or answer.outs is not None
+            or answer.last is not None or answer.skipped):
+        return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    layout = pickle.dumps(answer.payload, protocol=pickle.HIGHEST_PROTOCOL)
+    if layout == memo.layout_bytes:
+        layout = b""
+    else:
+        memo.layout_bytes = layout
+    times = answer.times or {}
+    labels_now = tuple(times)
+    labels = b""
+    if labels_now != memo.labels:
+        memo.labels = labels_now
+        labels = pickle.dumps(labels_now, protocol=pickle.HIGHEST_PROTOCOL)
+    values = struct.pack(f"<{len(times)}d{len(times)}q", *(t for t, _ in times.values()),
+                         *(n for _, n in times.values()))
+    segment = answer.new_segment.encode() if answer.new_segment else b""
+    return b"".join((_ANSWER.pack(b"A", answer.task_id, answer.size, answer.slot, answer.final,
+                                  answer.elements, len(segment), len(layout), len(labels),
+                                  len(values)),
+                     segment, layout, labels, values))
+
+
+def decode_result(message: bytes | memoryview, memo: AnswerMemo) -> Any:
+    """What a worker sent: an `Answer` (packed or pickled), a `Failure` or `Ready`."""
+    if message[:1] != b"A":
+        return pickle.loads(message)
+    (_, task_id, size, slot, final, elements, nsegment, nlayout, nlabels,
+     nvalues) = _ANSWER.unpack_from(message)
+    at = _ANSWER.size
+    segment = bytes(message[at:at + nsegment]).decode() if nsegment else None
+    at += nsegment
+    if nlayout:
+        memo.layout = pickle.loads(message[at:at + nlayout])
+    at += nlayout
+    if nlabels:
+        memo.labels = pickle.loads(message[at:at + nlabels])
+    at += nlabels
+    labels = memo.labels
+    times = None
+    if labels:
+        values = struct.unpack_from(f"<{len(labels)}d{len(labels)}q", message, at)
+        times = dict(zip(labels, zip(values[:len(labels)], values[len(labels):])))
+    return Answer(task_id, memo.layout, size, None, None, None, final, slot, segment, (), times,
+                  elements)

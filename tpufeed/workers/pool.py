@@ -16,13 +16,15 @@ import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
-from tpufeed.workers.messages import Answer, Failure, Ready, Start, encode_start, encode_stop
+from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, decode_result,
+                                      encode_start, encode_stop)
 from tpufeed.watch import beacon_file, beacon_map
 from tpufeed.workers.forkserver import ForkedProcess, ForkServer, shared_server
 from tpufeed.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
 _POLL_S = 0.5
+_READ_BYTES = 1 << 16  # a pipe's capacity
 
 
 class WorkerPool:
@@ -32,7 +34,8 @@ class WorkerPool:
         self.slot_maps = SlotMaps(prefix)
         self._procs: list[subprocess.Popen | ForkedProcess] = []
         self._tasks: list[Connection] = []
-        self._results: list[Connection] = []
+        self._results: list[_Inbox] = []
+        self._pending: list[tuple[int, Answer | Failure]] = []  # read, not handed out yet
         self._closed = False
         self._ready: list[int] = []
         self._poll: select.poll | None = None
@@ -57,7 +60,7 @@ class WorkerPool:
                 os.close(result_w)
                 self._procs.append(proc)
                 self._tasks.append(Connection(task_w, readable=False))
-                self._results.append(Connection(result_r, writable=False))
+                self._results.append(_Inbox(result_r))
                 self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload, index)))
         except BaseException:
             self.close()
@@ -77,22 +80,22 @@ class WorkerPool:
         A worker that failed to start raises here, with its traceback.
         """
         if len(self._ready) < len(self._procs):
-            for worker, conn in enumerate(self._results):
-                if worker in self._ready or not conn.poll():
-                    continue
-                try:
-                    message = conn.recv()
-                except (EOFError, OSError):
-                    raise self._death(worker) from None
-                if isinstance(message, Failure):
+            self._pending += self._read(0.0)
+            for worker, message in self._pending:
+                if isinstance(message, Failure) and message.task_id == -1:
                     raise rebuild_error(message.fields, worker)
-                self._ready.append(worker)
         return self._ready
 
     def send(self, worker: int, message: bytes) -> None:
         """Sends one encoded message (`messages.encode_*`) to `worker`."""
+        size = len(message)  # framed as `Connection.send_bytes` frames it, in one write
+        header = (size.to_bytes(4, "big", signed=True) if size < 0x7FFFFFFF
+                  else b"\xff\xff\xff\xff" + size.to_bytes(8, "big"))
         try:
-            self._tasks[worker].send_bytes(message)
+            view = memoryview(header + message)
+            fd = self._tasks[worker].fileno()
+            while view:
+                view = view[os.write(fd, view):]
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
@@ -103,27 +106,36 @@ class WorkerPool:
         A worker that died raises WorkerError: its pipe reads as closed at once, and a worker
         that is gone while its pipe stays open is caught when nothing arrives in time.
         """
-        if self._poll is None:  # one poll object, registered once: no selector per wait
-            self._poll = select.poll()
-            for worker, conn in enumerate(self._results):
-                self._poll.register(conn.fileno(), select.POLLIN)
-                self._workers_by_fd[conn.fileno()] = worker
-        out: list[tuple[int, Answer | Failure]] = []
-        for fd, _ in self._poll.poll((_POLL_S if timeout is None else timeout) * 1000):
-            worker = self._workers_by_fd[fd]
-            conn = self._results[worker]
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):
-                raise self._death(worker) from None
-            if isinstance(message, Ready):
-                self._ready.append(worker)
-            else:
-                out.append((worker, message))
+        if self._pending:
+            out, self._pending = self._pending, []
+            return out
+        out = self._read(_POLL_S if timeout is None else timeout)
         if not out and timeout != 0:
             for worker, proc in enumerate(self._procs):
-                if proc.poll() is not None and not self._results[worker].poll():
+                if proc.poll() is not None and not self._results[worker].waiting():
                     raise self._death(worker)
+        return out
+
+    def _read(self, timeout: float) -> list[tuple[int, Answer | Failure]]:
+        """Every whole message that arrives within `timeout`: one read takes all a worker has
+        sent (several answers, when the parent is the slower side). "ready" is noted here."""
+        if self._poll is None:  # one poll object, registered once: no selector per wait
+            self._poll = select.poll()
+            for worker, inbox in enumerate(self._results):
+                self._poll.register(inbox.fd, select.POLLIN)
+                self._workers_by_fd[inbox.fd] = worker
+        out: list[tuple[int, Answer | Failure]] = []
+        for fd, _ in self._poll.poll(timeout * 1000):
+            worker = self._workers_by_fd[fd]
+            try:
+                messages = self._results[worker].read()
+            except (EOFError, OSError):
+                raise self._death(worker) from None
+            for message in messages:
+                if isinstance(message, Ready):
+                    self._ready.append(worker)
+                else:
+                    out.append((worker, message))
         return out
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
@@ -169,14 +181,72 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for conn in self._tasks + self._results:
+        for conn in self._tasks:
             conn.close()
+        for inbox in self._results:
+            inbox.close()
         self.slot_maps.close()
         if getattr(self, "_beacon_fd", None) is not None:
             os.close(self._beacon_fd)
 
     def __del__(self) -> None:
         self.close()
+
+
+class _Inbox:
+    """A worker's result pipe, read in large reads: the messages are `Connection.send_bytes`
+    frames (a 4-byte big-endian length, or -1 and an 8-byte one), and one read takes every
+    frame waiting, where `Connection.recv` makes two reads per message."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.memo = AnswerMemo()
+        self._buffer = bytearray()
+
+    def read(self) -> list[Any]:
+        """The messages now whole, after one read (more only to finish a frame begun)."""
+        chunk = os.read(self.fd, _READ_BYTES)
+        if not chunk:
+            raise EOFError
+        buffer = self._buffer
+        buffer += chunk
+        out = []
+        at = 0
+        while True:
+            frame = _frame_at(buffer, at)
+            if frame is None:
+                break
+            start, end = frame
+            while end > len(buffer):  # a frame begun: its writer finishes it, so wait for it
+                more = os.read(self.fd, max(_READ_BYTES, end - len(buffer)))
+                if not more:
+                    raise EOFError
+                buffer += more
+            out.append(decode_result(bytes(buffer[start:end]), self.memo))
+            at = end
+        del buffer[:at]
+        return out
+
+    def waiting(self) -> bool:
+        """Whether bytes wait to be read."""
+        return bool(select.select([self.fd], [], [], 0)[0])
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def _frame_at(buffer: bytearray, at: int) -> tuple[int, int] | None:
+    """(start, end) of the frame whose header is at `at`, once its header is whole."""
+    if len(buffer) - at < 4:
+        return None
+    size = int.from_bytes(buffer[at:at + 4], "big", signed=True)
+    if size != -1:
+        return at + 4, at + 4 + size
+    if len(buffer) - at < 12:
+        return None
+    return at + 12, at + 12 + int.from_bytes(buffer[at + 4:at + 12], "big")
 
 
 def _forked(server: ForkServer, task_r: int, result_w: int, beacon_fd: int) -> ForkedProcess:

@@ -16,7 +16,8 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tpufeed.workers.messages import Answer, Failure, Ready, Start, Stop, Task, decode
+from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, Stop, Task, decode,
+                                      encode_answer)
 
 _WATCH_S = 0.2  # how often a worker checks that its parent is alive
 
@@ -107,6 +108,7 @@ class Worker:
                                labels_of(init["plan"]))
         self.runner = ChunkRunner(init["plan"], self.clock, beacon)
         self.backlog: deque = deque()
+        self.memo = AnswerMemo()  # what the last answer sent, so the next can say "the same"
 
     def run(self) -> None:
         self._send(Ready())
@@ -134,7 +136,8 @@ class Worker:
         return message  # type: ignore[return-value]  # Start comes once, before run()
 
     def _send(self, message: object) -> None:
-        self.results.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        self.results.send_bytes(encode_answer(message, self.memo) if isinstance(message, Answer)
+                                else pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
     def _task(self, task: Task) -> Answer:
         import numpy as np
