@@ -313,3 +313,17 @@ def test_a_cache_directory_that_is_a_file_is_refused_naming_it(tmp_path, monkeyp
     monkeypatch.setenv("TPUFEED_CACHE_DIR", str(cache_dir))
     with pytest.raises(InvalidArgumentError, match=message):
         ShardCache()  # the default cache of every gs:// source
+
+
+def test_usage_counts_a_copy_being_evicted_once_though_both_folders_list_it(tmp_path):
+    """`usage()` reads without the cache's lock: a held copy moved to evicted/ between its two
+    listings shows up in both (the same file, one inode), and must count once."""
+    cache = ShardCache(str(tmp_path / "c"), 10 << 20)
+    cache.layout.make_dirs()
+    copy = os.path.join(cache.layout.shards, "k.data")
+    with open(copy, "wb") as f:
+        f.write(b"x" * 10_000)
+    alone = cache.usage()
+    assert alone >= 10_000
+    os.link(copy, os.path.join(cache.layout.evicted, "k.evicted-1-ab"))  # mid-rename, as listed
+    assert cache.usage() == alone

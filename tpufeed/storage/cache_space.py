@@ -228,6 +228,7 @@ class CacheSpace:
         now (what the limit bounds)."""
         total = 0
         record = _round_up(_RECORD_BYTES, self.block)
+        seen: set[tuple[int, int]] = set()  # a copy evicted meanwhile is listed in both folders
         for folder in (self.layout.shards, self.layout.evicted):
             try:
                 entries = list(os.scandir(folder))
@@ -239,7 +240,11 @@ class CacheSpace:
                                                          or ".part-" in name):
                     continue
                 with contextlib.suppress(FileNotFoundError):
-                    total += self._allocated(entry.stat())
+                    st = entry.stat()
+                    if (st.st_dev, st.st_ino) in seen:
+                        continue
+                    seen.add((st.st_dev, st.st_ino))
+                    total += self._allocated(st)
                     total += record if folder == self.layout.shards else 0
         return total
 
