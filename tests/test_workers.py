@@ -526,3 +526,24 @@ def test_workers_start_from_a_directory_removed_under_the_caller(tmp_path, monke
     rows = [row for b in ds for row in b.tolist()]
     assert [i for i, _ in rows] == list(range(600))
     assert {pid for _, pid in rows} - {os.getpid()}  # workers made some of them
+
+
+def test_workers_import_the_tpufeed_their_parent_imported_not_the_working_directorys(tmp_path):
+    """`python -m` puts the working directory first on sys.path: workers (and their fork
+    server) started that way ran whatever `tpufeed` sat there, not the parent's."""
+    root = os.path.dirname(os.path.dirname(tpufeed.__file__))
+    (tmp_path / "tpufeed").mkdir()
+    (tmp_path / "tpufeed" / "__init__.py").write_text("raise ImportError('the decoy tpufeed')\n")
+    (tmp_path / "job").mkdir()
+    script = tmp_path / "job" / "run.py"
+    script.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {root!r})
+        import numpy as np, tpufeed
+        ds = tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: np.full(2, i)).batch(4)
+        print(sum(int(b.sum()) for b in ds.workers(2, isolate=True)))
+    """))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["1560"]

@@ -21,6 +21,7 @@ start as fresh interpreters, as before.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import select
@@ -41,6 +42,19 @@ _STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
 
 # -- the parent's side ------------------------------------------------------------------------
 
+# Runs a module as __main__ after setting sys.path to the parent's (argv: module, path, args).
+_BOOT = ("import json, runpy, sys; module = sys.argv[1]; sys.path[:] = json.loads(sys.argv[2]); "
+         "sys.argv[1:] = sys.argv[3:]; runpy.run_module(module, run_name='__main__', alter_sys=True)")
+
+
+def python_running(module: str, args: list[str]) -> list[str]:
+    """The command for a fresh interpreter running `module` with `args` that imports what this
+    process imports: `python -m` would put the working directory first on sys.path, so a
+    process that took tpufeed from elsewhere (PYTHONPATH, a path it inserted itself) would
+    get workers running another copy of it."""
+    return [sys.executable, "-c", _BOOT, module, json.dumps([str(p) for p in sys.path]), *args]
+
+
 class ForkServer:
     """The parent's handle on its fork server (one per process, started on first use).
 
@@ -52,8 +66,8 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tpufeed.workers.forkserver", str(theirs.fileno()),
-                 str(os.getpid())],
+                python_running("tpufeed.workers.forkserver", [str(theirs.fileno()),
+                                                              str(os.getpid())]),
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"}, close_fds=True)
         finally:

@@ -19,7 +19,7 @@ from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, decode_result,
                                       encode_start, encode_stop)
 from tpufeed.watch import beacon_file, beacon_map
-from tpufeed.workers.forkserver import ForkedProcess, ForkServer, shared_server
+from tpufeed.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
 from tpufeed.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
@@ -52,8 +52,9 @@ class WorkerPool:
                 result_r, result_w = os.pipe()
                 proc = (_forked(server, task_r, result_w, self._beacon_fd) if server is not None
                         else subprocess.Popen(
-                            [sys.executable, "-m", "tpufeed.workers.worker", str(task_r),
-                             str(result_w), str(os.getpid()), str(self._beacon_fd)],
+                            python_running("tpufeed.workers.worker",
+                                           [str(task_r), str(result_w), str(os.getpid()),
+                                            str(self._beacon_fd)]),
                             pass_fds=(task_r, result_w, self._beacon_fd),
                             stdin=subprocess.DEVNULL, env=env, close_fds=True))
                 os.close(task_r)
