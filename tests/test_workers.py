@@ -3,6 +3,7 @@
 import gc
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -325,6 +326,30 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "no room in /dev/shm for a" in proc.stdout and "--shm-size" in proc.stdout, proc.stdout
+
+
+def test_unbatched_elements_too_big_for_dev_shm_come_through_the_pipe(tmp_path):
+    """Batches need /dev/shm; unbatched elements only use it when there is room (Docker gives
+    64 MiB): a chunk of them that does not fit is sent pickled, as it was before."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot mount a private /dev/shm here")
+    script = tmp_path / "big.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np, tpufeed
+        ds = (tpufeed.Dataset.from_sequence(list(range(40)))
+              .map(lambda i: {"x": np.full(2**20 // 4, i, np.float32)})
+              .workers(2, isolate=True))
+        print(sorted(int(e["x"][0]) for e in ds) == list(range(40)))
+    """))
+    proc = subprocess.run(["unshare", "-m", "sh", "-c",
+                           f"mount -t tmpfs -o size=8m tmpfs /dev/shm && {sys.executable} {script}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["True"], proc.stdout
 
 
 def _batches_of(n, batch, workers, prefetch=0, isolate=False):

@@ -138,7 +138,8 @@ def write_elements(elements: Sequence[Any], buffer_for: Callable[[int], memoryvi
 
     Elements that are numpy arrays, or dicts or tuples of them, qualify; any other leaf (a str,
     an int, an object array) travels in the layout. Other elements, or elements of different
-    structures, return None: they are sent pickled, as they are.
+    structures, return None: they are sent pickled, as they are (and so are elements the
+    worker finds no room for in /dev/shm: unbatched pipelines never needed it).
     """
     first = elements[0]
     kind = type(first)

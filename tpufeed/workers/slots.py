@@ -45,14 +45,18 @@ class WorkerSlots:
         size = max(_MIN_SIZE, nbytes + nbytes // 4)
         name = f"{self._prefix}-{len(self._created)}"
         path = os.path.join(SHM_DIR, name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        self._created.append(path)
         try:
-            os.ftruncate(fd, size)
-            _allocate(fd, size, path)
-            segment = mmap.mmap(fd, size)
-        finally:
-            os.close(fd)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            self._created.append(path)
+            try:
+                os.ftruncate(fd, size)
+                _allocate(fd, size, path)
+                segment = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+        except BaseException:
+            self._free.append(index)  # still free: the caller may send its answer another way
+            raise
         if current is not None:
             current.close()
         self._maps[index], self._names[index] = segment, name

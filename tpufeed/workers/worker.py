@@ -142,6 +142,7 @@ class Worker:
     def _task(self, task: Task) -> Answer:
         import numpy as np
 
+        from tpufeed.errors import WorkerError
         from tpufeed.workers.layout import write_batch, write_elements, write_stacked
 
         slot: list[Any] = [None, None]
@@ -160,7 +161,10 @@ class Worker:
             placer=lambda batch: write_batch(batch, buffer_for))
         payload, elements = piece.payload, False
         if slot[0] is None and type(payload) is list and payload:  # unbatched: sent unstacked
-            layout = write_elements(payload, buffer_for)
+            try:
+                layout = write_elements(payload, buffer_for)
+            except WorkerError:  # no room in /dev/shm for them: they go through the pipe
+                layout = None
             if layout is not None:
                 payload, elements = layout, True
         return Answer(task.task_id, payload, piece.size, piece.units, piece.outs, piece.last,
