@@ -298,10 +298,9 @@ def test_an_iterator_made_in_a_thread_that_exits_keeps_its_workers():
     made["it"].close()
 
 
-def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
-    """Docker gives containers a 64 MiB /dev/shm; batches bigger than it must fail clearly."""
-    import shutil
-
+def _with_small_dev_shm(tmp_path, code):
+    """Runs `code` in a fresh interpreter that sees an 8 MiB /dev/shm of its own (as Docker
+    gives 64 MiB); skips where a private /dev/shm cannot be mounted."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare")
     probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
@@ -309,7 +308,17 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
     if probe.returncode != 0:
         pytest.skip("cannot mount a private /dev/shm here")
     script = tmp_path / "big.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(textwrap.dedent(code))
+    proc = subprocess.run(["unshare", "-m", "sh", "-c",
+                           f"mount -t tmpfs -o size=8m tmpfs /dev/shm && {sys.executable} {script}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
+    """Batches bigger than /dev/shm has room for must fail clearly."""
+    out = _with_small_dev_shm(tmp_path, """
         import numpy as np, tpufeed
         ds = (tpufeed.Dataset.from_sequence(list(range(64)))
               .map(lambda i: {"x": np.full(2**20 // 4, i, np.float32)}).batch(4)
@@ -320,36 +329,21 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
             print("no error")
         except tpufeed.WorkerError as e:
             print(str(e).split("\\n")[0])
-    """))
-    proc = subprocess.run(["unshare", "-m", "sh", "-c",
-                           f"mount -t tmpfs -o size=8m tmpfs /dev/shm && {sys.executable} {script}"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "no room in /dev/shm for a" in proc.stdout and "--shm-size" in proc.stdout, proc.stdout
+    """)
+    assert "no room in /dev/shm for a" in out and "--shm-size" in out, out
 
 
 def test_unbatched_elements_too_big_for_dev_shm_come_through_the_pipe(tmp_path):
-    """Batches need /dev/shm; unbatched elements only use it when there is room (Docker gives
-    64 MiB): a chunk of them that does not fit is sent pickled, as it was before."""
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare")
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
-                           capture_output=True)
-    if probe.returncode != 0:
-        pytest.skip("cannot mount a private /dev/shm here")
-    script = tmp_path / "big.py"
-    script.write_text(textwrap.dedent("""
+    """Batches need /dev/shm; unbatched elements only use it when there is room: a chunk of
+    them that does not fit is sent pickled, as it was before."""
+    out = _with_small_dev_shm(tmp_path, """
         import numpy as np, tpufeed
         ds = (tpufeed.Dataset.from_sequence(list(range(40)))
               .map(lambda i: {"x": np.full(2**20 // 4, i, np.float32)})
               .workers(2, isolate=True))
         print(sorted(int(e["x"][0]) for e in ds) == list(range(40)))
-    """))
-    proc = subprocess.run(["unshare", "-m", "sh", "-c",
-                           f"mount -t tmpfs -o size=8m tmpfs /dev/shm && {sys.executable} {script}"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["True"], proc.stdout
+    """)
+    assert out.split() == ["True"], out
 
 
 def _batches_of(n, batch, workers, prefetch=0, isolate=False):
