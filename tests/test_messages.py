@@ -14,7 +14,7 @@ from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, decode
 from tpufeed.workers.pool import _Inbox
 
 LAYOUT = (("dict", ("x", "y"), (("leaf",), ("leaf",))),
-          [("<f4", (256, 8), 0), ("inline", ["a", "b"])])
+          [("<f4", (256, 8), 0), ("<i8", (256,), 8192)])
 
 
 def slot_answer(task_id, layout=LAYOUT, **changes):
@@ -42,6 +42,18 @@ def test_slot_answers_come_back_equal_and_repeat_nothing_unchanged():
             want._replace(times=want.times or None, skipped=())
     assert encoded[1][:1] == b"A" and len(encoded[1]) < len(encoded[0])  # same layout, labels
     assert len(encoded[1]) < 100
+
+
+def test_values_in_a_layout_are_never_shared_by_two_answers():
+    """An inline leaf (an object array, say) is the batch's own: a second batch with the same
+    layout must not get the same object, or writing into one would change the other."""
+    layout = (("dict", ("text",), (("leaf",),)), [("inline", np.array(["a", None], object))])
+    _, got = round_trip([slot_answer(0, layout=layout), slot_answer(1, layout=layout),
+                         slot_answer(2, layout=LAYOUT, elements=True),
+                         slot_answer(3, layout=LAYOUT, elements=True)])
+    assert got[0].payload[1][0][1] is not got[1].payload[1][0][1]
+    assert got[0].payload[1][0][1].tolist() == got[1].payload[1][0][1].tolist() == ["a", None]
+    assert got[2].payload is not got[3].payload
 
 
 @pytest.mark.parametrize("changes", [dict(units=[0, 0, 1]), dict(outs=[0, 1], last=[False, True]),

@@ -148,8 +148,8 @@ def encode_answer(answer: Answer, memo: AnswerMemo) -> bytes:
     layout = pickle.dumps(answer.payload, protocol=pickle.HIGHEST_PROTOCOL)
     if layout == memo.layout_bytes:
         layout = b""
-    else:
-        memo.layout_bytes = layout
+    else:  # a layout with values in it is sent every time: two batches must not share them
+        memo.layout_bytes = layout if _reusable(answer) else b""
     times = answer.times or {}
     labels_now = tuple(times)
     labels = b""
@@ -163,6 +163,13 @@ def encode_answer(answer: Answer, memo: AnswerMemo) -> bytes:
                                   answer.elements, len(segment), len(layout), len(labels),
                                   len(values)),
                      segment, layout, labels, values))
+
+
+def _reusable(answer: Answer) -> bool:
+    """Whether the parent may read the same layout object for another answer: a batch's, with
+    no value travelling in it (an inline leaf, such as an object array, must not be shared by
+    two batches; unbatched elements' layouts always carry their shapes)."""
+    return not answer.elements and all(spec[0] != "inline" for spec in answer.payload[1])
 
 
 def decode_result(message: bytes | memoryview, memo: AnswerMemo) -> Any:
