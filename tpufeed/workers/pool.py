@@ -211,7 +211,7 @@ class _Inbox:
             raise EOFError
         buffer = self._buffer
         buffer += chunk
-        out = []
+        frames = []
         at = 0
         while True:
             frame = _frame_at(buffer, at)
@@ -223,10 +223,10 @@ class _Inbox:
                 if not more:
                     raise EOFError
                 buffer += more
-            out.append(decode_result(bytes(buffer[start:end]), self.memo))
+            frames.append(bytes(buffer[start:end]))
             at = end
-        del buffer[:at]
-        return out
+        del buffer[:at]  # taken before decoding: a message that fails to decode is not read twice
+        return [decode_result(frame, self.memo) for frame in frames]
 
     def waiting(self) -> bool:
         """Whether bytes wait to be read."""
