@@ -437,6 +437,33 @@ def test_the_parent_runs_chunks_itself_rather_than_wait_and_order_holds():
     assert os.getpid() in makers and len(makers) == 2  # the worker, and the parent in its waits
 
 
+def _cold_first(e):
+    """1 ms a record, and a second more on the first call in a worker (its first task is cold)."""
+    if os.getpid() != int(os.environ["TPUFEED_TEST_PARENT"]) and not _COLD["warm"]:
+        time.sleep(1.0)
+        _COLD["warm"] = True
+    time.sleep(0.001)
+    return {"id": e, "pid": os.getpid()}
+
+
+_COLD = {"warm": False}
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) > 4, reason="one worker per core")
+def test_the_parent_makes_batches_while_workers_without_a_spare_core_are_cold(monkeypatch):
+    """With a worker on every core the parent steals no work from warm workers, but while they
+    are still cold (their first task opens files, warms caches) it runs chunks itself rather
+    than wait: batches it made come after the first batch a worker made."""
+    monkeypatch.setenv("TPUFEED_TEST_PARENT", str(os.getpid()))
+    workers = len(os.sched_getaffinity(0))
+    ds = tpufeed.Dataset.from_sequence(list(range(2000))).map(_cold_first).batch(8)
+    got = list(ds.workers(workers))
+    assert [int(i) for b in got for i in b["id"]] == list(range(2000))
+    makers = [int(b["pid"][0]) for b in got]
+    first_from_a_worker = next(k for k, pid in enumerate(makers) if pid != os.getpid())
+    assert os.getpid() in makers[first_from_a_worker:]
+
+
 def _fails_at_300(e):
     time.sleep(0.001)
     if e == 300:

@@ -49,6 +49,7 @@ class _Dealer:
     held_per_worker: int = 1  # answers a worker may hold in slots before the parent consumes them
     isolate: bool = False  # never run a chunk in the parent, even while workers start
     run_here: Callable[[Chunk], Piece] | None = None  # runs a chunk in the parent (stealing)
+    spare_core: bool = False  # fewer workers than cores: steal whenever the parent would wait
     inflight: deque = field(default_factory=deque)  # (step, worker, task id), in order
     stolen: dict[int, Piece | Exception] = field(default_factory=dict)  # run here, ahead
     warm: WarmPieces = field(default_factory=WarmPieces)
@@ -60,6 +61,7 @@ class _Dealer:
         self.queued = [0] * self.pool.size  # given to the worker, not answered yet
         self.held = [0] * self.pool.size  # given to the worker, answer not consumed yet
         self.freed: list[list[int]] = [[] for _ in range(self.pool.size)]  # not sent yet
+        self.answered: set[int] = set()  # workers that have answered a task: warm
 
     def set_depth(self, depth: int) -> None:
         """Room for `depth` answers ahead of the consumer, spread over the workers."""
@@ -122,10 +124,17 @@ class _Dealer:
                     self.freed[worker].clear()
             self.inflight.append((step, worker, task_id))
 
+    def may_steal(self) -> bool:
+        """Whether the parent runs chunks itself while it waits: always where it has a core of
+        its own; else only while a worker has not answered yet. A worker's first task is slow
+        (it opens its files, warms its caches), and meanwhile its core is not busy."""
+        return self.run_here is not None and (self.spare_core
+                                              or len(self.answered) < self.pool.size)
+
     def steal(self) -> bool:
-        """Runs the next chunk here rather than wait (the parent has a core of its own, and
-        every worker has a full queue): its piece waits its turn in order, and so does an error
-        it raised. False when there is nothing to take."""
+        """Runs the next chunk here rather than wait (see `may_steal`; every worker has a full
+        queue): its piece waits its turn in order, and so does an error it raised. False when
+        there is nothing to take."""
         if self.exhausted or len(self.inflight) >= self.limit or self.run_here is None:
             return False
         step = next(self.steps, None)
@@ -151,9 +160,10 @@ class _Dealer:
                 error = timeout()
                 if error is not None:
                     raise error
-            messages = self.pool.receive_any(0.0 if self.run_here is not None else None)
+            stealing = self.may_steal()
+            messages = self.pool.receive_any(0.0 if stealing else None)
             if not messages:
-                if self.run_here is not None and self.steal():
+                if stealing and self.steal():
                     continue
                 messages = self.pool.receive_any()
             if not messages:  # nothing for a while: never leave a worker waiting for a slot
@@ -163,6 +173,7 @@ class _Dealer:
                     raise rebuild_error(message.fields, sender)
                 self.answers[message.task_id] = message
                 self.queued[sender] -= 1
+                self.answered.add(sender)
             self.deal()
         self.held[worker] -= 1
         return self.answers.pop(task_id)
@@ -227,12 +238,13 @@ class ParallelProducer:
     def pieces(self, pool: WorkerPool) -> Iterator[Piece | EpochEnd]:
         """The plan's pieces in order, their chunks run by the pool's workers."""
         isolate = self.isolate or self.timeout_s is not None
-        # The parent runs chunks itself when it would otherwise wait, but only on a core of its
-        # own: where the workers fill every core it would only slow them down.
-        steal = not isolate and self.workers < cpu_count()
+        # The parent runs chunks itself when it would otherwise wait: on a core of its own, or
+        # while the workers are still cold. Where warm workers fill every core it would only
+        # slow them down.
         dealer = _Dealer(pool, walk(self.plan, self.cursor), self.slots_per_worker,
                          Leases(pool.size, self.lend_per_worker), isolate=isolate,
-                         run_here=self._run_here if steal else None, warm=WarmPieces(self.warm))
+                         run_here=None if isolate else self._run_here,
+                         spare_core=self.workers < cpu_count(), warm=WarmPieces(self.warm))
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
             dealer.deal()
