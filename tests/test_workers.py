@@ -398,6 +398,17 @@ def test_unbatched_elements_come_through_shared_memory_equal_to_no_workers():
     assert len(copies) <= len(got) // 4
 
 
+def test_an_unsendable_leaf_beside_arrays_is_named_not_a_raw_traceback():
+    """The arrays go into shared memory; a leaf that cannot be pickled rides in the layout,
+    and fails there with the same error as an element sent whole."""
+    import threading
+
+    ds = (tpufeed.Dataset.from_sequence(list(range(40)))
+          .map(lambda i: {"x": np.arange(3) + i, "lock": threading.Lock()}).workers(2, isolate=True))
+    with pytest.raises(TransformError, match="cannot be sent from a worker process.*_thread.lock"):
+        list(ds)
+
+
 def test_a_consumer_that_keeps_every_batch_never_stalls_the_workers():
     expected = [b["x"].copy() for b in _batches_of(600, 4, 0)]
     got = list(_batches_of(600, 4, 2))  # far more batches than the workers have slots
