@@ -47,6 +47,26 @@ _BOOT = ("import json, runpy, sys; module = sys.argv[1]; sys.path[:] = json.load
          "sys.argv[1:] = sys.argv[3:]; runpy.run_module(module, run_name='__main__', alter_sys=True)")
 
 
+# Read by OpenBLAS (numpy's BLAS) when it loads, in this order; the first one set wins.
+_BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment a worker process (or the fork server) starts with: this process's, with
+    numpy's BLAS on one thread unless the user chose a count.
+
+    OpenBLAS starts a thread per core when numpy loads, and each spins ~0.1 s of CPU before it
+    sleeps: the fork server's import of numpy took a core from the parent for the first ~0.1 s
+    of every run (the parent waited 50 ms on its run queue in its first 60 batches). One BLAS
+    thread per worker is also what N workers on N cores want (PyTorch's DataLoader workers
+    limit their own threads the same way).
+    """
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if not any(name in env for name in _BLAS_THREADS):
+        env["OPENBLAS_NUM_THREADS"] = "1"
+    return env
+
+
 def python_running(module: str, args: list[str]) -> list[str]:
     """The command for a fresh interpreter running `module` with `args` that imports what this
     process imports: `python -m` would put the working directory first on sys.path, so a
@@ -69,7 +89,7 @@ class ForkServer:
                 python_running("tpufeed.workers.forkserver", [str(theirs.fileno()),
                                                               str(os.getpid())]),
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"}, close_fds=True)
+                env=worker_environment(), close_fds=True)
         finally:
             theirs.close()
         self.sock = ours

@@ -19,7 +19,8 @@ from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, decode_result,
                                       encode_start, encode_stop)
 from tpufeed.watch import beacon_file, beacon_map
-from tpufeed.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
+from tpufeed.workers.forkserver import (ForkedProcess, ForkServer, python_running, shared_server,
+                                       worker_environment)
 from tpufeed.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
@@ -44,7 +45,7 @@ class WorkerPool:
         self.beacons = beacon_map(self._beacon_fd, count)
         _LIVE_POOLS.add(self)
         payload = _pickled({**init, "prefix": prefix})  # once: a 200-worker host pickles once
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = worker_environment()
         server = shared_server()
         try:
             for index in range(count):
