@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.bytecode import compile_sources
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT_S = 300
 
@@ -91,6 +93,7 @@ def worker(pid: int, processes: int, port: int, steps: int, step_ms: float, out:
 
 
 def main(argv: list[str] | None = None) -> None:
+    compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--processes", type=int, nargs="+", default=[2, 3, 4])
     p.add_argument("--steps", type=int, default=300, help="agreement calls timed alone")

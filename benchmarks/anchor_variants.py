@@ -33,6 +33,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as a script
     sys.path.insert(0, ROOT)
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import SHARDS, prepare  # noqa: E402
 from benchmarks.systems import RowSpec  # noqa: E402
 from benchmarks.systems.grain_system import LOADER_OPTIONS, GrainOptions  # noqa: E402
@@ -190,6 +191,7 @@ def format_table(workload: str, pooled: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         global _CHILD_VARIANT

@@ -29,6 +29,8 @@ import time
 
 import numpy as np
 
+from benchmarks.bytecode import compile_sources
+
 FLOOR = "floor"
 
 
@@ -194,6 +196,7 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--num-shards", type=int, default=8)

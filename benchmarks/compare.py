@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as a script: `python benchmarks/compare.py`
     sys.path.insert(0, ROOT)
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import SHARDS, DataFiles, prepare  # noqa: E402
 from benchmarks.report import check_targets, format_table, format_targets, row_name, summarise  # noqa: E402
 from benchmarks.systems import SYSTEMS, RowSpec  # noqa: E402
@@ -206,6 +207,7 @@ def _tree_pss(psutil: Any, pid: int) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     args = parse_args(argv)
     if args.workload == "W3":
         from benchmarks import lm

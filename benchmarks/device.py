@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.bytecode import compile_sources
+
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -113,6 +115,7 @@ def timed_loop(step: Any, params: Any, batches: Any, steps: int, warmup: int) ->
 
 
 def main(argv: list[str] | None = None) -> dict:
+    compile_sources()
     args = parse_args(argv)
     if args.devices:
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +

@@ -44,6 +44,7 @@ sys.path.insert(0, ROOT)
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import prepare  # noqa: E402
 from gcs_emulator import Emulator  # noqa: E402 - the tests' launcher, one copy of its workarounds
 from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS  # noqa: E402
@@ -271,6 +272,7 @@ def _link(text: str) -> tuple[float, float] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=50_000, help="W1 records (1 KiB each)")
     p.add_argument("--large-records", type=int, default=4_800,

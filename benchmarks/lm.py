@@ -39,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import SHARDS, shard_counts  # noqa: E402
 from benchmarks.shards import ShardReader  # noqa: E402
 
@@ -324,6 +325,7 @@ def report(results: dict[str, list[dict]], workers: int) -> tuple[list[dict], li
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {ROWS}")
     p.add_argument("--passes", type=int, default=3, help="timed epochs per row, after 1 warm-up")

@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import prepare  # noqa: E402
 from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS, decode_w1  # noqa: E402
 
@@ -57,6 +58,7 @@ def measure(row: str, paths: list[str], records: int, passes: int, workers: int)
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--passes", type=int, default=3)

@@ -25,6 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
+
 _spent: collections.Counter = collections.Counter()
 
 
@@ -42,6 +44,7 @@ def _timed(owner: Any, name: str, label: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--step-ms", type=float, default=5.0)

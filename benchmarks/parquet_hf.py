@@ -23,6 +23,8 @@ import tempfile
 import time
 from typing import Any
 
+from benchmarks.bytecode import compile_sources
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FILES, BATCH, PAD, SEED = 4, 256, 128, 0
 
@@ -100,6 +102,7 @@ def measure(row: str, data_dir: str, records: int, passes: int, workers: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--passes", type=int, default=2)

@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import prepare  # noqa: E402
 from benchmarks.systems import RowSpec  # noqa: E402
 from benchmarks.workloads import SEED, WORKLOADS  # noqa: E402
@@ -102,6 +103,7 @@ def run_row(row: str, workload: str, records: int, workers: int, result_path: st
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--workload", choices=list(WORKLOADS), default="W2")
     p.add_argument("--records", type=int, default=None)

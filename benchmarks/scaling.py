@@ -39,6 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.measure import descendants_cpu_s  # noqa: E402 - after the path fix
 
 CORES = (8, 32, 96, 240)
@@ -161,6 +162,7 @@ def table(summary: dict[str, Any], n_workers: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--workers", type=int, default=2, help="N for the N-worker rows")

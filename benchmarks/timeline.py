@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 
+from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import prepare
 from benchmarks.workloads import BATCH_SIZE, WORKLOADS
 
@@ -65,6 +66,7 @@ def measure(workload: str, records: int, workers: int, seconds: float, early: in
 
 
 def main(argv: list[str] | None = None) -> int:
+    compile_sources()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="W1", choices=sorted(WORKLOADS))
     parser.add_argument("--records", type=int, default=None)
