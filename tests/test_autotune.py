@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.autotune import Options, Tuning, pipeline_bytes
+from tpufeed.autotune import Options, Tuning, pipeline_bytes, workers_for
 
 
 def cheap():
@@ -15,7 +15,7 @@ def cheap():
 
 def costly():
     def work(i):
-        time.sleep(0.0002)
+        time.sleep(0.0005)  # 16 ms a batch: long enough for a worker on every core
         return np.full(64, i, np.float32)
     return tpufeed.Dataset.from_sequence(list(range(600))).map(work).batch(32)
 
@@ -28,6 +28,21 @@ def test_cheap_work_stays_in_process_and_costly_work_gets_workers():
     assert it.stats().workers >= 2 and it.stats().prefetch >= 1
     expected = [b.tolist() for b in costly()]
     assert [b.tolist() for b in it] == expected
+
+
+@pytest.mark.parametrize("cores", [1, 2, 8, 96])
+def test_workers_for_leaves_the_parent_a_core_when_batches_are_short(cores):
+    big_budget = 1 << 50
+    assert workers_for(0.001, cores, 1000, big_budget)[0] == 0  # IPC costs more than it saves
+    short, why = workers_for(0.004, cores, 1000, big_budget)
+    long_, _ = workers_for(0.050, cores, 1000, big_budget)
+    if cores == 1:
+        assert (short, long_) == (0, 0)
+        return
+    assert (short, long_) == (cores - 1, cores)
+    assert "one core left to the parent" in why
+    fits, why = workers_for(0.050, cores, 1000, pipeline_bytes(1, 2, 1000))
+    assert fits == 1 and "1 workers fit the" in why
 
 
 def test_a_tiny_ram_budget_is_respected():
