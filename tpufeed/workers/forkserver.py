@@ -49,6 +49,7 @@ _BOOT = ("import json, runpy, sys; module = sys.argv[1]; sys.path[:] = json.load
 
 # Read by OpenBLAS (numpy's BLAS) when it loads, in this order; the first one set wins.
 _BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+BLAS_DEFAULTED = "TPUFEED_BLAS_DEFAULTED"  # set beside the default, which a worker then removes
 
 
 def worker_environment() -> dict[str, str]:
@@ -64,7 +65,15 @@ def worker_environment() -> dict[str, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if not any(name in env for name in _BLAS_THREADS):
         env["OPENBLAS_NUM_THREADS"] = "1"
+        env[BLAS_DEFAULTED] = "1"
     return env
+
+
+def forget_blas_default() -> None:
+    """Removes the default `worker_environment` set, once numpy has loaded: the environment a
+    worker's transforms (and the processes they start) see is the user's."""
+    if os.environ.pop(BLAS_DEFAULTED, None) is not None:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)
 
 
 def python_running(module: str, args: list[str]) -> list[str]:

@@ -16,6 +16,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from tpufeed.workers.forkserver import forget_blas_default
 from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, Stop, Task, decode,
                                       encode_answer)
 
@@ -183,6 +184,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     _exit_with_parent(int(argv[2]))
+    forget_blas_default()  # a fresh interpreter's: numpy has loaded (a forked one has the user's)
     tasks, results = Connection(int(argv[0])), Connection(int(argv[1]))
     worker = None
     try:
