@@ -22,8 +22,9 @@ _MIN_TASK_SECONDS = 0.0015  # below this per batch, worker IPC costs more than i
 # Below this per batch, one worker fewer than cores is faster: the parent has a core of its own
 # for its serial part (hand-off, pack, batch) and fills the rest of it by running chunks itself
 # whenever it would wait, and in-order delivery waits on such a chunk for a few ms at most.
-# Measured on 2 cores: W1 (4.8 ms a batch in the warm-up) 1 worker 1.13x 2 workers, W3 (3.8 ms)
-# 1.1-1.2x; W2 (17 ms) 2 workers 1.15x 1 worker.
+# Measured on 2 cores (benchmarks/RESULTS.md, sessions 15-16): W1 (4.8 ms a batch in the warm-up)
+# 1 worker 1.13x 2 workers, W3 (3.8 ms) 1.19x; W2 (17 ms), where the parent is mostly idle,
+# 2 workers 1.15x 1 worker on session 15's machine and 0.96x on session 16's.
 _SHORT_TASK_SECONDS = 0.010
 _WARMUP_SECONDS = 0.25
 _WARMUP_TASKS = 4

@@ -56,9 +56,10 @@ def worker_environment() -> dict[str, str]:
     """The environment a worker process (or the fork server) starts with: this process's, with
     numpy's BLAS on one thread unless the user chose a count.
 
-    OpenBLAS starts a thread per core when numpy loads, and each spins ~0.1 s of CPU before it
-    sleeps: the fork server's import of numpy took a core from the parent for the first ~0.1 s
-    of every run (the parent waited 50 ms on its run queue in its first 60 batches). One BLAS
+    OpenBLAS starts a thread per core but one when numpy loads, and each spins ~50 ms of CPU
+    before it sleeps: on 2 cores, the fork server's import of numpy took half the parent's core
+    while the server started (the parent waited 52-58 ms on its run queue in its first 60
+    batches of W1, against none without workers). One BLAS
     thread per worker is also what N workers on N cores want (PyTorch's DataLoader workers
     limit their own threads the same way).
     """
