@@ -24,9 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.bytecode import compile_sources
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script
+    sys.path.insert(0, ROOT)
+
+from benchmarks.bytecode import compile_sources  # noqa: E402
+
 TIMEOUT_S = 300
 
 

@@ -29,7 +29,12 @@ import time
 
 import numpy as np
 
-from benchmarks.bytecode import compile_sources
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script
+    sys.path.insert(0, ROOT)
+
+from benchmarks.bytecode import compile_sources  # noqa: E402
+
 
 FLOOR = "floor"
 

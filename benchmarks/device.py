@@ -18,13 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import platform
 import time
 from typing import Any
 
 import numpy as np
 
-from benchmarks.bytecode import compile_sources
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script
+    sys.path.insert(0, ROOT)
+
+from benchmarks.bytecode import compile_sources  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
