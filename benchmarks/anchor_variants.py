@@ -69,18 +69,20 @@ VARIANTS: dict[str, Variant] = {
     "torch-per-epoch-persistent": Variant(_TORCH, "batches", TorchOptions(
         epochs="per-epoch", persistent_workers=True), True),
     "grain-map-row": Variant(_GRAIN, "map_dataset", GrainOptions()),
-    "grain-map-threads0": Variant(_GRAIN, "map_dataset", GrainOptions(read_threads=0,
-                                                                      read_buffer=0)),
-    "grain-map-threads2": Variant(_GRAIN, "map_dataset", GrainOptions(read_threads=2)),
-    "grain-map-buffer64": Variant(_GRAIN, "map_dataset", GrainOptions(read_buffer=64)),
+    "grain-map-threads16": Variant(_GRAIN, "map_dataset", GrainOptions(read_threads=16,
+                                                                       read_buffer=16)),
+    "grain-map-threads2": Variant(_GRAIN, "map_dataset", GrainOptions(read_threads=2,
+                                                                      read_buffer=16)),
+    "grain-map-buffer64": Variant(_GRAIN, "map_dataset", GrainOptions(read_threads=16,
+                                                                      read_buffer=64)),
     "grain-map-worker-buffer4": Variant(_GRAIN, "map_dataset", GrainOptions(worker_buffer=4),
                                         True),
     "grain-map-max-parallelism0": Variant(_GRAIN, "map_dataset", GrainOptions(
         reader_options=(("max_parallelism", "0"),))),
     "grain-map-iter-batch": Variant(_GRAIN, "map_dataset", GrainOptions(
-        batch_after="iter", read_buffer=64)),
+        batch_after="iter", read_threads=16, read_buffer=64)),
     "grain-map-iter-batch-buffer500": Variant(_GRAIN, "map_dataset", GrainOptions(
-        batch_after="iter", read_buffer=500)),
+        batch_after="iter", read_threads=16, read_buffer=500)),
     "grain-map-iter-batch-threads0": Variant(_GRAIN, "map_dataset", GrainOptions(
         batch_after="iter", read_threads=0, read_buffer=0)),
     "grain-loader-row": Variant(_GRAIN, "data_loader", LOADER_OPTIONS),

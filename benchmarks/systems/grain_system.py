@@ -6,14 +6,17 @@ Grain user runs them. Grain's multiprocessing reads absl flags, so `load()` pars
 `reader_options` say (it prepends it), and reads one record with `reader.read([i])`.
 
 The rows use `GrainOptions()`'s defaults, the strongest set-ups measured with
-`benchmarks/anchor_variants.py` (RESULTS.md, "Strongest anchors"). Two of them differ from
-Grain's defaults, both in Grain's favour or for a fair measurement:
-- the DataLoader reads with `ReadOptions(num_threads=0, prefetch_buffer_size=0)`. Its default
+`benchmarks/anchor_variants.py` (RESULTS.md, "Strongest anchors"). They differ from Grain's
+defaults, in Grain's favour or for a fair measurement:
+- both read with `ReadOptions(num_threads=0, prefetch_buffer_size=0)`. The DataLoader's default
   thread prefetch (16 threads, 500 elements) runs per record, before `Batch`, and grain 0.2.18
-  scans the ready part of that buffer on every element (`_measure_prefetch_depth`);
-- MapDataset batches before `to_iter_dataset`, so its prefetch buffer counts batches: the
-  default 500 lets each worker compute up to 500 batches (128,000 records, 1.4 GB for W2) ahead
-  of the consumer, during the warm-up, which makes the timed passes measure a drained buffer.
+  scans the ready part of that buffer on every element (`_measure_prefetch_depth`). For
+  MapDataset, reading in the consuming thread measured 2.2x (W1) and 2.8x (W2) the rate of 16
+  read threads with 0 workers, and 1.5x and 1.07x with 2 workers (session 16);
+- MapDataset batches before `to_iter_dataset`, so a prefetch buffer there would count batches:
+  the default 500 lets each worker compute up to 500 batches (128,000 records, 1.4 GB for W2)
+  ahead of the consumer, during the warm-up, which makes the timed passes measure a drained
+  buffer.
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ class GrainOptions:
     reader_options: extra array_record reader options, as `ArrayRecordDataSource` takes them.
     """
 
-    read_threads: int = 16
-    read_buffer: int = 16
+    read_threads: int = 0
+    read_buffer: int = 0
     worker_buffer: int = 1
     batch_after: str = "map"
     reader_options: tuple[tuple[str, str], ...] = ()
@@ -55,7 +58,7 @@ class GrainOptions:
                 raise ValueError(f"GrainOptions.{name} must be >= 0, got {getattr(self, name)}")
 
 
-LOADER_OPTIONS = GrainOptions(read_threads=0, read_buffer=0)
+LOADER_OPTIONS = GrainOptions()
 
 
 def load() -> None:
