@@ -11,8 +11,8 @@ defaults, in Grain's favour or for a fair measurement:
 - both read with `ReadOptions(num_threads=0, prefetch_buffer_size=0)`. The DataLoader's default
   thread prefetch (16 threads, 500 elements) runs per record, before `Batch`, and grain 0.2.18
   scans the ready part of that buffer on every element (`_measure_prefetch_depth`). For
-  MapDataset, reading in the consuming thread measured 2.2x (W1) and 2.8x (W2) the rate of 16
-  read threads with 0 workers, and 1.5x and 1.07x with 2 workers (session 16);
+  MapDataset, reading in the consuming thread measured 1.6x (W1) and 2.8x (W2) the rate of 16
+  read threads with 0 workers, and 1.14x and 1.07x with 2 workers (session 16);
 - MapDataset batches before `to_iter_dataset`, so a prefetch buffer there would count batches:
   the default 500 lets each worker compute up to 500 batches (128,000 records, 1.4 GB for W2)
   ahead of the consumer, during the warm-up, which makes the timed passes measure a drained
