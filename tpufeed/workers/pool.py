@@ -19,8 +19,8 @@ from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, decode_result,
                                       encode_start, encode_stop)
 from tpufeed.watch import beacon_file, beacon_map
-from tpufeed.workers.forkserver import (ForkedProcess, ForkServer, python_running, shared_server,
-                                       worker_environment)
+from tpufeed.workers.environment import worker_environment
+from tpufeed.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
 from tpufeed.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()

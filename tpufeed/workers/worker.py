@@ -16,7 +16,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tpufeed.workers.forkserver import forget_blas_default
+from tpufeed.workers.environment import forget_blas_default
 from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, Stop, Task, decode,
                                       encode_answer)
 
