@@ -12,7 +12,7 @@ import argparse
 
 import numpy as np
 
-from tpufeed.order import Shuffle, permute, windowed_permute
+from tpufeed.order.permutation import Shuffle, permute, windowed_permute
 
 
 def figures(order: np.ndarray) -> tuple[float, float]:

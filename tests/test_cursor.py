@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpufeed.cursor import (Cursor, Layer, epoch_start, host_positions, resume_all, resume_one,
-                            share_size)
+from tpufeed.order.cursor import Cursor, Layer, epoch_start, host_positions, share_size
+from tpufeed.order.elastic import resume_all, resume_one
 from tpufeed.errors import StateError
-from tpufeed.state import state_from_dict, state_to_dict
+from tpufeed.order.state import state_from_dict, state_to_dict
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 100, 101])

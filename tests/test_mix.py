@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import tpufeed
 from tpufeed.errors import BatchError, InvalidArgumentError, StateError
-from tpufeed.schedule import next_components, phases
+from tpufeed.order.schedule import next_components, phases
 
 from processes import wait_for_workers
 

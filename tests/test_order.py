@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.order import Shuffle, permute, records_at, windowed_permute
+from tpufeed.order.permutation import Shuffle, permute, records_at, windowed_permute
 
 SIZES = [1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 32, 33, 64, 97, 127, 128, 255, 256, 1000, 1023, 1024,
          4099, 65536, 65537, 100003]

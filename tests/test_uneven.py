@@ -140,7 +140,7 @@ def test_states_taken_at_one_step_of_a_padded_run_resume_exactly():
 
 def test_counts_are_even_is_decided_from_the_record_count():
     plan = lambda ds: ds._plan()  # noqa: E731
-    start = lambda p: tpufeed.cursor.epoch_start(0, p.hosts, p.host)  # noqa: E731
+    start = lambda p: tpufeed.order.cursor.epoch_start(0, p.hosts, p.host)  # noqa: E731
     even = make("uneven shard", 2, 0, n=48, batch=4, epochs=2)
     assert counts_are_even(plan(even), start(plan(even)))
     odd = make("uneven shard", 2, 0, n=45, batch=4, drop=False)  # 23 and 22: last batch 3 or 2

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.cursor import Cursor
+from tpufeed.order.cursor import Cursor
 from tpufeed.plan import Plan
 from tpufeed.stats import StageClock, now
 

@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from tpufeed.batching import stack
-from tpufeed.cursor import Cursor
+from tpufeed.order.cursor import Cursor
 from tpufeed.errors import SourceError, TpufeedError
 from tpufeed.mix import MixPlan
-from tpufeed.order import records_at
+from tpufeed.order.permutation import records_at
 from tpufeed.padding import pad_elements
 from tpufeed.plan import Plan
-from tpufeed.rng import RecordRngs
+from tpufeed.order.rng import RecordRngs
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import Context, Elements, stage_names
 from tpufeed.stats import StageClock, now

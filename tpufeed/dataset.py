@@ -16,20 +16,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpufeed.autotune import AUTO, Options, choose
-from tpufeed.cursor import epoch_start
+from tpufeed.order.cursor import epoch_start
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.iterator import DatasetIterator, PipelineRun, Run
 from tpufeed.mix import MixPlan, Mixture, check_component, check_mix
-from tpufeed.order import Shuffle
+from tpufeed.order.permutation import Shuffle
 from tpufeed.packing import check_lengths
 from tpufeed.padding import check_pad
 from tpufeed.plan import Plan
 from tpufeed.resume import resume
-from tpufeed.sharding import Sharding
+from tpufeed.order.sharding import Sharding
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import Batch, Filter, FlatMap, Map, Pack, RandomMap, Stage
 from tpufeed.stages.record import check_callable
-from tpufeed.state import fingerprint
+from tpufeed.order.state import fingerprint
 from tpufeed.storage.local import PathsLike
 from tpufeed.storage.settings import cache_for
 from tpufeed.uneven import HostAgreement, check_uneven, end_together, first_item

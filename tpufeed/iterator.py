@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tpufeed._prefetch import ThreadPrefetcher
-from tpufeed.cursor import Cursor
+from tpufeed.order.cursor import Cursor
 from tpufeed.pipeline import Producer
 from tpufeed.plan import Plan
 from tpufeed.stream import Counters

@@ -1,7 +1,7 @@
 """`Dataset.mix([a, b, c], weights=[0.5, 0.3, 0.2], seed=0)`: several pipelines, one stream.
 
 Each component is a whole pipeline (its own source, shuffle, epochs and record stages); the
-mixture takes their elements in the exact proportions of the weights (tpufeed.schedule), and
+mixture takes their elements in the exact proportions of the weights (tpufeed.order.schedule), and
 the stages after `mix` (`pack`, `batch`) see the mixture. `on_end` says what happens when a
 component ends: "restart" it with its next epoch (a fresh permutation; the default, so the
 mixture never ends), "stop" the mixture, or "drop" it from the mix (the others keep their
@@ -19,11 +19,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tpufeed.cursor import Cursor, resume_all
+from tpufeed.order.cursor import Cursor
+from tpufeed.order.elastic import resume_all
 from tpufeed.errors import InvalidArgumentError, StateError
 from tpufeed.plan import Plan
 from tpufeed.stages import Batch, Pack, RecordStage
-from tpufeed.state import STATE_VERSION, parse_state, state_from_dict, state_to_dict
+from tpufeed.order.state import STATE_VERSION, parse_state, state_from_dict, state_to_dict
 
 ON_END = ("restart", "stop", "drop")
 _PIECE = 256  # units per component chunk when the mixture does not batch

@@ -18,12 +18,12 @@ import numpy as np
 
 from tpufeed.batching import concat, flatten, stack, take, unflatten
 from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece
-from tpufeed.cursor import Cursor, at_segment_start
+from tpufeed.order.cursor import Cursor, at_segment_start
 from tpufeed.errors import BatchError, TpufeedError
 from tpufeed.mix import MixCursor, MixPlan
 from tpufeed.padding import pad_elements
 from tpufeed.plan import Plan
-from tpufeed.schedule import next_components, phases
+from tpufeed.order.schedule import next_components, phases
 from tpufeed.stats import StageClock
 from tpufeed.stream import Counters, ErrorBudget, stream
 from tpufeed.walk import walk

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.chunk import Chunk, ChunkRunner, Piece, WarmPieces
-from tpufeed.cursor import Cursor
+from tpufeed.order.cursor import Cursor
 from tpufeed.plan import Plan
 from tpufeed.stats import StageClock
 from tpufeed.stream import Counters, stream

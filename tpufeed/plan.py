@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tpufeed.cursor import Cursor
-from tpufeed.order import Shuffle
+from tpufeed.order.cursor import Cursor
+from tpufeed.order.permutation import Shuffle
 from tpufeed.sources.view import SourceView
 from tpufeed.stages import Batch, Pack, RecordStage
-from tpufeed.state import state_to_dict
+from tpufeed.order.state import state_to_dict
 
 _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
 _PACKED_CHUNK = 256  # units per chunk feeding pack: fewer, larger hand-offs to the parent

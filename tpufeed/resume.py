@@ -1,7 +1,7 @@
 """From what `Dataset.iterator(state)` is given to where the new iterator starts.
 
 `state` is None (the start), one host's state, or the list of every host's states at one step
-of a run. The cursor arithmetic is tpufeed.cursor's; this module reads the states, checks
+of a run. The cursor arithmetic is tpufeed.order.cursor's; this module reads the states, checks
 they belong to this pipeline and fit its data, and hands the stream stages their share.
 """
 
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpufeed.cursor import Cursor, check_in_range, epoch_start, resume_all, resume_one
+from tpufeed.order.cursor import Cursor, check_in_range, epoch_start
+from tpufeed.order.elastic import resume_all, resume_one
 from tpufeed.errors import StateError
 from tpufeed.mix import MixCursor, MixPlan, mix_cursor, resume_mix
 from tpufeed.plan import Plan
 from tpufeed.stages.pack import resume_pack
-from tpufeed.state import parse_each, stages_from_dict, state_from_dict, states_from_list
+from tpufeed.order.state import parse_each, stages_from_dict, state_from_dict, states_from_list
 
 Stages = dict[str, Any] | None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tpufeed.chunk import ChunkRunner, EpochEnd
-from tpufeed.cursor import Cursor, at_segment_start
+from tpufeed.order.cursor import Cursor, at_segment_start
 from tpufeed.errors import TpufeedError
 from tpufeed.plan import Plan
 from tpufeed.stages.batch import Batcher

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tpufeed.cursor import Cursor, epoch_start
+from tpufeed.order.cursor import Cursor, epoch_start
 from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.plan import Plan
 from tpufeed.stats import PipelineStats, now

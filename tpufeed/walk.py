@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from tpufeed.chunk import Chunk, EpochEnd
-from tpufeed.cursor import Cursor, epoch_start
-from tpufeed.order import records_at
+from tpufeed.order.cursor import Cursor, epoch_start
+from tpufeed.order.permutation import records_at
 from tpufeed.plan import Plan
 
 _BLOCK = 8192  # units announced to the source at once

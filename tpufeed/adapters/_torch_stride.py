@@ -20,7 +20,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any, cast
 
 from tpufeed.chunk import Chunk, ChunkRunner
-from tpufeed.cursor import Cursor
+from tpufeed.order.cursor import Cursor
 from tpufeed.errors import StateError
 from tpufeed.iterator import DatasetIterator, Run, _record_count
 from tpufeed.plan import Plan

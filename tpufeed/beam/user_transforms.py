@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, TransformError
-from tpufeed.rng import RecordRngs
+from tpufeed.order.rng import RecordRngs
 
 __all__ = ["TransformChain", "load_transform", "normalize_record", "resolve_spec"]
 

@@ -17,7 +17,7 @@ from tpufeed.padding import Pad, trim
 
 if TYPE_CHECKING:
     from tpufeed.chunk import EpochEnd, Piece
-    from tpufeed.cursor import Cursor
+    from tpufeed.order.cursor import Cursor
     from tpufeed.stream import Counters
 
 Cut = tuple[Any, "Cursor", int, None]  # (batch, cursor after it, first element's record, state)

@@ -26,7 +26,7 @@ from tpufeed.packing import Row, RowPacker, Segment, split, write_rows
 
 if TYPE_CHECKING:
     from tpufeed.chunk import EpochEnd, Piece
-    from tpufeed.cursor import Cursor
+    from tpufeed.order.cursor import Cursor
     from tpufeed.stages.batch import Batch
     from tpufeed.stream import Counters
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from tpufeed.errors import InvalidArgumentError, TpufeedError, TransformError
-from tpufeed.rng import RecordRngs
+from tpufeed.order.rng import RecordRngs
 from tpufeed.stats import StageClock, now
 
 _ID_MIX = 0x9E3779B97F4A7C15

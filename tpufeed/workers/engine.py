@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece, WarmPieces
-from tpufeed.cursor import Cursor
+from tpufeed.order.cursor import Cursor
 from tpufeed.errors import InputTimeoutError
 from tpufeed.autotune import cpu_count
 from tpufeed.plan import Plan

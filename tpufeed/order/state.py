@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from tpufeed.cursor import Cursor, Layer
+from tpufeed.order.cursor import Cursor, Layer
 from tpufeed.errors import StateError
 
 STATE_VERSION = 2

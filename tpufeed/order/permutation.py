@@ -5,7 +5,8 @@ keyed bijection (a Feistel network with cycle-walking), so any slice of the orde
 O(slice), never an O(N) table. Hosts take positions strided (host h of H takes h, h+H, ...),
 so each global step draws its records evenly from the whole epoch order.
 
-Which positions a host takes, and how a stop continues on another host count, is cursor.py.
+Which positions a host takes is order/cursor.py; how a stop continues on another host count,
+order/elastic.py.
 """
 
 from __future__ import annotations
