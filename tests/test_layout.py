@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tpufeed.batching import concat, stack, take
+from tpufeed.ops.stacking import concat, stack, take
 from tpufeed.errors import BatchError
 from tpufeed.workers.layout import read_batch, read_elements, write_elements, write_stacked
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tpufeed
 from tpufeed.errors import InvalidArgumentError, TransformError
-from tpufeed.packing import RowPacker, Segment, split
+from tpufeed.ops.first_fit import RowPacker, Segment, split
 
 L = 16
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.stats import StageClock
+from tpufeed.ops.base import StageClock
 
 
 def slow(e):

@@ -14,7 +14,7 @@ from typing import Any
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.order.cursor import Cursor
 from tpufeed.plan import Plan
-from tpufeed.stats import StageClock, now
+from tpufeed.ops.base import StageClock, now
 
 AUTO = "auto"
 WORKER_BYTES = 80 << 20  # resident size of one idle worker process (interpreter + numpy + tpufeed)
@@ -134,8 +134,9 @@ def measure(plan: Plan, cursor: Cursor,
 
 
 def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int, tuple[Any, ...]]:
-    from tpufeed.batching import flatten
-    from tpufeed.chunk import Chunk, ChunkRunner
+    from tpufeed.ops.stacking import flatten
+    from tpufeed.chunk import ChunkRunner
+    from tpufeed.ops.base import Chunk
     from tpufeed.walk import walk
 
     runner = ChunkRunner(plan, StageClock(), beacon)

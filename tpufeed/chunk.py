@@ -9,106 +9,22 @@ outputs) each element comes from, so the consumer's cursor can be exact after an
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tpufeed.batching import stack
-from tpufeed.order.cursor import Cursor
 from tpufeed.errors import SourceError, TpufeedError
 from tpufeed.mix import MixPlan
+from tpufeed.ops.base import Chunk, Context, Elements, Piece, StageClock, now, stage_names
+from tpufeed.ops.padding import pad_elements
+from tpufeed.ops.stacking import stack
 from tpufeed.order.permutation import records_at
-from tpufeed.padding import pad_elements
-from tpufeed.plan import Plan
 from tpufeed.order.rng import RecordRngs
+from tpufeed.plan import Plan
 from tpufeed.sources.view import SourceView
-from tpufeed.stages import Context, Elements, stage_names
-from tpufeed.stats import StageClock, now
 
 Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describe) -> batch
 Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Units [start, start + len(records)) of the host's stream in the epoch of `cursor`."""
-
-    cursor: Cursor
-    start: int
-    positions: np.ndarray  # epoch position of each unit
-    records: np.ndarray  # record index of each unit
-    skips: np.ndarray | None = None  # outputs of each unit delivered before (None: none)
-
-    @property
-    def count(self) -> int:
-        return len(self.records)
-
-
-@dataclass(frozen=True)
-class EpochEnd:
-    """The end of the host's stream in the epoch of `cursor` (its start), after `units` units."""
-
-    cursor: Cursor
-    units: int
-    dropped: int = 0  # records of a short last batch dropped unread (drop_remainder)
-
-    @property
-    def epoch(self) -> int:
-        return self.cursor.epoch
-
-    def final_cursor(self) -> Cursor:
-        """The cursor once the whole epoch is delivered."""
-        return self.cursor.after(self.units)
-
-
-@dataclass
-class Piece:
-    """The elements a chunk made, in order: a list, or stacked (batched pipelines), or one
-    finished batch (`final`: the chunk was exactly one batch and its batch stages ran).
-
-    Element i comes from unit `units[i]` of the chunk and is its output `outs[i]`, the unit's
-    last when `last[i]`; None stands for the common case (element i is unit i's only output).
-    """
-
-    chunk: Chunk | None  # set by the parent (a worker's piece travels without it)
-    payload: Any
-    size: int
-    units: list[int] | None = None
-    outs: list[int] | None = None
-    last: list[bool] | None = None
-    skipped: list[TpufeedError] = field(default_factory=list)
-    final: bool = False
-
-    def cursor_after(self, i: int) -> Cursor:
-        """The host's cursor once element i (and everything before it) is delivered."""
-        chunk = self._chunk()
-        unit = chunk.start + (self.units[i] if self.units is not None else i)
-        if self.last is None or self.last[i]:
-            return chunk.cursor.after(unit + 1)
-        if self.outs is None:
-            raise TpufeedError("a piece that marks last outputs must say each element's output")
-        return chunk.cursor.after(unit, self.outs[i] + 1)
-
-    @property
-    def epoch(self) -> int:
-        return self._chunk().cursor.epoch
-
-    def record_of(self, i: int) -> int:
-        return int(self._chunk().records[self.units[i] if self.units is not None else i])
-
-    def refs(self) -> list[tuple[int, ...]]:
-        """Names each element for a state: (epoch position, output of its record)."""
-        positions = self._chunk().positions.tolist()
-        if self.units is not None:
-            positions = [positions[u] for u in self.units]
-        outs = self.outs if self.outs is not None else [0] * len(positions)
-        return list(zip(positions, outs))
-
-    def _chunk(self) -> Chunk:
-        if self.chunk is None:  # a worker's piece is placed by the parent before it is read
-            raise TpufeedError("a piece's chunk is unknown until the parent sets it")
-        return self.chunk
 
 
 def read(source: SourceView, indices: np.ndarray, clock: StageClock,

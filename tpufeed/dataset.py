@@ -21,14 +21,19 @@ from tpufeed.errors import InvalidArgumentError
 from tpufeed.iterator import DatasetIterator, PipelineRun, Run
 from tpufeed.mix import MixPlan, Mixture, check_component, check_mix
 from tpufeed.order.permutation import Shuffle
-from tpufeed.packing import check_lengths
-from tpufeed.padding import check_pad
+from tpufeed.ops.first_fit import check_lengths
+from tpufeed.ops.padding import check_pad
 from tpufeed.plan import Plan
 from tpufeed.resume import resume
 from tpufeed.order.sharding import Sharding
 from tpufeed.sources.view import SourceView
-from tpufeed.stages import Batch, Filter, FlatMap, Map, Pack, RandomMap, Stage
-from tpufeed.stages.record import check_callable
+from tpufeed.ops.batch import Batch
+from tpufeed.ops.filter import Filter
+from tpufeed.ops.flat_map import FlatMap
+from tpufeed.ops.map import Map, RandomMap
+from tpufeed.ops.pack import Pack
+from tpufeed.ops.registry import Stage
+from tpufeed.ops.base import check_callable
 from tpufeed.order.state import fingerprint
 from tpufeed.storage.local import PathsLike
 from tpufeed.storage.settings import cache_for

@@ -17,11 +17,12 @@ from tpufeed._prefetch import ThreadPrefetcher
 from tpufeed.order.cursor import Cursor
 from tpufeed.pipeline import Producer
 from tpufeed.plan import Plan
-from tpufeed.stream import Counters
+from tpufeed.ops.base import Counters
 from tpufeed.autotune import MAX_PREFETCH, Tuning
 from tpufeed.mix import MixPlan
 from tpufeed.mixing import MixProducer
-from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
+from tpufeed.ops.base import StageClock, now
+from tpufeed.stats import PipelineStats, StageStats, rss_bytes
 from tpufeed.watch import Beacon, labels_of, timed_out
 
 if TYPE_CHECKING:

@@ -23,7 +23,9 @@ from tpufeed.order.cursor import Cursor
 from tpufeed.order.elastic import resume_all
 from tpufeed.errors import InvalidArgumentError, StateError
 from tpufeed.plan import Plan
-from tpufeed.stages import Batch, Pack, RecordStage
+from tpufeed.ops.base import RecordStage
+from tpufeed.ops.batch import Batch
+from tpufeed.ops.pack import Pack
 from tpufeed.order.state import STATE_VERSION, parse_state, state_from_dict, state_to_dict
 
 ON_END = ("restart", "stop", "drop")

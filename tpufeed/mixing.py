@@ -16,16 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.batching import concat, flatten, stack, take, unflatten
-from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece
+from tpufeed.ops.stacking import concat, flatten, stack, take, unflatten
+from tpufeed.chunk import ChunkRunner
+from tpufeed.ops.base import Chunk, EpochEnd, Piece
 from tpufeed.order.cursor import Cursor, at_segment_start
 from tpufeed.errors import BatchError, TpufeedError
 from tpufeed.mix import MixCursor, MixPlan
-from tpufeed.padding import pad_elements
+from tpufeed.ops.padding import pad_elements
 from tpufeed.plan import Plan
 from tpufeed.order.schedule import next_components, phases
-from tpufeed.stats import StageClock
-from tpufeed.stream import Counters, ErrorBudget, stream
+from tpufeed.ops.base import StageClock
+from tpufeed.ops.base import Counters
+from tpufeed.stream import ErrorBudget, stream
 from tpufeed.walk import walk
 
 _ELEMENT_BLOCK = 64  # outputs mixed at once when the mixture does not batch

@@ -10,11 +10,13 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpufeed.chunk import Chunk, ChunkRunner, Piece, WarmPieces
+from tpufeed.chunk import ChunkRunner, WarmPieces
+from tpufeed.ops.base import Chunk, Piece
 from tpufeed.order.cursor import Cursor
 from tpufeed.plan import Plan
-from tpufeed.stats import StageClock
-from tpufeed.stream import Counters, stream
+from tpufeed.ops.base import StageClock
+from tpufeed.ops.base import Counters
+from tpufeed.stream import stream
 from tpufeed.walk import walk
 
 

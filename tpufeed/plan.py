@@ -8,7 +8,9 @@ from typing import Any
 from tpufeed.order.cursor import Cursor
 from tpufeed.order.permutation import Shuffle
 from tpufeed.sources.view import SourceView
-from tpufeed.stages import Batch, Pack, RecordStage
+from tpufeed.ops.base import RecordStage
+from tpufeed.ops.batch import Batch
+from tpufeed.ops.pack import Pack
 from tpufeed.order.state import state_to_dict
 
 _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches

@@ -14,7 +14,7 @@ from tpufeed.order.elastic import resume_all, resume_one
 from tpufeed.errors import StateError
 from tpufeed.mix import MixCursor, MixPlan, mix_cursor, resume_mix
 from tpufeed.plan import Plan
-from tpufeed.stages.pack import resume_pack
+from tpufeed.ops.pack import resume_pack
 from tpufeed.order.state import parse_each, stages_from_dict, state_from_dict, states_from_list
 
 Stages = dict[str, Any] | None

@@ -1,7 +1,8 @@
 """Per-stage statistics of a running pipeline, and the diagnosis of what limits it.
 
-Stages are timed per chunk (two clock reads per stage and chunk, never per record), in worker
-processes as in the parent; workers ship their times with each batch.
+Stages are timed per chunk (`tpufeed.ops.base.StageClock`: two clock reads per stage and chunk,
+never per record), in worker processes as in the parent; workers ship their times with each
+batch.
 
 >>> it = iter(tpufeed.Dataset.from_sequence(range(1000)).map(str).batch(10))  # doctest: +SKIP
 >>> _ = list(it); print(it.stats().summary())                                 # doctest: +SKIP
@@ -10,8 +11,6 @@ processes as in the parent; workers ship their times with each batch.
 from __future__ import annotations
 
 import os
-import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,32 +19,6 @@ from tpufeed._words import plural
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 PARENT_STAGES = ("transfer", "to_device")
-
-
-class StageClock:
-    """Seconds and records per stage, accumulated; mergeable across processes."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.records: dict[str, int] = defaultdict(int)
-
-    def add(self, stage: str, seconds: float, records: int) -> None:
-        self.seconds[stage] += seconds
-        self.records[stage] += records
-
-    def drain(self) -> dict[str, tuple[float, int]]:
-        """The times since the last drain, as a small picklable dict (what a worker ships)."""
-        out = {stage: (self.seconds[stage], self.records[stage]) for stage in self.seconds}
-        self.seconds.clear()
-        self.records.clear()
-        return out
-
-    def merge(self, times: dict[str, tuple[float, int]]) -> None:
-        for stage, (seconds, records) in times.items():
-            self.add(stage, seconds, records)
-
-
-now = time.perf_counter
 
 
 def rss_bytes(pid: int) -> int:

@@ -14,27 +14,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tpufeed.chunk import ChunkRunner, EpochEnd
+from tpufeed.chunk import ChunkRunner
+from tpufeed.ops.base import Counters, EpochEnd, StageClock
 from tpufeed.order.cursor import Cursor, at_segment_start
 from tpufeed.errors import TpufeedError
 from tpufeed.plan import Plan
-from tpufeed.stages.batch import Batcher
-from tpufeed.stages.pack import Outputs, Packer
-from tpufeed.stats import StageClock
+from tpufeed.ops.batch import Batcher
+from tpufeed.ops.pack import Outputs, Packer
 
 if TYPE_CHECKING:
     from tpufeed.mix import MixPlan
 
 _log = logging.getLogger("tpufeed")
-
-
-@dataclass
-class Counters:
-    dropped_records: int = 0
-    errors: int = 0
-    padded_rows: int = 0  # empty rows that fill a packed epoch's last batch
-    pack_tokens: int = 0  # tokens of the first packed key in the rows handed out
-    pack_capacity: int = 0  # room for them in those rows
 
 
 @dataclass

@@ -36,7 +36,8 @@ import numpy as np
 from tpufeed.order.cursor import Cursor, epoch_start
 from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.plan import Plan
-from tpufeed.stats import PipelineStats, now
+from tpufeed.ops.base import now
+from tpufeed.stats import PipelineStats
 
 UNEVEN = ("shortest", "pad")
 MASK = "mask"

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tpufeed.chunk import Chunk, EpochEnd
+from tpufeed.ops.base import Chunk, EpochEnd
 from tpufeed.order.cursor import Cursor, epoch_start
 from tpufeed.order.permutation import records_at
 from tpufeed.plan import Plan

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InputTimeoutError
-from tpufeed.stages import stage_names
+from tpufeed.ops.base import stage_names
 
 BEACON_BYTES = 24  # stage index, record, since (monotonic seconds); float64 each
 _IDLE = -1.0

@@ -3,7 +3,7 @@
 Each output row has `length` tokens, `segment_ids` (1, 2, ... per sequence in the row, 0 on
 padding) and `positions` (0, 1, ... restarting at every segment). A sequence longer than
 `length` is split into pieces, each its own segment. Rows are filled first-fit over
-`max_open` open rows (the packer of `Dataset.pack`, tpufeed.packing), in input order: the
+`max_open` open rows (the packer of `Dataset.pack`, tpufeed.ops.first_fit), in input order: the
 result is a pure function of the input. In a pipeline, prefer `Dataset.pack`, which packs
 across batches into rows of one shape; this map packs what one element holds.
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.packing import Row, RowPacker, Segment, split, write_rows
+from tpufeed.ops.first_fit import Row, RowPacker, Segment, split, write_rows
 
 __all__ = ["PackSequences", "pack_sequences"]
 
@@ -30,7 +30,7 @@ def pack_sequences(sequences: Sequence[Any], length: int, pad_id: int = 0,
                    max_open: int = 8) -> dict[str, np.ndarray]:
     """Packs 1-D token sequences into int32 arrays [rows, length]: tokens, segment_ids, positions.
 
-    The same first-fit packer as `Dataset.pack` (tpufeed.packing), over one list.
+    The same first-fit packer as `Dataset.pack` (tpufeed.ops.first_fit), over one list.
     """
     if not isinstance(length, int) or isinstance(length, bool) or length < 1:
         raise InvalidArgumentError(f"pack length must be a positive int, got {length!r}")

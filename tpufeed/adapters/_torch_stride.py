@@ -19,14 +19,17 @@ import os
 from collections.abc import Callable, Generator, Iterator
 from typing import Any, cast
 
-from tpufeed.chunk import Chunk, ChunkRunner
+from tpufeed.chunk import ChunkRunner
+from tpufeed.ops.base import Chunk
 from tpufeed.order.cursor import Cursor
 from tpufeed.errors import StateError
 from tpufeed.iterator import DatasetIterator, Run, _record_count
 from tpufeed.plan import Plan
 from tpufeed.resume import resume
-from tpufeed.stats import PipelineStats, StageClock, StageStats, now, rss_bytes
-from tpufeed.stream import Counters, stream
+from tpufeed.ops.base import StageClock, now
+from tpufeed.stats import PipelineStats, StageStats, rss_bytes
+from tpufeed.ops.base import Counters
+from tpufeed.stream import stream
 from tpufeed.walk import walk
 
 WORKER_KEY = "dataloader_worker"  # [w, W] in a strided worker's state

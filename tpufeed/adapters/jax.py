@@ -24,7 +24,8 @@ from tpufeed.errors import InvalidArgumentError
 from tpufeed._prefetch import ThreadPrefetcher
 from tpufeed.iterator import DatasetIterator
 from tpufeed.uneven import HostAgreement, check_uneven
-from tpufeed.stats import PipelineStats, StageClock, StageStats, now
+from tpufeed.ops.base import StageClock, now
+from tpufeed.stats import PipelineStats, StageStats
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 

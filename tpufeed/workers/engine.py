@@ -18,13 +18,15 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpufeed.chunk import Chunk, ChunkRunner, EpochEnd, Piece, WarmPieces
+from tpufeed.chunk import ChunkRunner, WarmPieces
+from tpufeed.ops.base import Chunk, EpochEnd, Piece
 from tpufeed.order.cursor import Cursor
 from tpufeed.errors import InputTimeoutError
 from tpufeed.autotune import cpu_count
 from tpufeed.plan import Plan
-from tpufeed.stats import StageClock, now
-from tpufeed.stream import Counters, stream
+from tpufeed.ops.base import StageClock, now
+from tpufeed.ops.base import Counters
+from tpufeed.stream import stream
 from tpufeed.walk import walk
 from tpufeed.watch import beacon_at, labels_of, timed_out
 from tpufeed.workers.layout import read_batch, read_elements

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.batching import TreeDef, flatten, stack, unflatten
+from tpufeed.ops.stacking import TreeDef, flatten, stack, unflatten
 
 _ALIGN = 64
 

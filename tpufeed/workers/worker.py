@@ -95,7 +95,7 @@ class Worker:
     def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any],
                  beacon_fd: int):
         from tpufeed.chunk import ChunkRunner
-        from tpufeed.stats import StageClock
+        from tpufeed.ops.base import StageClock
         from tpufeed.watch import beacon_at, beacon_map, labels_of
         from tpufeed.workers.slots import WorkerSlots
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tpufeed.stages.record import Context, Elements, RecordStage, child_id
+from tpufeed.ops.base import Context, Elements, RecordStage, child_id
 
 
 @dataclass(frozen=True)

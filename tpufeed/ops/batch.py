@@ -4,23 +4,18 @@ A stream stage: the record stages hand it *pieces* (the stacked survivors of one
 batches across piece boundaries, in order. A piece that is exactly one batch passes through
 without a copy. Batches never span epochs; at an epoch's end the rest is one short batch, or is
 dropped and counted (`drop_remainder`). With `pad`, variable-length keys are padded
-(tpufeed.padding) before they are stacked.
+(tpufeed.ops.padding) before they are stacked.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from tpufeed.batching import concat, take
-from tpufeed.padding import Pad, trim
-
-if TYPE_CHECKING:
-    from tpufeed.chunk import EpochEnd, Piece
-    from tpufeed.order.cursor import Cursor
-    from tpufeed.stream import Counters
-
-Cut = tuple[Any, "Cursor", int, None]  # (batch, cursor after it, first element's record, state)
+from tpufeed.ops.base import Counters, EpochEnd, Item, Piece
+from tpufeed.ops.padding import Pad, trim
+from tpufeed.ops.stacking import concat, take
+from tpufeed.order.cursor import Cursor
 
 
 @dataclass(frozen=True)
@@ -49,7 +44,7 @@ class Batcher:
         self._pending: list[tuple[Piece, int, int]] = []  # (piece, start, stop) slices
         self._count = 0
 
-    def push(self, piece: Piece) -> list[Cut]:
+    def push(self, piece: Piece) -> list[Item]:
         """The batches completed by `piece`."""
         if not piece.size:
             return []
@@ -67,7 +62,7 @@ class Batcher:
                 out.append(self._cut(piece.cursor_after(stop - 1)))
         return out
 
-    def end_epoch(self, end: EpochEnd) -> list[Cut]:
+    def end_epoch(self, end: EpochEnd) -> list[Item]:
         """The epoch's short last batch, if kept (if dropped, counted)."""
         if not self._count:
             return []
@@ -77,7 +72,7 @@ class Batcher:
             return []
         return [self._cut(end.final_cursor())]
 
-    def _cut(self, cursor: Cursor) -> Cut:
+    def _cut(self, cursor: Cursor) -> Item:
         parts = [p.payload if (lo, hi) == (0, p.size) else take(p.payload, lo, hi)
                  for p, lo, hi in self._pending]
         first_piece, first = self._pending[0][0], self._pending[0][1]

@@ -1,7 +1,7 @@
 """`pack({"tokens": 1024}, open_rows=16)`: sequences of any length into rows of one length.
 
 A stream stage: it sees the elements in order and fills rows first-fit over `open_rows` open
-rows (tpufeed.packing). Each packed key k gives `k`, `k_segment_ids` (0 on padding) and
+rows (tpufeed.ops.first_fit). Each packed key k gives `k`, `k_segment_ids` (0 on padding) and
 `k_positions`, as Grain names them. A sequence longer than its row is split over several rows
 (each piece its own segment), never cut, unless `cut=True`. With `batch(B)` after it, every
 step is `[B, length]`; an epoch's last batch is filled with empty rows (counted in
@@ -17,24 +17,20 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from tpufeed.errors import StateError, TransformError
-from tpufeed.packing import Row, RowPacker, Segment, split, write_rows
-
-if TYPE_CHECKING:
-    from tpufeed.chunk import EpochEnd, Piece
-    from tpufeed.order.cursor import Cursor
-    from tpufeed.stages.batch import Batch
-    from tpufeed.stream import Counters
+from tpufeed.ops.base import Counters, EpochEnd, Item, Piece
+from tpufeed.ops.batch import Batch
+from tpufeed.ops.first_fit import Row, RowPacker, Segment, split, write_rows
+from tpufeed.order.cursor import Cursor
 
 _SEGMENTS = operator.attrgetter("segments")
 
 new_segment = tuple.__new__  # new_segment(Segment, (arrays, ref)): Segment(...) minus a Python call
 Ref = tuple[int, ...]  # the element's name (its piece's ref_of), then the piece of it
-Cut = tuple[Any, Any, int, "PackState"]  # (item, cursor after it, first record, stage state)
 Outputs = Callable[[list[tuple[int, ...]]], dict[tuple[int, ...], list[Any]]]  # record -> outputs
 
 
@@ -99,8 +95,8 @@ class Packer:
         self.dtypes: list[np.dtype] | None = None
         self.counters = counters
 
-    def push(self, piece: Piece) -> list[Cut]:
-        out: list[Cut] = []
+    def push(self, piece: Piece) -> list[Item]:
+        out: list[Item] = []
         closed, add, per_item = self.closed, self.packer.add, self.rows_per_item
         key, limit = self.keys[0], self.lengths[0]
         fast = len(self.keys) == 1
@@ -129,7 +125,7 @@ class Packer:
                 out += self._items(piece.cursor_after(i))
         return out
 
-    def end_epoch(self, end: EpochEnd) -> list[Cut]:
+    def end_epoch(self, end: EpochEnd) -> list[Item]:
         """Closes every row; the last item is filled with empty rows (or dropped)."""
         self.closed.extend(self.packer.close_all())
         cursor = end.final_cursor()
@@ -220,13 +216,13 @@ class Packer:
             self.dtypes = [a.dtype for a in arrays]
         return arrays
 
-    def _items(self, cursor: Cursor) -> list[Cut]:
+    def _items(self, cursor: Cursor) -> list[Item]:
         out = []
         while len(self.closed) >= self.rows_per_item:
             out.append(self._item(self.rows_per_item, cursor))
         return out
 
-    def _item(self, rows: int, cursor: Cursor) -> Cut:
+    def _item(self, rows: int, cursor: Cursor) -> Item:
         taken = self.closed[:rows]
         del self.closed[:rows]
         dtypes = self.dtypes or [np.dtype(np.int32)] * len(self.keys)

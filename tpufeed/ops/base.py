@@ -1,22 +1,58 @@
-"""The contract of a record stage, and the one loop that runs it with exact error reports.
+"""The contract every stage implements, and the types that stages and executors share.
 
-A record stage maps each element to zero or more elements, on its own, so it runs in any process
-on any chunk. `RecordStage.run` takes the chunk's elements at once (the fast path is one list
-comprehension); when that raises it reruns element by element to name the failing record, and in
-a tolerant pipeline (`ignore_errors`) drops that element and keeps its error.
+Record stages (`map`, `random_map`, `filter`, `flat_map`) map each element to zero or more
+elements, on its own, so they run in any process on any chunk. `RecordStage.run` takes the
+chunk's elements at once (the fast path is one list comprehension); when that raises it reruns
+element by element to name the failing record, and in a tolerant pipeline (`ignore_errors`)
+drops that element and keeps its error.
+
+A chunk of a host's stream (`Chunk`) becomes a `Piece`: the elements it made, each tied to the
+unit and output it came from, so the cursor after any element is exact. Stream stages see the
+pieces in order and hand out `Item`s; an epoch's end (`EpochEnd`) closes their rows and batches.
 """
 
 from __future__ import annotations
 
 import abc
+import time
 import traceback
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
+
 from tpufeed.errors import InvalidArgumentError, TpufeedError, TransformError
+from tpufeed.order.cursor import Cursor
 from tpufeed.order.rng import RecordRngs
-from tpufeed.stats import StageClock, now
+
+
+class StageClock:
+    """Seconds and records per stage, accumulated; mergeable across processes."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.records: dict[str, int] = defaultdict(int)
+
+    def add(self, stage: str, seconds: float, records: int) -> None:
+        self.seconds[stage] += seconds
+        self.records[stage] += records
+
+    def drain(self) -> dict[str, tuple[float, int]]:
+        """The times since the last drain, as a small picklable dict (what a worker ships)."""
+        out = {stage: (self.seconds[stage], self.records[stage]) for stage in self.seconds}
+        self.seconds.clear()
+        self.records.clear()
+        return out
+
+    def merge(self, times: dict[str, tuple[float, int]]) -> None:
+        for stage, (seconds, records) in times.items():
+            self.add(stage, seconds, records)
+
+
+now = time.perf_counter
+
 
 _ID_MIX = 0x9E3779B97F4A7C15
 _ID_MASK = (1 << 64) - 1
@@ -158,3 +194,100 @@ def stage_names(stages: Sequence[RecordStage], suffix: str = "") -> list[str]:
         repeat = sum(1 for n in names if n == name or n.startswith(name + "#"))
         names.append(name if not repeat else f"{name}#{repeat + 1}")
     return names
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Units [start, start + len(records)) of the host's stream in the epoch of `cursor`."""
+
+    cursor: Cursor
+    start: int
+    positions: np.ndarray  # epoch position of each unit
+    records: np.ndarray  # record index of each unit
+    skips: np.ndarray | None = None  # outputs of each unit delivered before (None: none)
+
+    @property
+    def count(self) -> int:
+        return len(self.records)
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    """The end of the host's stream in the epoch of `cursor` (its start), after `units` units."""
+
+    cursor: Cursor
+    units: int
+    dropped: int = 0  # records of a short last batch dropped unread (drop_remainder)
+
+    @property
+    def epoch(self) -> int:
+        return self.cursor.epoch
+
+    def final_cursor(self) -> Cursor:
+        """The cursor once the whole epoch is delivered."""
+        return self.cursor.after(self.units)
+
+
+@dataclass
+class Piece:
+    """The elements a chunk made, in order: a list, or stacked (batched pipelines), or one
+    finished batch (`final`: the chunk was exactly one batch and its batch stages ran).
+
+    Element i comes from unit `units[i]` of the chunk and is its output `outs[i]`, the unit's
+    last when `last[i]`; None stands for the common case (element i is unit i's only output).
+    """
+
+    chunk: Chunk | None  # set by the parent (a worker's piece travels without it)
+    payload: Any
+    size: int
+    units: list[int] | None = None
+    outs: list[int] | None = None
+    last: list[bool] | None = None
+    skipped: list[TpufeedError] = field(default_factory=list)
+    final: bool = False
+
+    def cursor_after(self, i: int) -> Cursor:
+        """The host's cursor once element i (and everything before it) is delivered."""
+        chunk = self._chunk()
+        unit = chunk.start + (self.units[i] if self.units is not None else i)
+        if self.last is None or self.last[i]:
+            return chunk.cursor.after(unit + 1)
+        if self.outs is None:
+            raise TpufeedError("a piece that marks last outputs must say each element's output")
+        return chunk.cursor.after(unit, self.outs[i] + 1)
+
+    @property
+    def epoch(self) -> int:
+        return self._chunk().cursor.epoch
+
+    def record_of(self, i: int) -> int:
+        return int(self._chunk().records[self.units[i] if self.units is not None else i])
+
+    def refs(self) -> list[tuple[int, ...]]:
+        """Names each element for a state: (epoch position, output of its record)."""
+        positions = self._chunk().positions.tolist()
+        if self.units is not None:
+            positions = [positions[u] for u in self.units]
+        outs = self.outs if self.outs is not None else [0] * len(positions)
+        return list(zip(positions, outs))
+
+    def _chunk(self) -> Chunk:
+        if self.chunk is None:  # a worker's piece is placed by the parent before it is read
+            raise TpufeedError("a piece's chunk is unknown until the parent sets it")
+        return self.chunk
+
+
+@dataclass
+class Counters:
+    """What a run counts besides the items it hands out (`it.stats()`)."""
+
+    dropped_records: int = 0
+    errors: int = 0
+    padded_rows: int = 0  # empty rows that fill a packed epoch's last batch
+    pack_tokens: int = 0  # tokens of the first packed key in the rows handed out
+    pack_capacity: int = 0  # room for them in those rows
+
+
+# An item on its way to the consumer: (item, cursor right after it, its first record, the
+# state of the stream stage then). The stages after batch draw their rng from the record.
+Item = tuple[Any, Any, int, Any]

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tpufeed.stages.record import Context, Elements, RecordStage
+from tpufeed.ops.base import Context, Elements, RecordStage
 
 
 @dataclass(frozen=True)
