@@ -1,4 +1,4 @@
-"""What it costs hosts to end every epoch together: the per-step agreement of `tpufeed.uneven`.
+"""What it costs hosts to end every epoch together: the per-step agreement of `tpufeed.run.uneven`.
 
     python -m benchmarks.agreement --processes 2 3 4 --steps 300
 
@@ -66,7 +66,7 @@ def worker(pid: int, processes: int, port: int, steps: int, step_ms: float, out:
     import numpy as np
 
     import tpufeed
-    from tpufeed.uneven import JaxAgreement
+    from tpufeed.run.uneven import JaxAgreement
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=processes,

@@ -54,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import tpufeed
-    from tpufeed import walk
-    from tpufeed.workers import engine, leases, pool
+    from tpufeed.run import walk
+    from tpufeed.run.workers import engine, leases, pool
 
     from benchmarks.datafiles import prepare
     from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
              (pool.WorkerPool, "receive_any", "receive_any: poll, read, decode"),
              (pool._Inbox, "read", "  read every answer waiting, decode them"),
              (pool, "decode_result", "    decode one answer"),
-             (engine.ParallelProducer, "_received", "_received: the batch's views, lent"),
+             (engine.WorkerExecutor, "_received", "_received: the batch's views, lent"),
              (engine, "read_batch", "  views of the slot"),
              (leases.Leases, "lend", "  the lease")]
     for owner, name, label in steps:

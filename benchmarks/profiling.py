@@ -45,7 +45,7 @@ STAGES = [
     ("read", ("ShardedSource.__getitems__", "ShardReader.read", "read (tpufeed/chunk.py")),
     ("stack / write slot", ("write_stacked", "stack_batch", "stack (tpufeed/batching.py",
                             "write_batch")),
-    ("hand-off to consumer", ("read_batch", "ParallelProducer", "DatasetIterator",
+    ("hand-off to consumer", ("read_batch", "WorkerExecutor", "DatasetIterator",
                               "stream (tpufeed/stream.py", "Batcher")),
 ]
 ROWS = ["bare-loop", "bare-parallel", "tpufeed"]

@@ -13,7 +13,7 @@ def is_worker(proc):
     try:
         if proc.status() == psutil.STATUS_ZOMBIE:
             return False
-        if proc.name() == WORKER_NAME or "tpufeed.workers.worker" in " ".join(proc.cmdline()):
+        if proc.name() == WORKER_NAME or "tpufeed.run.workers.worker" in " ".join(proc.cmdline()):
             return True
         parent = proc.parent()
         return parent is not None and is_fork_server(parent)
@@ -25,7 +25,7 @@ def is_fork_server(proc):
     """Also a fork server still starting, before it has taken its own name."""
     try:
         return (proc.name() == SERVER_NAME
-                or "tpufeed.workers.forkserver" in " ".join(proc.cmdline()))
+                or "tpufeed.run.workers.forkserver" in " ".join(proc.cmdline()))
     except psutil.NoSuchProcess:
         return False
 

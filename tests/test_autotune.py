@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.autotune import Options, Tuning, pipeline_bytes, workers_for
+from tpufeed.run.autotune import Options, Tuning, pipeline_bytes, workers_for
 
 
 def cheap():

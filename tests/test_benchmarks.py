@@ -54,7 +54,7 @@ def test_profile_puts_each_sample_in_one_stage(tmp_path):
     from benchmarks.profiling import RATE_HZ, summarise
 
     raw = tmp_path / "raw.txt"
-    head = 'process 1:"python";process 2:"python -m tpufeed.workers.worker";Worker.run (w.py:1)'
+    head = 'process 1:"python";process 2:"python -m tpufeed.run.workers.worker";Worker.run (w.py:1)'
     raw.write_text(
         f"{head};augment_w2 (workloads.py:41);pad (numpy/_arraypad_impl.py:838) 30\n"
         f"{head};RandomMap.apply_all (map.py:33);RecordRngs.for_record (rng.py:30) 5\n"

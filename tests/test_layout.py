@@ -5,7 +5,7 @@ import pytest
 
 from tpufeed.ops.stacking import concat, stack, take
 from tpufeed.errors import BatchError
-from tpufeed.workers.layout import read_batch, read_elements, write_elements, write_stacked
+from tpufeed.run.workers.layout import read_batch, read_elements, write_elements, write_stacked
 
 CASES = {
     "flat dict": [{"x": np.full(3, i, np.uint8), "y": np.float32(i)} for i in range(5)],

@@ -9,9 +9,9 @@ from multiprocessing.connection import Connection
 import numpy as np
 import pytest
 
-from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, decode, decode_result,
+from tpufeed.run.workers.messages import (Answer, AnswerMemo, Failure, Ready, decode, decode_result,
                                       encode_answer, encode_free, encode_task)
-from tpufeed.workers.pool import _Inbox
+from tpufeed.run.workers.pool import _Inbox
 
 LAYOUT = (("dict", ("x", "y"), (("leaf",), ("leaf",))),
           [("<f4", (256, 8), 0), ("<i8", (256,), 8192)])

@@ -57,14 +57,14 @@ reveal_type(tpufeed.Dataset.from_sequence(range(10)).flat_map(str.split))  # tpu
 reveal_type(tpufeed.Dataset.mix([ds, ds], weights=[0.7, 0.3], seed=0))  # tpufeed.dataset.Dataset
 reveal_type(len(ds))  # int
 it = iter(ds)
-reveal_type(it)  # tpufeed.iterator.DatasetIterator
+reveal_type(it)  # tpufeed.run.iterator.DatasetIterator
 reveal_type(next(it))  # Any
 for batch in ds:
     reveal_type(batch)  # Any
 state = it.get_state()
 reveal_type(state)  # dict[str, Any]
-reveal_type(ds.iterator(state))  # tpufeed.iterator.DatasetIterator
-reveal_type(ds.iterator([state, state]))  # tpufeed.iterator.DatasetIterator
+reveal_type(ds.iterator(state))  # tpufeed.run.iterator.DatasetIterator
+reveal_type(ds.iterator([state, state]))  # tpufeed.run.iterator.DatasetIterator
 it.set_state(state)
 reveal_type(ds.to_jax())  # tpufeed.adapters.jax.JaxIterator
 reveal_type(ds.to_jax().get_state())  # dict[str, Any]

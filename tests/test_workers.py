@@ -249,7 +249,7 @@ def test_asking_for_workers_starts_their_fork_server_before_the_first_batch(tmp_
         import time, psutil, tpufeed
         def servers():
             return [c for c in psutil.Process().children()
-                    if "tpufeed.workers.forkserver" in " ".join(c.cmdline())]
+                    if "tpufeed.run.workers.forkserver" in " ".join(c.cmdline())]
         ds = tpufeed.Dataset.from_sequence(list(range(8))).map(lambda i: i * 2)
         ds.workers(0)
         print("after workers(0):", len(servers()), flush=True)
@@ -419,7 +419,7 @@ def test_a_consumer_that_keeps_every_batch_never_stalls_the_workers():
 
 
 def test_dropped_batches_give_their_slots_back():
-    from tpufeed.workers.leases import Leases
+    from tpufeed.run.workers.leases import Leases
 
     leases = Leases(workers=1, cap=2)
     segment = bytearray(256)
@@ -621,7 +621,7 @@ def blas(i):
 
 ds = tpufeed.Dataset.from_sequence(list(range(64))).map(blas).batch(8).workers(2, isolate=True)
 rows = {{tuple(row) for b in ds for row in b.tolist()}}
-from tpufeed.workers.forkserver import shared_server
+from tpufeed.run.workers.forkserver import shared_server
 server = shared_server()
 print(json.dumps({{"threads": sorted({{t for pid, t, _ in rows if pid != os.getpid()}}),
                   "env_seen": sorted({{e for _, _, e in rows}}),

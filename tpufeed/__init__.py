@@ -19,7 +19,7 @@ from tpufeed.errors import (
     TransformError,
     WorkerError,
 )
-from tpufeed.iterator import DatasetIterator
+from tpufeed.run.iterator import DatasetIterator
 
 __version__ = "0.1.0"
 

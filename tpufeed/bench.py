@@ -14,12 +14,12 @@ import time
 from typing import Any
 
 from tpufeed._words import plural
-from tpufeed.autotune import cpu_count
+from tpufeed.run.resources import cpu_count
 from tpufeed.cli import non_negative_seconds, positive_int, positive_seconds
 from tpufeed.dataset import Dataset
 from tpufeed.errors import InvalidArgumentError, MissingDependencyError
 from tpufeed.sources.formats import FORMATS
-from tpufeed.stats import PipelineStats
+from tpufeed.run.stats import PipelineStats
 
 
 def load_callable(spec: str, option: str = "--transform") -> Any:

@@ -15,29 +15,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tpufeed.autotune import AUTO, Options, choose
-from tpufeed.order.cursor import epoch_start
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.iterator import DatasetIterator, PipelineRun, Run
-from tpufeed.mix import MixPlan, Mixture, check_component, check_mix
-from tpufeed.order.permutation import Shuffle
-from tpufeed.ops.first_fit import check_lengths
-from tpufeed.ops.padding import check_pad
-from tpufeed.plan import Plan
-from tpufeed.resume import resume
-from tpufeed.order.sharding import Sharding
-from tpufeed.sources.view import SourceView
+from tpufeed.ops.base import check_callable
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.filter import Filter
+from tpufeed.ops.first_fit import check_lengths
 from tpufeed.ops.flat_map import FlatMap
 from tpufeed.ops.map import Map, RandomMap
 from tpufeed.ops.pack import Pack
-from tpufeed.ops.registry import Stage
-from tpufeed.ops.base import check_callable
+from tpufeed.ops.padding import check_pad
+from tpufeed.ops.registry import Stage, check_next, split
+from tpufeed.order.permutation import Shuffle
+from tpufeed.order.sharding import Sharding
 from tpufeed.order.state import fingerprint
+from tpufeed.run.autotune import AUTO, Options
+from tpufeed.run.iterator import DatasetIterator
+from tpufeed.run.launch import RunSettings, launcher
+from tpufeed.run.mixture import Mixture, check_component, check_mix
+from tpufeed.run.plan import MixPlan, Plan
+from tpufeed.run.uneven import HostAgreement, first_item
+from tpufeed.sources.view import SourceView
 from tpufeed.storage.local import PathsLike
 from tpufeed.storage.settings import cache_for
-from tpufeed.uneven import HostAgreement, check_uneven, end_together, first_item
 
 if TYPE_CHECKING:  # the adapters import their frameworks: only type checkers read them here
     from tpufeed.adapters.jax import JaxIterator
@@ -59,11 +58,8 @@ class Dataset:
     _sharding: Sharding = Sharding(0, 1)
     _stages: tuple[Stage, ...] = ()
     _epochs: int | None = 1
-    _prefetch: int | str = 0
-    _workers: int | str = 0
-    _isolate: bool = False
     _max_errors: int = 0
-    _options: Options = Options()
+    _settings: RunSettings = RunSettings()  # workers, prefetch, options: where chunks run
     _mixture: Mixture | None = None
 
     # -- constructors -------------------------------------------------------------------------
@@ -148,7 +144,7 @@ class Dataset:
     def mix(cls, datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
             seed: int = 0, on_end: str = "restart") -> Dataset:
         """Several pipelines as one stream, in the exact proportions of `weights` (default
-        equal): after any N elements each component is within 1 of its share (tpufeed.mix).
+        equal): after any N elements each component is within 1 of its share (tpufeed.ops.mix).
 
         Each component keeps its own source, shuffle, epochs and per-element stages; `pack`
         and `batch` after `mix` see the mixture. `on_end`: "restart" a component that ends
@@ -165,8 +161,8 @@ class Dataset:
                 raise InvalidArgumentError(f"mix component {i} must be a Dataset (not a mixture), "
                                            f"got {ds!r}")
             check_component(i, ds._batch() or ds._pack(), ds._sharding != Sharding(0, 1),
-                            AUTO in (ds._workers, ds._prefetch))
-            if ds._options.timeout_s is not None:
+                            AUTO in (ds._settings.workers, ds._settings.prefetch))
+            if ds._settings.options.timeout_s is not None:
                 raise InvalidArgumentError(f"mix component {i} has options(timeout_s=...), which "
                                            "does not watch a mixture yet")
         return cls(None, _mixture=Mixture(tuple(datasets), checked, seed, on_end))
@@ -232,9 +228,6 @@ class Dataset:
         >>> list(ds)
         ['a', 'b', 'c']
         """
-        if self._batch() is not None or self._pack() is not None:
-            raise InvalidArgumentError("flat_map must come before pack and batch: it makes "
-                                       "elements, and rows and batches are cut from elements")
         return self._add(FlatMap(check_callable(fn, "flat_map")))
 
     def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Dataset:
@@ -250,9 +243,6 @@ class Dataset:
         >>> next(iter(ds.pack({"tokens": 4}).batch(2)))["tokens_segment_ids"].tolist()
         [[1, 1, 1, 0], [1, 1, 0, 0]]
         """
-        if self._batch() is not None or any(isinstance(s, Pack) for s in self._stages):
-            raise InvalidArgumentError("pack comes once, before batch: it makes the rows that "
-                                       "batch stacks")
         return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut)))
 
     def batch(self, batch_size: int, drop_remainder: bool = False,
@@ -270,12 +260,7 @@ class Dataset:
         """
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
-        if self._batch() is not None:
-            raise InvalidArgumentError("batch is already set; a pipeline batches once")
-        checked = check_pad(pad)
-        if checked and self._pack() is not None:
-            raise InvalidArgumentError("batch after pack takes no pad: packed rows have one length")
-        return self._add(Batch(batch_size, bool(drop_remainder), checked, bool(cut)))
+        return self._add(Batch(batch_size, bool(drop_remainder), check_pad(pad), bool(cut)))
 
     def repeat(self, epochs: int | None = None) -> Dataset:
         """Runs `epochs` epochs (None: forever), each a new permutation when shuffled."""
@@ -292,7 +277,7 @@ class Dataset:
         """
         if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
             raise InvalidArgumentError(f"prefetch must be a non-negative int or 'auto', got {n!r}")
-        return dataclasses.replace(self, _prefetch=n)
+        return self._set(prefetch=n)
 
     def options(self, ram_budget_bytes: int | None = None,
                 timeout_s: float | None = None) -> Dataset:
@@ -304,7 +289,7 @@ class Dataset:
         to be able to stop them, no chunk runs in the calling thread (a prefetch thread with no
         workers, only workers with some). Off by default; not for `mix`.
         """
-        return dataclasses.replace(self, _options=Options(ram_budget_bytes=ram_budget_bytes,
+        return self._set(options=Options(ram_budget_bytes=ram_budget_bytes,
                                                           timeout_s=timeout_s))
 
     def ignore_errors(self, max_errors: int) -> Dataset:
@@ -342,9 +327,9 @@ class Dataset:
             raise InvalidArgumentError("workers('auto') measures a warm-up in this process; with "
                                        "isolate=True give a number of workers")
         if n:
-            from tpufeed.workers.forkserver import shared_server
+            from tpufeed.run.workers.forkserver import shared_server
             shared_server()  # returns at once: its imports run while the caller goes on
-        return dataclasses.replace(self, _workers=n, _isolate=isolate)
+        return self._set(workers=n, isolate=isolate)
 
     # -- running ------------------------------------------------------------------------------
 
@@ -358,14 +343,10 @@ class Dataset:
         """Items (batches, or elements) in one epoch of this host's share, where the record
         count alone decides it; raises TypeError saying why where the data decides it."""
         plan = self._plan()
-        if plan.counts_depend_on_data:
+        if not isinstance(plan, Plan) or plan.counts_depend_on_data:
             raise TypeError("len() of this Dataset is unknown before iterating: its counts "
                             "depend on the data (filter, flat_map, pack, mix or ignore_errors)")
-        share = epoch_start(0, plan.hosts, plan.host).stream_size(len(plan.source))
-        if plan.batch is None:
-            return share
-        size = plan.batch.batch_size
-        return share // size if plan.batch.drop_remainder else -(-share // size)
+        return plan.items_per_epoch()
 
     def iterator(self, state: Any = None, uneven: str | None = None,
                  agreement: HostAgreement | None = None) -> DatasetIterator:
@@ -377,37 +358,11 @@ class Dataset:
         states continues on any host count, exactly once, whatever the stages.
 
         `uneven="shortest"` or `"pad"` ends every host's epochs at the same step when hosts
-        make different numbers of batches (tpufeed.uneven), agreeing through `agreement`
+        make different numbers of batches (tpufeed.run.uneven), agreeing through `agreement`
         (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
         """
-        plan = self._plan()
-        check_uneven(uneven)
-
-        def start(state: Any) -> Callable[[], Run]:
-            cursor, stages = resume(plan, state)  # a bad state fails here, before any work
-            return lambda: end_together(lambda: self._iterate(plan, cursor, stages), plan,
-                                        cursor, uneven, agreement, self._first_item)
-
-        return DatasetIterator(start, state)
-
-    def _iterate(self, plan: Plan | MixPlan, cursor: Any,
-                 stages: dict[str, Any] | None) -> PipelineRun:
-        timeout_s = self._options.timeout_s
-        workers, prefetch = self._workers, self._prefetch
-        if isinstance(plan, MixPlan):  # its workers run inside its components
-            if not isinstance(workers, int) or not isinstance(prefetch, int):
-                raise InvalidArgumentError("a mixture takes a number of workers and prefetch, "
-                                           "not 'auto'")
-            if timeout_s is not None:
-                raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
-            return PipelineRun(plan, cursor, prefetch=prefetch, stages=stages)
-        if not isinstance(workers, int) or not isinstance(prefetch, int):  # "auto": measured
-            tuning = choose(plan, cursor, workers, prefetch, self._options)
-            return PipelineRun(plan, cursor, prefetch=tuning.prefetch, workers=tuning.workers,
-                                   tuning=tuning, adapt_prefetch=prefetch == AUTO,
-                                   stages=stages, isolate=self._isolate, timeout_s=timeout_s)
-        return PipelineRun(plan, cursor, prefetch=prefetch, workers=workers,
-                               stages=stages, isolate=self._isolate, timeout_s=timeout_s)
+        launch = launcher(self._plan(), self._settings, uneven, agreement, self._first_item)
+        return DatasetIterator(launch, state)
 
     def to_jax(self, sharding: Any = None, prefetch: int = 2, state: Any = None,
                uneven: str = "shortest", agreement: HostAgreement | None = None) -> JaxIterator:
@@ -447,7 +402,7 @@ class Dataset:
     def _first_item(self) -> Any:
         """The first item of a one-host pass: what a host that made nothing pads from."""
         return first_item(dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1,
-                                              _workers=0, _prefetch=0))
+                                              _settings=RunSettings()))
 
     def _batch(self) -> Batch | None:
         return next((stage for stage in self._stages if isinstance(stage, Batch)), None)
@@ -471,33 +426,20 @@ class Dataset:
     def _plan(self) -> Plan | MixPlan:
         host, hosts = self._sharding.resolve()
         if self._mixture is not None:
-            workers = self._workers if isinstance(self._workers, int) else 0
+            workers = self._settings.workers if isinstance(self._settings.workers, int) else 0
             return self._mixture.plan(host, hosts, workers, self._stages, self.fingerprint())
-        stages = list(self._stages)
-        pack, batch = self._pack(), self._batch()
-        stream = [stages.index(s) for s in (pack, batch) if s is not None]
-        head_end = stream[0] if stream else len(stages)
-        tail_start = stream[-1] + 1 if stream else len(stages)
-        if pack is not None and tail_start - head_end != len(stream):
-            raise InvalidArgumentError("nothing can come between pack and batch: map the rows "
-                                       "after batch, or the elements before pack")
-        return Plan(
-            source=self._view("a plan"),
-            shuffle=self._shuffle(),
-            rng_seed=self._seed if self._seed is not None else 0,
-            head=tuple(stages[:head_end]),  # type: ignore[arg-type]
-            batch=batch,
-            tail=tuple(stages[tail_start:]),  # type: ignore[arg-type]
-            epochs=self._epochs,
-            hosts=hosts,
-            host=host,
-            fingerprint=self.fingerprint(),
-            max_errors=self._max_errors,
-            pack=pack,
-        )
+        head, pack, batch, tail = split(self._stages)
+        return Plan(source=self._view("a plan"), shuffle=self._shuffle(),
+                    rng_seed=self._seed if self._seed is not None else 0, head=head, batch=batch,
+                    tail=tail, epochs=self._epochs, hosts=hosts, host=host,
+                    fingerprint=self.fingerprint(), max_errors=self._max_errors, pack=pack)
 
     def _add(self, stage: Stage) -> Dataset:
+        check_next(self._stages, stage)
         return dataclasses.replace(self, _stages=self._stages + (stage,))
+
+    def _set(self, **settings: Any) -> Dataset:
+        return dataclasses.replace(self, _settings=dataclasses.replace(self._settings, **settings))
 
     def __repr__(self) -> str:
         if self._mixture is not None:
@@ -509,5 +451,5 @@ class Dataset:
                            f"pack({dict(stage.lengths)}, open_rows={stage.open_rows})"
                            if isinstance(stage, Pack) else stage.name for stage in self._stages)
         return (f"Dataset({self._view('repr').source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
-                f"stages=[{stages}], epochs={self._epochs}, prefetch={self._prefetch}, "
-                f"workers={self._workers})")
+                f"stages=[{stages}], epochs={self._epochs}, prefetch={self._settings.prefetch}, "
+                f"workers={self._settings.workers})")

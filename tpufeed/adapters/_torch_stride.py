@@ -15,22 +15,16 @@ A worker's state says where its next batch is: `skip` batches of the stream afte
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from tpufeed.chunk import ChunkRunner
-from tpufeed.ops.base import Chunk
-from tpufeed.order.cursor import Cursor
 from tpufeed.errors import StateError
-from tpufeed.iterator import DatasetIterator, Run, _record_count
-from tpufeed.plan import Plan
-from tpufeed.resume import resume
-from tpufeed.ops.base import StageClock, now
-from tpufeed.stats import PipelineStats, StageStats, rss_bytes
-from tpufeed.ops.base import Counters
-from tpufeed.stream import stream
-from tpufeed.walk import walk
+from tpufeed.ops.base import Counters, StageClock
+from tpufeed.run.executor import Executor, InProcessExecutor
+from tpufeed.run.iterator import DatasetIterator, PipelineRun, Run
+from tpufeed.run.plan import Plan
+from tpufeed.run.resume import Start, resume
+from tpufeed.run.stats import PipelineStats
 
 WORKER_KEY = "dataloader_worker"  # [w, W] in a strided worker's state
 
@@ -44,12 +38,12 @@ def strided_iterator(ds: Any, worker: int, workers: int, state: Any) -> DatasetI
     host's list) starts the stream there; a worker state of this worker continues it."""
     plan = ds._plan()
 
-    def start(state: Any) -> Callable[[], Run]:
+    def launch(state: Any) -> Callable[[], Run]:
         skip, state = _split(state, worker, workers)
-        cursor, _ = resume(plan, state)  # a bad state fails here, before any work
-        return lambda: StridedRun(plan, cast(Cursor, cursor), skip, worker, workers)
+        start = resume(plan, state)  # a bad state fails here, before any work
+        return lambda: StridedRun(plan, start, skip, worker, workers)
 
-    return DatasetIterator(start, state)
+    return DatasetIterator(launch, state)
 
 
 def _split(state: Any, worker: int, workers: int) -> tuple[int, Any]:
@@ -71,78 +65,42 @@ def _split(state: Any, worker: int, workers: int) -> tuple[int, Any]:
 
 
 class StridedRun(Iterator[Any]):
-    """One run of a fused plan from `cursor`: batches `skip`, `skip + workers`, ... after it."""
+    """One run of a fused plan from `start`: batches `skip`, `skip + workers`, ... after it.
+    The run is the one every executor has; only its state says which worker it is."""
 
-    def __init__(self, plan: Plan, cursor: Cursor, skip: int, worker: int, workers: int):
-        self._plan, self._cursor, self._skip = plan, cursor, skip
-        self._worker, self._workers = worker, workers
-        self._counters, self._clock = Counters(), StageClock()
-        self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
-        runner = ChunkRunner(plan, self._clock)
-        pieces = (runner.run_chunk(step) if isinstance(step, Chunk) else step
-                  for step in every_nth(walk(plan, cursor), skip, workers))
-        self._items = cast(Generator[Any, None, None],
-                           stream(plan, pieces, self._counters, self._clock, cursor))
-        self._closed = False
+    def __init__(self, plan: Plan, start: Start, skip: int, worker: int, workers: int):
+        self._skip, self._worker, self._workers = skip, worker, workers
+
+        def strided(counters: Counters, clock: StageClock) -> Executor:
+            return InProcessExecutor(plan, start.position, clock, every=(skip, workers))
+        self._run = PipelineRun(plan, start, strided)
 
     def __iter__(self) -> StridedRun:
         return self
 
     def __next__(self) -> Any:
-        if self._closed:
-            raise StopIteration
-        started = now()
-        try:
-            item, self._cursor, _ = next(self._items)
-        finally:
-            self._waited += now() - started
+        item = next(self._run)
         self._skip = self._workers - 1  # the other workers' batches come before this one's next
-        self._delivered += 1
-        self._records += _record_count(item)
         return item
 
     def get_state(self) -> dict[str, Any]:
         return {WORKER_KEY: [self._worker, self._workers], "skip": self._skip,
-                "state": self._plan.state_of(self._cursor, None)}
+                "state": self._run.get_state()}
 
     def stats(self) -> PipelineStats:
-        stages = {name: StageStats(seconds, self._clock.records[name], 1)
-                  for name, seconds in list(self._clock.seconds.items())}
-        return PipelineStats(
-            wall_seconds=now() - self._started, wait_seconds=self._waited,
-            batches=self._delivered, records=self._records, workers=0, prefetch=0,
-            queue_depth=0, memory_bytes=rss_bytes(os.getpid()),
-            dropped_records=self._counters.dropped_records, errors=self._counters.errors,
-            stages=stages)
+        return self._run.stats()
+
+    @property
+    def epoch(self) -> int:
+        return self._run.epoch
 
     @property
     def records_delivered(self) -> int:
-        return self._records
+        return self._run.records_delivered
 
     @property
     def dropped_records(self) -> int:
-        return self._counters.dropped_records
+        return self._run.dropped_records
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._items.close()
-
-
-def every_nth(steps: Iterator[Any], skip: int, every: int) -> Iterator[Any]:
-    """The chunks `skip`, `skip + every`, ... of a walk (positions are computed for all, but
-    only these are read). An epoch's end passes where this worker had a chunk of the epoch,
-    or where the epoch had none: `stream` then refuses an endless repeat of nothing, as the
-    one-process run does, and does not mistake another worker's epoch for an empty one."""
-    index, mine, any_chunk = 0, False, False
-    for step in steps:
-        if isinstance(step, Chunk):
-            any_chunk = True
-            if index >= skip and (index - skip) % every == 0:
-                mine = True
-                yield step
-            index += 1
-            continue
-        if mine or not any_chunk:
-            yield step
-        mine = any_chunk = False
+        self._run.close()

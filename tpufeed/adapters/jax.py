@@ -21,11 +21,11 @@ from jax.sharding import NamedSharding
 from tpufeed.adapters._jax_layout import BatchLayout, check_sharding, data_parallel_sharding
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
-from tpufeed._prefetch import ThreadPrefetcher
-from tpufeed.iterator import DatasetIterator
-from tpufeed.uneven import HostAgreement, check_uneven
+from tpufeed.run.prefetch import ThreadPrefetcher
+from tpufeed.run.iterator import DatasetIterator
+from tpufeed.run.uneven import HostAgreement, check_uneven
 from tpufeed.ops.base import StageClock, now
-from tpufeed.stats import PipelineStats, StageStats
+from tpufeed.run.stats import PipelineStats, StageStats
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 
@@ -45,7 +45,7 @@ def to_jax(ds: Any, sharding: NamedSharding | None = None, prefetch: int = 2,
       ignore_errors, an uneven last shard), every process still ends each epoch at the same
       step: "shortest" (default) drops the longer processes' extra batches, "pad" hands out
       fully masked batches (every batch gains a boolean `mask` leaf; short batches are padded
-      to full size). See tpufeed.uneven. In one process, "shortest" changes nothing.
+      to full size). See tpufeed.run.uneven. In one process, "shortest" changes nothing.
     agreement: how processes agree at each step (default: jax.distributed's coordination
       service, used only where counts can differ).
     """

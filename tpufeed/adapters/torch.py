@@ -38,7 +38,7 @@ from tpufeed.adapters._leaves import map_leaves
 from tpufeed.adapters._torch_stride import WORKER_KEY, is_worker_state, strided_iterator
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import StateError, missing_dependency
-from tpufeed.resume import resume
+from tpufeed.run.resume import resume
 
 try:
     import torch
@@ -96,10 +96,10 @@ class TorchIterable(IterableDataset):
         if info is None or info.num_workers <= 1 or not self._strided:
             plan = (self._ds if info is None or info.num_workers <= 1
                     else self._worker_share(info.id, info.num_workers))._plan()
-            return plan.state_of(*resume(plan, None))
+            return plan.state_of(plan.start(), None)
         plan = self._ds._plan()
         return {WORKER_KEY: [info.id, info.num_workers], "skip": info.id,
-                "state": plan.state_of(*resume(plan, None))}
+                "state": plan.state_of(plan.start(), None)}
 
     def set_state(self, state: Any) -> None:
         """The next `iter()` continues right after `state`: one `get_state()`, or the list of

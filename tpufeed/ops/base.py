@@ -24,8 +24,9 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, TpufeedError, TransformError
-from tpufeed.order.cursor import Cursor
+from tpufeed.order.cursor import Cursor, at_segment_start
 from tpufeed.order.rng import RecordRngs
+from tpufeed.order.state import StageState
 
 
 class StageClock:
@@ -211,8 +212,30 @@ class Chunk:
         return len(self.records)
 
 
+class End(abc.ABC):
+    """The end of a stream of pieces: of a host's epoch (`EpochEnd`) or of a mixture. Stream
+    stages close their rows and batches there."""
+
+    dropped: int = 0  # records of a short last batch dropped unread (drop_remainder)
+
+    @property
+    @abc.abstractmethod
+    def epoch(self) -> int:
+        """The epoch that ends (a mixture's components have epochs of their own: 0)."""
+
+    @property
+    @abc.abstractmethod
+    def whole_epoch(self) -> bool:
+        """Whether the stream before it was a whole epoch from its start: if it made nothing,
+        so would every repeat of it."""
+
+    @abc.abstractmethod
+    def final_cursor(self) -> Any:
+        """The position once everything before this end is delivered."""
+
+
 @dataclass(frozen=True)
-class EpochEnd:
+class EpochEnd(End):
     """The end of the host's stream in the epoch of `cursor` (its start), after `units` units."""
 
     cursor: Cursor
@@ -223,9 +246,36 @@ class EpochEnd:
     def epoch(self) -> int:
         return self.cursor.epoch
 
+    @property
+    def whole_epoch(self) -> bool:
+        return at_segment_start(self.cursor) and self.cursor.base == 0
+
     def final_cursor(self) -> Cursor:
         """The cursor once the whole epoch is delivered."""
         return self.cursor.after(self.units)
+
+
+class PieceLike(Protocol):
+    """What a stream stage reads of a piece: a chunk's `Piece`, or a mixture's."""
+
+    payload: Any  # the elements: a list, or stacked into one batch
+    size: int
+    final: bool  # one finished batch, the stages after batch already run on it
+
+    @property
+    def skipped(self) -> Sequence[TpufeedError]: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    def cursor_after(self, i: int) -> Any:
+        """The position once element i (and everything before it) is delivered."""
+
+    def record_of(self, i: int) -> int:
+        """The record element i comes from (the stages after batch draw their rng from it)."""
+
+    def refs(self) -> list[tuple[int, ...]]:
+        """Names each element for a state (ints that find its record again)."""
 
 
 @dataclass
@@ -291,3 +341,28 @@ class Counters:
 # An item on its way to the consumer: (item, cursor right after it, its first record, the
 # state of the stream stage then). The stages after batch draw their rng from the record.
 Item = tuple[Any, Any, int, Any]
+
+
+# Every output of some records, read and transformed again: what a stream stage that holds
+# elements across items restores its state from (record -> its outputs, in order).
+Reread = Callable[[list[tuple[int, ...]]], dict[tuple[int, ...], list[Any]]]
+
+
+class StreamStage(Protocol):
+    """The running form of a stream stage: pieces in order in, items out, in the process that
+    hands items to the consumer. `batch`, `pack` (with the batch after it) and the unbatched
+    pass-through implement it; the stream (tpufeed.run.stream) runs any of them in one loop."""
+
+    key: ClassVar[str]  # where a state holds what the stage held
+
+    def push(self, piece: PieceLike) -> list[Item]:
+        """The items that `piece` completes, each with the state the stage holds after it."""
+
+    def end_epoch(self, end: End) -> list[Item]:
+        """The items the stage still holds at `end` (a short last batch, the last rows)."""
+
+    def get_state(self) -> StageState | None:
+        """What the stage holds now, between items (None: nothing; a state then needs none)."""
+
+    def set_state(self, saved: Any, reread: Reread) -> None:
+        """Holds again what a saved state says it held, reading its records with `reread`."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from tpufeed.ops.base import Counters, EpochEnd, Item, Piece
+from tpufeed.errors import StateError
+from tpufeed.ops.base import Counters, End, Item, PieceLike, Reread
 from tpufeed.ops.padding import Pad, trim
 from tpufeed.ops.stacking import concat, take
-from tpufeed.order.cursor import Cursor
 
 
 @dataclass(frozen=True)
@@ -36,15 +36,17 @@ class Batcher:
     """The running batch stage: holds the elements of the batch being filled, as slices of
     pieces, between the items it hands out (never at a state: a state is taken between items)."""
 
+    key: ClassVar[str] = "batch"
+
     def __init__(self, batch: Batch, counters: Counters):
         self.counters = counters
         self.pad = batch.pad  # pieces come padded to the largest buckets: batches are trimmed
         self.size = batch.batch_size
         self.drop_remainder = batch.drop_remainder
-        self._pending: list[tuple[Piece, int, int]] = []  # (piece, start, stop) slices
+        self._pending: list[tuple[PieceLike, int, int]] = []  # (piece, start, stop) slices
         self._count = 0
 
-    def push(self, piece: Piece) -> list[Item]:
+    def push(self, piece: PieceLike) -> list[Item]:
         """The batches completed by `piece`."""
         if not piece.size:
             return []
@@ -62,7 +64,7 @@ class Batcher:
                 out.append(self._cut(piece.cursor_after(stop - 1)))
         return out
 
-    def end_epoch(self, end: EpochEnd) -> list[Item]:
+    def end_epoch(self, end: End) -> list[Item]:
         """The epoch's short last batch, if kept (if dropped, counted)."""
         if not self._count:
             return []
@@ -72,7 +74,15 @@ class Batcher:
             return []
         return [self._cut(end.final_cursor())]
 
-    def _cut(self, cursor: Cursor) -> Item:
+    def get_state(self) -> None:
+        """Nothing a state needs: the cursor after an item is right after its last element, so
+        the elements of the next batch are read again on resume."""
+        return None
+
+    def set_state(self, saved: object, reread: Reread) -> None:
+        raise StateError(f"batch holds nothing between items, but the state gives it {saved!r}")
+
+    def _cut(self, cursor: Any) -> Item:
         parts = [p.payload if (lo, hi) == (0, p.size) else take(p.payload, lo, hi)
                  for p, lo, hi in self._pending]
         first_piece, first = self._pending[0][0], self._pending[0][1]

@@ -15,23 +15,22 @@ piece, and is read again on restore. Rows do not span epochs.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 
 from tpufeed.errors import StateError, TransformError
-from tpufeed.ops.base import Counters, EpochEnd, Item, Piece
+from tpufeed.ops.base import Counters, End, Item, PieceLike, Reread
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.first_fit import Row, RowPacker, Segment, split, write_rows
+from tpufeed.ops.pack_state import PackState, Ref, SavedPack, run_of
 from tpufeed.order.cursor import Cursor
 
 _SEGMENTS = operator.attrgetter("segments")
 
 new_segment = tuple.__new__  # new_segment(Segment, (arrays, ref)): Segment(...) minus a Python call
-Ref = tuple[int, ...]  # the element's name (its piece's ref_of), then the piece of it
-Outputs = Callable[[list[tuple[int, ...]]], dict[tuple[int, ...], list[Any]]]  # record -> outputs
 
 
 @dataclass(frozen=True)
@@ -46,45 +45,13 @@ class Pack:
         return ["pack", [list(kv) for kv in self.lengths], self.open_rows, self.cut]
 
 
-class PackState(NamedTuple):
-    """The pack stage's state at one item: its rows (closed ones first) and the number of
-    segments each held then (rows only grow, so the count fixes them)."""
-
-    rows: tuple[Row, ...]
-    counts: tuple[int, ...]  # segments in each row then
-    closed: int
-
-    def to_dict(self) -> dict[str, Any]:
-        """{"closed": entries closed, "rows": entries}. An entry is `[1, *refs]`, one row and
-        its segments, or `[n, *ref]`, n rows that consecutive pieces of one record fill alone
-        (a long document waiting to be handed out stays a few ints)."""
-        entries: list[list[int]] = []
-        closed = 0
-        for r, (row, count) in enumerate(zip(self.rows, self.counts)):
-            refs = [s.ref for s in row.segments[:count]]
-            last = entries[-1] if entries and r <= self.closed else None
-            if (r < self.closed and len(refs) == 1 and not row.free[0] and last is not None
-                    and last[0] >= 1 and len(last) == 1 + len(refs[0])
-                    and _whole_run_follows(last, refs[0])):
-                last[0] += 1
-                continue
-            entries.append([1, *(n for ref in refs for n in ref)])
-            closed += r < self.closed
-        return {"closed": closed, "rows": entries}
-
-
-def _whole_run_follows(entry: list[int], ref: tuple[int, ...]) -> bool:
-    """Whether `ref` is the next piece of the run `entry` ([n, *first ref]) of whole rows."""
-    first = entry[1:]
-    return list(ref[:-1]) == first[:-1] and ref[-1] == first[-1] + entry[0]
-
-
 class Packer:
     """The running pack stage (and the batch after it, if any): rows closed but not yet handed
-    out wait in `closed`; `state()` names every segment of those and of the open rows."""
+    out wait in `closed`; `get_state()` names every segment of those and of the open rows."""
 
-    def __init__(self, pack: Pack, batch: Batch | None, counters: Counters, arity: int = 3):
-        self.arity = arity  # ints naming a segment: its element's ref, then output, then piece
+    key: ClassVar[str] = "pack"
+
+    def __init__(self, pack: Pack, batch: Batch | None, counters: Counters):
         self.keys = [key for key, _ in pack.lengths]
         self.keyset = set(self.keys)
         self.lengths = [length for _, length in pack.lengths]
@@ -95,7 +62,7 @@ class Packer:
         self.dtypes: list[np.dtype] | None = None
         self.counters = counters
 
-    def push(self, piece: Piece) -> list[Item]:
+    def push(self, piece: PieceLike) -> list[Item]:
         out: list[Item] = []
         closed, add, per_item = self.closed, self.packer.add, self.rows_per_item
         key, limit = self.keys[0], self.lengths[0]
@@ -125,7 +92,7 @@ class Packer:
                 out += self._items(piece.cursor_after(i))
         return out
 
-    def end_epoch(self, end: EpochEnd) -> list[Item]:
+    def end_epoch(self, end: End) -> list[Item]:
         """Closes every row; the last item is filled with empty rows (or dropped)."""
         self.closed.extend(self.packer.close_all())
         cursor = end.final_cursor()
@@ -139,29 +106,20 @@ class Packer:
                 out.append(self._item(len(self.closed), cursor))
         return out
 
-    def state(self) -> PackState:
+    def get_state(self) -> PackState:
         """What the stage holds now: a snapshot, written out only when a state is asked for."""
         rows = (*self.closed, *self.packer.open)
         return PackState(rows, tuple(map(len, map(_SEGMENTS, rows))), len(self.closed))
 
-    def restore(self, state: dict[str, Any], outputs: Outputs) -> None:
-        """Rebuilds the rows of `state` (or, after a change of host count, places its `loose`
+    def set_state(self, saved: SavedPack, reread: Reread) -> None:
+        """Rebuilds the rows of `saved` (or, after a change of host count, places its `loose`
         segments afresh), reading their records again."""
-        rows = [_entry(e, self.arity) for e in _field(state, "rows", [])]
-        loose = [_entry(e, self.arity) for e in _field(state, "loose", [])]
-        wanted = sorted({ref[:-2] for _, refs in rows + loose for ref in refs})
-        found = outputs(wanted) if wanted else {}
-        closed = _field(state, "closed", 0)
-        if not 0 <= closed <= len(rows):
-            raise StateError(f"iterator state field pack.closed is {closed}, but it holds "
-                             f"{len(rows)} rows")
-        for r, (count, refs) in enumerate(rows):
+        wanted = saved.records()
+        found = reread(wanted) if wanted else {}
+        for r, (count, refs) in enumerate(saved.rows):
             if count > 1:  # whole rows, one piece each
-                if r >= closed:
-                    raise StateError("iterator state field pack holds a run of whole rows "
-                                     "among its open rows")
                 self.closed.extend(Row([self._segment(piece, found)], [0])
-                                   for piece in _pieces(refs[0], count))
+                                   for piece in run_of(refs[0], count))
                 continue
             row = Row([], list(self.lengths))
             for ref in refs:
@@ -172,9 +130,9 @@ class Packer:
                                      "without room for it: the state was edited, or the data "
                                      "or the stages changed")
                 row.put(segment, sizes)
-            (self.closed.append if r < closed else self.packer.reopen)(row)
-        for count, refs in loose:
-            for ref in refs if count == 1 else _pieces(refs[0], count):
+            (self.closed.append if r < saved.closed else self.packer.reopen)(row)
+        for count, refs in saved.loose:
+            for ref in refs if count == 1 else run_of(refs[0], count):
                 self.closed.extend(self.packer.add(self._segment(ref, found)))
 
     def _segment(self, ref: Ref, found: dict[tuple[int, ...], list[Any]]) -> Segment:
@@ -189,7 +147,7 @@ class Packer:
                              f"has {len(pieces)}: the data or the stages changed")
         return Segment(pieces[part], ref)
 
-    def _add(self, element: Any, ref: tuple[int, ...], piece: Piece, i: int) -> None:
+    def _add(self, element: Any, ref: tuple[int, ...], piece: PieceLike, i: int) -> None:
         arrays = self._arrays(element, lambda: piece.record_of(i))
         if len(arrays) == 1 and 0 < len(arrays[0]) <= self.lengths[0]:  # the common case
             self.closed.extend(self.packer.add(Segment(arrays, (*ref, 0))))
@@ -233,47 +191,4 @@ class Packer:
             item = {key: value[0] for key, value in item.items()}
         # The stages after batch draw their rng from the first segment's epoch position.
         first = taken[0].segments[0].ref[0] if taken and taken[0].segments else 0
-        return item, cursor, first, self.state()
-
-
-def resume_pack(states: Sequence[dict[str, Any] | None], hosts: int, host: int,
-                arity: int = 3) -> dict[str, Any]:
-    """What host `host` of `hosts` packs first after a stop of another host count: its share
-    of the segments the old hosts held in rows (closed or open), placed afresh."""
-    entries: list[list[int]] = []
-    for state in states:
-        for count, refs in (_entry(e, arity) for key in ("rows", "loose") if state
-                            for e in _field(state, key, [])):
-            entries += [[count, *refs[0]]] if count > 1 else [[1, *ref] for ref in refs]
-    return {"loose": entries[host::hosts]}
-
-
-def _entry(entry: Any, arity: int) -> tuple[int, list[Ref]]:
-    """(n, refs) of a state entry `[n, *refs]` (n > 1: one ref, the first of n pieces)."""
-    if not isinstance(entry, list) or not entry or not isinstance(entry[0], int) or entry[0] < 1:
-        raise StateError(f"iterator state field pack holds {entry!r}, not [count, record, "
-                         "output, piece, ...]")
-    refs = _refs(entry[1:], arity)
-    if entry[0] > 1 and len(refs) != 1:
-        raise StateError(f"iterator state field pack holds a run {entry!r} of more than one piece")
-    return entry[0], refs
-
-
-def _pieces(first: Ref, count: int) -> list[Ref]:
-    return [(*first[:-1], first[-1] + j) for j in range(count)]
-
-
-def _field(state: dict[str, Any], key: str, default: Any) -> Any:
-    value = state.get(key, default)
-    if not isinstance(value, type(default)):
-        raise StateError(f"iterator state field pack.{key} must be a {type(default).__name__}, "
-                         f"got {value!r}")
-    return value
-
-
-def _refs(flat: Sequence[Any], arity: int) -> list[Ref]:
-    if len(flat) % arity or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                    for n in flat):
-        raise StateError(f"iterator state field pack holds {list(flat)!r}, not groups of "
-                         f"{arity} non-negative ints (record, output, piece)")
-    return [tuple(flat[i:i + arity]) for i in range(0, len(flat), arity)]
+        return item, cursor, first, self.get_state()

@@ -1,14 +1,75 @@
-"""Every stage a pipeline can hold, and where each may stand in the chain.
+"""Every stage a pipeline can hold: where each may stand, and how stream stages start.
 
 Record stages (`Map`, `RandomMap`, `Filter`, `FlatMap`) act on each element on its own, so any
 process can run them on any chunk of records. Stream stages (`Pack`, `Batch`) see the elements
-in order and run in the process that hands items to the consumer.
+in order and run in the process that hands items to the consumer; record stages after them act
+on whole items. A new stage is a file of this package, an entry here, and a `Dataset` method.
 """
 
 from __future__ import annotations
 
-from tpufeed.ops.base import RecordStage
-from tpufeed.ops.batch import Batch
-from tpufeed.ops.pack import Pack
+from collections.abc import Sequence
+from typing import Any
+
+from tpufeed.errors import InvalidArgumentError, StateError
+from tpufeed.ops.base import Counters, RecordStage, StreamStage
+from tpufeed.ops.batch import Batch, Batcher
+from tpufeed.ops.flat_map import FlatMap
+from tpufeed.ops.pack import Pack, Packer
+from tpufeed.ops.pack_state import SavedPack
+from tpufeed.ops.unbatched import Unbatched
 
 Stage = RecordStage | Pack | Batch
+
+
+def check_next(stages: Sequence[Stage], stage: Stage) -> None:
+    """Raises unless `stage` may follow `stages`, saying where it belongs."""
+    batch = any(isinstance(s, Batch) for s in stages)
+    pack = any(isinstance(s, Pack) for s in stages)
+    if isinstance(stage, FlatMap) and (batch or pack):
+        raise InvalidArgumentError("flat_map must come before pack and batch: it makes "
+                                   "elements, and rows and batches are cut from elements")
+    if isinstance(stage, Pack) and (batch or pack):
+        raise InvalidArgumentError("pack comes once, before batch: it makes the rows that "
+                                   "batch stacks")
+    if isinstance(stage, Batch) and batch:
+        raise InvalidArgumentError("batch is already set; a pipeline batches once")
+    if isinstance(stage, Batch) and stage.pad and pack:
+        raise InvalidArgumentError("batch after pack takes no pad: packed rows have one length")
+
+
+def split(stages: Sequence[Stage]) -> tuple[tuple[RecordStage, ...], Pack | None, Batch | None,
+                                            tuple[RecordStage, ...]]:
+    """(record stages before pack and batch, pack, batch, record stages after them)."""
+    pack = next((s for s in stages if isinstance(s, Pack)), None)
+    batch = next((s for s in stages if isinstance(s, Batch)), None)
+    at = [list(stages).index(s) for s in (pack, batch) if s is not None]
+    head_end = at[0] if at else len(stages)
+    tail_start = at[-1] + 1 if at else len(stages)
+    if pack is not None and tail_start - head_end != len(at):
+        raise InvalidArgumentError("nothing can come between pack and batch: map the rows "
+                                   "after batch, or the elements before pack")
+    head = tuple(s for s in stages[:head_end] if isinstance(s, RecordStage))
+    tail = tuple(s for s in stages[tail_start:] if isinstance(s, RecordStage))
+    return head, pack, batch, tail
+
+
+def stream_stage(pack: Pack | None, batch: Batch | None, counters: Counters) -> StreamStage:
+    """The running stream stage of a plan: pack (with the batch after it), batch, or none."""
+    if pack is not None:
+        return Packer(pack, batch, counters)
+    if batch is not None:
+        return Batcher(batch, counters)
+    return Unbatched()
+
+
+def state_key(pack: Pack | None, batch: Batch | None) -> str:
+    """The key under which a plan's stream stage writes what it holds into a state."""
+    return Packer.key if pack is not None else Batcher.key if batch is not None else Unbatched.key
+
+
+def read_stage_state(key: str, value: Any, arity: int) -> Any:
+    """The part of a saved state that the stream stage `key` wrote, read and checked."""
+    if key == Packer.key:
+        return SavedPack.from_dict(value, arity)
+    raise StateError(f"iterator state field {key!r}: this stage holds nothing between items")

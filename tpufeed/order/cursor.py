@@ -175,3 +175,17 @@ def epoch_start(epoch: int, hosts: int, host: int) -> Cursor:
 def at_segment_start(cursor: Cursor) -> bool:
     """Nothing of a plain segment consumed yet: every host of a lockstep run is there too."""
     return cursor.consumed == 0 and cursor.emitted == 0 and not cursor.carries and not cursor.layers
+
+
+class MixCursor(NamedTuple):
+    """Where a mixture stands: each component's cursor, the elements taken from each (the
+    schedule's state, tpufeed.order.schedule), and which components are still mixed."""
+
+    cursors: tuple[Cursor, ...]
+    taken: tuple[int, ...]
+    active: tuple[bool, ...]
+
+
+def mixture_start(cursors: tuple[Cursor, ...]) -> MixCursor:
+    """A mixture before its first element: every component at `cursors`, all mixed."""
+    return MixCursor(cursors, (0,) * len(cursors), (True,) * len(cursors))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tpufeed.errors import StateError
-from tpufeed.order.cursor import Cursor, Layer, at_segment_start
+from tpufeed.order.cursor import Cursor, Layer, MixCursor, at_segment_start
 
 def resume_one(saved: Cursor, n: int, hosts: int, host: int, counts_depend_on_data: bool) -> Cursor:
     """The cursor for host `host` of `hosts` that continues from one host's `saved` cursor.
@@ -102,3 +102,14 @@ def check_same_stop(old: list[Cursor]) -> None:
         if (c.base, c.layers) != (first.base, first.layers):
             raise StateError(f"host {c.host}'s state and host 0's continue different stops of "
                              "the run (their segments differ): the states come from different steps")
+
+
+def resume_mixture(saved: Sequence[MixCursor], sizes: Sequence[int], hosts: int,
+                   host: int) -> MixCursor:
+    """The mixture cursor for host `host` of `hosts` that continues from all hosts' mixture
+    cursors: each component exactly once per its epoch (the schedule restarts its counts)."""
+    k = len(sizes)
+    cursors = tuple(resume_all([s.cursors[i] for s in saved], sizes[i], hosts, host)
+                    for i in range(k))
+    active = tuple(any(s.active[i] for s in saved) for i in range(k))
+    return MixCursor(cursors, (0,) * k, active)

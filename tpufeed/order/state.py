@@ -1,4 +1,4 @@
-"""Iterator state: a small, versioned, JSON-serialisable description of a cursor.
+"""Iterator state: a small, versioned, JSON-serialisable description of a position.
 
 >>> state = {"version": 2, "fingerprint": "3f2a...", "epoch": 2, "base": 0, "hosts": 4,
 ...          "host": 1, "consumed": 4096}
@@ -8,24 +8,32 @@ delivered, after a `flat_map`), `layers` (what stops out of lockstep left, each 
 [base, hosts, least consumed, [each host's consumed minus the least]]) and `carries`
 ([position, outputs delivered] pairs this host finishes first), and the state of stream stages
 that hold elements between items (`pack`: the segments waiting in its rows, named by epoch
-position). Version 1 states (before those existed) still load.
+position). A mixture writes `mix`: each component's cursor and the count taken from each.
+Version 1 states (before those existed) still load.
+
+Reading is done once, where a state enters (tpufeed.run.resume): `load_state`, `check_header`,
+then `cursor_from_state` or `mix_cursor_from_state`; each stage reads its own part.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from tpufeed.order.cursor import Cursor, Layer
 from tpufeed.errors import StateError
+from tpufeed.order.cursor import Cursor, Layer, MixCursor
 
 STATE_VERSION = 2
 _READABLE = (1, 2)
 _CURSOR_KEYS = ("epoch", "base", "hosts", "host", "consumed")
-STAGE_KEYS = ("pack",)  # stream stages that hold elements between items
-T = TypeVar("T")
+
+
+class StageState(Protocol):
+    """What a stream stage holds at one item, written into the state under the stage's key."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 def fingerprint(description: Any) -> str:
@@ -35,35 +43,42 @@ def fingerprint(description: Any) -> str:
 
 
 def state_to_dict(cursor: Cursor, fingerprint_: str,
-                  stages: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The state of a cursor, and of the stream stages that hold elements (`stages`, by name)."""
-    state: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint_}
-    for key in _CURSOR_KEYS:
-        state[key] = getattr(cursor, key)
-    if cursor.emitted:
-        state["emitted"] = cursor.emitted
-    if cursor.layers:
-        state["layers"] = [_layer_to_list(layer) for layer in cursor.layers]
-    if cursor.carries:
-        state["carries"] = [list(carry) for carry in cursor.carries]
+                  stages: Mapping[str, StageState] | None = None) -> dict[str, Any]:
+    """The state of a cursor, and of the stream stages that hold elements (`stages`, by key)."""
+    state: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint_,
+                             **cursor_fields(cursor)}
     if stages:
-        state.update({key: value.to_dict() if hasattr(value, "to_dict") else value
-                      for key, value in stages.items()})
+        state.update({key: value.to_dict() for key, value in stages.items()})
     return state
 
 
-def stages_from_dict(state: Any) -> dict[str, Any] | None:
-    """The stream stages' part of a state (each stage checks its own)."""
-    if isinstance(state, (str, bytes)):
-        state = json.loads(state)
-    found = {key: state[key] for key in STAGE_KEYS if key in state}
-    for key, value in found.items():
-        if not isinstance(value, dict):
-            raise StateError(f"iterator state field {key!r} must be a dict, got {value!r}")
-    return found or None
+def mix_state_to_dict(cursor: MixCursor, fingerprint_: str, components: Sequence[str],
+                      stages: Mapping[str, StageState] | None = None) -> dict[str, Any]:
+    """The state of a mixture: each component's cursor (with the fingerprint of the component
+    it belongs to) and the schedule's counts."""
+    state: dict[str, Any] = {
+        "version": STATE_VERSION, "fingerprint": fingerprint_,
+        "mix": {"taken": list(cursor.taken), "active": [int(a) for a in cursor.active],
+                "components": [{"fingerprint": f, **cursor_fields(c)}
+                               for f, c in zip(components, cursor.cursors)]}}
+    if stages:
+        state.update({key: value.to_dict() for key, value in stages.items()})
+    return state
 
 
-def parse_state(state: Any) -> dict[str, Any]:
+def cursor_fields(cursor: Cursor) -> dict[str, Any]:
+    """A cursor's own keys of a state."""
+    fields: dict[str, Any] = {key: getattr(cursor, key) for key in _CURSOR_KEYS}
+    if cursor.emitted:
+        fields["emitted"] = cursor.emitted
+    if cursor.layers:
+        fields["layers"] = [_layer_to_list(layer) for layer in cursor.layers]
+    if cursor.carries:
+        fields["carries"] = [list(carry) for carry in cursor.carries]
+    return fields
+
+
+def load_state(state: Any) -> dict[str, Any]:
     """`state` as a dict: given as one, or as its JSON text; StateError otherwise."""
     if isinstance(state, (str, bytes)):
         try:
@@ -75,9 +90,8 @@ def parse_state(state: Any) -> dict[str, Any]:
     return state
 
 
-def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
-    """Validates `state` (as returned by `get_state`) and returns its cursor."""
-    state = parse_state(state)
+def check_header(state: Mapping[str, Any], expected_fingerprint: str) -> None:
+    """Raises unless `state` has a version this release reads and belongs to this pipeline."""
     version = state.get("version")
     if version not in _READABLE:
         raise StateError(
@@ -88,6 +102,17 @@ def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
             f"iterator state belongs to another dataset or pipeline (fingerprint "
             f"{state.get('fingerprint')!r}, this dataset's is {expected_fingerprint!r}): "
             "the source, shuffle seed, transforms and batching must be the same to resume")
+
+
+def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
+    """The cursor of a plain state (as `get_state` returns it), validated."""
+    state = load_state(state)
+    check_header(state, expected_fingerprint)
+    return cursor_from_state(state)
+
+
+def cursor_from_state(state: Mapping[str, Any]) -> Cursor:
+    """The cursor that a state's own keys describe (its header already checked)."""
     values = {key: _count(state.get(key), key) for key in _CURSOR_KEYS}
     if values["hosts"] < 1 or values["host"] >= values["hosts"]:
         raise StateError(f"iterator state has host {values['host']} of {values['hosts']} hosts")
@@ -97,22 +122,25 @@ def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
     return Cursor(**values, emitted=emitted, layers=layers, carries=carries)
 
 
-def states_from_list(states: Sequence[Any], expected_fingerprint: str) -> list[Cursor]:
-    """The cursors of a list of states (one per host), each validated, naming a bad one."""
-    return parse_each(states, lambda state: state_from_dict(state, expected_fingerprint))
-
-
-def parse_each(states: Sequence[Any], parse: Callable[[Any], T]) -> list[T]:
-    """`parse` of each of a list of states (one per host); a StateError names the bad one."""
-    if not states:
-        raise StateError("an empty list of iterator states: pass every host's get_state()")
-    parsed = []
-    for i, state in enumerate(states):
-        try:
-            parsed.append(parse(state))
-        except StateError as e:
-            raise StateError(f"state {i} of the list: {e}") from None
-    return parsed
+def mix_cursor_from_state(state: Mapping[str, Any], components: Sequence[str]) -> MixCursor:
+    """The mixture cursor of a state (its header already checked), each component's cursor
+    checked against that component's fingerprint."""
+    mix, k = state.get("mix"), len(components)
+    if not (isinstance(mix, dict) and all(isinstance(mix.get(key), list) and len(mix[key]) == k
+                                          for key in ("components", "taken", "active"))):
+        raise StateError(f"iterator state of a mixture of {k} components needs 'mix' with "
+                         f"'components', 'taken' and 'active' of {k} each; got {mix!r}")
+    cursors = []
+    for component, expected in zip(mix["components"], components):
+        component = load_state(component)
+        check_header({"version": state["version"], **component}, expected)
+        cursors.append(cursor_from_state(component))
+    taken = tuple(t if isinstance(t, int) and not isinstance(t, bool) and t >= 0 else -1
+                  for t in mix["taken"])
+    if -1 in taken or not all(a in (0, 1) for a in mix["active"]):
+        raise StateError(f"iterator state field mix has bad counts {mix['taken']!r} or flags "
+                         f"{mix['active']!r}")
+    return MixCursor(tuple(cursors), taken, tuple(bool(a) for a in mix["active"]))
 
 
 def _layer_to_list(layer: Layer) -> list[Any]:

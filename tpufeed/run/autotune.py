@@ -7,13 +7,13 @@ budget allows. While running, the prefetch depth grows when the consumer keeps w
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.order.cursor import Cursor
-from tpufeed.plan import Plan
+from tpufeed.run.plan import Plan
+from tpufeed.run.resources import available_memory, cpu_count
 from tpufeed.ops.base import StageClock, now
 
 AUTO = "auto"
@@ -81,24 +81,6 @@ def pipeline_bytes(workers: int, prefetch: int, batch_bytes: int) -> int:
     return (in_flight + slots) * batch_bytes + workers * WORKER_BYTES
 
 
-def available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
-
-
 def measure(plan: Plan, cursor: Cursor,
             timeout_s: float | None = None) -> tuple[float, int, tuple[Any, ...]]:
     """(CPU seconds per record, bytes per item, the pieces made) over the first chunks from
@@ -112,7 +94,7 @@ def measure(plan: Plan, cursor: Cursor,
         return _measure(plan, cursor, None)
     import threading
 
-    from tpufeed.watch import Beacon, labels_of, timed_out
+    from tpufeed.run.watch import Beacon, labels_of, timed_out
 
     beacon = Beacon(labels_of(plan))
     result: list[Any] = []
@@ -135,9 +117,9 @@ def measure(plan: Plan, cursor: Cursor,
 
 def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int, tuple[Any, ...]]:
     from tpufeed.ops.stacking import flatten
-    from tpufeed.chunk import ChunkRunner
+    from tpufeed.run.chunks import ChunkRunner
     from tpufeed.ops.base import Chunk
-    from tpufeed.walk import walk
+    from tpufeed.run.walk import walk
 
     runner = ChunkRunner(plan, StageClock(), beacon)
     records = tasks = item_bytes = 0

@@ -34,10 +34,10 @@ import threading
 import time
 from typing import Any
 
-from tpufeed.workers.environment import worker_environment
+from tpufeed.run.workers.environment import worker_environment
 
-_PRELOAD = ("ctypes", "numpy", "cloudpickle", "tpufeed.chunk", "tpufeed.workers.worker",
-            "tpufeed.workers.layout", "tpufeed.sources.array_record", "tpufeed.sources.tfrecord")
+_PRELOAD = ("ctypes", "numpy", "cloudpickle", "tpufeed.run.chunks", "tpufeed.run.workers.worker",
+            "tpufeed.run.workers.layout", "tpufeed.sources.array_record", "tpufeed.sources.tfrecord")
 _HEADER = struct.Struct("<I")
 _STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
 
@@ -68,7 +68,7 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
-                python_running("tpufeed.workers.forkserver", [str(theirs.fileno()),
+                python_running("tpufeed.run.workers.forkserver", [str(theirs.fileno()),
                                                               str(os.getpid())]),
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 env=worker_environment(), close_fds=True)
@@ -82,7 +82,7 @@ class ForkServer:
         self._read = 0
 
     def spawn(self, argv: list[str], fds: list[int]) -> int:
-        """Asks for a worker running `python -m tpufeed.workers.worker` with `argv`, where each
+        """Asks for a worker running `python -m tpufeed.run.workers.worker` with `argv`, where each
         "{i}" in argv stands for the worker's number of `fds[i]`; returns a ticket for `pid`."""
         with self._lock:
             socket.send_fds(self.sock, [_frame(("spawn", argv, sys.path, dict(os.environ),
@@ -324,7 +324,7 @@ def _run_worker(sock: socket.socket, argv: list[str], path: list[str], env: dict
         helper = sys.modules.get("tpufeed.sources._reader_process")
         if helper is not None:  # this server imported array_record and never used it
             helper.claim_native_state()
-        from tpufeed.workers import worker
+        from tpufeed.run.workers import worker
         code = worker.main(argv)
     finally:
         for stream in (sys.stdout, sys.stderr):

@@ -1,45 +1,75 @@
-"""Running a mixture: the components' pieces interleaved by the schedule, in this process.
+"""The mix stage: the pieces of several components interleaved, in the exact proportions of
+the weights, into pieces of the mixture.
 
-Components with workers run their chunks in their own worker pools; the parent takes their
-pieces in order (`ComponentFeed`), picks the outputs of each block by the schedule
-(`MixedPieces`) and hands the mixed pieces (`MixPiece`, which quacks like a `Piece`) to the same
-stream as any pipeline. A batched mixture gathers rows of the components' stacked pieces into
-each batch, or stacks the elements of components run in this process once, in order.
+`Dataset.mix([a, b], weights=[0.7, 0.3], seed=0)` makes each component a whole pipeline of its
+own; `MixedPieces` takes their elements through `Feed`s, a block at a time in the order the
+schedule gives (tpufeed.order.schedule), and makes `MixPiece`s, which the stream stages after
+mix (`pack`, `batch`) read like any piece. A batched mixture gathers rows of the components'
+stacked pieces into each batch, or stacks the elements of components run in this process
+once, in order. `on_end` says what happens when a component ends: "restart" it with its next
+epoch (so the mixture never ends), "stop" the mixture, or "drop" it from the mix.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from tpufeed.ops.stacking import concat, flatten, stack, take, unflatten
-from tpufeed.chunk import ChunkRunner
-from tpufeed.ops.base import Chunk, EpochEnd, Piece
-from tpufeed.order.cursor import Cursor, at_segment_start
 from tpufeed.errors import BatchError, TpufeedError
-from tpufeed.mix import MixCursor, MixPlan
+from tpufeed.ops.base import End, Piece
+from tpufeed.ops.batch import Batch
 from tpufeed.ops.padding import pad_elements
-from tpufeed.plan import Plan
+from tpufeed.ops.stacking import concat, flatten, stack, take, unflatten
+from tpufeed.order.cursor import MixCursor
 from tpufeed.order.schedule import next_components, phases
-from tpufeed.ops.base import StageClock
-from tpufeed.ops.base import Counters
-from tpufeed.stream import ErrorBudget, stream
-from tpufeed.walk import walk
 
+ON_END = ("restart", "stop", "drop")
 _ELEMENT_BLOCK = 64  # outputs mixed at once when the mixture does not batch
 _BLOCKS_AHEAD = 16  # blocks of the schedule computed at once (it depends on the counts only)
 
+Slices = list[tuple[Piece, int, int]]  # (piece, start, stop) of one component, in order
+
 
 @dataclass(frozen=True)
-class MixEnd:
+class Mix:
+    """The mix stage: its components' weights (summing to 1), the schedule's seed, what a
+    component's end does, and the components' names for errors and statistics."""
+
+    weights: tuple[float, ...]
+    seed: int
+    on_end: str
+    labels: tuple[str, ...]
+    kind: ClassVar[str] = "mix"
+
+
+class Feed(Protocol):
+    """One component's elements, in order, a count at a time."""
+
+    available: int  # elements waiting
+
+    def fill(self, n: int) -> int:
+        """Makes `n` elements wait, unless the component ends first; how many wait."""
+
+    def take(self, n: int) -> Slices:
+        """The next `n` waiting elements, as slices of the component's pieces."""
+
+
+@dataclass(frozen=True)
+class MixEnd(End):
     """The end of a mixture ("stop", or every component dropped)."""
 
     cursor: MixCursor
-    epoch = 0
+
+    @property
+    def epoch(self) -> int:
+        return 0
+
+    @property
+    def whole_epoch(self) -> bool:
+        return False  # the components' epochs are theirs to check
 
     def final_cursor(self) -> MixCursor:
         return self.cursor
@@ -47,13 +77,14 @@ class MixEnd:
 
 class MixPiece:
     """Outputs of the mixture, in order: `order[i]` is the component of output i, taken from
-    that component's pieces (`parts`). Quacks like `Piece` for the stream stages."""
+    that component's pieces (`parts`). A `PieceLike`, as the stream stages read pieces; the
+    components' skipped records are charged as their pieces are taken."""
 
-    skipped: tuple = ()
+    skipped: tuple[TpufeedError, ...] = ()
     final = False
     epoch = 0
 
-    def __init__(self, order: np.ndarray, parts: dict[int, list[tuple[Piece, int, int]]],
+    def __init__(self, order: np.ndarray, parts: dict[int, Slices],
                  before: MixCursor, payload: Any):
         self.order, self.parts, self.before, self.payload = order, parts, before, payload
         self.size = len(order)
@@ -111,62 +142,14 @@ class MixPiece:
         raise IndexError(j)
 
 
-class ComponentFeed:
-    """One component's pieces, handed out an element count at a time, in order."""
-
-    def __init__(self, index: int, plan: MixPlan, cursor: Cursor, pieces: Iterator[Any],
-                 counters: Counters):
-        self.index, self.label = index, plan.labels[index]
-        self.plan = plan.components[index]
-        self.pieces = pieces
-        self.budget = ErrorBudget(self.plan.max_errors, counters)
-        self.slices: deque[tuple[Piece, int, int]] = deque()
-        self.available = 0
-        self.ended = False
-        self.made_this_epoch = False
-
-    def fill(self, n: int) -> int:
-        """Reads pieces until `n` elements wait (or the component ends); how many wait."""
-        while self.available < n and not self.ended:
-            step = next(self.pieces, None)
-            if step is None:
-                self.ended = True
-            elif isinstance(step, EpochEnd):
-                if not self.made_this_epoch and at_segment_start(step.cursor) \
-                        and step.cursor.base == 0 and self.plan.epochs is None:
-                    raise TpufeedError(f"mixture component {self.label} made nothing in epoch "
-                                       f"{step.cursor.epoch}, so restarting it would loop forever")
-                self.made_this_epoch = False
-            else:
-                self.budget.charge(step.skipped)
-                if step.size:
-                    self.slices.append((step, 0, step.size))
-                    self.available += step.size
-                    self.made_this_epoch = True
-        return min(n, self.available)
-
-    def take(self, n: int) -> list[tuple[Piece, int, int]]:
-        out = []
-        while n:
-            piece, lo, hi = self.slices[0]
-            k = min(n, hi - lo)
-            out.append((piece, lo, lo + k))
-            if lo + k == hi:
-                self.slices.popleft()
-            else:
-                self.slices[0] = (piece, lo + k, hi)
-            n -= k
-            self.available -= k
-        return out
-
-
 class MixedPieces:
     """The components' pieces, interleaved by the schedule into pieces of the mixture."""
 
-    def __init__(self, plan: MixPlan, start: MixCursor, feeds: list[ComponentFeed]):
-        self.plan, self.start, self.feeds = plan, start, feeds
-        self.phase = phases(plan.seed, len(plan.components))
-        batch = plan.batch if plan.pack is None else None
+    def __init__(self, mix: Mix, batch: Batch | None, start: MixCursor,
+                 feeds: Sequence[Feed]):
+        """`batch`: the batch each mixed piece is stacked into (None: pieces of elements)."""
+        self.mix, self.batch, self.start, self.feeds = mix, batch, start, feeds
+        self.phase = phases(mix.seed, len(feeds))
         self.stacked = batch is not None
         self.block = batch.batch_size if batch is not None else _ELEMENT_BLOCK
 
@@ -175,7 +158,7 @@ class MixedPieces:
         ahead = np.empty(0, np.int64)  # the schedule's next outputs, computed many at once
         while any(cursor.active):
             if len(ahead) < self.block:
-                ahead = next_components(cursor.taken, self.plan.weights, self.phase,
+                ahead = next_components(cursor.taken, self.mix.weights, self.phase,
                                         cursor.active, self.block * _BLOCKS_AHEAD)
             order, ahead = ahead[:self.block], ahead[self.block:]
             wanted = np.bincount(order, minlength=len(self.feeds))
@@ -195,14 +178,14 @@ class MixedPieces:
                 yield piece
             if short:
                 ahead = np.empty(0, np.int64)  # the schedule changes with the active set
-                if self.plan.on_end == "stop":
+                if self.mix.on_end == "stop":
                     cursor = cursor._replace(active=(False,) * len(cursor.active))
                 else:  # "drop" ("restart" components never end: their epochs repeat)
                     cursor = cursor._replace(active=tuple(
                         a and i not in short for i, a in enumerate(cursor.active)))
         yield MixEnd(cursor)
 
-    def _payload(self, order: np.ndarray, parts: dict[int, list[tuple[Piece, int, int]]]) -> Any:
+    def _payload(self, order: np.ndarray, parts: dict[int, Slices]) -> Any:
         """The outputs in order: a list, or (a batched mixture) stacked. Components run here
         hand over elements, stacked once, in order; components with workers hand over rows
         stacked in shared memory, gathered into place."""
@@ -232,8 +215,8 @@ class MixedPieces:
 
     def _stack(self, values: list[Any], order: np.ndarray) -> Any:
         """`values` (the outputs of components `order`) stacked, padded as the batch says."""
-        describe = lambda i: f"an element of mixture component {self.plan.labels[order[i]]}"  # noqa: E731
-        batch = self.plan.batch
+        describe = lambda i: f"an element of mixture component {self.mix.labels[order[i]]}"  # noqa: E731
+        batch = self.batch
         if batch is None:
             raise TpufeedError("a mixture stacks its elements only under batch()")
         if batch.pad:
@@ -243,7 +226,7 @@ class MixedPieces:
         except BatchError as error:
             components = sorted(set(order.tolist()))
             if len(components) > 1:
-                names = " and ".join(self.plan.labels[c] for c in components)
+                names = " and ".join(self.mix.labels[c] for c in components)
                 raise BatchError(f"mixture components {names} make elements that do not batch "
                                  f"together: {error}; make them alike in each component's map") from None
             raise
@@ -261,8 +244,8 @@ class MixedPieces:
                 for a, o in zip(their, outs))
             if mismatch:
                 raise BatchError(
-                    f"mixture components {self.plan.labels[first]} and "
-                    f"{self.plan.labels[component]} make elements that do not batch together: "
+                    f"mixture components {self.mix.labels[first]} and "
+                    f"{self.mix.labels[component]} make elements that do not batch together: "
                     f"{_describe(leaves)} against {_describe(their)}; make them alike in each "
                     "component's map")
             slots = np.flatnonzero(order == component)
@@ -271,7 +254,7 @@ class MixedPieces:
         return unflatten(treedef, outs)
 
 
-def _release(parts: dict[int, list[tuple[Piece, int, int]]]) -> None:
+def _release(parts: dict[int, Slices]) -> None:
     """Lets go of elements once stacked, while they are still in the CPU's caches (freed with
     their piece, a batch or two later, they cost about twice as much)."""
     for slices in parts.values():
@@ -281,53 +264,3 @@ def _release(parts: dict[int, list[tuple[Piece, int, int]]]) -> None:
 
 def _describe(leaves: list[Any]) -> str:
     return ", ".join(f"{np.asarray(leaf).dtype}{list(np.shape(leaf)[1:])}" for leaf in leaves)
-
-
-@dataclass
-class MixProducer:
-    """Runs a mixture in this process (components with workers run their chunks in them);
-    `items()` yields (item, MixCursor after it, stream stages' state then)."""
-
-    plan: MixPlan
-    cursor: MixCursor
-    counters: Counters
-    clock: StageClock
-    stages: dict[str, Any] | None = None
-
-    def items(self) -> Generator[tuple[Any, MixCursor, dict[str, Any] | None], None, None]:
-        sources, pools = [], []
-        try:
-            for i, (plan, cursor) in enumerate(zip(self.plan.components, self.cursor.cursors)):
-                workers = self.plan.workers[i]
-                if workers:
-                    from tpufeed.workers.engine import ParallelProducer
-                    parallel = ParallelProducer(plan, cursor, workers, 0, self.counters, self.clock)
-                    pools.append(parallel.start())
-                    sources.append(parallel.pieces(pools[-1]))
-                else:
-                    sources.append(_pieces_here(plan, cursor, self.clock))
-            feeds = [ComponentFeed(i, self.plan, c, s, self.counters)
-                     for i, (c, s) in enumerate(zip(self.cursor.cursors, sources))]
-            yield from stream(self.plan, iter(MixedPieces(self.plan, self.cursor, feeds)),
-                              self.counters, self.clock, self.cursor, self.stages, self.reread)
-        finally:
-            for pool in pools:
-                pool.close()
-
-    def reread(self, records: list[tuple[int, ...]]) -> dict[tuple[int, ...], list[Any]]:
-        """Every output of the (component, epoch, position) records, read again."""
-        found: dict[tuple[int, ...], list[Any]] = {}
-        groups: dict[tuple[int, int], list[int]] = {}
-        for component, epoch, position in records:
-            groups.setdefault((component, epoch), []).append(position)
-        for (component, epoch), positions in groups.items():
-            runner = ChunkRunner(self.plan.components[component], self.clock)
-            for position, outs in runner.outputs(epoch, positions).items():
-                found[(component, epoch, position)] = outs
-        return found
-
-
-def _pieces_here(plan: Plan, cursor: Cursor, clock: StageClock) -> Iterator[Piece | EpochEnd]:
-    runner = ChunkRunner(plan, clock)
-    for step in walk(plan, cursor):
-        yield runner.run_chunk(step) if isinstance(step, Chunk) else step

@@ -1,7 +1,7 @@
-"""ParallelProducer: the in-process executor with its chunks run in worker processes.
+"""WorkerExecutor: a run's chunks run in worker processes.
 
-The walk, the chunk runner and the stream are the in-process executor's (pipeline.py); only
-where chunks run differs. Answers are consumed in task order, so the output is the same item for
+The walk and the chunk runner are the in-process executor's (tpufeed.run.executor); only where
+chunks run differs. Answers are consumed in task order, so the output is the same item for
 item as with no workers; they are received as they come. A worker is given a task when it has
 fewer than two unanswered and a free slot for the answer, so one that falls behind (descheduled,
 slower records) gets fewer tasks and never holds the others up. Batched pipelines' pieces are
@@ -14,26 +14,22 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
-from tpufeed.chunk import ChunkRunner, WarmPieces
-from tpufeed.ops.base import Chunk, EpochEnd, Piece
-from tpufeed.order.cursor import Cursor
 from tpufeed.errors import InputTimeoutError
-from tpufeed.autotune import cpu_count
-from tpufeed.plan import Plan
-from tpufeed.ops.base import StageClock, now
-from tpufeed.ops.base import Counters
-from tpufeed.stream import stream
-from tpufeed.walk import walk
-from tpufeed.watch import beacon_at, labels_of, timed_out
-from tpufeed.workers.layout import read_batch, read_elements
-from tpufeed.workers.leases import Leases
-from tpufeed.workers.messages import Answer, Failure, encode_free, encode_task
-from tpufeed.workers.pool import WorkerPool, rebuild_error
-from tpufeed.workers.slots import segment_prefix
+from tpufeed.ops.base import Chunk, EpochEnd, Piece, Reread, StageClock, now
+from tpufeed.order.cursor import Cursor
+from tpufeed.run.chunks import ChunkRunner, WarmPieces, reread
+from tpufeed.run.plan import Plan
+from tpufeed.run.resources import cpu_count
+from tpufeed.run.walk import walk
+from tpufeed.run.watch import beacon_at, labels_of, timed_out
+from tpufeed.run.workers.layout import read_batch, read_elements
+from tpufeed.run.workers.leases import Leases
+from tpufeed.run.workers.messages import Answer, Failure, encode_free, encode_task
+from tpufeed.run.workers.pool import WorkerPool, rebuild_error
+from tpufeed.run.workers.slots import segment_prefix
 
 _QUEUED_PER_WORKER = 2  # one task running, one waiting, so a worker never waits for the parent
 _KEPT_BY_CONSUMER = 4  # batches a training loop may hold past its step and still get lent
@@ -182,15 +178,13 @@ class _Dealer:
 
 
 @dataclass
-class ParallelProducer:
+class WorkerExecutor:
     plan: Plan
     cursor: Cursor
     workers: int
     prefetch: int
-    counters: Counters = field(default_factory=Counters)
     clock: StageClock = field(default_factory=StageClock)
     max_prefetch: int = 0  # slots are sized for this depth; segments are made only when used
-    stages: dict[str, Any] | None = None  # stream stages' state to restore
     isolate: bool = False  # no chunk runs in this process, even while workers start
     timeout_s: float | None = None  # the longest wait for one chunk's answer (isolates)
     warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
@@ -220,25 +214,28 @@ class ParallelProducer:
         self.depth = max(1, prefetch) + 2 * self.workers
         return self.depth
 
+    def deepen(self, prefetch: int) -> None:
+        self.depth_for(prefetch)
+
     def start(self) -> WorkerPool:
         """Starts the workers now, so they boot while the caller does other work."""
-        init = {"plan": self.plan, "slots": self.slots_per_worker, "count": self.workers,
-                "watch": self.timeout_s is not None}
-        pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
-        self._pool = pool
-        return pool
+        if self._pool is None:
+            init = {"plan": self.plan, "slots": self.slots_per_worker, "count": self.workers,
+                    "watch": self.timeout_s is not None}
+            self._pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
+        return self._pool
 
-    def items(self, pool: WorkerPool | None = None
-              ) -> Generator[tuple[Any, Cursor, dict[str, Any] | None], None, None]:
-        pool = pool or self.start()
-        try:
-            yield from stream(self.plan, self.pieces(pool), self.counters, self.clock,
-                              self.cursor, self.stages)
-        finally:
-            pool.close()
+    def reread(self) -> Reread:
+        return reread(self.plan, self.cursor.epoch, self.clock)
 
-    def pieces(self, pool: WorkerPool) -> Iterator[Piece | EpochEnd]:
+    def close(self) -> None:
+        """Stops the workers and frees their shared memory (batches still lent stay valid)."""
+        if self._pool is not None:
+            self._pool.close()
+
+    def pieces(self) -> Iterator[Piece | EpochEnd]:
         """The plan's pieces in order, their chunks run by the pool's workers."""
+        pool = self.start()
         isolate = self.isolate or self.timeout_s is not None
         # The parent runs chunks itself when it would otherwise wait: on a core of its own, or
         # while the workers are still cold. Where warm workers fill every core it would only

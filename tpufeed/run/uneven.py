@@ -35,9 +35,9 @@ import numpy as np
 
 from tpufeed.order.cursor import Cursor, epoch_start
 from tpufeed.errors import InvalidArgumentError, TpufeedError
-from tpufeed.plan import Plan
+from tpufeed.run.plan import Plan
 from tpufeed.ops.base import now
-from tpufeed.stats import PipelineStats
+from tpufeed.run.stats import PipelineStats
 
 UNEVEN = ("shortest", "pad")
 MASK = "mask"
@@ -96,8 +96,10 @@ class EvenHosts(Iterator[Any]):
         self._inner, self._uneven, self._agreement = inner, uneven, agreement
         self._hosts, self._batch_size, self._template_source = hosts, batch_size, template
         self._state = inner.get_state()
-        self._epoch = self._state["epoch"]  # the epoch all hosts are running: the same on all
-        self._ahead: deque[tuple[Any, dict]] = deque()  # items taken from `inner`, not handed out
+        self._epoch = inner.epoch  # the epoch all hosts are running: the same on all
+        self._delivered_epoch = self._epoch  # the epoch of the last item handed out
+        # Items taken from `inner`, not handed out: (item, state after it, its epoch).
+        self._ahead: deque[tuple[Any, dict[str, Any], int]] = deque()
         self._ended = False
         self._steps: deque[bool] = deque()  # agreed steps: True hands an item, False pads
         self._after_steps = ""  # what the agreed steps end with: "", "cut" or "next epoch"
@@ -145,8 +147,8 @@ class EvenHosts(Iterator[Any]):
         """Full items of the running epoch held ready, up to LOOKAHEAD."""
         count = 0
         while count < LOOKAHEAD and count < self._fill(count + 1):
-            item, state = self._ahead[count]
-            if state["epoch"] != self._epoch or not self._full(item):
+            item, _, epoch = self._ahead[count]
+            if epoch != self._epoch or not self._full(item):
                 break
             count += 1
         return count
@@ -159,7 +161,7 @@ class EvenHosts(Iterator[Any]):
             except StopIteration:
                 self._ended = True
                 break
-            self._ahead.append((item, self._inner.get_state()))
+            self._ahead.append((item, self._inner.get_state(), self._inner.epoch))
             if self._template is None:
                 self._template = item
         return len(self._ahead)
@@ -175,6 +177,10 @@ class EvenHosts(Iterator[Any]):
             cut_batches=self.cut_batches, padded_batches=self.padded_batches,
             padded_rows=stats.padded_rows + self.padded_rows, agreements=self.agreements,
             agreement_seconds=self.agreement_seconds)
+
+    @property
+    def epoch(self) -> int:
+        return self._delivered_epoch
 
     @property
     def records_delivered(self) -> int:
@@ -194,7 +200,7 @@ class EvenHosts(Iterator[Any]):
         self.close()
 
     def _deliver(self) -> Any:
-        item, self._state = self._ahead.popleft()
+        item, self._state, self._delivered_epoch = self._ahead.popleft()
         if self._uneven != "pad":
             return item
         size, rows = self._padded_size(), _rows(item)
@@ -223,8 +229,8 @@ class EvenHosts(Iterator[Any]):
 
     def _drop_epoch(self) -> None:
         """Drops what is left of the epoch being run (counted), then runs the next."""
-        while self._fill(1) and self._ahead[0][1]["epoch"] == self._epoch:
-            item, _ = self._ahead.popleft()
+        while self._fill(1) and self._ahead[0][2] == self._epoch:
+            item, _, _ = self._ahead.popleft()
             self.cut_batches += 1
             self.cut_records += _rows(item)
         self._epoch += 1
@@ -318,7 +324,7 @@ class JaxAgreement:
             raise InvalidArgumentError(
                 f"the {hosts} hosts of this run make different numbers of batches and must agree "
                 "at each step: call jax.distributed.initialize() first, or pass "
-                "agreement= (a tpufeed.uneven.HostAgreement)")
+                "agreement= (a tpufeed.run.uneven.HostAgreement)")
         if jax.process_count() != hosts:
             raise InvalidArgumentError(
                 f"the pipeline is sharded over {hosts} hosts but jax.distributed runs "

@@ -17,7 +17,7 @@ import numpy as np
 from tpufeed.ops.base import Chunk, EpochEnd
 from tpufeed.order.cursor import Cursor, epoch_start
 from tpufeed.order.permutation import records_at
-from tpufeed.plan import Plan
+from tpufeed.run.plan import Plan
 
 _BLOCK = 8192  # units announced to the source at once
 _SPAN_BLOCKS = 8  # blocks whose records are computed at once

@@ -10,24 +10,12 @@ batch.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed._words import plural
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
 PARENT_STAGES = ("transfer", "to_device")
-
-
-def rss_bytes(pid: int) -> int:
-    """Resident memory of a process (Linux /proc; 0 where unavailable)."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""A worker process: `python -m tpufeed.workers.worker TASK_FD RESULT_FD PARENT_PID BEACON_FD`.
+"""A worker process: `python -m tpufeed.run.workers.worker TASK_FD RESULT_FD PARENT_PID BEACON_FD`.
 
 Started as a fresh interpreter (not forked, and without re-importing the user's `__main__`, so a
 script's top-level `jax.distributed.initialize()` never runs twice). It receives the pipeline
@@ -16,8 +16,8 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tpufeed.workers.environment import forget_blas_default
-from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, Stop, Task, decode,
+from tpufeed.run.workers.environment import forget_blas_default
+from tpufeed.run.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, Stop, Task, decode,
                                       encode_answer)
 
 _WATCH_S = 0.2  # how often a worker checks that its parent is alive
@@ -94,10 +94,10 @@ def _unsendable(exc: Exception, task: Task) -> Exception:
 class Worker:
     def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any],
                  beacon_fd: int):
-        from tpufeed.chunk import ChunkRunner
+        from tpufeed.run.chunks import ChunkRunner
         from tpufeed.ops.base import StageClock
-        from tpufeed.watch import beacon_at, beacon_map, labels_of
-        from tpufeed.workers.slots import WorkerSlots
+        from tpufeed.run.watch import beacon_at, beacon_map, labels_of
+        from tpufeed.run.workers.slots import WorkerSlots
 
         self.tasks, self.results = tasks, results
         self.index = init["index"]
@@ -144,7 +144,7 @@ class Worker:
         import numpy as np
 
         from tpufeed.errors import WorkerError
-        from tpufeed.workers.layout import write_batch, write_elements, write_stacked
+        from tpufeed.run.workers.layout import write_batch, write_elements, write_stacked
 
         slot: list[Any] = [None, None]
 

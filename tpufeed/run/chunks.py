@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import SourceError, TpufeedError
-from tpufeed.mix import MixPlan
-from tpufeed.ops.base import Chunk, Context, Elements, Piece, StageClock, now, stage_names
+from tpufeed.ops.base import Chunk, Context, Elements, Piece, Reread, StageClock, now, stage_names
+from tpufeed.ops.batch import Batch
+from tpufeed.ops.item_stages import ItemStages
 from tpufeed.ops.padding import pad_elements
 from tpufeed.ops.stacking import stack
 from tpufeed.order.permutation import records_at
 from tpufeed.order.rng import RecordRngs
-from tpufeed.plan import Plan
+from tpufeed.run.plan import Plan
 from tpufeed.sources.view import SourceView
 
 Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describe) -> batch
@@ -59,12 +60,13 @@ class ChunkRunner:
     shared-memory slot); `placer` moves an already stacked batch there.
     """
 
-    def __init__(self, plan: Plan | MixPlan, clock: StageClock, beacon: Any = None):
+    def __init__(self, plan: Plan, clock: StageClock, beacon: Any = None):
         self.plan, self.clock, self.beacon = plan, clock, beacon
         self.labels = stage_names(plan.head)
-        self.tail_labels = stage_names(plan.tail, " on batches")
         self.splits = any(stage.splits for stage in plan.head)
         self.tolerant = plan.max_errors > 0
+        self.after_batch = ItemStages(plan.tail, plan.source, plan.rng_seed, clock,
+                                      self.tolerant, beacon)
         self._rngs: dict[int, RecordRngs] = {}
 
     def context(self, epoch: int, records: list[int]) -> Context:
@@ -98,8 +100,6 @@ class ChunkRunner:
         context = self.context(epoch, records)
         if beacon is not None and records:
             beacon.at("read", records[0])
-        if not isinstance(plan.source, SourceView):
-            raise TpufeedError("a mixture's records are read by its components' runners")
         values, units = read(plan.source, indices, self.clock, context.skipped)
         elements = Elements(values, units)
         for stage, label in zip(plan.head, self.labels):
@@ -114,38 +114,43 @@ class ChunkRunner:
         if plan.batch is None or plan.pack is not None:
             piece.payload = values  # elements: unbatched, or packed in order by the parent
         elif values:
-            describe = lambda i: plan.source.describe(records[elements.units[i]])  # noqa: E731
-            if plan.batch.pad:  # to each key's bucket if this is the batch, else the longest
-                values = pad_elements(values, plan.batch.pad, plan.batch.cut,
-                                      fixed=not plan.fused, describe=describe)
-            started = now()
-            if beacon is not None:
-                beacon.at("batch", records[0])
-            if plan.fused and plan.tail:
-                batch = stack(values, describe)
-                self.clock.add("batch", now() - started, len(values))
-                batch = self.finish(batch, records[0], epoch, piece.skipped)
-                piece.payload = placer(batch) if batch is not None else None
-            else:
-                piece.payload = stacker(values, describe)
-                self.clock.add("batch", now() - started, len(values))
+            piece.payload = self._stack(plan.batch, values, records, elements.units, epoch,
+                                        piece.skipped, stacker, placer)
             piece.final = plan.fused
         if beacon is not None:
             beacon.idle()
         return piece
 
-    def finish(self, batch: Any, first_record: int, epoch: int,
-               skipped: list[TpufeedError]) -> Any | None:
-        """Runs the stages after `batch` on one batch; None if they drop it (errors, if
-        tolerant, go to `skipped`)."""
-        if not self.plan.tail:
-            return batch
-        context = self.context(epoch, [first_record])
-        elements = Elements([batch], [0])
-        for stage, label in zip(self.plan.tail, self.tail_labels):
-            elements = stage.run(elements, context, label)
-        skipped += context.skipped or []
-        return elements.values[0] if elements.values else None
+    def _stack(self, batch: Batch, values: list[Any], records: list[int], units: list[int],
+               epoch: int, skipped: list[TpufeedError], stacker: Stacker, placer: Placer) -> Any:
+        """The survivors of a chunk stacked: a piece for the stream stage to cut batches from,
+        or (a fused plan) the whole batch, with the stages after batch run on it."""
+        plan = self.plan
+        describe = lambda i: plan.source.describe(records[units[i]])  # noqa: E731
+        if batch.pad:  # to each key's bucket if this is the batch, else the longest
+            values = pad_elements(values, batch.pad, batch.cut, fixed=not plan.fused,
+                                  describe=describe)
+        started = now()
+        if self.beacon is not None:
+            self.beacon.at("batch", records[0])
+        if not (plan.fused and plan.tail):
+            stacked = stacker(values, describe)
+            self.clock.add("batch", now() - started, len(values))
+            return stacked
+        whole = stack(values, describe)
+        self.clock.add("batch", now() - started, len(values))
+        whole = self.after_batch.run(whole, records[0], epoch, skipped)
+        return placer(whole) if whole is not None else None
+
+
+def reread(plan: Plan, epoch: int, clock: StageClock) -> Reread:
+    """Reads the outputs of records named by their epoch position in `epoch` again."""
+    runner = ChunkRunner(plan, clock)
+
+    def outputs(records: list[tuple[int, ...]]) -> dict[tuple[int, ...], list[Any]]:
+        found = runner.outputs(epoch, [r[0] for r in records])
+        return {(position,): outs for position, outs in found.items()}
+    return outputs
 
 
 def _outputs(elements: Elements, skips: np.ndarray | None) -> tuple[Elements, list[int], list[bool]]:

@@ -16,12 +16,12 @@ import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
-from tpufeed.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, decode_result,
+from tpufeed.run.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, decode_result,
                                       encode_start, encode_stop)
-from tpufeed.watch import beacon_file, beacon_map
-from tpufeed.workers.environment import worker_environment
-from tpufeed.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
-from tpufeed.workers.slots import SlotMaps
+from tpufeed.run.watch import beacon_file, beacon_map
+from tpufeed.run.workers.environment import worker_environment
+from tpufeed.run.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
+from tpufeed.run.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
 _POLL_S = 0.5
@@ -53,7 +53,7 @@ class WorkerPool:
                 result_r, result_w = os.pipe()
                 proc = (_forked(server, task_r, result_w, self._beacon_fd) if server is not None
                         else subprocess.Popen(
-                            python_running("tpufeed.workers.worker",
+                            python_running("tpufeed.run.workers.worker",
                                            [str(task_r), str(result_w), str(os.getpid()),
                                             str(self._beacon_fd)]),
                             pass_fds=(task_r, result_w, self._beacon_fd),

@@ -10,23 +10,20 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
-from tpufeed._prefetch import ThreadPrefetcher
+from tpufeed.ops.base import Counters, StageClock, now
 from tpufeed.order.cursor import Cursor
-from tpufeed.pipeline import Producer
-from tpufeed.plan import Plan
-from tpufeed.ops.base import Counters
-from tpufeed.autotune import MAX_PREFETCH, Tuning
-from tpufeed.mix import MixPlan
-from tpufeed.mixing import MixProducer
-from tpufeed.ops.base import StageClock, now
-from tpufeed.stats import PipelineStats, StageStats, rss_bytes
-from tpufeed.watch import Beacon, labels_of, timed_out
-
-if TYPE_CHECKING:
-    from tpufeed.workers.engine import ParallelProducer
+from tpufeed.run.autotune import MAX_PREFETCH, Tuning
+from tpufeed.run.executor import Executor
+from tpufeed.run.plan import MixPlan, StreamPlan
+from tpufeed.run.prefetch import ThreadPrefetcher
+from tpufeed.run.resources import rss_bytes
+from tpufeed.run.resume import Start
+from tpufeed.run.stats import PipelineStats, StageStats
+from tpufeed.run.stream import stream
+from tpufeed.run.watch import Beacon, timed_out
 
 _ADAPT_EVERY = 16  # items between prefetch adjustments
 
@@ -42,9 +39,13 @@ class Run(Protocol):
     def records_delivered(self) -> int: ...
     @property
     def dropped_records(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
 
 
-Start = Callable[[Any], Callable[[], Run]]  # state -> (checked) launcher of a run from it
+# A state -> a run's launcher: checks the state (raising StateError before anything starts),
+# and returns what starts the run there.
+Launch = Callable[[Any], Callable[[], Run]]
 
 
 class DatasetIterator(Iterator[Any]):
@@ -56,11 +57,11 @@ class DatasetIterator(Iterator[Any]):
     >>> it.set_state(state)     # the next batch is the second one again  # doctest: +SKIP
     """
 
-    def __init__(self, start: Start, state: Any = None):
-        self._start = start
+    def __init__(self, launch: Launch, state: Any = None):
+        self._launch = launch
         self._lock = threading.Lock()
         self._closed = True  # until the first run starts
-        self._run: Run = start(state)()
+        self._run: Run = launch(state)()
         self._closed = False
 
     def __iter__(self) -> DatasetIterator:
@@ -84,7 +85,7 @@ class DatasetIterator(Iterator[Any]):
         and prefetch stop, and nothing they made ahead is delivered. Works on a closed or
         finished iterator too. In a multi-host run every host calls it at the same step."""
         with self._lock:
-            launch = self._start(state)
+            launch = self._launch(state)
             self.close()
             self._run = launch()
             self._closed = False
@@ -124,46 +125,29 @@ class DatasetIterator(Iterator[Any]):
 
 
 class PipelineRun(Iterator[Any]):
-    """One run of a plan from a cursor: the producer, its workers or prefetch thread, and the
-    exact position of what `__next__` has returned."""
+    """One run of a plan from a start: its executor's pieces through the stream stages (on a
+    prefetch thread, `prefetch` ahead, where the executor runs chunks here), and the exact
+    position of what `__next__` has returned. Every executor's run is this one."""
 
-    def __init__(self, plan: Plan | MixPlan, cursor: Any, prefetch: int = 0, workers: int = 0,
-                 tuning: Tuning | None = None, adapt_prefetch: bool = False,
-                 stages: dict[str, Any] | None = None, isolate: bool = False,
-                 timeout_s: float | None = None):
+    def __init__(self, plan: StreamPlan, start: Start,
+                 executor: Callable[[Counters, StageClock], Executor], prefetch: int = 0,
+                 workers: int = 0, tuning: Tuning | None = None, adapt_prefetch: bool = False,
+                 timeout_s: float | None = None, beacon: Beacon | None = None):
         self._plan = plan
-        self._cursor, self._stages = cursor, stages
-        self._counters = Counters()
-        self._clock = StageClock()
-        self._prefetcher: ThreadPrefetcher | None = None
-        self._parallel: ParallelProducer | None = None
-        self._items: Generator[tuple[Any, Any, dict[str, Any] | None], None, None]
+        self._position, self._stages = start.position, start.stages
+        self._counters, self._clock = Counters(), StageClock()
         self._workers, self._prefetch = workers, prefetch
         self._tuning, self._adapt = tuning, adapt_prefetch
+        self._timeout_s, self._beacon = timeout_s, beacon
         self._window_start, self._window_wait = now(), 0.0
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._closed = True  # until construction succeeds
-        self._timeout_s, self._beacon = timeout_s, None
-        if isinstance(plan, MixPlan):
-            self._items = MixProducer(plan, cursor, self._counters, self._clock, stages).items()
-            if prefetch > 0:
-                self._prefetcher = ThreadPrefetcher(self._items, prefetch)
-        elif workers > 0:
-            from tpufeed.workers.engine import ParallelProducer
-            self._parallel = ParallelProducer(plan, cursor, workers, prefetch, self._counters,
-                                              self._clock,
-                                              max_prefetch=MAX_PREFETCH if adapt_prefetch else prefetch,
-                                              stages=stages, isolate=isolate, timeout_s=timeout_s,
-                                              warm=tuning.warm if tuning is not None else ())
-            self._items = self._parallel.items(self._parallel.start())
-        else:
-            if timeout_s is not None:  # the work leaves this thread, so a wait can end
-                self._beacon = Beacon(labels_of(plan))
-                self._prefetch = prefetch = max(1, prefetch)
-            self._items = Producer(plan, cursor, self._counters, self._clock, stages,
-                                   self._beacon, tuning.warm if tuning is not None else ()).items()
-            if prefetch > 0:
-                self._prefetcher = ThreadPrefetcher(self._items, prefetch)
+        self._executor = executor(self._counters, self._clock)
+        reread = self._executor.reread() if start.stages else None
+        self._items = stream(plan, self._executor.pieces(), self._counters, self._clock,
+                             start.stages, reread)
+        self._prefetcher = ThreadPrefetcher(self._items, prefetch) if prefetch and not workers \
+            else None
         self._closed = False
 
     def __iter__(self) -> PipelineRun:
@@ -175,14 +159,17 @@ class PipelineRun(Iterator[Any]):
         started = now()
         try:
             if self._prefetcher is not None:
-                item, cursor, stages = self._get(self._prefetcher)
+                item, position, stages = self._get(self._prefetcher)
             else:
-                item, cursor, stages = next(self._items)
+                item, position, stages = next(self._items)
+        except BaseException:  # the end, or an error: the workers stop now, not when collected
+            self.close()
+            raise
         finally:
             waited = now() - started
             self._waited += waited
             self._window_wait += waited
-        self._cursor, self._stages = cursor, stages
+        self._position, self._stages = position, stages
         self._delivered += 1
         if self._adapt and self._delivered % _ADAPT_EVERY == 0:
             self._adapt_prefetch()
@@ -197,13 +184,18 @@ class PipelineRun(Iterator[Any]):
             if self._timeout_s is None:  # only a wait with a timeout ends empty
                 raise
             error = timed_out(self._timeout_s, "the prefetch thread", self._beacon,
-                              self._plan.source)
+                              self._plan.names)
             self.close()
             raise error from None
 
     def get_state(self) -> dict[str, Any]:
         """The position right after the last item returned."""
-        return self._plan.state_of(self._cursor, self._stages)
+        return self._plan.state_of(self._position, self._stages)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the last item returned (a mixture's is 0: its components have theirs)."""
+        return self._position.epoch if isinstance(self._position, Cursor) else 0
 
     def _adapt_prefetch(self) -> None:
         """Deepens prefetch while the consumer waits more than 10% of the time, within budget."""
@@ -217,31 +209,29 @@ class PipelineRun(Iterator[Any]):
         self._prefetch = deeper
         if self._prefetcher is not None:
             self._prefetcher.deepen(deeper)
-        elif self._parallel is not None:
-            self._parallel.depth_for(deeper)
+        else:
+            self._executor.deepen(deeper)
 
     def stats(self) -> PipelineStats:
         """Per-stage times and rates, the consumer's wait, queue depth and memory, so far."""
-        parallel = self._parallel
         workers = self._workers
         stages = {}
         for name, seconds in list(self._clock.seconds.items()):
             procs = 1 if name == "transfer" or workers == 0 else workers
             stages[name] = StageStats(seconds, self._clock.records[name], procs)
-        if self._prefetcher is not None:
-            depth = self._prefetcher.depth()
-        else:
-            depth = parallel.queue_depth if parallel is not None else 0
-        pids = [os.getpid()] + (parallel.worker_pids if parallel is not None else [])
+        depth = (self._prefetcher.depth() if self._prefetcher is not None
+                 else self._executor.queue_depth)
+        pids = [os.getpid()] + self._executor.worker_pids
+        counters = self._counters
         return PipelineStats(
             wall_seconds=now() - self._started, wait_seconds=self._waited,
             batches=self._delivered, records=self._records, workers=workers,
             prefetch=self._prefetch, queue_depth=depth,
             memory_bytes=sum(rss_bytes(pid) for pid in pids),
-            dropped_records=self._counters.dropped_records, errors=self._counters.errors,
-            padded_rows=self._counters.padded_rows,
-            pack_fill=(self._counters.pack_tokens / self._counters.pack_capacity
-                       if self._counters.pack_capacity else None),
+            dropped_records=counters.dropped_records, errors=counters.errors,
+            padded_rows=counters.padded_rows,
+            pack_fill=(counters.pack_tokens / counters.pack_capacity
+                       if counters.pack_capacity else None),
             stages=stages, tuning=self._tuning.reason if self._tuning is not None else None,
             mixture=self._mixture_stats())
 
@@ -249,10 +239,11 @@ class PipelineRun(Iterator[Any]):
         """Per component of a mixture: elements taken into it, their share, the weight."""
         if not isinstance(self._plan, MixPlan):
             return None
-        taken = self._cursor.taken
+        taken = self._position.taken
         total = sum(taken) or 1
+        mix = self._plan.mix
         return [{"component": label, "taken": t, "share": t / total, "weight": w}
-                for label, t, w in zip(self._plan.labels, taken, self._plan.weights)]
+                for label, t, w in zip(mix.labels, taken, mix.weights)]
 
     @property
     def records_delivered(self) -> int:
@@ -269,13 +260,17 @@ class PipelineRun(Iterator[Any]):
         if self._closed:
             return
         self._closed = True
-        if self._prefetcher is not None:
-            self._prefetcher.close()
-        else:
-            self._items.close()
+        try:
+            if self._prefetcher is not None:
+                self._prefetcher.close()
+            else:
+                self._items.close()
+        finally:
+            self._executor.close()
 
     def __del__(self) -> None:
-        self.close()
+        if hasattr(self, "_closed"):  # construction may have failed before it was set
+            self.close()
 
 
 def _record_count(batch: Any) -> int:

@@ -57,7 +57,7 @@ def labels_of(plan: Any) -> list[str]:
 def beacon_file(count: int) -> int:
     """An unlinked file for `count` idle beacons (an fd to pass to workers; nothing to clean
     up)."""
-    from tpufeed.workers.slots import SHM_DIR
+    from tpufeed.run.workers.slots import SHM_DIR
     path = os.path.join(SHM_DIR, f"tpufeed-{os.getpid()}-beacons-{os.urandom(4).hex()}")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     os.unlink(path)

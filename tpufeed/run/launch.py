@@ -1,0 +1,96 @@
+"""Starting a run: the settings of a pipeline decide its executor, and nothing else.
+
+`RunSettings` are the pipeline-wide choices of `Dataset.workers`, `.prefetch` and `.options`;
+`launcher` turns a plan and its settings into what `DatasetIterator` starts runs with: a state
+is read and checked first (tpufeed.run.resume), then the run is made, in worker processes, in
+this process (on a prefetch thread where asked), or as a mixture, and wrapped so that the hosts
+end together where asked (tpufeed.run.uneven).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.ops.base import Counters, StageClock
+from tpufeed.run.autotune import AUTO, MAX_PREFETCH, Options, choose
+from tpufeed.run.executor import Executor, InProcessExecutor
+from tpufeed.run.iterator import Launch, PipelineRun, Run
+from tpufeed.run.mixture import MixtureExecutor
+from tpufeed.run.plan import MixPlan, Plan, StreamPlan
+from tpufeed.run.resume import Start, resume
+from tpufeed.run.uneven import HostAgreement, check_uneven, end_together
+from tpufeed.run.watch import Beacon, labels_of
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Where a pipeline's chunks run and how far ahead: `workers` and `prefetch` (a number, or
+    "auto"), `isolate` (no chunk in this process), and `options` (RAM budget, timeout)."""
+
+    workers: int | str = 0
+    prefetch: int | str = 0
+    isolate: bool = False
+    options: Options = field(default_factory=Options)
+
+
+def launcher(plan: StreamPlan, settings: RunSettings, uneven: str | None,
+             agreement: HostAgreement | None, template: Callable[[], Any]) -> Launch:
+    """What `DatasetIterator` starts its runs with, from any state of `plan`. `template` makes
+    an item to pad from, for `uneven="pad"`."""
+    check_uneven(uneven)
+
+    def launch(state: Any) -> Callable[[], Run]:
+        start = resume(plan, state)  # a bad state fails here, before any work
+        return lambda: end_together(lambda: start_run(plan, start, settings), plan,
+                                    start.position, uneven, agreement, template)
+    return launch
+
+
+def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> PipelineRun:
+    """A run of `plan` from `start`, its executor chosen by `settings`."""
+    if isinstance(plan, MixPlan):
+        return _mixture_run(plan, start, settings)
+    if not isinstance(plan, Plan):
+        raise TypeError(f"no run for a {type(plan).__name__}")
+    timeout_s = settings.options.timeout_s
+    tuning = None
+    if isinstance(settings.workers, int) and isinstance(settings.prefetch, int):
+        workers, prefetch = settings.workers, settings.prefetch
+    else:  # "auto": measured
+        tuning = choose(plan, start.position, settings.workers, settings.prefetch,
+                        settings.options)
+        workers, prefetch = tuning.workers, tuning.prefetch
+    adapt = settings.prefetch == AUTO
+    warm = tuning.warm if tuning is not None else ()
+    position = start.position
+    if workers > 0:
+        from tpufeed.run.workers.engine import WorkerExecutor  # imported when workers run
+
+        def in_workers(counters: Counters, clock: StageClock) -> Executor:
+            return WorkerExecutor(plan, position, workers, prefetch, clock,
+                                  max_prefetch=MAX_PREFETCH if adapt else prefetch,
+                                  isolate=settings.isolate, timeout_s=timeout_s, warm=warm)
+        return PipelineRun(plan, start, in_workers, prefetch, workers, tuning, adapt, timeout_s)
+    beacon = None
+    if timeout_s is not None:  # the work leaves this thread, so a wait can end
+        beacon = Beacon(labels_of(plan))
+        prefetch = max(1, prefetch)
+
+    def here(counters: Counters, clock: StageClock) -> Executor:
+        return InProcessExecutor(plan, position, clock, beacon, warm)
+    return PipelineRun(plan, start, here, prefetch, 0, tuning, adapt, timeout_s, beacon)
+
+
+def _mixture_run(plan: MixPlan, start: Start, settings: RunSettings) -> PipelineRun:
+    """A mixture's run: its workers run inside its components."""
+    if not isinstance(settings.workers, int) or not isinstance(settings.prefetch, int):
+        raise InvalidArgumentError("a mixture takes a number of workers and prefetch, not 'auto'")
+    if settings.options.timeout_s is not None:
+        raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
+
+    def mixture(counters: Counters, clock: StageClock) -> Executor:
+        return MixtureExecutor(plan, start.position, counters, clock)
+    return PipelineRun(plan, start, mixture, settings.prefetch)

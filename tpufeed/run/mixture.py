@@ -1,0 +1,193 @@
+"""Mixtures: what `Dataset.mix` was given, and the executor that runs one.
+
+Each component runs its chunks where its own settings say (its own worker pool, or this
+process); `ComponentFeed`s take each component's pieces in order and `MixedPieces`
+(tpufeed.ops.mix) interleaves them by the schedule into the pieces of the mixture, which the
+run streams like any other.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import InvalidArgumentError, TpufeedError
+from tpufeed.ops.base import Counters, End, Piece, PieceLike, Reread, StageClock
+from tpufeed.ops.mix import ON_END, Mix, MixedPieces, Slices
+from tpufeed.ops.registry import Stage, split
+from tpufeed.order.cursor import MixCursor
+from tpufeed.run.chunks import ChunkRunner
+from tpufeed.run.executor import Executor, InProcessExecutor
+from tpufeed.run.plan import MixPlan, component_plan
+from tpufeed.run.stream import ErrorBudget
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """What `Dataset.mix` was given (each component a `Dataset` without batch or pack)."""
+
+    datasets: tuple[Any, ...]
+    weights: tuple[float, ...]
+    seed: int
+    on_end: str
+
+    def plan(self, host: int, hosts: int, workers: int, stages: tuple[Stage, ...],
+             fingerprint: str) -> MixPlan:
+        """The runnable mixture for host `host` of `hosts`; `workers` are shared out over the
+        components by weight (a component's own `.workers(n)` wins)."""
+        head, pack, batch, tail = split(stages)
+        if head:
+            raise InvalidArgumentError(
+                "after mix come pack and batch (and stages on their items); put per-element "
+                "stages (map, filter, ...) in the components, before mix")
+        components, labels, shares = [], [], []
+        for i, (ds, weight) in enumerate(zip(self.datasets, self.weights)):
+            plan = ds.shard(host, hosts)._plan()
+            own = ds._settings.workers  # noqa: SLF001 - the mixture runs its components
+            shares.append(own if own else (max(1, round(workers * weight)) if workers else 0))
+            # Workers stack their pieces in shared memory; this process hands over elements.
+            components.append(component_plan(plan, batch if pack is None else None,
+                                             stacked=bool(shares[-1]),
+                                             restart=self.on_end == "restart"))
+            labels.append(f"#{i} {ds.source!r}"[:80])
+        mix = Mix(self.weights, self.seed, self.on_end, tuple(labels))
+        return MixPlan(tuple(components), mix, tuple(shares), pack, batch, tail, hosts, host,
+                       fingerprint)
+
+    def describe(self) -> Any:
+        return {"mix": [ds.fingerprint() for ds in self.datasets], "weights": list(self.weights),
+                "seed": self.seed, "on_end": self.on_end}
+
+
+def check_component(i: int, stream_stage: Any, sharded: bool, auto: bool) -> None:
+    """Raises unless a dataset can be component `i` of a mixture."""
+    if stream_stage is not None:
+        raise InvalidArgumentError(f"mix component {i} batches or packs: batch and pack the "
+                                   "mixture, after mix")
+    if sharded:
+        raise InvalidArgumentError(f"mix component {i} is sharded: shard the mixture, which "
+                                   "shards every component alike")
+    if auto:
+        raise InvalidArgumentError(f"mix component {i} has 'auto' workers or prefetch; give the "
+                                   "mixture or the component a number")
+
+
+def check_mix(datasets: Any, weights: Any, seed: Any, on_end: Any) -> tuple[tuple[float, ...], str]:
+    """Validated weights (summing to 1) for `datasets`; raises naming the bad value."""
+    if not isinstance(datasets, (list, tuple)) or not datasets:
+        raise InvalidArgumentError(f"mix needs a non-empty list of datasets, got {datasets!r}")
+    if weights is None:
+        weights = [1.0] * len(datasets)
+    if not isinstance(weights, (list, tuple)) or len(weights) != len(datasets):
+        raise InvalidArgumentError(f"mix needs one weight per dataset ({len(datasets)}), got "
+                                   f"{weights!r}")
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w <= 0:
+            raise InvalidArgumentError(f"mix weights must be positive numbers, got {weights!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InvalidArgumentError(f"mix seed must be an int, got {seed!r}")
+    if on_end not in ON_END:
+        raise InvalidArgumentError(f"mix on_end must be one of {ON_END}, got {on_end!r}")
+    total = float(sum(weights))
+    return tuple(float(w) / total for w in weights), on_end
+
+
+class ComponentFeed:
+    """One component's pieces, handed out an element count at a time, in order."""
+
+    def __init__(self, index: int, plan: MixPlan, pieces: Iterator[PieceLike | End],
+                 counters: Counters):
+        self.index, self.label = index, plan.mix.labels[index]
+        self.plan = plan.components[index]
+        self.pieces = pieces
+        self.budget = ErrorBudget(self.plan.max_errors, counters)
+        self.slices: deque[tuple[Piece, int, int]] = deque()
+        self.available = 0
+        self.ended = False
+        self.made_this_epoch = False
+
+    def fill(self, n: int) -> int:
+        """Reads pieces until `n` elements wait (or the component ends); how many wait."""
+        while self.available < n and not self.ended:
+            step = next(self.pieces, None)
+            if step is None:
+                self.ended = True
+            elif isinstance(step, End):
+                if not self.made_this_epoch and step.whole_epoch and self.plan.epochs is None:
+                    raise TpufeedError(f"mixture component {self.label} made nothing in epoch "
+                                       f"{step.epoch}, so restarting it would loop forever")
+                self.made_this_epoch = False
+            elif isinstance(step, Piece):
+                self.budget.charge(step.skipped)
+                if step.size:
+                    self.slices.append((step, 0, step.size))
+                    self.available += step.size
+                    self.made_this_epoch = True
+        return min(n, self.available)
+
+    def take(self, n: int) -> Slices:
+        out = []
+        while n:
+            piece, lo, hi = self.slices[0]
+            k = min(n, hi - lo)
+            out.append((piece, lo, lo + k))
+            if lo + k == hi:
+                self.slices.popleft()
+            else:
+                self.slices[0] = (piece, lo + k, hi)
+            n -= k
+            self.available -= k
+        return out
+
+
+class MixtureExecutor:
+    """Runs a mixture: each component's chunks where its settings say (a component with
+    workers in a pool of its own, the others in this process), interleaved by the schedule."""
+
+    def __init__(self, plan: MixPlan, cursor: MixCursor, counters: Counters, clock: StageClock):
+        from tpufeed.run.workers.engine import WorkerExecutor  # imported when a mixture runs
+        self.plan, self.cursor, self.counters, self.clock = plan, cursor, counters, clock
+        self.components: list[Executor] = [
+            WorkerExecutor(component, position, workers, 0, clock) if workers
+            else InProcessExecutor(component, position, clock)
+            for component, position, workers in zip(plan.components, cursor.cursors,
+                                                    plan.workers)]
+
+    def pieces(self) -> Iterator[PieceLike | End]:
+        feeds = [ComponentFeed(i, self.plan, executor.pieces(), self.counters)
+                 for i, executor in enumerate(self.components)]
+        batch = self.plan.batch if self.plan.pack is None else None
+        return iter(MixedPieces(self.plan.mix, batch, self.cursor, feeds))
+
+    def reread(self) -> Reread:
+        def outputs(records: list[tuple[int, ...]]) -> dict[tuple[int, ...], list[Any]]:
+            """Every output of the (component, epoch, position) records, read again."""
+            found: dict[tuple[int, ...], list[Any]] = {}
+            groups: dict[tuple[int, int], list[int]] = {}
+            for component, epoch, position in records:
+                groups.setdefault((component, epoch), []).append(position)
+            for (component, epoch), positions in groups.items():
+                runner = ChunkRunner(self.plan.components[component], self.clock)
+                for position, outs in runner.outputs(epoch, positions).items():
+                    found[(component, epoch, position)] = outs
+            return found
+        return outputs
+
+    def close(self) -> None:
+        for executor in self.components:
+            executor.close()
+
+    def deepen(self, prefetch: int) -> None:
+        pass  # the run's prefetch thread keeps items ahead
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [pid for executor in self.components for pid in executor.worker_pids]
+
+    @property
+    def queue_depth(self) -> int:
+        return 0

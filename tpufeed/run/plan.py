@@ -1,0 +1,235 @@
+"""Plans: the runnable, picklable form of a Dataset (as workers receive it), and of a mixture.
+
+A `Plan` is one pipeline: its source, order, stages and host. A `MixPlan` is a mixture: the
+plans of its components and the stages after `mix`. Both give what `StreamPlan` declares, which
+is all that the stream, the stages after batch, the resume door and the run ask of a plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from tpufeed.ops.base import RecordNames, RecordStage
+from tpufeed.ops.batch import Batch
+from tpufeed.ops.mix import Mix
+from tpufeed.ops.pack import Pack
+from tpufeed.order.cursor import Cursor, MixCursor, epoch_start, mixture_start
+from tpufeed.order.permutation import Shuffle
+from tpufeed.order.state import (StageState, cursor_from_state, mix_cursor_from_state,
+                                 mix_state_to_dict, state_to_dict)
+from tpufeed.sources.view import SourceView
+
+_UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
+_PACKED_CHUNK = 256  # units per chunk feeding pack: fewer, larger hand-offs to the parent
+_MIX_PIECE = 256  # units per component chunk when the mixture does not batch
+
+Stages = dict[str, StageState]  # what the stream stages hold, by state key
+
+
+class StreamPlan(Protocol):
+    """What every plan declares: the stream stages and the stages after them, how errors are
+    counted and named, and how its positions are written into a state and read back. Plans
+    are frozen: every member is read-only."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def hosts(self) -> int: ...
+
+    @property
+    def host(self) -> int: ...
+
+    @property
+    def epochs(self) -> int | None:
+        """Epochs to run (None: forever)."""
+
+    @property
+    def max_errors(self) -> int:
+        """Bad records that may be skipped (0: the first one raises)."""
+
+    @property
+    def pack(self) -> Pack | None: ...
+
+    @property
+    def batch(self) -> Batch | None: ...
+
+    @property
+    def tail(self) -> tuple[RecordStage, ...]:
+        """The record stages after pack and batch, on whole items."""
+
+    @property
+    def rng_seed(self) -> int: ...
+
+    @property
+    def names(self) -> RecordNames:
+        """Names records in errors."""
+
+    @property
+    def record_key(self) -> int:
+        """Ints that name a record in a state (pack's refs are these, then output and piece)."""
+
+    @property
+    def counts_depend_on_data(self) -> bool: ...
+
+    @property
+    def fused(self) -> bool: ...
+
+    @property
+    def records_per_epoch(self) -> int: ...
+
+    def start(self) -> Any:
+        """The position before the first item."""
+
+    def state_of(self, position: Any, stages: Stages | None) -> dict[str, Any]:
+        """The iterator state at `position`, with what the stream stages hold then."""
+
+    def position_from(self, state: dict[str, Any]) -> Any:
+        """The position a state describes (its header already checked)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Source, order, stages and host of a pipeline.
+
+    `head` are the record stages before `pack` and `batch`, `tail` those after them (on
+    whole items).
+    """
+
+    source: SourceView
+    shuffle: Shuffle | None
+    rng_seed: int
+    head: tuple[RecordStage, ...]
+    batch: Batch | None
+    tail: tuple[RecordStage, ...]
+    epochs: int | None
+    hosts: int
+    host: int
+    fingerprint: str
+    max_errors: int = 0  # bad records that may be skipped (0: the first one raises)
+    pack: Pack | None = None
+    pieces_only: bool = False  # a mixture's component: stacks pieces, never finishes batches
+    piece_size: int | None = None  # a mixture's component: units per chunk
+
+    record_key = 1  # ints that name a record in a state: its epoch position
+
+    @property
+    def counts_depend_on_data(self) -> bool:
+        """Whether the items a host makes from its share can depend on the records' contents
+        (a filter, flat_map, pack or skipped bad records). If not, hosts with equal shares stay in
+        lockstep, and one host's state tells where every host stands. The one answer that the
+        workers, elastic resume and the device adapters all use."""
+        return (self.max_errors > 0 or self.pack is not None
+                or any(stage.changes_count for stage in self.head + self.tail))
+
+    @property
+    def fused(self) -> bool:
+        """Whether each chunk is exactly one batch (so workers finish whole batches)."""
+        return self.batch is not None and not self.counts_depend_on_data and not self.pieces_only
+
+    @property
+    def names(self) -> SourceView:
+        return self.source
+
+    @property
+    def records_per_epoch(self) -> int:
+        return len(self.source)
+
+    @property
+    def chunk(self) -> int:
+        """Units read and transformed in one call."""
+        if self.piece_size is not None:
+            return self.piece_size
+        if self.pack is not None:
+            return _PACKED_CHUNK
+        if self.batch is None:
+            return _UNBATCHED_CHUNK
+        return self.batch.batch_size
+
+    def items_per_epoch(self) -> int:
+        """Items (batches, or elements) in one epoch of this host's share, from the record
+        count alone: exact only where counts cannot depend on the data."""
+        share = self.start().stream_size(len(self.source))
+        if self.batch is None:
+            return share
+        size = self.batch.batch_size
+        return share // size if self.batch.drop_remainder else -(-share // size)
+
+    def start(self) -> Cursor:
+        return epoch_start(0, self.hosts, self.host)
+
+    def state_of(self, position: Cursor, stages: Stages | None) -> dict[str, Any]:
+        return state_to_dict(position, self.fingerprint, stages)
+
+    def position_from(self, state: dict[str, Any]) -> Cursor:
+        return cursor_from_state(state)
+
+
+@dataclass(frozen=True)
+class MixPlan:
+    """The runnable form of a mixture: its components' plans and the stages after `mix`."""
+
+    components: tuple[Plan, ...]
+    mix: Mix
+    workers: tuple[int, ...]  # worker processes of each component (0: in this process)
+    pack: Pack | None
+    batch: Batch | None
+    tail: tuple[RecordStage, ...]
+    hosts: int
+    host: int
+    fingerprint: str
+    max_errors: int = 0  # the components' own ignore_errors apply to their records
+    epochs: int | None = None  # a mixture ends when its components say (`on_end`)
+
+    counts_depend_on_data = True  # components end (and restart) when their own data says
+    fused = False
+    record_key = 3  # ints that name a record in a state: component, epoch, epoch position
+
+    @property
+    def rng_seed(self) -> int:
+        return self.mix.seed
+
+    @property
+    def names(self) -> _ComponentNames:
+        return _ComponentNames(self.mix.labels)
+
+    @property
+    def records_per_epoch(self) -> int:
+        return sum(len(component.source) for component in self.components)
+
+    def start(self) -> MixCursor:
+        return mixture_start(tuple(component.start() for component in self.components))
+
+    def state_of(self, position: MixCursor, stages: Stages | None) -> dict[str, Any]:
+        return mix_state_to_dict(position, self.fingerprint,
+                                 [component.fingerprint for component in self.components], stages)
+
+    def position_from(self, state: dict[str, Any]) -> MixCursor:
+        return mix_cursor_from_state(state, [component.fingerprint
+                                             for component in self.components])
+
+
+class _ComponentNames:
+    """Names a mixture's elements in errors (records are the components')."""
+
+    def __init__(self, labels: tuple[str, ...]):
+        self.labels = labels
+
+    def describe(self, record: int) -> str:
+        return f"record {record} of a component of the mixture ({', '.join(self.labels)})"
+
+    def path_of(self, record: int) -> str | None:
+        return None
+
+
+def component_plan(plan: Plan, mixture_batch: Batch | None, stacked: bool, restart: bool) -> Plan:
+    """A component as the mixture runs it: in chunks of a mixture batch's size, its survivors
+    stacked into pieces if `stacked` (what workers do), never finished into batches."""
+    batch = None
+    if stacked and mixture_batch is not None:
+        batch = Batch(mixture_batch.batch_size, False, mixture_batch.pad, mixture_batch.cut)
+    size = mixture_batch.batch_size if mixture_batch is not None else _MIX_PIECE
+    return dataclasses.replace(plan, batch=batch, tail=(), pieces_only=True, piece_size=size,
+                               epochs=None if restart else plan.epochs)
