@@ -11,7 +11,7 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import StateError
-from tpufeed.uneven import ThreadAgreement
+from tpufeed.run.uneven import ThreadAgreement
 
 from processes import worker_processes
 
@@ -34,6 +34,12 @@ PIPELINES = {
     "flat_map": lambda ds: ds.flat_map(lambda e: [e] * int(e["id"] % 3)).batch(4),
     "pack": lambda ds: ds.map(lambda e: {"tokens": np.arange(1 + e["id"] % 9)})
     .pack({"tokens": 16}).batch(2),
+    "mix": lambda ds: tpufeed.Dataset.mix([ds.shuffle(1), ds.filter(lambda e: e["id"] % 2)],
+                                          weights=[2, 1], seed=4, on_end="stop").batch(3),
+    "mix_pack": lambda ds: tpufeed.Dataset.mix(
+        [ds.map(lambda e: {"tokens": np.arange(1 + e["id"] % 9)}),
+         ds.shuffle(2).map(lambda e: {"tokens": np.arange(1 + e["id"] % 5)})],
+        seed=1, on_end="stop").pack({"tokens": 16}).batch(2),
 }
 
 
@@ -71,6 +77,23 @@ def test_set_state_back_and_forth_gives_what_a_fresh_iterator_gives(name, prefet
     assert it.get_state() == at_seven
     it.set_state(at_seven)  # forward again, and on to the end
     assert [leaves(b) for b in it] == expected[7:]
+
+
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+@pytest.mark.parametrize("at", [0, 1, 5])
+def test_a_state_taken_right_after_a_restore_is_the_state_restored(name, at):
+    ds = PIPELINES[name](source())
+    it = ds.iterator()
+    take(it, at)
+    state = it.get_state()
+    expected = [leaves(b) for b in take(it, 3)]
+    resumed = ds.iterator(state)
+    assert resumed.get_state() == state  # before any item: nothing read yet, nothing lost
+    again = ds.iterator(resumed.get_state())
+    assert [leaves(b) for b in take(again, 3)] == expected
+    it.set_state(state)
+    assert it.get_state() == state
+    assert [leaves(b) for b in take(it, 3)] == expected
 
 
 @pytest.mark.multiprocess

@@ -71,6 +71,13 @@ class SavedPack(NamedTuple):
                              "open rows")
         return cls(closed, rows, loose)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The state this was read from: what a state taken before the next item says."""
+        state: dict[str, Any] = {"closed": self.closed, "rows": _entries(self.rows)}
+        if self.loose:
+            state["loose"] = _entries(self.loose)
+        return state
+
     def records(self) -> list[tuple[int, ...]]:
         """The records whose outputs the saved segments are, in order, once each."""
         return sorted({ref[:-2] for _, refs in self.rows + self.loose for ref in refs})
@@ -95,6 +102,11 @@ def _whole_run_follows(entry: list[int], ref: tuple[int, ...]) -> bool:
     """Whether `ref` is the next piece of the run `entry` ([n, *first ref]) of whole rows."""
     first = entry[1:]
     return list(ref[:-1]) == first[:-1] and ref[-1] == first[-1] + entry[0]
+
+
+def _entries(entries: Sequence[Entry]) -> list[list[int]]:
+    """Entries as a state writes them: `[n, *refs]`, the refs' ints in a row."""
+    return [[count, *(n for ref in refs for n in ref)] for count, refs in entries]
 
 
 def _entry(entry: Any, arity: int) -> Entry:
