@@ -1,9 +1,14 @@
-"""What this machine gives a pipeline: its cores, its free memory, a process's resident size."""
+"""What this machine gives a pipeline: its cores, its free memory, a process's resident size,
+and where shared memory lives."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 
+# Where shared-memory files go: batch slots and beacons (a temporary folder where there is no
+# /dev/shm).
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 

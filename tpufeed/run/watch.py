@@ -17,6 +17,7 @@ import numpy as np
 
 from tpufeed.errors import InputTimeoutError
 from tpufeed.ops.base import stage_names
+from tpufeed.run.resources import SHM_DIR
 
 BEACON_BYTES = 24  # stage index, record, since (monotonic seconds); float64 each
 _IDLE = -1.0
@@ -57,7 +58,6 @@ def labels_of(plan: Any) -> list[str]:
 def beacon_file(count: int) -> int:
     """An unlinked file for `count` idle beacons (an fd to pass to workers; nothing to clean
     up)."""
-    from tpufeed.run.workers.slots import SHM_DIR
     path = os.path.join(SHM_DIR, f"tpufeed-{os.getpid()}-beacons-{os.urandom(4).hex()}")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     os.unlink(path)

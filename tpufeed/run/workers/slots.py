@@ -12,9 +12,9 @@ import errno
 import glob
 import mmap
 import os
-import tempfile
 
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+from tpufeed.run.resources import SHM_DIR
+
 _MIN_SIZE = 1 << 16
 
 
