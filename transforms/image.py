@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from tpufeed.errors import InvalidArgumentError, missing_dependency
 
 __all__ = ["CenterCrop", "DecodeImage", "Normalize", "RandomCrop", "RandomFlip", "Resize",
-           "decode_image", "load_pillow"]
+           "decode_image", "load_pillow", "opencv"]
 
 _RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 
@@ -34,6 +35,16 @@ def load_pillow() -> Any:
     except ImportError:
         raise missing_dependency("PIL", "images") from None
     return Image
+
+
+@lru_cache(maxsize=1)
+def opencv() -> Any:
+    """The `cv2` module, or None when OpenCV is not installed (imported once, on first use)."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    return cv2
 
 
 def decode_image(data: bytes, mode: str = "RGB") -> np.ndarray:
@@ -174,7 +185,6 @@ class RandomFlip:
 def _mirror(image: np.ndarray) -> np.ndarray:
     """image[:, ::-1], contiguous. numpy copies such a view one pixel at a time (~3 ms at
     224x224x3, where the later stages would pay it); OpenCV's flip, when installed, ~0.03 ms."""
-    from tpufeed.transforms.region import opencv
     cv2 = opencv()
     if cv2 is None or image.dtype not in (np.uint8, np.float32) or image.shape[2] > 4:
         return image[:, ::-1]

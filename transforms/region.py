@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import io
 import math
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.transforms.image import decode_image, load_pillow
+from tpufeed.transforms.image import decode_image, load_pillow, opencv
 
 __all__ = ["BACKENDS", "decode_region", "image_size", "is_jpeg", "opencv", "resize_region",
            "resolve_backend"]
@@ -33,16 +32,6 @@ __all__ = ["BACKENDS", "decode_region", "image_size", "is_jpeg", "opencv", "resi
 BACKENDS = ("auto", "opencv", "pillow")
 Box = tuple[float, float, float, float]  # top, left, height, width (full-size pixels)
 _SCALES = (8, 4, 2, 1)  # JPEG DCT scaling: the output is 1/f of the image on each side
-
-
-@lru_cache(maxsize=1)
-def opencv() -> Any:
-    """The `cv2` module, or None when OpenCV is not installed (imported once, on first use)."""
-    try:
-        import cv2
-    except ImportError:
-        return None
-    return cv2
 
 
 def resolve_backend(backend: str) -> str:
