@@ -9,7 +9,6 @@ cache is kept in .pytest_cache: the first run takes a minute or two, later ones 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -87,42 +86,32 @@ _ERROR = re.compile(r"^user_script\.py:(\d+): error: .*\[([a-z-]+)\]$")
 
 
 @pytest.fixture(scope="module")
-def mypy_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder that outlives the run (in .pytest_cache), for mypy's cache and tpufeed laid out
-    as installed: links to the checkout's files, so a warm cache stays valid."""
+def mypy_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mypy's cache, in .pytest_cache where there is one, so a warm cache outlives the run."""
     cache = getattr(request.config, "cache", None)
-    home = cache.mkdir("mypy") if cache is not None else tmp_path_factory.mktemp("mypy")
-    site = home / "site"
-    shutil.rmtree(site, ignore_errors=True)
-    package = site / "tpufeed"
-    package.mkdir(parents=True)
-    for entry in (ROOT / "tpufeed").iterdir():
-        if entry.name != "__pycache__":
-            (package / entry.name).symlink_to(entry)
-    (package / "transforms").symlink_to(ROOT / "transforms")
-    return home
+    return cache.mkdir("mypy") if cache is not None else tmp_path_factory.mktemp("mypy")
 
 
-def run_mypy(home: Path, *targets: str) -> str:
-    """mypy's output with pyproject's settings, from the installed layout (pyproject's `files`
-    when no target is given)."""
+def run_mypy(cache: Path, site: Path, *targets: str) -> str:
+    """mypy's output with pyproject's settings, from the installed layout `site` (pyproject's
+    `files` when no target is given)."""
     done = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(home / "cache"), "--show-error-codes", *targets],
-        cwd=home / "site", capture_output=True, text=True, timeout=280)
+         "--cache-dir", str(cache), "--show-error-codes", *targets],
+        cwd=site, capture_output=True, text=True, timeout=280)
     return done.stdout + done.stderr
 
 
-def test_mypy_finds_no_error_in_tpufeed(mypy_home: Path) -> None:
-    output = run_mypy(mypy_home)
+def test_mypy_finds_no_error_in_tpufeed(mypy_cache: Path, installed_layout: Path) -> None:
+    output = run_mypy(mypy_cache, installed_layout)
     assert output.startswith("Success: no issues found"), (
         f"mypy reports errors in tpufeed (tpufeed/transforms/ is transforms/ here):\n{output}")
 
 
-def test_users_see_the_public_api_types(mypy_home: Path) -> None:
-    script = mypy_home / "site" / "user_script.py"
+def test_users_see_the_public_api_types(mypy_cache: Path, installed_layout: Path) -> None:
+    script = installed_layout / "user_script.py"
     script.write_text(textwrap.dedent(USER_SCRIPT))
-    output = run_mypy(mypy_home, script.name)
+    output = run_mypy(mypy_cache, installed_layout, script.name)
     lines = script.read_text().splitlines()
     expected_types = {i: line.split("# ")[-1] for i, line in enumerate(lines, 1)
                       if line.lstrip().startswith("reveal_type(")}
