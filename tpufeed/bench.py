@@ -13,11 +13,10 @@ import sys
 import time
 from typing import Any
 
-from tpufeed._words import plural
 from tpufeed.run.resources import cpu_count
 from tpufeed.cli import non_negative_seconds, positive_int, positive_seconds
 from tpufeed.dataset import Dataset
-from tpufeed.errors import InvalidArgumentError, MissingDependencyError
+from tpufeed.errors import InvalidArgumentError, MissingDependencyError, plural
 from tpufeed.sources.formats import FORMATS
 from tpufeed.run.stats import PipelineStats
 

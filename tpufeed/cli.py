@@ -73,7 +73,7 @@ def _quickstart(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from tpufeed._words import plural
+    from tpufeed.errors import plural
     from tpufeed.inspect import inspect_paths
 
     lines, failures = inspect_paths(args.paths, args.format, verify=args.verify)
@@ -182,7 +182,7 @@ def _cache(args: argparse.Namespace) -> int:
 def _cache_action(cache: ShardCache, action: str) -> int:
     import time
 
-    from tpufeed._words import plural
+    from tpufeed.errors import plural
 
     if action == "clear":
         removed, freed, skipped = cache.clear()

@@ -1,4 +1,9 @@
-"""Every error tpufeed raises derives from `TpufeedError`, and names what caused it."""
+"""Every error tpufeed raises derives from `TpufeedError`, and names what caused it.
+
+The bottom layer of the package: it imports nothing of tpufeed, so every module can raise
+these errors. `plural` lives here too, for the same reason: it words the counts that messages
+(and the command's output) quote, `1 shard` or `3 entries`.
+"""
 
 from __future__ import annotations
 
@@ -79,3 +84,12 @@ def missing_dependency(module: str, extra: str) -> MissingDependencyError:
     return MissingDependencyError(
         f"{module} is not installed; install it with `pip install tpufeed[{extra}]`"
     )
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 file`, `2 files`, `1,024 records`; `nouns` for an irregular plural.
+
+    >>> plural(1, "shard"), plural(3, "entry", "entries")
+    ('1 shard', '3 entries')
+    """
+    return f"{count:,} {noun if count == 1 else (nouns or noun + 's')}"

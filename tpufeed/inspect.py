@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tpufeed import codec
-from tpufeed._words import plural
-from tpufeed.errors import CodecError, InvalidArgumentError, SourceNotFoundError, TpufeedError
+from tpufeed.errors import (CodecError, InvalidArgumentError, SourceNotFoundError, TpufeedError,
+                            plural)
 from tpufeed.sources.formats import FORMATS, format_for_path, get_format, guess_format
 from tpufeed.sources.manifest import MANIFEST_NAME, is_dataset_path
 from tpufeed.storage.local import expand_paths

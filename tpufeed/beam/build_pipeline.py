@@ -43,8 +43,7 @@ from tpufeed.beam.user_transforms import (TransformChain, load_transform, normal
                                           resolve_spec)
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.beam.write_shards import CODEC, ShardChunks, encode_record
-from tpufeed._words import plural
-from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError, TransformError
+from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError, TransformError, plural
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.manifest import MANIFEST_NAME
 from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT

@@ -22,8 +22,7 @@ import tempfile
 from collections.abc import Iterable
 from typing import Any
 
-from tpufeed._words import plural
-from tpufeed.errors import InvalidArgumentError, SourceError
+from tpufeed.errors import InvalidArgumentError, SourceError, plural
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.manifest import MANIFEST_NAME, file_crc32c, safe_shard_path
 

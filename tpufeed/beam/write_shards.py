@@ -42,11 +42,10 @@ from apache_beam.pvalue import AsList, AsSingleton
 
 import tpufeed
 from tpufeed import codec
-from tpufeed._words import plural
 from tpufeed.beam import ranking, shard_files, spill
 from tpufeed.beam.build_progress import progress
 from tpufeed.beam.schema import RecordSummary
-from tpufeed.errors import InvalidArgumentError, TpufeedError
+from tpufeed.errors import InvalidArgumentError, TpufeedError, plural
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.manifest import FORMAT, FORMAT_VERSION, MANIFEST_NAME
 from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT

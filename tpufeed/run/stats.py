@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpufeed._words import plural
+from tpufeed.errors import plural
 
 PARENT_STAGES = ("transfer", "to_device")
 
