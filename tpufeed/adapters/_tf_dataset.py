@@ -19,7 +19,7 @@ import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops, iterator_ops
 from tensorflow.python.framework import ops
 
-from tpufeed.adapters.tf import TfInput
+from tpufeed.adapters._tf_input import TfInput
 from tpufeed.errors import StateError
 
 __all__ = ["CHECKPOINT_REFUSED", "TfDataset"]
