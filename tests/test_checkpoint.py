@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed._checkpoint_files import read_state, saved_count, states_to_restore, write_state
+from tpufeed.checkpoint.state_files import read_state, saved_count, states_to_restore, write_state
 
 N, BATCH, EPOCHS, SEED, SAVE_AT = 160, 8, 2, 3, 3
 TIMEOUT_S = 90

@@ -8,7 +8,8 @@ reads all the saved states and passes the list to `set_state`, which resumes the
 epoch exactly once (filters, flat_map, pack and mixtures included). Every process must be able
 to read the checkpoint directory (a shared file system or gs://, as Orbax itself needs).
 
-Orbax is imported on first use of these names (`pip install tpufeed[orbax]`).
+Orbax is imported on first use of these names (`pip install tpufeed[orbax]`): they live in
+`orbax_handler.py`, and `state_files.py` lays the states out in the item's directory.
 
 >>> import orbax.checkpoint as ocp, tpufeed                                # doctest: +SKIP
 >>> it = ds.to_jax()                    # or iter(ds), ds.iterator()       # doctest: +SKIP
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from tpufeed.errors import missing_dependency
 
 if TYPE_CHECKING:
-    from tpufeed._checkpoint_orbax import CheckpointHandler, CheckpointRestore, CheckpointSave
+    from tpufeed.checkpoint.orbax_handler import CheckpointHandler, CheckpointRestore, CheckpointSave
 
 __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave"]
 
@@ -36,7 +37,7 @@ def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module 'tpufeed.checkpoint' has no attribute {name!r}")
     try:
-        module = importlib.import_module("tpufeed._checkpoint_orbax")
+        module = importlib.import_module("tpufeed.checkpoint.orbax_handler")
     except ModuleNotFoundError as e:
         if e.name and e.name.split(".")[0] in ("orbax", "etils", "jax"):
             raise missing_dependency("orbax-checkpoint", "orbax") from e

@@ -1,4 +1,5 @@
-"""The Orbax classes behind `tpufeed.checkpoint` (imported on first use: it imports orbax)."""
+"""The Orbax handler and its save and restore args behind `tpufeed.checkpoint` (imported on first
+use: it imports orbax and jax)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
-from tpufeed._checkpoint_files import states_to_restore, write_state
+from tpufeed.checkpoint.state_files import states_to_restore, write_state
 from tpufeed.errors import InvalidArgumentError, StateError
 
 
