@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 import tpufeed
 from tpufeed.adapters.jax import JaxIterator
-from tpufeed.quickstart import build
+from tpufeed.cli.quickstart import build
 
 
 def augment(element: dict, rng: np.random.Generator) -> dict:

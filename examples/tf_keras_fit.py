@@ -25,7 +25,7 @@ import tensorflow as tf  # noqa: E402
 
 import tpufeed  # noqa: E402
 from tpufeed.adapters.keras import BackupAndRestore  # noqa: E402
-from tpufeed.quickstart import build  # noqa: E402
+from tpufeed.cli.quickstart import build  # noqa: E402
 
 
 def augment(element: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

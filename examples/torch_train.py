@@ -20,7 +20,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tpufeed
-from tpufeed.quickstart import build
+from tpufeed.cli.quickstart import build
 
 
 def augment(element: dict, rng: np.random.Generator) -> dict:

@@ -285,14 +285,14 @@ def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):
 
 def test_ctrl_c_while_a_command_loads_prints_one_line_and_exits_130(tmp_path):
     """A Ctrl-C that lands while the command's modules import (here: forced in the import of
-    tpufeed.bench, which the parser needs) is main()'s to report."""
+    tpufeed.cli.bench, which the parser needs) is main()'s to report."""
     script = textwrap.dedent("""
         import sys
         import tpufeed
 
         class InterruptImport:
             def find_spec(self, name, path=None, target=None):
-                if name == "tpufeed.bench":
+                if name == "tpufeed.cli.bench":
                     raise KeyboardInterrupt
                 return None
 
@@ -367,7 +367,7 @@ def test_inspect_verify_checks_record_counts(tmp_path):
 
 def test_inspect_describes_the_quickstart_folder_as_a_plain_folder_of_shards(tmp_path):
     pytest.importorskip("sklearn")
-    from tpufeed.quickstart import NUM_SHARDS, build
+    from tpufeed.cli.quickstart import NUM_SHARDS, build
 
     build(tmp_path / "qs")
     result = tpufeed("inspect", "--verify", "qs", cwd=tmp_path)
@@ -418,7 +418,7 @@ def test_counts_of_one_are_singular(tmp_path):
 
 @pytest.mark.parametrize("command", ["quickstart", "inspect", "bench", "build", "cache"])
 def test_every_help_shows_the_defaults(command):
-    from tpufeed.cli import build_parser
+    from tpufeed.cli.program import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -103,8 +103,8 @@ def test_a_gs_url_of_any_registered_extension_is_a_file_not_a_dataset():
                                        ("data.tfrecords", "tfrecord")])
 def test_inspect_and_bench_agree_on_the_format(tmp_path, name, fmt):
     """Before the registry, bench read every name without `.tfrecord` as ArrayRecord."""
-    from tpufeed.bench import make_target
-    from tpufeed.inspect import inspect_paths, open_source
+    from tpufeed.cli.bench import make_target
+    from tpufeed.cli.inspection import inspect_paths, open_source
 
     path = str(tmp_path / name)
     FORMATS[fmt].write(path, RECORDS[:3], None)
@@ -120,9 +120,9 @@ def test_parquet_is_read_not_written_and_inspect_and_bench_read_its_rows(tmp_pat
     """Parquet rows are dicts: inspect shows them like decoded records; bench batches them."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    from tpufeed.bench import make_target
+    from tpufeed.cli.bench import make_target
     from tpufeed.cli import main
-    from tpufeed.inspect import inspect_paths
+    from tpufeed.cli.inspection import inspect_paths
 
     path = str(tmp_path / "rows.parquet")
     pq.write_table(pa.table({"id": list(range(10)), "text": [f"t{i}" for i in range(10)],
@@ -143,7 +143,7 @@ def test_parquet_is_read_not_written_and_inspect_and_bench_read_its_rows(tmp_pat
 
 
 def test_a_plain_folder_of_short_names_is_recognised(tmp_path):
-    from tpufeed.inspect import folder_shards
+    from tpufeed.cli.inspection import folder_shards
 
     for i in range(2):
         FORMATS["tfrecord"].write(str(tmp_path / f"p{i}.tfr"), [b"x"])
@@ -183,7 +183,7 @@ def test_tfrecord_framing_lives_in_one_module(tmp_path):
 
 
 def test_cli_choices_come_from_the_registry():
-    from tpufeed.cli import build_parser
+    from tpufeed.cli.program import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices  # noqa: SLF001
     def choices(command, option):

@@ -260,7 +260,7 @@ def test_inspect_describes_a_gcs_dataset_by_its_folder(gcs, bucket, upload, buil
 def test_bench_runs_a_gcs_dataset_by_its_folder(gcs, bucket, upload, built, tmp_path, monkeypatch):
     import argparse
 
-    from tpufeed.bench import make_target
+    from tpufeed.cli.bench import make_target
     from tpufeed.sources.manifest import is_dataset_path
 
     folder = built()

@@ -1,28 +1,34 @@
 """`tpufeed inspect`: what is in a built dataset, a plain folder of shards, or record files;
 with `verify=True`, whether every shard is intact.
 
+`sources.manifest` (and the remote-storage code it imports) is imported where a dataset is
+opened, not at the top: `tpufeed --help` makes this command's parser without it.
+
 >>> lines, failures = inspect_paths(["data/train"], verify=True)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tpufeed import codec
+from tpufeed.cli.arguments import Subcommands
 from tpufeed.errors import (CodecError, InvalidArgumentError, SourceNotFoundError, TpufeedError,
                             plural)
 from tpufeed.sources.formats import FORMATS, format_for_path, get_format, guess_format
-from tpufeed.sources.manifest import MANIFEST_NAME, is_dataset_path
 from tpufeed.storage.local import expand_paths
 
 if TYPE_CHECKING:
     from tpufeed.sources.sharded import ShardedSource
 
-__all__ = ["describe", "describe_dataset", "folder_shards", "inspect_paths", "open_source"]
+__all__ = ["add_parser", "describe", "describe_dataset", "folder_shards", "inspect_paths",
+           "open_source", "run_command"]
 
 _VERIFY_BATCH = 1024
 
@@ -39,6 +45,8 @@ def open_source(paths: list[str], fmt: str | None) -> ShardedSource[Any]:
 def folder_shards(path: str) -> tuple[str, list[str]] | None:
     """(format, sorted record files) of a local folder with no manifest that holds record files
     of one format (as `tpufeed quickstart` writes); None for anything else."""
+    from tpufeed.sources.manifest import MANIFEST_NAME
+
     if "://" in path or not os.path.isdir(path) or os.path.exists(os.path.join(path, MANIFEST_NAME)):
         return None
     found: dict[str, list[str]] = {}
@@ -139,7 +147,7 @@ def _verify_files(source: Any) -> tuple[str, list[str]]:
 def inspect_paths(paths: list[str], fmt: str | None = None,
                   verify: bool = False) -> tuple[list[str], list[str]]:
     """(lines to print, verification failures) for `tpufeed inspect PATHS`."""
-    from tpufeed.sources.manifest import ManifestSource
+    from tpufeed.sources.manifest import MANIFEST_NAME, ManifestSource, is_dataset_path
 
     header: list[str] = []
     source: ShardedSource[Any]
@@ -166,6 +174,8 @@ def inspect_paths(paths: list[str], fmt: str | None = None,
 
 def _refuse_unfinished(path: str) -> None:
     """A local folder with no manifest and no record files: what it is, not a bare not-found."""
+    from tpufeed.sources.manifest import MANIFEST_NAME
+
     if "://" in path or not os.path.isdir(path) or os.path.exists(os.path.join(path, MANIFEST_NAME)):
         return
     temporary = sorted(n for n in os.listdir(path) if n.startswith(".tpufeed-tmp-"))
@@ -176,3 +186,33 @@ def _refuse_unfinished(path: str) -> None:
     extensions = " or ".join(ext for fmt in FORMATS.values() for ext in fmt.extensions)
     raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME} and no {extensions} files: not a "
                               "dataset", path=path)
+
+
+def add_parser(sub: Subcommands) -> None:
+    """`tpufeed inspect PATHS [--format F] [--verify]`."""
+    inspect = sub.add_parser(
+        "inspect", help="what a dataset or record files hold: counts, schema, a sample record",
+        description="Describes a dataset built by `tpufeed build` (a folder or gs:// prefix), a "
+                    "plain folder of shards, or record files; --verify checks them.")
+    inspect.add_argument("paths", nargs="+", help="a dataset folder, or record files or globs")
+    inspect.add_argument("--format", choices=sorted(FORMATS), default=None,
+                         help="of record files (default: from the file extension)")
+    inspect.add_argument("--verify", action="store_true",
+                         help="check every shard (a dataset's: size, crc32c and record count "
+                              "against its manifest; plain files: every record read); exit 1 "
+                              "naming the shards that fail")
+    inspect.set_defaults(run=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Prints what `args.paths` hold; with --verify, exit 1 naming the shards that fail."""
+    lines, failures = inspect_paths(args.paths, args.format, verify=args.verify)
+    for line in lines:
+        print(line)
+    for failure in failures:
+        print(f"  FAILED {failure}")
+    if failures:
+        print(f"tpufeed: error: {plural(len(failures), 'shard')} failed verification (listed "
+              "above as FAILED)", file=sys.stderr)
+        return 1
+    return 0

@@ -11,6 +11,7 @@ a mid-epoch state and reports throughput, the input-wait fraction and held-out a
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed import codec
+from tpufeed.cli.arguments import Subcommands, positive_int
 from tpufeed.dataset import Dataset
 from tpufeed.errors import MissingDependencyError
 
@@ -99,7 +101,8 @@ class Model:
 
 
 def run(root: str = "tpufeed-quickstart", epochs: int = 20) -> dict:
-    from tqdm import tqdm
+    """Builds the digits shards under `root`, trains on them for `epochs` and returns what
+    `tpufeed quickstart` prints: exactly once, resume, throughput, input wait, accuracy."""
     try:
         import jax
     except ImportError:
@@ -109,9 +112,38 @@ def run(root: str = "tpufeed-quickstart", epochs: int = 20) -> dict:
     paths, test = build(Path(root))
     ds = make_dataset(paths, epochs)
     n = len(ds.source)
-    ids = n + TEST_RECORDS  # record ids index the whole digits set
     it = ds.to_jax(prefetch=2)
     model = Model(jax, it.sharding)
+    seen, checkpoint, after_checkpoint = _train(jax, model, it, epochs, n)
+    # n deliveries of n distinct training records, none twice: each exactly once.
+    exactly_once = len(seen) == epochs and all(c.sum() == n and c.max() == 1 for c in seen.values())
+    resumed = _first_ids_after(ds, checkpoint) if checkpoint is not None else []
+    logits = model.logits(model.params, jax.numpy.asarray(features(test["image"])))
+    accuracy = float(np.mean(np.asarray(logits).argmax(axis=1) == test["label"]))
+    return {
+        "dataset": os.path.abspath(root),
+        "shards": len(paths),
+        "train_records": n,
+        "devices": jax.device_count(),
+        "epochs": len(seen),
+        "records_per_s": it.window_batches * BATCH * jax.process_count() / it.wall_seconds
+                         if it.wall_seconds > 0 else 0.0,
+        "input_wait_fraction": it.wait_fraction,
+        "exactly_once_every_epoch": exactly_once,
+        "resume_matches": bool(after_checkpoint) and resumed == after_checkpoint,
+        "test_accuracy": accuracy,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _train(jax: Any, model: Model, it: Any, epochs: int,
+           n: int) -> tuple[dict[int, np.ndarray], dict | None, list[int]]:
+    """The training loop, one step in flight, counting each epoch's record ids on the devices.
+    Returns those counts, the state taken mid-way through epoch 1, and the ids of the batch
+    that came right after it."""
+    from tqdm import tqdm
+
+    ids = n + TEST_RECORDS  # record ids index the whole digits set
     counts: dict[int, Any] = {}
     steps_per_epoch = n // BATCH
     checkpoint_step = steps_per_epoch + steps_per_epoch // 3  # mid-way through epoch 1
@@ -136,27 +168,39 @@ def run(root: str = "tpufeed-quickstart", epochs: int = 20) -> dict:
                 bar.set_postfix(loss=f"{float(loss):.3f}")
     jax.block_until_ready(model.params)
     seen = {e: np.asarray(c.addressable_data(0)) for e, c in counts.items()}
-    # n deliveries of n distinct training records, none twice: each exactly once.
-    exactly_once = len(seen) == epochs and all(c.sum() == n and c.max() == 1 for c in seen.values())
-    resumed: list[int] = []
-    if checkpoint is not None:
-        again = ds.to_jax(prefetch=0)
-        again.set_state(checkpoint)
-        resumed = np.asarray(next(again)["id"]).tolist()
-        again.close()
-    logits = model.logits(model.params, jax.numpy.asarray(features(test["image"])))
-    accuracy = float(np.mean(np.asarray(logits).argmax(axis=1) == test["label"]))
-    return {
-        "dataset": os.path.abspath(root),
-        "shards": len(paths),
-        "train_records": n,
-        "devices": jax.device_count(),
-        "epochs": len(seen),
-        "records_per_s": it.window_batches * BATCH * jax.process_count() / it.wall_seconds
-                         if it.wall_seconds > 0 else 0.0,
-        "input_wait_fraction": it.wait_fraction,
-        "exactly_once_every_epoch": exactly_once,
-        "resume_matches": bool(after_checkpoint) and resumed == after_checkpoint,
-        "test_accuracy": accuracy,
-        "seconds": time.perf_counter() - started,
-    }
+    return seen, checkpoint, after_checkpoint
+
+
+def _first_ids_after(ds: Dataset, state: dict) -> list[int]:
+    """The record ids of the first batch of an iterator resumed from `state`."""
+    again = ds.to_jax(prefetch=0)
+    again.set_state(state)
+    ids: list[int] = np.asarray(next(again)["id"]).tolist()
+    again.close()
+    return ids
+
+
+def add_parser(sub: Subcommands) -> None:
+    """`tpufeed quickstart [--output DIR] [--epochs N]`."""
+    quick = sub.add_parser("quickstart", help="build a small real dataset locally and train from it")
+    quick.add_argument("--output", default="tpufeed-quickstart", help="folder for its shards")
+    quick.add_argument("--epochs", type=positive_int, default=20, help="training epochs")
+    quick.set_defaults(run=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Runs the quickstart and prints its findings; exit 1 if exactly-once or resume failed."""
+    result = run(args.output, epochs=args.epochs)
+    print(f"dataset        {result['dataset']} ({result['shards']} ArrayRecord shards, "
+          f"{result['train_records']} training records: scikit-learn digits)")
+    print(f"epochs         {result['epochs']}, every record exactly once per epoch: "
+          f"{result['exactly_once_every_epoch']}")
+    print(f"resume         iterator rebuilt from a mid-epoch state continues exactly: "
+          f"{result['resume_matches']}")
+    print(f"throughput     {result['records_per_s']:,.0f} records/s (pipeline + jitted JAX train "
+          f"step on {result['devices']} device(s))")
+    print(f"input wait     {result['input_wait_fraction']:.1%} of the loop's time")
+    print(f"test accuracy  {result['test_accuracy']:.3f}")
+    print(f"total          {result['seconds']:.1f} s")
+    ok = result["exactly_once_every_epoch"] and result["resume_matches"]
+    return 0 if ok else 1

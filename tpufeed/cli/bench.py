@@ -13,12 +13,16 @@ import sys
 import time
 from typing import Any
 
-from tpufeed.run.resources import cpu_count
-from tpufeed.cli import non_negative_seconds, positive_int, positive_seconds
+from tpufeed.cli.arguments import (Subcommands, non_negative_seconds, positive_int,
+                                   positive_seconds)
 from tpufeed.dataset import Dataset
 from tpufeed.errors import InvalidArgumentError, MissingDependencyError, plural
-from tpufeed.sources.formats import FORMATS
+from tpufeed.run.resources import cpu_count
 from tpufeed.run.stats import PipelineStats
+from tpufeed.sources.formats import FORMATS
+
+__all__ = ["add_parser", "check_plot_path", "load_callable", "make_target", "plot", "run",
+           "run_command", "verdict"]
 
 
 def load_callable(spec: str, option: str = "--transform") -> Any:
@@ -36,7 +40,7 @@ def make_target(args: argparse.Namespace) -> Dataset:
         if not isinstance(ds, Dataset):
             raise InvalidArgumentError(f"{target} returned {type(ds).__name__}, not a tpufeed.Dataset")
         return ds
-    from tpufeed.inspect import folder_shards
+    from tpufeed.cli.inspection import folder_shards
     from tpufeed.sources.formats import get_format, guess_format
     from tpufeed.sources.manifest import is_dataset_path
     from tpufeed.storage.local import expand_paths
@@ -202,7 +206,8 @@ def plot(path: str, stats: PipelineStats, samples: list[tuple[float, int]]) -> N
         plt.close(fig)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subcommands) -> None:
+    """`tpufeed bench TARGET [options]`."""
     bench = sub.add_parser(
         "bench", help="measure a pipeline, name its bottleneck, suggest a fix",
         description="Runs TARGET for a while, with a simulated training step of --step-time "
@@ -231,10 +236,11 @@ def add_parser(sub: Any) -> None:
     bench.add_argument("--plot", default=None,
                        help="write a PNG of throughput and stages (its folder is checked "
                             "before the run)")
-    bench.set_defaults(run=main)
+    bench.set_defaults(run=run_command)
 
 
-def main(args: argparse.Namespace) -> int:
+def run_command(args: argparse.Namespace) -> int:
+    """Benchmarks `args.target` and prints the statistics and the verdict (or JSON)."""
     if args.plot:
         check_plot_path(args.plot)
     ds = make_target(args)

@@ -1,0 +1,154 @@
+"""`tpufeed build`: preprocess raw files into verified shards and a manifest, with Apache Beam.
+
+The options are tpufeed's `BuildConfig`; any other `--option` goes to Beam as a pipeline
+option (`--runner DataflowRunner --project P ...`), and one that neither knows is refused as
+a usage error. Beam is imported when the command runs, not when its parser is made.
+
+>>> main(["build", "--input", "raw/*.jsonl", "--output", "data/train"])   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+from tpufeed.cli.arguments import Subcommands, non_negative_int, positive_int
+from tpufeed.sources.formats import writable_formats
+from tpufeed.sources.record_formats import RECORD_FORMATS
+
+__all__ = ["add_parser", "run_command"]
+
+
+def add_parser(sub: Subcommands) -> None:
+    """`tpufeed build --input ... --output DIR [options] [Beam options]`."""
+    build = sub.add_parser(
+        "build", help="preprocess raw files into verified shards and a manifest (Apache Beam)",
+        description="Reads --input files, applies --transform functions and writes balanced "
+                    "shards plus manifest.json. Other --options are Beam pipeline options "
+                    "(e.g. --runner DataflowRunner --project P --region R --temp_location "
+                    "gs://...); the default runner is in-process. An option that neither "
+                    "tpufeed nor Beam knows is refused. ArrayRecord shards are at least 128 KiB "
+                    "long (the format pads its footer to 64 KiB blocks); small local shards "
+                    "keep that padding as holes, which take no disk space.")
+    build.add_argument("--input", action="extend", nargs="+", required=True,
+                       help="paths or globs: .jsonl, .csv, .tfrecord/.tfr (tf.train.Example), "
+                            ".array_record/.ar, or a folder of images")
+    build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
+    build.add_argument("--overwrite", action="store_true",
+                       help="replace the dataset already in --output (refused otherwise)")
+    build.add_argument("--num-shards", type=positive_int, default=None,
+                       help="shards to write (default: one per ~256 MB of input)")
+    build.add_argument("--workers", type=positive_int, default=1,
+                       help="local worker processes (Beam's multi_processing mode); the "
+                            "shards are byte-identical for any count")
+    build.add_argument("--max-shard-mb", type=positive_int, default=2048,
+                       help="refuse a --num-shards that makes a shard larger than this (one "
+                            "worker holds a shard while writing it)")
+    build.add_argument("--block-mb", type=positive_int, default=64,
+                       help="inputs are read in blocks of about this size, in parallel")
+    build.add_argument("--format", choices=writable_formats(), default=None,
+                       help="shard file format (default: tfrecord with --record-format "
+                            "tf_example, which tf.data reads; else array_record)")
+    build.add_argument("--record-format", choices=sorted(RECORD_FORMATS), default="codec",
+                       help="how dict records are stored: codec (tpufeed's, exact dtypes and "
+                            "shapes) or tf_example (tf.train.Example, readable without "
+                            "tpufeed; arrays flattened with a <key>/shape feature)")
+    build.add_argument("--transform", action="append", default=[],
+                       help="module:function or path/to/file.py:function; repeat to chain")
+    build.add_argument("--max-bad", type=non_negative_int, default=0,
+                       help="skip (and count) up to N malformed records instead of failing")
+    build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    build.set_defaults(run=run_command, parser=build)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Builds the dataset that `args` describe and prints what went in and came out."""
+    from tpufeed.beam import BuildConfig, build
+
+    _refuse_unknown_options(args)
+    file_format = args.format or ("tfrecord" if args.record_format == "tf_example"
+                                  else "array_record")
+    with _progress_to_stderr(args.quiet):
+        config = BuildConfig(inputs=tuple(args.input), output=args.output,
+                             num_shards=args.num_shards, file_format=file_format,
+                             workers=args.workers, block_bytes=args.block_mb << 20,
+                             max_shard_bytes=args.max_shard_mb << 20,
+                             record_format=args.record_format,
+                             transforms=tuple(args.transform), max_bad=args.max_bad,
+                             beam_args=tuple(args.beam_args), overwrite=args.overwrite)
+        summary = build(config)
+    _print_summary(summary, args, file_format)
+    return 0
+
+
+def _refuse_unknown_options(args: argparse.Namespace) -> None:
+    """Extra options of `tpufeed build` go to Beam, which silently drops those it does not
+    know: a usage error instead, naming the option meant where one is close."""
+    import difflib
+
+    from tpufeed.beam import beam_option_names, unknown_beam_args
+
+    unknown = unknown_beam_args(args.beam_args)
+    if not unknown:
+        return
+    ours = [o for action in args.parser._actions for o in action.option_strings  # noqa: SLF001
+            if o.startswith("--")]
+    problems, previous_was_option = [], False
+    for token in unknown:
+        if not token.startswith("-"):
+            if not previous_was_option:  # else the value of an option refused already
+                problems.append(f"unexpected argument {token!r}")
+            previous_was_option = False
+            continue
+        name = token.split("=", 1)[0]
+        dashed = "--" + name.lstrip("-").replace("_", "-")
+        close = ([dashed] if dashed in ours
+                 else difflib.get_close_matches(name, ours, n=1, cutoff=0.7)
+                 or difflib.get_close_matches(name, beam_option_names(), n=1, cutoff=0.8))
+        problems.append(f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+        previous_was_option = "=" not in token
+    args.parser.error("; ".join(problems) + ". Options that are not tpufeed build's go to Apache "
+                      "Beam, and Beam has none of these names either")
+
+
+@contextlib.contextmanager
+def _progress_to_stderr(quiet: bool) -> Iterator[None]:
+    """tpufeed's progress lines on stderr (warnings only if `quiet`), and Beam's own logging
+    down to what the user needs, for the length of the build."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("tpufeed: %(message)s"))
+    logger = logging.getLogger("tpufeed")
+    logger.addHandler(handler)
+    saved = logger.level, logger.propagate
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)  # we report it
+    # --workers: Beam's worker processes warn of a missing cache folder they do not need.
+    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
+    # --workers N passes Beam --direct_num_workers=N with tpufeed's own worker processes, which
+    # Beam's runner takes for a mode without parallelism and warns about.
+    logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").setLevel(
+        logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.level, logger.propagate = saved
+
+
+def _print_summary(summary: dict[str, Any], args: argparse.Namespace, file_format: str) -> None:
+    rate = summary["records_out"] / summary["seconds"] if summary["seconds"] else 0.0
+    print(f"records in     {summary['records_in']:,}")
+    print(f"records out    {summary['records_out']:,}")
+    print(f"skipped        {summary['skipped']:,} (bad records, --max-bad {args.max_bad})")
+    print(f"filtered       {summary['filtered']:,} (dropped by --transform)")
+    print(f"shards         {summary['shards']} {file_format} ({args.record_format} records)")
+    print(f"bytes          {summary['bytes']:,}")
+    print(f"time           {summary['seconds']:.1f} s ({rate:,.0f} records/s)")
+    print(f"dataset        {summary['output']}")

@@ -1,0 +1,66 @@
+"""`tpufeed cache ls | clear`: the local shard cache that gs:// shards are read through.
+
+`ls` lists each cached shard (size, whether complete, last read, its gs:// URL); `clear`
+removes every file no running job holds, and says how many it kept.
+
+>>> main(["cache", "clear", "--dir", "/mnt/ssd/tpufeed"])   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import TYPE_CHECKING
+
+from tpufeed.cli.arguments import Subcommands
+from tpufeed.errors import SourceError, plural
+
+if TYPE_CHECKING:
+    from tpufeed.storage.cache import ShardCache
+
+__all__ = ["add_parser", "run_command"]
+
+
+def add_parser(sub: Subcommands) -> None:
+    """`tpufeed cache {ls,clear} [--dir DIR]`."""
+    cache = sub.add_parser("cache", help="show or empty the local shard cache of gs:// files")
+    cache.add_argument("action", choices=["ls", "clear"],
+                       help="ls: cached shards, sizes, last reads; clear: remove all not in use")
+    cache.add_argument("--dir", default=None,
+                       help="cache directory (default: $TPUFEED_CACHE_DIR, else ~/.cache/tpufeed)")
+    cache.set_defaults(run=run_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Lists or clears the cache in `args.dir`; a directory that cannot be made or written is
+    one line naming it, not a traceback."""
+    from tpufeed.storage.cache import ShardCache
+
+    cache = ShardCache(args.dir)
+    try:
+        return _clear(cache) if args.action == "clear" else _list(cache)
+    except OSError as e:  # e.g. /proc, where nothing can be made: one line, not a traceback
+        where = f" ({e.filename})" if e.filename and e.filename != cache.root else ""
+        raise SourceError(f"cannot {args.action} the shard cache directory {cache.root}{where}: "
+                          f"{e.strerror or e}; pass --dir (or set $TPUFEED_CACHE_DIR to) a "
+                          "directory tpufeed can create and write", path=cache.root) from e
+
+
+def _clear(cache: ShardCache) -> int:
+    removed, freed, skipped = cache.clear()
+    kept = (f"; {plural(skipped, 'entry', 'entries')} in use by a running job "
+            f"{'was' if skipped == 1 else 'were'} kept" if skipped else "")
+    print(f"removed {plural(removed, 'file')} ({freed:,} bytes of shards) from {cache.root}{kept}")
+    return 0
+
+
+def _list(cache: ShardCache) -> int:
+    entries = cache.entries()
+    for e in entries:
+        read = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_read)) \
+            if e.last_read else "never read"
+        state = "cached" if e.complete else "partial"
+        print(f"{e.size:>15,}  {state:<8} {read:<19}  {e.url or e.key}")
+    total = sum(e.size for e in entries)
+    print(f"{plural(len(entries), 'shard')}, {total:,} bytes in {cache.root}")
+    return 0
