@@ -180,31 +180,18 @@ def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
     return (arr if ndim == 1 else arr.reshape(shape)), pos + nbytes
 
 
+# One loop on purpose: it runs once per record, and a call per value would cost time there, so
+# only arrays, bools, non-bytes buffers and the wording of errors are left to helpers.
 def decode(data: bytes | memoryview) -> dict[str, Any]:
     """The record encoded in `data`; arrays are views into `data` (see the module docstring)."""
-    try:
-        mv = memoryview(data)
-        if not mv.c_contiguous:
-            raise TypeError("the buffer is not contiguous")
-        if mv.format != "B" or mv.ndim != 1:
-            mv = mv.cast("B")
-    except (TypeError, ValueError) as e:
-        raise CodecError(f"cannot decode {type(data).__name__}: {e}") from None
-    end = mv.nbytes
-    if end < _HEADER.size:
+    mv = memoryview(data) if type(data) is bytes else _byte_view(data)
+    end, pos = mv.nbytes, _HEADER.size
+    if end < pos:
         raise CodecError(f"truncated header: {end} bytes, a record has at least {_HEADER.size}")
     magic, version, reserved, count = _HEADER.unpack_from(mv, 0)
-    if magic != _MAGIC:
-        raise CodecError(f"bad magic {magic!r} at byte 0 (expected {_MAGIC!r}): "
-                         "not a tpufeed record")
-    if version != FORMAT_VERSION:
-        raise CodecError(f"unsupported codec format version {version} at byte 4; this tpufeed "
-                         f"reads version {FORMAT_VERSION}")
-    if reserved != b"\0\0\0":
-        raise CodecError(f"reserved header bytes 5..7 are {reserved!r}, expected zeros")
-    pos = _HEADER.size
-    if count * _MIN_ENTRY > end - pos:
-        raise CodecError(f"header claims {count} entries but only {end - pos} bytes follow")
+    if magic != _MAGIC or version != FORMAT_VERSION or reserved != b"\0\0\0" or \
+            count * _MIN_ENTRY > end - pos:
+        raise _header_error(magic, version, reserved, count, end - pos)
     out: dict = {}
     for _ in range(count):
         if pos + _ENTRY.size > end:
@@ -223,36 +210,73 @@ def decode(data: bytes | memoryview) -> dict[str, Any]:
         if tag == _ARR:
             out[key], pos = _decode_array(mv, pos, key)
             continue
-        if tag > _ARR:
-            raise CodecError(f"unknown type tag {tag} of key {key!r} at byte {start - 1}")
-        size = (1, 8, 8, 8, 8)[tag]
-        if pos + size > end:
-            raise CodecError(f"truncated value of key {key!r} at byte {pos}")
-        if tag == _INT:
-            out[key] = _I64.unpack_from(mv, pos)[0]
-        elif tag == _FLOAT:
-            out[key] = _F64.unpack_from(mv, pos)[0]
+        size = 1 if tag == _BOOL else 8
+        if tag > _ARR or pos + size > end:
+            raise _value_error(tag, key, start, pos)
+        if tag == _INT or tag == _FLOAT:
+            out[key] = (_I64 if tag == _INT else _F64).unpack_from(mv, pos)[0]
         elif tag == _BOOL:
-            flag = mv[pos]
-            if flag > 1:
-                raise CodecError(f"bool value {flag} of key {key!r} at byte {pos} is not 0 or 1")
-            out[key] = flag == 1
-        else:
+            out[key] = _decode_bool(mv, pos, key)
+        else:  # bytes or str: a length, then the payload
             (length,) = _U64.unpack_from(mv, pos)
             if length > end - pos - size:
-                raise CodecError(f"value of key {key!r} claims {length} bytes at byte {pos}, "
-                                 f"only {end - pos - size} remain")
+                raise _length_error(key, length, pos, end - pos - size)
             payload = mv[pos + size:pos + size + length]
-            if tag == _BYTES:
-                out[key] = bytes(payload)
-            else:
-                try:
-                    out[key] = str(payload, "utf-8")
-                except UnicodeDecodeError:
-                    raise CodecError(f"str value of key {key!r} at byte {pos + size} is not "
-                                     "valid UTF-8") from None
+            try:
+                out[key] = bytes(payload) if tag == _BYTES else str(payload, "utf-8")
+            except UnicodeDecodeError:
+                raise CodecError(f"str value of key {key!r} at byte {pos + size} is not "
+                                 "valid UTF-8") from None
             pos += length
         pos += size
     if pos != end:
         raise CodecError(f"{end - pos} bytes of trailing garbage at byte {pos}")
     return out
+
+
+def _byte_view(data: Any) -> memoryview:
+    """`data`, any contiguous buffer but `bytes`, as a flat memoryview of bytes."""
+    try:
+        mv = memoryview(data)
+        if not mv.c_contiguous:
+            raise TypeError("the buffer is not contiguous")
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+    except (TypeError, ValueError) as e:
+        raise CodecError(f"cannot decode {type(data).__name__}: {e}") from None
+    return mv
+
+
+def _header_error(magic: bytes, version: int, reserved: bytes, count: int,
+                  remain: int) -> CodecError:
+    """What is wrong with a header: its magic, version, reserved bytes or entry count."""
+    if magic != _MAGIC:
+        return CodecError(f"bad magic {magic!r} at byte 0 (expected {_MAGIC!r}): "
+                          "not a tpufeed record")
+    if version != FORMAT_VERSION:
+        return CodecError(f"unsupported codec format version {version} at byte 4; this tpufeed "
+                          f"reads version {FORMAT_VERSION}")
+    if reserved != b"\0\0\0":
+        return CodecError(f"reserved header bytes 5..7 are {reserved!r}, expected zeros")
+    return CodecError(f"header claims {count} entries but only {remain} bytes follow")
+
+
+def _value_error(tag: int, key: str, key_at: int, pos: int) -> CodecError:
+    """A value of an unknown type tag (its key at byte `key_at`), or one cut short at `pos`."""
+    if tag > _ARR:
+        return CodecError(f"unknown type tag {tag} of key {key!r} at byte {key_at - 1}")
+    return CodecError(f"truncated value of key {key!r} at byte {pos}")
+
+
+def _length_error(key: str, length: int, pos: int, remain: int) -> CodecError:
+    """A bytes or str value whose length, at byte `pos`, claims more than `remain` bytes."""
+    return CodecError(f"value of key {key!r} claims {length} bytes at byte {pos}, "
+                      f"only {remain} remain")
+
+
+def _decode_bool(mv: memoryview, pos: int, key: str) -> bool:
+    """The bool value of `key` at byte `pos`: one byte, 0 or 1."""
+    flag = mv[pos]
+    if flag > 1:
+        raise CodecError(f"bool value {flag} of key {key!r} at byte {pos} is not 0 or 1")
+    return flag == 1
