@@ -16,7 +16,8 @@ import tpufeed
 from tpufeed.errors import CorruptDataError, InvalidArgumentError
 from tpufeed.sources.formats import (FORMATS, format_for_path, get_format, guess_format,
                                      writable_formats)
-from tpufeed.sources.manifest import check_manifest, is_dataset_path
+from tpufeed.sources.manifest import is_dataset_path
+from tpufeed.sources.manifest_fields import check_manifest
 
 RECORDS = [b"", b"a", b"bc" * 100, bytes(range(256))]
 

@@ -34,18 +34,18 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 import re
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import google_crc32c
 import numpy as np
 
 from tpufeed.errors import (CodecError, CorruptDataError, InvalidArgumentError, SourceError,
                             SourceNotFoundError)
-from tpufeed.sources.formats import FORMATS, format_for_path, get_format, writable_formats
-from tpufeed.sources.record_formats import RAW_BYTES, manifest_names, record_format_of_manifest
+from tpufeed.sources.formats import format_for_path, get_format
+from tpufeed.sources.manifest_fields import FORMAT, FORMAT_VERSION, MAX_DEPTH, check_manifest
+from tpufeed.sources.record_formats import RAW_BYTES, record_format_of_manifest
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
 from tpufeed.storage.cache import ShardCache
@@ -59,11 +59,7 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "ManifestSource",
            "file_crc32c", "gcs_shard_url", "is_dataset_path", "load_manifest", "safe_shard_path"]
 
 MANIFEST_NAME = "manifest.json"
-FORMAT = "tpufeed-dataset"
-FORMAT_VERSION = 1
 _MAX_MANIFEST_BYTES = 256 << 20
-_MAX_DEPTH = 64  # lists and objects within each other; a manifest needs about 5
-_CRC_RE = re.compile(r"[0-9a-f]{8}")
 _NO_MANIFEST = (" (the folder has no manifest: the build did not finish, or this is not a "
                 "dataset built by `tpufeed build`)")
 
@@ -147,7 +143,7 @@ def load_manifest(path: str | os.PathLike,
         raise CorruptDataError(f"{manifest_path}: not valid JSON: {e}", path=manifest_path) from e
     except RecursionError:
         raise CorruptDataError(f"{manifest_path}: JSON nested too deeply to parse; a tpufeed "
-                               f"manifest nests at most {_MAX_DEPTH} levels",
+                               f"manifest nests at most {MAX_DEPTH} levels",
                                path=manifest_path) from None
     check_manifest(manifest, manifest_path)
     return manifest_path, root, manifest
@@ -195,62 +191,6 @@ def _fetch_manifest(url: str, policy: RetryPolicy) -> tuple[str, str, bytes]:
     return manifest_url, manifest_url.rpartition("/")[0], data
 
 
-def check_manifest(manifest: object, where: str) -> None:
-    """Raises CorruptDataError naming `where` and the field if `manifest` is malformed."""
-    def bad(field: str, why: str) -> CorruptDataError:
-        return CorruptDataError(f"{where}: manifest field {field} {why}", path=where)
-
-    if not isinstance(manifest, dict):
-        raise CorruptDataError(f"{where}: a manifest is a JSON object, got "
-                               f"{type(manifest).__name__}", path=where)
-    if _depth(manifest) > _MAX_DEPTH:
-        raise CorruptDataError(f"{where}: JSON nested more than {_MAX_DEPTH} levels deep; a "
-                               f"tpufeed manifest nests at most {_MAX_DEPTH}", path=where)
-    if manifest.get("format") != FORMAT:
-        raise bad("'format'", f"is {manifest.get('format')!r}, expected {FORMAT!r}")
-    version = manifest.get("format_version")
-    if not _is_count(version) or not 1 <= version <= FORMAT_VERSION:
-        raise bad("'format_version'", f"is {version!r}; this tpufeed reads versions 1 to "
-                  f"{FORMAT_VERSION} (a newer tpufeed wrote it?)")
-    file_format = manifest.get("file_format")
-    # Only formats the build writes: a manifest never lists shards of a read-only format.
-    if not isinstance(file_format, str) or file_format not in writable_formats():
-        raise bad("'file_format'", f"is {file_format!r}, expected one of {writable_formats()}")
-    if record_format_of_manifest(manifest.get("record_format")) is None:
-        raise bad("'record_format'", f"is {manifest.get('record_format')!r}, expected one of "
-                  f"{manifest_names()}")
-    shards = manifest.get("shards")
-    if not isinstance(shards, list) or not shards:
-        raise bad("'shards'", "must be a non-empty list")
-    for i, shard in enumerate(shards):
-        if not isinstance(shard, dict):
-            raise bad(f"shards[{i}]", "must be an object")
-        if "path" not in shard:
-            raise bad(f"shards[{i}].path", "is missing: every shard entry names its file")
-        for key in ("num_records", "num_bytes"):
-            if not _is_count(shard.get(key)):
-                raise bad(f"shards[{i}].{key}", f"is {shard.get(key)!r}, not a count")
-        if not isinstance(shard.get("crc32c"), str) or not _CRC_RE.fullmatch(shard["crc32c"]):
-            raise bad(f"shards[{i}].crc32c", f"is {shard.get('crc32c')!r}, not 8 hex digits")
-        problem = FORMATS[file_format].count_problem(shard["num_records"], shard["num_bytes"])
-        if problem is not None:
-            raise bad(f"shards[{i}].num_records", f"is {shard['num_records']}: {problem}")
-    # Spellings of one file ("x", "./x", "a/./x") are one shard: its records would come twice.
-    seen: dict[str, int] = {}
-    for i, shard in enumerate(shards):
-        name = shard["path"]
-        key = posixpath.normpath(name) if isinstance(name, str) and name else repr(name)
-        if key in seen:
-            j = seen[key]
-            raise bad("'shards'", f"names the same file twice: shards[{j}].path "
-                      f"{shards[j]['path']!r} and shards[{i}].path {name!r} (its records would "
-                      "be delivered twice)")
-        seen[key] = i
-    total = sum(shard["num_records"] for shard in shards)
-    if manifest.get("num_records") != total:
-        raise bad("'num_records'", f"is {manifest.get('num_records')!r} but the shards hold {total}")
-
-
 def _refuse_aliases(shards: Sequence[VerifiedShard], entries: list[dict[str, Any]],
                     manifest_path: str) -> None:
     """Raises if two entries name one local file (through a symlink or a hard link), or one
@@ -267,23 +207,6 @@ def _refuse_aliases(shards: Sequence[VerifiedShard], entries: list[dict[str, Any
                 f"{manifest_path}: shards[{j}].path {entries[j]['path']!r} and shards[{i}].path "
                 f"{entries[i]['path']!r} are the same file ({os.path.realpath(shard.path)}): its "
                 "records would be delivered twice", path=manifest_path)
-
-
-def _depth(value: object) -> int:
-    """How deeply lists and objects nest in `value`, counted without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, level)
-            if level <= _MAX_DEPTH:  # deeper is refused anyway: no need to walk it all
-                children = item.values() if isinstance(item, dict) else item
-                stack.extend((child, level + 1) for child in children)
-    return deepest
-
-
-def _is_count(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class ManifestSource(ShardedSource[VerifiedShard]):
