@@ -16,8 +16,8 @@ from array_record.python.array_record_module import ArrayRecordReader, ArrayReco
 
 from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError,
                             SourceNotFoundError)
-from tpufeed.sources.array_record import (ArrayRecordFile, ArrayRecordSource, structure_problem,
-                                          write_array_records)
+from tpufeed.sources.array_record import ArrayRecordFile, ArrayRecordSource, write_array_records
+from tpufeed.sources.array_record_structure import structure_problem
 
 BLOCK = 1 << 16
 
