@@ -14,7 +14,7 @@ from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  #
 from tpufeed.cli import main
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
-from tpufeed.storage import cache as cache_module
+from tpufeed.storage import cache_verified as cache_module
 from tpufeed.storage.cache import ShardCache, default_cache_dir, entry_key
 from tpufeed.storage.eviction import PlanBoard
 from tpufeed.storage.gcs import GcsObject, list_objects

@@ -5,7 +5,7 @@ layout in `cache_layout`). The byte limit bounds the disk that shard copies take
 downloads in progress, and evicted shards still open in a reader (`cache_space`).
 
 - Downloads land atomically: a full-size part file, filled by ranged GETs, read back and checked
-  against the object's size and CRC32C, then renamed.
+  against the object's size and CRC32C, then renamed (`cache_fill`).
 - Several processes share one directory through `flock`s (gone with a dead process): a reader
   holds the entry's lock shared while it opens a copy (`pinned`), a downloader or evictor holds
   it exclusive, and room is made under one global lock (`cache_space`). An open copy is read
@@ -16,7 +16,9 @@ downloads in progress, and evicted shards still open in a reader (`cache_space`)
   the shard and the fix (`cache_errors`).
 - A restarted job trusts a file whose stat stamp (inode, size, mtime, ctime, boot) is what it
   was when verified; any other file, or one a read found damaged, is re-checked against the
-  CRC32C, and fetched again if it fails.
+  CRC32C, and fetched again if it fails (`cache_verified`).
+- `entries` and `clear` (the `tpufeed cache` command) look at the directory as a whole
+  (`cache_inventory`).
 
 >>> cache = ShardCache("/mnt/ssd/tpufeed", max_bytes=100 << 30)  # doctest: +SKIP
 >>> with cache.pinned(obj) as path:  # fetched if needed; not evicted inside the block
@@ -27,28 +29,27 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import logging
 import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
+from tpufeed.errors import InvalidArgumentError, SourceError
 from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_errors import check_not_a_file, disk_errors
+from tpufeed.storage.cache_fill import CacheFiller
 from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.cache_layout import BOOT, CacheLayout, default_cache_dir, entry_key, key_of
-from tpufeed.storage.cache_space import CacheSpace, delete_unless_held
+from tpufeed.storage.cache_inventory import CacheEntry, list_entries, remove_unused
+from tpufeed.storage.cache_layout import CacheLayout, default_cache_dir, entry_key
+from tpufeed.storage.cache_space import CacheSpace
+from tpufeed.storage.cache_verified import VerifiedCopies
 from tpufeed.storage.eviction import PlanBoard, VictimChooser
 from tpufeed.storage.gcs import GcsObject
 from tpufeed.storage.retry import RetryPolicy
-from tpufeed.storage.transfers import PART_BYTES, URGENT, download
+from tpufeed.storage.transfers import PART_BYTES, URGENT
 
 __all__ = ["CacheEntry", "ShardCache", "default_cache_dir", "entry_key"]
-
-log = logging.getLogger("tpufeed.cache")
 
 # Without an explicit limit: this share of the space free when the cache is opened.
 _DEFAULT_SHARE_OF_FREE = 0.8
@@ -58,17 +59,6 @@ _TOUCH_EVERY_S = 0.1
 # An open copy found unchanged is not looked at again for this long (a stat per read of a small
 # batch costs several percent on a VM).
 _RECHECK_S = 0.02
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """One entry as `tpufeed cache ls` shows it."""
-
-    key: str
-    url: str | None
-    size: int
-    complete: bool  # False: a download in progress (or left by a dead process)
-    last_read: float | None
 
 
 class ShardCache:
@@ -100,13 +90,14 @@ class ShardCache:
         self.downloads = downloads
         self.part_bytes = part_bytes
         self.retry = retry or RetryPolicy()
-        self._verified: dict[str, list[int]] = {}  # key -> stamp this process has checked
+        self.verified = VerifiedCopies(self.layout)
+        self.filler = CacheFiller(self.layout, self.space, self.verified, self.retry, part_bytes)
         self._touched: dict[str, tuple[float, list[int]]] = {}
         self._checked: dict[str, tuple[float, list[int]]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_verified"], state["_touched"], state["_checked"] = {}, {}, {}
+        state["_touched"], state["_checked"] = {}, {}
         return state
 
     def __repr__(self) -> str:
@@ -146,10 +137,10 @@ class ShardCache:
                 while True:
                     fcntl.flock(fd, fcntl.LOCK_SH)
                     st = files.stat(data)
-                    if st is not None and self._trusted(key, obj, st):
+                    if st is not None and self.verified.trusted(key, obj, st):
                         break
                     fcntl.flock(fd, fcntl.LOCK_UN)
-                    self._fill(obj, key, fd, self.plans.chooser(), URGENT, wait=True)
+                    self.filler.fill(obj, key, fd, self.plans.chooser(), URGENT, wait=True)
             self._mark_read(key, files.stamp(st))
             yield data
         finally:
@@ -179,10 +170,10 @@ class ShardCache:
             except BlockingIOError:
                 return "busy"  # being downloaded, or read (so present)
             st = files.stat(self.layout.data(key))
-            if st is not None and self._trusted(key, obj, st):
+            if st is not None and self.verified.trusted(key, obj, st):
                 return "cached"
             fcntl.flock(fd, fcntl.LOCK_UN)
-            return self._fill(obj, key, fd, victims, priority, wait=False) or "no-room"
+            return self.filler.fill(obj, key, fd, victims, priority, wait=False) or "no-room"
         finally:
             os.close(fd)
 
@@ -194,7 +185,7 @@ class ShardCache:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             with self._disk_errors(obj):
-                return not self._keep_if_sound(obj, key)
+                return not self.filler.keep_if_sound(obj, key)
         finally:
             os.close(fd)
 
@@ -229,7 +220,7 @@ class ShardCache:
         """Whether a verified copy of `obj` is in the cache now (it may go at any time)."""
         key = entry_key(obj)
         st = files.stat(self.layout.data(key))
-        return st is not None and self._trusted(key, obj, st)
+        return st is not None and self.verified.trusted(key, obj, st)
 
     def last_read_ns(self, obj: GcsObject) -> int:
         """When a reader last used `obj` (any process; within `_TOUCH_EVERY_S`), or 0."""
@@ -254,95 +245,6 @@ class ShardCache:
             with contextlib.suppress(OSError):
                 os.utime(self.layout.lock(key))
 
-    def _trusted(self, key: str, obj: GcsObject, st: os.stat_result) -> bool:
-        stamp = files.stamp(st)
-        if self._verified.get(key) == stamp:
-            return True
-        record = files.read_json(self.layout.record(key))
-        if (record is not None and record.get("stamp") == stamp and record.get("boot") == BOOT
-                and record.get("size") == obj.size and record.get("crc32c") == obj.crc32c):
-            self._verified[key] = stamp
-            return True
-        return False
-
-    # -- filling -------------------------------------------------------------------------------
-
-    def _fill(self, obj: GcsObject, key: str, fd: int, victims: VictimChooser, priority: float,
-              wait: bool) -> str | None:
-        """Under the entry's exclusive lock: 'cached' (sound) or 'fetched'; None: no room."""
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            if self._keep_if_sound(obj, key):
-                return "cached"
-            files.remove(self.layout.record(key))  # a record without its copy
-            part = self.space.reserve(obj, key, victims, wait)
-            if part is None:
-                return None
-            try:
-                self._download(obj, part, priority)
-                with self.space.global_lock():  # a scan must see it as a part or as data
-                    os.rename(part, self.layout.data(key))
-            except BaseException:
-                files.remove(part)
-                raise
-            self._seal(obj, key)
-            return "fetched"
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def _keep_if_sound(self, obj: GcsObject, key: str) -> bool:
-        """Under the exclusive lock: True if a sound copy is there; a damaged one is removed."""
-        data = self.layout.data(key)
-        st = files.stat(data)
-        if st is None:
-            return False
-        if self._trusted(key, obj, st):
-            return True
-        problem = self._problem(obj, data, st.st_size)
-        if problem is None:
-            self._seal(obj, key)
-            return True
-        log.warning("%s: its cached copy %s is damaged (%s); fetching it again", obj.url, data,
-                    problem)
-        with self.space.global_lock():
-            self.space.evict(key)
-        self._verified.pop(key, None)
-        return False
-
-    def _download(self, obj: GcsObject, part: str, priority: float) -> None:
-        problem = None
-        for attempt in range(2):  # bytes that fail the check are fetched once more
-            out = os.open(part, os.O_RDWR | os.O_CLOEXEC)
-            try:
-                download(obj, out, priority, self.retry, self.part_bytes)
-            finally:
-                os.close(out)
-            problem = self._problem(obj, part, os.path.getsize(part))
-            if problem is None:
-                return
-            log.warning("%s: downloaded bytes are wrong (%s)%s", obj.url, problem,
-                        "; downloading again" if attempt == 0 else "")
-        raise CorruptDataError(f"{obj.url}: downloaded twice and both copies fail the check: "
-                               f"{problem}", path=obj.url)
-
-    @staticmethod
-    def _problem(obj: GcsObject, path: str, size: int) -> str | None:
-        if size != obj.size:
-            return f"{size:,} bytes, the object has {obj.size:,}"
-        if obj.crc32c is not None:
-            crc = files.file_crc32c(path)
-            if crc != obj.crc32c:
-                return f"CRC32C {crc:08x}, the object's is {obj.crc32c:08x}"
-        return None
-
-    def _seal(self, obj: GcsObject, key: str) -> None:
-        """Records the verified file's stamp (after the rename: a rename changes the ctime)."""
-        stamp = files.stamp(os.stat(self.layout.data(key)))
-        files.write_json(self.layout.record(key), {
-            "url": obj.url, "generation": obj.generation, "size": obj.size, "crc32c": obj.crc32c,
-            "stamp": stamp, "boot": BOOT})
-        self._verified[key] = stamp
-
     # -- facts about objects ------------------------------------------------------------------
 
     def recall(self, obj: GcsObject, fact: str) -> Any:
@@ -366,66 +268,14 @@ class ShardCache:
 
     def entries(self) -> list[CacheEntry]:
         """Cached shards and downloads in progress, by key."""
-        try:
-            names = sorted(os.listdir(self.layout.shards))
-        except FileNotFoundError:
-            return []
-        out = []
-        for name in names:
-            complete = name.endswith(".data")
-            if not complete and ".part-" not in name:
-                continue
-            key = key_of(name)
-            st = files.stat(os.path.join(self.layout.shards, name))
-            if st is None:
-                continue
-            record = files.read_json(self.layout.record(key)) or {}
-            lock = files.stat(self.layout.lock(key))
-            read = lock.st_mtime if lock is not None and lock.st_mtime_ns else None
-            out.append(CacheEntry(key, record.get("url") if complete else None, st.st_size,
-                                  complete, read))
-        return out
+        return list_entries(self.layout)
 
     def clear(self) -> tuple[int, int, int]:
         """Removes every entry not in use now; returns (files removed, shard bytes freed,
         entries skipped because a process holds them)."""
-        removed = freed = skipped = 0
         if not os.path.isdir(self.root):
             return 0, 0, 0
         with self._disk_errors(None), self.space.global_lock():
-            by_key: dict[str, list[str]] = {}
-            for name in os.listdir(self.layout.shards):
-                by_key.setdefault(key_of(name), []).append(name)
-            for key, members in sorted(by_key.items()):
-                fd = self.layout.open_lock(key)
-                try:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        skipped += 1
-                        continue
-                    if self.space.held(key):  # open in a reader: deleting it frees nothing
-                        skipped += 1
-                        continue
-                    for name in members:
-                        if name.endswith(".lock"):
-                            continue  # lock files stay: removing one under a waiter breaks it
-                        path = os.path.join(self.layout.shards, name)
-                        st = files.stat(path)
-                        if st is not None and files.remove(path):
-                            removed += 1
-                            counted = name.endswith(".data") or ".part-" in name
-                            freed += st.st_size if counted else 0
-                finally:
-                    os.close(fd)
-            for entry in os.scandir(self.layout.evicted):
-                st = files.stat(entry.path)
-                if st is not None and delete_unless_held(entry.path):
-                    removed, freed = removed + 1, freed + st.st_size
-            for sub in ("meta", "tmp", "tfrecord-index"):
-                path = os.path.join(self.root, sub)
-                if os.path.isdir(path):
-                    removed += sum(files.remove(e.path) for e in os.scandir(path) if e.is_file())
-        self._verified.clear()
-        return removed, freed, skipped
-
+            counts = remove_unused(self.root, self.layout, self.space)
+        self.verified.clear()
+        return counts

@@ -1,0 +1,96 @@
+"""Filling a cache entry: room reserved, ranged GETs into a part file, checked, renamed, sealed.
+
+Under the entry's exclusive lock (`ShardCache` takes it): a sound copy already there is kept
+(checked first if it is not trusted), a damaged one removed; otherwise room is made within the
+limit (`cache_space`), the object is downloaded into a full-size part file (`transfers`), read
+back and checked against its size and CRC32C (once more on a mismatch), then renamed into place
+under the global lock, so that a space scan sees it either as a part or as data, and sealed
+(`cache_verified`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+
+from tpufeed.errors import CorruptDataError
+from tpufeed.storage import cache_layout as files
+from tpufeed.storage.cache_layout import CacheLayout
+from tpufeed.storage.cache_space import CacheSpace
+from tpufeed.storage.cache_verified import VerifiedCopies
+from tpufeed.storage.eviction import VictimChooser
+from tpufeed.storage.gcs import GcsObject
+from tpufeed.storage.retry import RetryPolicy
+from tpufeed.storage.transfers import download
+
+__all__ = ["CacheFiller"]
+
+log = logging.getLogger("tpufeed.cache")
+
+
+class CacheFiller:
+    """Fills the entries of one cache directory, downloading with `retry` in `part_bytes` parts."""
+
+    def __init__(self, layout: CacheLayout, space: CacheSpace, verified: VerifiedCopies,
+                 retry: RetryPolicy, part_bytes: int):
+        self.layout, self.space, self.verified = layout, space, verified
+        self.retry, self.part_bytes = retry, part_bytes
+
+    def fill(self, obj: GcsObject, key: str, fd: int, victims: VictimChooser, priority: float,
+              wait: bool) -> str | None:
+        """Under the entry's exclusive lock: 'cached' (sound) or 'fetched'; None: no room."""
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if self.keep_if_sound(obj, key):
+                return "cached"
+            files.remove(self.layout.record(key))  # a record without its copy
+            part = self.space.reserve(obj, key, victims, wait)
+            if part is None:
+                return None
+            try:
+                self._download(obj, part, priority)
+                with self.space.global_lock():  # a scan must see it as a part or as data
+                    os.rename(part, self.layout.data(key))
+            except BaseException:
+                files.remove(part)
+                raise
+            self.verified.seal(obj, key)
+            return "fetched"
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def keep_if_sound(self, obj: GcsObject, key: str) -> bool:
+        """Under the exclusive lock: True if a sound copy is there; a damaged one is removed."""
+        data = self.layout.data(key)
+        st = files.stat(data)
+        if st is None:
+            return False
+        if self.verified.trusted(key, obj, st):
+            return True
+        problem = self.verified.problem(obj, data, st.st_size)
+        if problem is None:
+            self.verified.seal(obj, key)
+            return True
+        log.warning("%s: its cached copy %s is damaged (%s); fetching it again", obj.url, data,
+                    problem)
+        with self.space.global_lock():
+            self.space.evict(key)
+        self.verified.forget(key)
+        return False
+
+    def _download(self, obj: GcsObject, part: str, priority: float) -> None:
+        problem = None
+        for attempt in range(2):  # bytes that fail the check are fetched once more
+            out = os.open(part, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                download(obj, out, priority, self.retry, self.part_bytes)
+            finally:
+                os.close(out)
+            problem = self.verified.problem(obj, part, os.path.getsize(part))
+            if problem is None:
+                return
+            log.warning("%s: downloaded bytes are wrong (%s)%s", obj.url, problem,
+                        "; downloading again" if attempt == 0 else "")
+        raise CorruptDataError(f"{obj.url}: downloaded twice and both copies fail the check: "
+                               f"{problem}", path=obj.url)
