@@ -34,9 +34,9 @@ from tpufeed.run.launch import RunSettings, launcher
 from tpufeed.run.mixture import Mixture, check_component, check_mix
 from tpufeed.run.plan import MixPlan, Plan
 from tpufeed.run.uneven import HostAgreement, first_item
+from tpufeed.sources import opening
 from tpufeed.sources.view import SourceView
 from tpufeed.storage.local import PathsLike
-from tpufeed.storage.settings import cache_for
 
 if TYPE_CHECKING:  # the adapters import their frameworks: only type checkers read them here
     from tpufeed.adapters.jax import JaxIterator
@@ -71,13 +71,12 @@ class Dataset:
         the object has one (`datasets.Dataset` does), reads each chunk in one call. Workers get
         the object pickled. For a Hugging Face dataset, `from_huggingface` gives elements typed
         like `from_parquet`'s."""
-        return cls(SourceView(source))
+        return cls(opening.any_source(source))
 
     @classmethod
     def from_sequence(cls, items: Sequence[Any]) -> Dataset:
         """The items of an in-memory sequence (list, tuple, array), each an element."""
-        from tpufeed.sources.memory import SequenceSource
-        return cls(SourceView(SequenceSource(items)))
+        return cls(opening.sequence(items))
 
     @classmethod
     def from_array_record(cls, paths: PathsLike, cache_dir: str | os.PathLike | None = None,
@@ -85,8 +84,7 @@ class Dataset:
         """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or
         gs://. gs:// shards go through the local shard cache (`cache_dir`, default
         $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space)."""
-        from tpufeed.sources.array_record import ArrayRecordSource
-        return cls(SourceView(ArrayRecordSource(paths, cache=cache_for(cache_dir, cache_bytes))))
+        return cls(opening.array_record(paths, cache_dir, cache_bytes))
 
     @classmethod
     def from_tfrecord(cls, paths: PathsLike, index_dir: str | os.PathLike | None = None,
@@ -94,9 +92,7 @@ class Dataset:
                       cache_bytes: int | None = None) -> Dataset:
         """Records (bytes) of TFRecord files, randomly accessible through an offset index;
         gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs."""
-        from tpufeed.sources.tfrecord import TFRecordSource
-        return cls(SourceView(TFRecordSource(paths, index_dir=index_dir,
-                                             cache=cache_for(cache_dir, cache_bytes))))
+        return cls(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes))
 
     @classmethod
     def from_parquet(cls, paths: PathsLike, columns: Sequence[str] | None = None,
@@ -108,9 +104,7 @@ class Dataset:
         `decoded_bytes` of decoded row groups per process; shuffled reads cost a decode per
         row group visit, so prefer small row groups or `shuffle(seed, window=K)`
         (`tpufeed.sources.parquet`)."""
-        from tpufeed.sources.parquet import ParquetSource
-        return cls(SourceView(ParquetSource(paths, columns, cache_for(cache_dir, cache_bytes),
-                                            decoded_bytes)))
+        return cls(opening.parquet(paths, columns, cache_dir, cache_bytes, decoded_bytes))
 
     @classmethod
     def from_huggingface(cls, dataset: Any, columns: Sequence[str] | None = None) -> Dataset:
@@ -121,8 +115,7 @@ class Dataset:
         >>> [e["x"] for e in Dataset.from_huggingface(hf)]  # doctest: +SKIP
         [np.int64(1), np.int64(2), None]
         """
-        from tpufeed.sources.huggingface import HuggingFaceSource
-        return cls(SourceView(HuggingFaceSource(dataset, columns)))
+        return cls(opening.huggingface(dataset, columns))
 
     @classmethod
     def open(cls, path: str | os.PathLike, verify: bool = False,
@@ -136,9 +129,7 @@ class Dataset:
 
         >>> ds = Dataset.open("gs://bucket/train", cache_dir="/mnt/ssd/tpufeed")  # doctest: +SKIP
         """
-        from tpufeed.sources.manifest import ManifestSource
-        return cls(SourceView(ManifestSource(path, verify=verify,
-                                             cache=cache_for(cache_dir, cache_bytes))))
+        return cls(opening.built_dataset(path, verify, cache_dir, cache_bytes))
 
     @classmethod
     def mix(cls, datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
