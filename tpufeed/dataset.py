@@ -24,15 +24,14 @@ from tpufeed.ops.flat_map import FlatMap
 from tpufeed.ops.map import Map, RandomMap
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.padding import check_pad
-from tpufeed.ops.registry import Stage, check_next, split
-from tpufeed.order.permutation import Shuffle
+from tpufeed.ops.registry import Stage, check_next, stage_label
 from tpufeed.order.sharding import Sharding
-from tpufeed.order.state import fingerprint
-from tpufeed.run.autotune import AUTO, Options
+from tpufeed.run.autotune import Options
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
 from tpufeed.run.mixture import Mixture, check_component, check_mix
-from tpufeed.run.plan import MixPlan, Plan
+from tpufeed.run.plan import (MixPlan, Plan, check_epochs, check_max_errors, check_shuffle,
+                              epoch_length, pipeline_fingerprint, pipeline_plan)
 from tpufeed.run.uneven import HostAgreement, first_item
 from tpufeed.sources import opening
 from tpufeed.sources.view import SourceView
@@ -151,19 +150,15 @@ class Dataset:
             if not isinstance(ds, Dataset) or ds._mixture is not None:
                 raise InvalidArgumentError(f"mix component {i} must be a Dataset (not a mixture), "
                                            f"got {ds!r}")
-            check_component(i, ds._batch() or ds._pack(), ds._sharding != Sharding(0, 1),
-                            AUTO in (ds._settings.workers, ds._settings.prefetch))
-            if ds._settings.options.timeout_s is not None:
-                raise InvalidArgumentError(f"mix component {i} has options(timeout_s=...), which "
-                                           "does not watch a mixture yet")
+            settings = ds._settings
+            check_component(i, ds._stages, ds._sharding != Sharding(0, 1), settings.workers,
+                            settings.prefetch, settings.options.timeout_s)
         return cls(None, _mixture=Mixture(tuple(datasets), checked, seed, on_end))
 
     @property
     def schema(self) -> dict[str, Any] | None:
         """The manifest's inferred schema for datasets from `Dataset.open`, else None."""
-        if self._source is None:
-            return None
-        return getattr(self._source.source, "schema", None)
+        return None if self._source is None else getattr(self._source.source, "schema", None)
 
     # -- settings -----------------------------------------------------------------------------
 
@@ -179,15 +174,7 @@ class Dataset:
         records within each group of K consecutive shards, so only about K shards are needed at
         once — for datasets larger than the local cache.
         """
-        view = self._view("shuffle")
-        if not isinstance(seed, int) or isinstance(seed, bool):
-            raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
-        if window is not None and (not isinstance(window, int) or isinstance(window, bool) or window < 1):
-            raise InvalidArgumentError(f"shuffle window must be None or a positive int, got {window!r}")
-        if window is not None and not hasattr(view.source, "shard_starts"):
-            raise InvalidArgumentError(
-                f"shuffle(window={window}) needs a source of several files (ArrayRecord, TFRecord, "
-                f"Dataset.open); {type(view.source).__name__} has no shards")
+        check_shuffle(seed, window, self._view("shuffle").source)
         if self._seed is not None:
             raise InvalidArgumentError(f"shuffle is already set (seed {self._seed})")
         return dataclasses.replace(self, _seed=seed, _window=window)
@@ -256,8 +243,7 @@ class Dataset:
     def repeat(self, epochs: int | None = None) -> Dataset:
         """Runs `epochs` epochs (None: forever), each a new permutation when shuffled."""
         self._not_mixture("repeat")
-        if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0):
-            raise InvalidArgumentError(f"epochs must be None or a non-negative int, got {epochs!r}")
+        check_epochs(epochs)
         return dataclasses.replace(self, _epochs=epochs)
 
     def prefetch(self, n: int | str) -> Dataset:
@@ -266,8 +252,6 @@ class Dataset:
         `"auto"`: chosen from a short warm-up within the RAM budget, and deepened while the
         consumer keeps waiting.
         """
-        if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
-            raise InvalidArgumentError(f"prefetch must be a non-negative int or 'auto', got {n!r}")
         return self._set(prefetch=n)
 
     def options(self, ram_budget_bytes: int | None = None,
@@ -280,8 +264,7 @@ class Dataset:
         to be able to stop them, no chunk runs in the calling thread (a prefetch thread with no
         workers, only workers with some). Off by default; not for `mix`.
         """
-        return self._set(options=Options(ram_budget_bytes=ram_budget_bytes,
-                                                          timeout_s=timeout_s))
+        return self._set(options=Options(ram_budget_bytes=ram_budget_bytes, timeout_s=timeout_s))
 
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.
@@ -291,8 +274,7 @@ class Dataset:
         last allowed one raises. Off by default: errors raise.
         """
         self._not_mixture("ignore_errors")
-        if not isinstance(max_errors, int) or isinstance(max_errors, bool) or max_errors < 0:
-            raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")
+        check_max_errors(max_errors)
         return dataclasses.replace(self, _max_errors=max_errors)
 
     def workers(self, n: int | str, isolate: bool = False) -> Dataset:
@@ -310,17 +292,11 @@ class Dataset:
         first batch is asked for (after the model is built and compiled) workers start in
         milliseconds. `TPUFEED_FORKSERVER=0` starts each worker as a fresh interpreter instead.
         """
-        if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
-            raise InvalidArgumentError(f"workers must be a non-negative int or 'auto', got {n!r}")
-        if not isinstance(isolate, bool):
-            raise InvalidArgumentError(f"isolate must be True or False, got {isolate!r}")
-        if isolate and n == AUTO:
-            raise InvalidArgumentError("workers('auto') measures a warm-up in this process; with "
-                                       "isolate=True give a number of workers")
+        workers = self._set(workers=n, isolate=isolate)  # checks n and isolate
         if n:
             from tpufeed.run.workers.forkserver import shared_server
             shared_server()  # returns at once: its imports run while the caller goes on
-        return self._set(workers=n, isolate=isolate)
+        return workers
 
     # -- running ------------------------------------------------------------------------------
 
@@ -333,11 +309,7 @@ class Dataset:
     def __len__(self) -> int:
         """Items (batches, or elements) in one epoch of this host's share, where the record
         count alone decides it; raises TypeError saying why where the data decides it."""
-        plan = self._plan()
-        if not isinstance(plan, Plan) or plan.counts_depend_on_data:
-            raise TypeError("len() of this Dataset is unknown before iterating: its counts "
-                            "depend on the data (filter, flat_map, pack, mix or ignore_errors)")
-        return plan.items_per_epoch()
+        return epoch_length(self._plan())
 
     def iterator(self, state: Any = None, uneven: str | None = None,
                  agreement: HostAgreement | None = None) -> DatasetIterator:
@@ -377,29 +349,14 @@ class Dataset:
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""
         if self._mixture is not None:
-            return fingerprint({**self._mixture.describe(),
-                                "ops": [stage.describe() for stage in self._stages]})
-        return fingerprint({"source": self._view("fingerprint").fingerprint(), "seed": self._seed,
-                            "window": self._window,
-                            "ops": [stage.describe() for stage in self._stages]})
-
-    def _shuffle(self) -> Shuffle | None:
-        if self._seed is None:
-            return None
-        if self._window is None:
-            return Shuffle(self._seed)
-        return Shuffle(self._seed, self._window, self._view("shuffle").source.shard_starts)
+            return self._mixture.fingerprint(self._stages)
+        return pipeline_fingerprint(self._view("fingerprint"), self._seed, self._window,
+                                    self._stages)
 
     def _first_item(self) -> Any:
         """The first item of a one-host pass: what a host that made nothing pads from."""
         return first_item(dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1,
                                               _settings=RunSettings()))
-
-    def _batch(self) -> Batch | None:
-        return next((stage for stage in self._stages if isinstance(stage, Batch)), None)
-
-    def _pack(self) -> Pack | None:
-        return next((stage for stage in self._stages if isinstance(stage, Pack)), None)
 
     def _not_mixture(self, what: str) -> None:
         if self._mixture is not None:
@@ -417,13 +374,10 @@ class Dataset:
     def _plan(self) -> Plan | MixPlan:
         host, hosts = self._sharding.resolve()
         if self._mixture is not None:
-            workers = self._settings.workers if isinstance(self._settings.workers, int) else 0
-            return self._mixture.plan(host, hosts, workers, self._stages, self.fingerprint())
-        head, pack, batch, tail = split(self._stages)
-        return Plan(source=self._view("a plan"), shuffle=self._shuffle(),
-                    rng_seed=self._seed if self._seed is not None else 0, head=head, batch=batch,
-                    tail=tail, epochs=self._epochs, hosts=hosts, host=host,
-                    fingerprint=self.fingerprint(), max_errors=self._max_errors, pack=pack)
+            return self._mixture.plan(host, hosts, self._settings.workers, self._stages,
+                                      self.fingerprint())
+        return pipeline_plan(self._view("a plan"), self._seed, self._window, self._stages,
+                             self._epochs, self._max_errors, host, hosts)
 
     def _add(self, stage: Stage) -> Dataset:
         check_next(self._stages, stage)
@@ -434,13 +388,8 @@ class Dataset:
 
     def __repr__(self) -> str:
         if self._mixture is not None:
-            return (f"Dataset.mix({len(self._mixture.datasets)} components, weights="
-                    f"{[round(w, 4) for w in self._mixture.weights]}, on_end="
-                    f"{self._mixture.on_end!r}, stages={[s.name for s in self._stages]})")
-        stages = ", ".join(f"batch({stage.batch_size}, drop_remainder={stage.drop_remainder})"
-                           if isinstance(stage, Batch) else
-                           f"pack({dict(stage.lengths)}, open_rows={stage.open_rows})"
-                           if isinstance(stage, Pack) else stage.name for stage in self._stages)
-        return (f"Dataset({self._view('repr').source!r}, seed={self._seed}, window={self._window}, shard={self._sharding}, "
-                f"stages=[{stages}], epochs={self._epochs}, prefetch={self._settings.prefetch}, "
-                f"workers={self._settings.workers})")
+            return self._mixture.summary(self._stages)
+        stages = ", ".join(map(stage_label, self._stages))
+        return (f"Dataset({self._view('repr').source!r}, seed={self._seed}, window={self._window}, "
+                f"shard={self._sharding}, stages=[{stages}], epochs={self._epochs}, "
+                f"prefetch={self._settings.prefetch}, workers={self._settings.workers})")

@@ -38,6 +38,15 @@ def check_next(stages: Sequence[Stage], stage: Stage) -> None:
         raise InvalidArgumentError("batch after pack takes no pad: packed rows have one length")
 
 
+def stage_label(stage: Stage) -> str:
+    """How a stage shows in a pipeline's repr: its name, with batch's and pack's settings."""
+    if isinstance(stage, Batch):
+        return f"batch({stage.batch_size}, drop_remainder={stage.drop_remainder})"
+    if isinstance(stage, Pack):
+        return f"pack({dict(stage.lengths)}, open_rows={stage.open_rows})"
+    return stage.name
+
+
 def split(stages: Sequence[Stage]) -> tuple[tuple[RecordStage, ...], Pack | None, Batch | None,
                                             tuple[RecordStage, ...]]:
     """(record stages before pack and batch, pack, batch, record stages after them)."""

@@ -1,10 +1,11 @@
 """Starting a run: the settings of a pipeline decide its executor, and nothing else.
 
-`RunSettings` are the pipeline-wide choices of `Dataset.workers`, `.prefetch` and `.options`;
-`launcher` turns a plan and its settings into what `DatasetIterator` starts runs with: a state
-is read and checked first (tpufeed.run.resume), then the run is made, in worker processes, in
-this process (on a prefetch thread where asked), or as a mixture, and wrapped so that the hosts
-end together where asked (tpufeed.run.uneven).
+`RunSettings` are the pipeline-wide choices of `Dataset.workers`, `.prefetch` and `.options`,
+checked when they are made; `launcher` turns a plan and its settings into what
+`DatasetIterator` starts runs with: a state is read and checked first (tpufeed.run.resume),
+then the run is made, in worker processes, in this process (on a prefetch thread where
+asked), or as a mixture, and wrapped so that the hosts end together where asked
+(tpufeed.run.uneven).
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ class RunSettings:
     prefetch: int | str = 0
     isolate: bool = False
     options: Options = field(default_factory=Options)
+
+    def __post_init__(self) -> None:
+        for name, n in (("workers", self.workers), ("prefetch", self.prefetch)):
+            if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
+                raise InvalidArgumentError(f"{name} must be a non-negative int or 'auto', got "
+                                           f"{n!r}")
+        if not isinstance(self.isolate, bool):
+            raise InvalidArgumentError(f"isolate must be True or False, got {self.isolate!r}")
+        if self.isolate and self.workers == AUTO:
+            raise InvalidArgumentError("workers('auto') measures a warm-up in this process; with "
+                                       "isolate=True give a number of workers")
 
 
 def launcher(plan: StreamPlan, settings: RunSettings, uneven: str | None,

@@ -17,9 +17,13 @@ import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.ops.base import Counters, End, Piece, PieceLike, Reread, StageClock
+from tpufeed.ops.batch import Batch
 from tpufeed.ops.mix import ON_END, Mix, MixedPieces, Slices
+from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, split
 from tpufeed.order.cursor import MixCursor
+from tpufeed.order.state import fingerprint as fingerprint_of
+from tpufeed.run.autotune import AUTO
 from tpufeed.run.chunks import ChunkRunner
 from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.plan import MixPlan, component_plan
@@ -35,10 +39,12 @@ class Mixture:
     seed: int
     on_end: str
 
-    def plan(self, host: int, hosts: int, workers: int, stages: tuple[Stage, ...],
+    def plan(self, host: int, hosts: int, workers: int | str, stages: tuple[Stage, ...],
              fingerprint: str) -> MixPlan:
         """The runnable mixture for host `host` of `hosts`; `workers` are shared out over the
-        components by weight (a component's own `.workers(n)` wins)."""
+        components by weight (a component's own `.workers(n)` wins; "auto" shares none out:
+        a mixture refuses it when it runs)."""
+        workers = workers if isinstance(workers, int) else 0
         head, pack, batch, tail = split(stages)
         if head:
             raise InvalidArgumentError(
@@ -62,18 +68,32 @@ class Mixture:
         return {"mix": [ds.fingerprint() for ds in self.datasets], "weights": list(self.weights),
                 "seed": self.seed, "on_end": self.on_end}
 
+    def summary(self, stages: tuple[Stage, ...]) -> str:
+        """How the mixture, with `stages` after it, shows in a repr."""
+        return (f"Dataset.mix({len(self.datasets)} components, weights="
+                f"{[round(w, 4) for w in self.weights]}, on_end={self.on_end!r}, "
+                f"stages={[s.name for s in stages]})")
 
-def check_component(i: int, stream_stage: Any, sharded: bool, auto: bool) -> None:
-    """Raises unless a dataset can be component `i` of a mixture."""
-    if stream_stage is not None:
+    def fingerprint(self, stages: tuple[Stage, ...]) -> str:
+        """Identifies the components, weights, seed and `stages` after mix."""
+        return fingerprint_of({**self.describe(), "ops": [stage.describe() for stage in stages]})
+
+
+def check_component(i: int, stages: tuple[Stage, ...], sharded: bool, workers: int | str,
+                    prefetch: int | str, timeout_s: float | None) -> None:
+    """Raises unless a dataset of these stages and settings can be component `i` of a mixture."""
+    if any(isinstance(stage, (Batch, Pack)) for stage in stages):
         raise InvalidArgumentError(f"mix component {i} batches or packs: batch and pack the "
                                    "mixture, after mix")
     if sharded:
         raise InvalidArgumentError(f"mix component {i} is sharded: shard the mixture, which "
                                    "shards every component alike")
-    if auto:
+    if AUTO in (workers, prefetch):
         raise InvalidArgumentError(f"mix component {i} has 'auto' workers or prefetch; give the "
                                    "mixture or the component a number")
+    if timeout_s is not None:
+        raise InvalidArgumentError(f"mix component {i} has options(timeout_s=...), which does "
+                                   "not watch a mixture yet")
 
 
 def check_mix(datasets: Any, weights: Any, seed: Any, on_end: Any) -> tuple[tuple[float, ...], str]:

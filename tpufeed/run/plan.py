@@ -3,6 +3,9 @@
 A `Plan` is one pipeline: its source, order, stages and host. A `MixPlan` is a mixture: the
 plans of its components and the stages after `mix`. Both give what `StreamPlan` declares, which
 is all that the stream, the stages after batch, the resume door and the run ask of a plan.
+
+`pipeline_plan` makes a `Plan` of what a `Dataset` holds, for one host; `Dataset`'s methods
+check the settings a plan takes (shuffle, epochs, skipped errors) with the `check_*` here.
 """
 
 from __future__ import annotations
@@ -11,14 +14,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.base import RecordNames, RecordStage
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.mix import Mix
 from tpufeed.ops.pack import Pack
+from tpufeed.ops.registry import Stage, split
 from tpufeed.order.cursor import Cursor, MixCursor, epoch_start, mixture_start
 from tpufeed.order.permutation import Shuffle
 from tpufeed.order.state import (StageState, cursor_from_state, mix_cursor_from_state,
                                  mix_state_to_dict, state_to_dict)
+from tpufeed.order.state import fingerprint as fingerprint_of
 from tpufeed.sources.view import SourceView
 
 _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
@@ -233,3 +239,67 @@ def component_plan(plan: Plan, mixture_batch: Batch | None, stacked: bool, resta
     size = mixture_batch.batch_size if mixture_batch is not None else _MIX_PIECE
     return dataclasses.replace(plan, batch=batch, tail=(), pieces_only=True, piece_size=size,
                                epochs=None if restart else plan.epochs)
+
+
+def pipeline_plan(source: SourceView, seed: int | None, window: int | None,
+                  stages: tuple[Stage, ...], epochs: int | None, max_errors: int, host: int,
+                  hosts: int) -> Plan:
+    """The plan of one pipeline (not a mixture) for host `host` of `hosts`: what `Dataset`
+    holds, in the form that runs (`seed` None: no shuffle)."""
+    head, pack, batch, tail = split(stages)
+    return Plan(source=source, shuffle=_shuffle(seed, window, source),
+                rng_seed=seed if seed is not None else 0, head=head, batch=batch, tail=tail,
+                epochs=epochs, hosts=hosts, host=host,
+                fingerprint=pipeline_fingerprint(source, seed, window, stages),
+                max_errors=max_errors, pack=pack)
+
+
+def epoch_length(plan: Plan | MixPlan) -> int:
+    """Items in one epoch of the plan's host share, where the record count alone decides it
+    (what `len()` of a Dataset says); raises TypeError saying why where the data decides it."""
+    if not isinstance(plan, Plan) or plan.counts_depend_on_data:
+        raise TypeError("len() of this Dataset is unknown before iterating: its counts "
+                        "depend on the data (filter, flat_map, pack, mix or ignore_errors)")
+    return plan.items_per_epoch()
+
+
+def pipeline_fingerprint(source: SourceView, seed: int | None, window: int | None,
+                         stages: tuple[Stage, ...]) -> str:
+    """Identifies source, shuffle seed and stages; states only restore into a match."""
+    return fingerprint_of({"source": source.fingerprint(), "seed": seed, "window": window,
+                           "ops": [stage.describe() for stage in stages]})
+
+
+def check_epochs(epochs: Any) -> None:
+    """Raises unless `epochs` can be a plan's epoch count (None: forever)."""
+    if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool)
+                               or epochs < 0):
+        raise InvalidArgumentError(f"epochs must be None or a non-negative int, got {epochs!r}")
+
+
+def check_max_errors(max_errors: Any) -> None:
+    """Raises unless `max_errors` can be a plan's count of bad records to skip."""
+    if not isinstance(max_errors, int) or isinstance(max_errors, bool) or max_errors < 0:
+        raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")
+
+
+def check_shuffle(seed: Any, window: Any, source: Any) -> None:
+    """Raises unless `seed` and `window` can shuffle `source` (a window needs shards)."""
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
+    if window is not None and (not isinstance(window, int) or isinstance(window, bool)
+                               or window < 1):
+        raise InvalidArgumentError(f"shuffle window must be None or a positive int, got "
+                                   f"{window!r}")
+    if window is not None and not hasattr(source, "shard_starts"):
+        raise InvalidArgumentError(
+            f"shuffle(window={window}) needs a source of several files (ArrayRecord, TFRecord, "
+            f"Dataset.open); {type(source).__name__} has no shards")
+
+
+def _shuffle(seed: int | None, window: int | None, source: SourceView) -> Shuffle | None:
+    if seed is None:
+        return None
+    if window is None:
+        return Shuffle(seed)
+    return Shuffle(seed, window, source.source.shard_starts)
