@@ -42,12 +42,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-
 from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import prepare  # noqa: E402
-from gcs_emulator import Emulator  # noqa: E402 - the tests' launcher, one copy of its workarounds
 from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS  # noqa: E402
+from tests.gcs_emulator import Emulator  # noqa: E402 - the tests' launcher, one copy of its workarounds
 
 _BUCKET = "tpufeed-bench"
 _WARM_TRIES = 3  # warm and local epochs per pass (they are cheap)

@@ -1,11 +1,15 @@
-"""Fixtures that tests in every folder share."""
+"""Fixtures that tests in every folder share: the installed layout, and the GCS emulator behind
+its fault proxy (`emulator`, `gcs`, `bucket`, `upload`; the servers are in tests/gcs_emulator.py)."""
 
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
+
+from tests.gcs_emulator import Emulator, FaultProxy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,3 +34,55 @@ def installed_layout(request: pytest.FixtureRequest,
             (package / entry.name).symlink_to(entry)
     (package / "transforms").symlink_to(ROOT / "transforms")
     return site
+
+
+# -- the GCS emulator --------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def emulator():
+    """`gcp-storage-emulator` on 127.0.0.1, started on first use, for the whole session."""
+    pytest.importorskip("google.cloud.storage")
+    pytest.importorskip("gcp_storage_emulator", reason="pip install tpufeed[dev]")
+    server = Emulator()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def fault_proxy(emulator):
+    proxy = FaultProxy(emulator.port)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def gcs(fault_proxy, monkeypatch, tmp_path):
+    """The fault proxy, reset, with tpufeed pointed at it and its cache under tmp_path."""
+    fault_proxy.reset()
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fault_proxy.url)
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))
+    return fault_proxy
+
+
+@pytest.fixture
+def bucket(emulator) -> str:
+    """A fresh bucket's name."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    emulator.client().create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def upload(emulator):
+    """upload(bucket, name, data or local path) -> gs:// URL, straight to the emulator."""
+    client = emulator.client()
+
+    def put(bucket: str, name: str, data: bytes | str) -> str:
+        blob = client.bucket(bucket).blob(name)
+        if isinstance(data, bytes):
+            blob.upload_from_string(data)
+        else:
+            blob.upload_from_filename(data)
+        return f"gs://{bucket}/{name}"
+
+    return put

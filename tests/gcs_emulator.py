@@ -6,8 +6,9 @@ a response off halfway, or answers late; it counts requests and the media bytes 
 test can assert that an epoch read nothing. Nothing is mocked at the Python level: tpufeed talks
 HTTP to the proxy through google-cloud-storage (`STORAGE_EMULATOR_HOST` points at the proxy).
 
-Fixtures: `emulator` (session), `gcs` (the proxy, faults off and counters zeroed for each test,
-with `STORAGE_EMULATOR_HOST` set), `bucket` (a fresh bucket name) and `upload`.
+The fixtures built on them (`emulator`, `gcs`, `bucket`, `upload`) are in tests/conftest.py;
+`upload_shards` writes and uploads whole shards. `python tests/gcs_emulator.py` runs a shaping
+proxy on its own (for benchmarks/gcs.py).
 """
 
 from __future__ import annotations
@@ -26,10 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
-
-import pytest
 
 
 # gcp-storage-emulator's HTTPServer listens with a backlog of 5: with more connections opening
@@ -302,56 +300,6 @@ def _abort(handler: http.server.BaseHTTPRequestHandler) -> None:
                                       struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
         handler.connection.shutdown(socket.SHUT_RDWR)
-
-
-# -- fixtures --------------------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def emulator():
-    pytest.importorskip("google.cloud.storage")
-    pytest.importorskip("gcp_storage_emulator", reason="pip install tpufeed[dev]")
-    server = Emulator()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def _proxy(emulator):
-    proxy = FaultProxy(emulator.port)
-    yield proxy
-    proxy.stop()
-
-
-@pytest.fixture
-def gcs(_proxy, monkeypatch, tmp_path):
-    """The fault proxy, reset, with tpufeed pointed at it and its cache under tmp_path."""
-    _proxy.reset()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", _proxy.url)
-    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))
-    return _proxy
-
-
-@pytest.fixture
-def bucket(emulator) -> str:
-    name = f"t-{uuid.uuid4().hex[:12]}"
-    emulator.client().create_bucket(name)
-    return name
-
-
-@pytest.fixture
-def upload(emulator):
-    """upload(bucket, name, data or local path) -> gs:// URL, straight to the emulator."""
-    client = emulator.client()
-
-    def put(bucket: str, name: str, data: bytes | str) -> str:
-        blob = client.bucket(bucket).blob(name)
-        if isinstance(data, bytes):
-            blob.upload_from_string(data)
-        else:
-            blob.upload_from_filename(data)
-        return f"gs://{bucket}/{name}"
-
-    return put
 
 
 def shard_records(shard: int, count: int, size: int = 600) -> list[bytes]:

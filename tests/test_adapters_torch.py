@@ -17,7 +17,7 @@ from tpufeed.errors import StateError
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
 
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  # noqa: E402, F401
+from tests.gcs_emulator import upload_shards  # noqa: E402
 
 N = 45
 
@@ -172,7 +172,7 @@ def run_forked_workers(cases: list[tuple[str, str, object]]) -> dict[str, list[s
 def test_dataloader_workers_forked_after_the_parent_read_deliver_every_source_exactly(tmp_path):
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    from test_manifest import make_dataset
+    from tests.dataset_folder import make_dataset
     from tpufeed.sources.array_record import write_array_records
     from tpufeed.sources.tfrecord import write_tfrecords
 

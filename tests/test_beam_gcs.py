@@ -10,7 +10,6 @@ import pytest
 pytest.importorskip("apache_beam")
 pytest.importorskip("google.cloud.storage")
 
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload  # noqa: E402,F401 - fixtures
 
 import tpufeed  # noqa: E402
 from tpufeed.beam import BuildConfig, build  # noqa: E402

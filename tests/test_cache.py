@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  # noqa: F401
+from tests.gcs_emulator import upload_shards
 from tpufeed.cli import main
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.sources.array_record import ArrayRecordSource, write_array_records

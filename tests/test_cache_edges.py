@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 import tpufeed
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  # noqa: F401
+from tests.gcs_emulator import upload_shards
 from tpufeed.errors import InvalidArgumentError, SourceError
 from tpufeed.storage import cache_space
 from tpufeed.storage.cache import ShardCache

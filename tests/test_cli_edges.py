@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from processes import default_ctrl_c
+from tests.processes import default_ctrl_c
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

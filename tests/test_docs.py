@@ -21,7 +21,6 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-sys.path.insert(0, str(ROOT / "tests"))
 
 # A fenced block: ```lang or ```lang {.skip}, up to the closing fence at the same indentation.
 FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<code>.*?)^(?P=indent)```[ ]*$",
@@ -114,6 +113,3 @@ def test_mkdocs_build_strict(tmp_path):
     reference = (tmp_path / "site" / "reference" / "dataset" / "index.html").read_text()
     assert "from_array_record" in reference and "&gt;&gt;&gt;" in reference  # rendered docstrings
     assert "<blockquote" not in reference and "doctest" not in reference  # examples as code
-
-
-from gcs_emulator import emulator  # noqa: E402,F401 - the fixture GCS_PAGES use

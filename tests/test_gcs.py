@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload  # noqa: F401 - fixtures
 from tpufeed.errors import (InvalidArgumentError, MissingDependencyError, SourceError,
                             SourceNotFoundError)
 from tpufeed.storage import gcs as gcs_module

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload, upload_shards  # noqa: F401
+from tests.gcs_emulator import upload_shards
 from tpufeed.sources.array_record import ArrayRecordSource
 from tpufeed.sources.tfrecord import TFRecordSource
 from tpufeed.storage.cache import ShardCache

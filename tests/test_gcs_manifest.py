@@ -15,7 +15,6 @@ import pytest
 beam = pytest.importorskip("apache_beam")
 pytest.importorskip("google.cloud.storage")
 
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload  # noqa: E402,F401 - fixtures
 
 import tpufeed  # noqa: E402
 from tpufeed.beam import WriteShards, in_process_runner  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 
 import tpufeed
 
-from processes import default_ctrl_c, wait_for_workers, worker_processes
+from tests.processes import default_ctrl_c, wait_for_workers, worker_processes
 
 
 def test_close_does_not_wait_for_a_slow_transform_on_the_prefetch_thread():

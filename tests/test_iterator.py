@@ -13,7 +13,7 @@ import tpufeed
 from tpufeed.errors import StateError
 from tpufeed.run.uneven import ThreadAgreement
 
-from processes import worker_processes
+from tests.processes import worker_processes
 
 
 def source(n=120):

@@ -12,7 +12,7 @@ import tpufeed
 from tpufeed.errors import BatchError, InvalidArgumentError, StateError
 from tpufeed.order.schedule import next_components, phases
 
-from processes import wait_for_workers
+from tests.processes import wait_for_workers
 
 
 def component(tag, n, seed=None, keep=None):

@@ -15,7 +15,6 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import tpufeed  # noqa: E402
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload  # noqa: E402,F401
 from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError,  # noqa: E402
                             SourceError, SourceNotFoundError)
 from tpufeed.sources.parquet import ParquetSource, iter_parquet_rows  # noqa: E402

@@ -11,7 +11,6 @@ import traceback
 import pytest
 
 import tpufeed
-from gcs_emulator import _proxy, bucket, emulator, gcs, upload  # noqa: F401
 from tpufeed.errors import CorruptDataError, SourceError
 from tpufeed.sources.array_record import ArrayRecordFile, ArrayRecordSource, write_array_records
 from tpufeed.sources.tfrecord import TFRecordFile, TFRecordSource, write_tfrecords
@@ -275,7 +274,7 @@ def test_a_fifo_is_refused_by_name_without_blocking(fifo, open_it):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("what", ["shard", "manifest"])
 def test_a_dataset_folder_with_a_fifo_is_refused_by_name(tmp_path, what):
-    from test_manifest import make_dataset
+    from tests.dataset_folder import make_dataset
     root = tmp_path / "ds"
     manifest = make_dataset(root, [[b"a", b"b"], [b"c"]])
     path = root / (manifest["shards"][1]["path"] if what == "shard" else "manifest.json")

@@ -15,7 +15,7 @@ import pytest
 import tpufeed
 from tpufeed.errors import StateError
 
-from processes import is_fork_server
+from tests.processes import is_fork_server
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchdata")

@@ -18,7 +18,7 @@ import pytest
 import tpufeed
 from tpufeed.errors import TransformError, WorkerError
 
-from processes import default_ctrl_c, is_fork_server, wait_for_workers, worker_processes
+from tests.processes import default_ctrl_c, is_fork_server, wait_for_workers, worker_processes
 
 pytestmark = pytest.mark.multiprocess
 
