@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 import tpufeed
 from tpufeed.errors import InvalidArgumentError, TransformError
-from tpufeed.ops.first_fit import RowPacker, Segment, split
 
 L = 16
 
@@ -192,16 +191,6 @@ def test_bad_elements_and_bad_places_are_named():
     for bad in ({}, {"tokens": 0}, {1: 4}):
         with pytest.raises(InvalidArgumentError):
             tpufeed.Dataset.from_sequence([]).pack(bad)
-
-
-def test_the_packer_closes_the_fullest_row_when_none_has_room():
-    packer = RowPacker([10], open_rows=2)
-    add = lambda n, ref: packer.add(Segment((np.zeros(n),), ref))  # noqa: E731
-    assert not add(6, "a") and not add(7, "b")
-    closed = add(5, "c")  # neither has room: "b" (7 of 10) is the fullest
-    assert [[s.ref for s in row.segments] for row in closed] == [["b"]]
-    assert [[s.ref for s in row.segments] for row in packer.open] == [["a"], ["c"]]
-    assert [len(p[0]) for p in split((np.arange(25),), [10], cut=False)] == [10, 10, 5]
 
 
 def test_an_edited_pack_state_is_a_state_error_not_a_numpy_error():

@@ -1,4 +1,4 @@
-"""Cursor arithmetic: shares, layers, carries and resume on another host count, without I/O.
+"""Elastic resume arithmetic: cursors carried on to another host count, without I/O.
 
 The model: position p of an epoch makes `outputs[p]` outputs (0 after a filter, several after a
 flat_map). Hosts deliver outputs in stream order and may stop anywhere, even inside a unit. Every
@@ -12,25 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpufeed.order.cursor import Cursor, Layer, epoch_start, host_positions, share_size
+from tpufeed.order.cursor import Cursor, epoch_start, host_positions, share_size
 from tpufeed.order.elastic import resume_all, resume_one
 from tpufeed.errors import StateError
 from tpufeed.order.state import state_from_dict, state_to_dict
-
-
-@pytest.mark.parametrize("n", [0, 1, 2, 7, 10, 100, 101])
-@pytest.mark.parametrize("hosts", [1, 2, 3, 8])
-@pytest.mark.parametrize("base", [0, 3])
-def test_host_shares_partition_the_rest_of_the_epoch(n, hosts, base):
-    base = min(base, n)
-    seen = []
-    sizes = []
-    for host in range(hosts):
-        size = share_size(n, base, host, hosts)
-        sizes.append(size)
-        seen.extend(host_positions(base, host, hosts, 0, size).tolist())
-    assert sorted(seen) == list(range(base, n))
-    assert max(sizes) - min(sizes) <= 1
 
 
 def test_resume_on_the_same_hosts_continues_exactly():
@@ -68,17 +53,6 @@ def test_one_state_of_a_data_dependent_run_is_refused_on_another_host():
     # At the start of a plain segment every host of the run stands at the same place.
     start = resume_one(Cursor(0, 0, 2, 0, 0), 100, 3, 1, counts_depend_on_data=True)
     assert start == Cursor(0, 0, 3, 1, 0)
-
-
-@pytest.mark.parametrize("consumed", [(0, 0, 0), (3, 1, 2), (5, 5, 4), (0, 4, 4), (4, 0, 0)])
-@pytest.mark.parametrize("parent", [9, 12, 14, 15, 30])
-@pytest.mark.parametrize("base", [0, 2])
-def test_a_layer_lists_exactly_the_unconsumed_indices_in_order(consumed, parent, base):
-    layer = Layer(base, 3, consumed)
-    left = sorted(set(range(base, parent)) - {
-        p for h in range(3) for p in host_positions(base, h, 3, 0, consumed[h]).tolist()})
-    assert layer.size(parent) == len(left)
-    assert layer.parent_indices(np.arange(len(left)), parent).tolist() == left
 
 
 # -- a model of hosts that stop anywhere ------------------------------------------------------

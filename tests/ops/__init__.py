@@ -1,0 +1,1 @@
+"""Tests of tpufeed/ops/: what each stage does to elements."""
