@@ -1,0 +1,1 @@
+"""Tests of tpufeed/run/: executing a plan, in this process or in workers."""

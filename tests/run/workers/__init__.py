@@ -1,0 +1,1 @@
+"""Tests of tpufeed/run/workers/: the process pool, the fork server, shared-memory slots."""
