@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.ops.base import StageClock
 
 
 def slow(e):
@@ -47,14 +46,3 @@ def test_wait_is_small_when_the_consumer_is_slower_than_the_pipeline():
     for _ in it:
         time.sleep(0.01)
     assert it.stats().wait_fraction < 0.2
-
-
-def test_clock_drain_and_merge():
-    clock = StageClock()
-    clock.add("read", 1.5, 10)
-    shipped = clock.drain()
-    assert shipped == {"read": (1.5, 10)} and not clock.seconds
-    other = StageClock()
-    other.merge(shipped)
-    other.merge(shipped)
-    assert other.seconds["read"] == 3.0 and other.records["read"] == 20

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tpufeed.ops.stacking import concat, stack, take
+from tpufeed.ops.stacking import stack
 from tpufeed.errors import BatchError
 from tpufeed.run.workers.layout import read_batch, read_elements, write_elements, write_stacked
 
@@ -111,9 +111,3 @@ def test_elements_that_cannot_be_written_unstacked_take_no_slot(name):
     calls = []
     assert write_elements(NOT_UNSTACKED[name], calls.append) is None
     assert calls == []
-
-
-def test_concat_and_take_cut_batches():
-    batch = stack([{"x": np.full(2, i)} for i in range(4)])
-    joined = concat([batch, take(batch, 1, 3)])
-    assert joined["x"][:, 0].tolist() == [0, 1, 2, 3, 1, 2]

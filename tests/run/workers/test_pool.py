@@ -1,0 +1,95 @@
+"""The worker pool never leaves a process or a shared-memory segment behind: not when a worker is
+killed, the iterator is closed or collected, the script gets Ctrl-C, or its process is killed."""
+
+import gc
+import glob
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import tpufeed
+from tpufeed.errors import WorkerError
+
+from tests.processes import default_ctrl_c, is_fork_server, leftovers, wait_for_workers
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("nothing_left_behind")]
+
+
+def test_a_killed_worker_surfaces_as_an_error_quickly():
+    ds = tpufeed.Dataset.from_sequence(list(range(10_000))).map(lambda i: (time.sleep(0.01), i)[1])
+    it = ds.batch(8).workers(2).iterator()
+    next(it)
+    victim = wait_for_workers(1)[0]
+    victim.send_signal(signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=f"pid {victim.pid}.*signal 9"):
+        for _ in it:
+            pass
+    assert time.monotonic() - start < 5
+    it.close()
+
+
+def test_close_and_garbage_collection_stop_the_workers():
+    ds = (tpufeed.Dataset.from_sequence(list(range(500))).map(lambda i: {"x": np.arange(4) * i})
+          .batch(7).repeat().workers(2))
+    it = ds.iterator()
+    try:
+        next(it)
+        assert len(wait_for_workers(2)) == 2
+    finally:
+        it.close()
+    it.close()
+    assert leftovers()[0] == []
+    it = ds.iterator()
+    next(it)
+    del it
+    gc.collect()
+
+
+def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import time, tpufeed, numpy as np
+        ds = (tpufeed.Dataset.from_sequence(list(range(10**6)))
+              .map(lambda i: np.full(1000, i, np.int32)).batch(64).workers(2))
+        for i, b in enumerate(ds):
+            if i == 2:
+                print("running", flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=default_ctrl_c)
+    assert proc.stdout.readline().strip() == "running"
+    workers = wait_for_workers(2, proc.pid)
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=10)
+    psutil.wait_procs(workers, timeout=5)
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
+
+
+def test_parent_killed_takes_its_workers_along(tmp_path):
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent("""
+        import tpufeed, numpy as np
+        ds = tpufeed.Dataset.from_sequence(list(range(10**6))).map(lambda i: np.full(10, i)).batch(8).workers(2)
+        for i, b in enumerate(ds):
+            if i == 2:
+                print("running", flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "running"
+    workers = wait_for_workers(2, proc.pid, timeout_s=20)
+    servers = [c for c in psutil.Process(proc.pid).children() if is_fork_server(c)]
+    assert len(workers) == 2 and len(servers) == 1
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(workers + servers, timeout=5)
+    assert not alive
+    assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
