@@ -155,7 +155,7 @@ def test_unreadable_or_absent_manifests(tmp_path):
     with pytest.raises(TpufeedError, match="JSON object"):
         load_manifest(tmp_path / "manifest.json")
     with pytest.raises(InvalidArgumentError, match="s3://bucket/ds"):
-        ManifestSource("s3://bucket/ds")  # gs:// datasets: tests/test_gcs_manifest.py
+        ManifestSource("s3://bucket/ds")  # gs:// datasets: tests/sources/test_manifest_gcs.py
 
 
 def test_pickled_sources_remember_verification(dataset):
