@@ -156,7 +156,7 @@ def delivered(kind, arg):
 
 print(json.dumps({name: delivered(kind, arg) for name, kind, arg in json.loads(sys.argv[1])}))
 """
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run_forked_workers(cases: list[tuple[str, str, object]]) -> dict[str, list[str]]:

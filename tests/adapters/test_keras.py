@@ -1,7 +1,7 @@
 """Keras `fit` killed with SIGKILL and restarted with tpufeed's BackupAndRestore trains on the
 same batches as a `fit` never interrupted: with and without steps_per_epoch, backups at epoch
 ends and mid-epoch. Real Keras and TensorFlow in fresh processes; this file is also the
-training script they run (`python tests/test_keras_resume.py --log ...`)."""
+training script they run (`python tests/adapters/test_keras.py --log ...`)."""
 
 from __future__ import annotations
 

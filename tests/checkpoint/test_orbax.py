@@ -8,7 +8,7 @@ With real JAX processes on localhost: 2 processes train, save, and are killed wi
 2 fresh ones restore and continue exactly as an uninterrupted run, and 1 process restores the
 2-process checkpoint of a filtered pipeline with the rest of the epoch exactly once.
 
-This file is also the worker of those runs: `python tests/test_checkpoint.py worker ...`.
+This file is also the worker of those runs: `python tests/checkpoint/test_orbax.py worker ...`.
 """
 
 from __future__ import annotations

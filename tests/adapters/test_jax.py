@@ -2,7 +2,7 @@
 
 JAX reads XLA_FLAGS once, at import, and other tests may import it first with one device, so the
 cases below run in one child process with 8 devices; each pytest test reports its own case.
-This file is also that child: `python tests/test_adapters_jax.py child`.
+This file is also that child: `python tests/adapters/test_jax.py child`.
 """
 
 from __future__ import annotations

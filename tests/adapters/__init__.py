@@ -1,0 +1,1 @@
+"""Tests of tpufeed/adapters/: to_jax, to_tf, to_torch and Keras, with the real frameworks."""
