@@ -2,7 +2,7 @@
 
 In one process: `ocp.CheckpointManager` saves a model pytree and the iterator's state side by
 side (`ocp.args.Composite`), for `iter(ds)` and `to_jax`, and the batches after a restore are
-those of an uninterrupted run. The file layout and its errors are checked without Orbax.
+those of an uninterrupted run. The file layout and its errors: test_files.py, without Orbax.
 
 With real JAX processes on localhost: 2 processes train, save, and are killed with SIGKILL;
 2 fresh ones restore and continue exactly as an uninterrupted run, and 1 process restores the
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -27,7 +26,6 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.checkpoint.state_files import read_state, saved_count, states_to_restore, write_state
 
 N, BATCH, EPOCHS, SEED, SAVE_AT = 160, 8, 2, 3, 3
 TIMEOUT_S = 90
@@ -164,45 +162,6 @@ def test_importing_tpufeed_imports_no_orbax_and_a_missing_orbax_names_the_extra(
     lines = out.stdout.splitlines()
     assert lines[0] == "[]", out.stderr
     assert lines[1].startswith("MissingDependencyError") and "tpufeed[orbax]" in lines[1], out
-
-
-# -- the layout: a state file per process ------------------------------------------------------
-
-def test_same_count_takes_its_own_state_and_another_count_takes_every_state(tmp_path):
-    states = [{"host": i, "hosts": 3} for i in range(3)]
-    for i, state in enumerate(states):
-        write_state(tmp_path, state, i, 3)
-    assert sorted(p.name for p in tmp_path.iterdir()) == \
-        ["process_0-of-3.json", "process_1-of-3.json", "process_2-of-3.json"]  # no temporaries
-    assert saved_count(tmp_path) == 3
-    assert states_to_restore(tmp_path, 1, 3) == states[1]
-    assert states_to_restore(tmp_path, 0, 2) == states == states_to_restore(tmp_path, 0, 1)
-
-
-@pytest.mark.parametrize("files, message", [
-    ({}, "no tpufeed iterator state in"),
-    ({"process_0-of-3.json": "{}", "process_2-of-3.json": "{}"}, "process(es) 1 of 3"),
-    ({"process_0-of-1.json": "{}", "process_0-of-2.json": "{}", "process_1-of-2.json": "{}"},
-     "runs with 1 and 2 processes"),
-])
-def test_incomplete_or_mixed_directories_are_state_errors_naming_it(tmp_path, files, message):
-    for name, text in files.items():
-        (tmp_path / name).write_text(text)
-    with pytest.raises(tpufeed.StateError, match=re.escape(message)) as e:
-        states_to_restore(tmp_path, 0, 2)
-    assert str(tmp_path) in str(e.value)
-
-
-def test_a_corrupt_state_file_is_a_state_error_naming_the_file(tmp_path):
-    (tmp_path / "process_0-of-1.json").write_text('{"epoch": ')
-    with pytest.raises(tpufeed.StateError, match="process_0-of-1.json is not a tpufeed"):
-        read_state(tmp_path, 0, 1)
-
-
-def test_a_state_json_cannot_hold_is_refused_before_anything_is_written(tmp_path):
-    with pytest.raises(tpufeed.InvalidArgumentError, match="JSON cannot hold"):
-        write_state(tmp_path, {"x": object()}, 0, 1)
-    assert list(tmp_path.iterdir()) == []
 
 
 # -- real JAX processes: save, SIGKILL, restore ------------------------------------------------
