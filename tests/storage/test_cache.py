@@ -1,4 +1,5 @@
-"""The shard cache: settings, counting from footers, locks, eviction rules, the `cache` command."""
+"""The shard cache: settings, counting from footers, locks, eviction rules (the `cache` command:
+tests/cli/test_cache_command.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import numpy as np
 import pytest
 
 from tests.gcs_emulator import upload_shards
-from tpufeed.cli import main
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
 from tpufeed.storage import cache_verified as cache_module
@@ -179,30 +179,3 @@ def test_after_a_reboot_files_are_checked_again_not_fetched(gcs, bucket, upload,
     again = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
     assert again.__getitems__(np.arange(len(again))) == records
     assert gcs.counters.only(bucket).media_bytes == 0 and len(crcs) == 2
-
-
-@emulated
-def test_cache_ls_and_clear(gcs, bucket, upload, tmp_path, capsys):
-    url, records = upload_shards(upload, bucket, "cli", 3, 150)
-    cache_dir = tmp_path / "c"
-    source = ArrayRecordSource(url, cache=ShardCache(cache_dir))
-    source.__getitems__(np.arange(len(source)))
-    source.close()  # a copy open in a reader is in use
-    assert main(["cache", "ls", "--dir", str(cache_dir)]) == 0
-    out = capsys.readouterr().out
-    objects = list_objects(url)
-    for obj in objects:
-        assert obj.url in out
-    total = sum(o.size for o in objects)
-    assert f"3 shards, {total:,} bytes in {cache_dir}" in out
-    first = objects[0]
-    with ShardCache(cache_dir).pinned(first):
-        assert main(["cache", "clear", "--dir", str(cache_dir)]) == 0
-        out = capsys.readouterr().out
-    assert f"({total - first.size:,} bytes of shards)" in out and "1 entry in use" in out
-    assert [e.url for e in ShardCache(cache_dir).entries()] == [first.url]
-    assert main(["cache", "clear", "--dir", str(cache_dir)]) == 0
-    assert ShardCache(cache_dir).entries() == [] and ShardCache(cache_dir).usage() == 0
-    capsys.readouterr()
-    assert main(["cache", "ls"]) == 0  # the default directory: $TPUFEED_CACHE_DIR (set by `gcs`)
-    assert f"0 shards, 0 bytes in {os.environ['TPUFEED_CACHE_DIR']}" in capsys.readouterr().out

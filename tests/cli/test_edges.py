@@ -16,7 +16,7 @@ import pytest
 
 from tests.processes import default_ctrl_c
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def tpufeed_command() -> list[str]:
