@@ -1,6 +1,6 @@
 """Hosts end together (DESIGN semantics 8): hosts that make different numbers of batches still
 end every epoch at the same step. The hosts here are threads of this process agreeing through
-`ThreadAgreement`; tests/test_multihost.py runs the same with real JAX processes."""
+`ThreadAgreement`; tests/semantics/test_multihost.py runs the same with real JAX processes."""
 
 import threading
 

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 # A fenced block: ```lang or ```lang {.skip}, up to the closing fence at the same indentation.

@@ -18,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Each reveal_type line says the type it must reveal; each misuse line the error code it must get.
 USER_SCRIPT = '''

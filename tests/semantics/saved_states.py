@@ -4,7 +4,7 @@ layers), and the items each one continues with, for `test_saved_states.py`.
 Run with that release to write `data/states-0.1.0.json`:
 
     git worktree add /tmp/release 65f5c11 && cd /tmp/release
-    PYTHONPATH=. python <this checkout>/tests/saved_states.py <this checkout>/tests/data
+    PYTHONPATH=. python <this checkout>/tests/semantics/saved_states.py <this checkout>/tests/semantics/data
 
 Only public names are used, so the same pipelines build on every later release; the test
 rebuilds each, restores the saved state and checks that the next items are the recorded ones.

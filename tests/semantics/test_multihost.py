@@ -8,7 +8,7 @@ and the two runs together still see every record of that epoch exactly once. Pro
 filters keep different counts end every epoch at the same step ("shortest" and "pad"), and the
 states of all 3 processes of such a run resume exactly on 2.
 
-This file is also the worker: `python tests/test_multihost.py worker ...`.
+This file is also the worker: `python tests/semantics/test_multihost.py worker ...`.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.saved_states import FILE, pipelines, take, write_shards
+from tests.semantics.saved_states import FILE, pipelines, take, write_shards
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
