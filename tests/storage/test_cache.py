@@ -1,5 +1,5 @@
 """The shard cache: settings, counting from footers, locks, eviction rules (the `cache` command:
-tests/cli/test_cache_command.py)."""
+tests/cli/test_cache.py)."""
 
 from __future__ import annotations
 

@@ -2,13 +2,15 @@
 
 In one process: `ocp.CheckpointManager` saves a model pytree and the iterator's state side by
 side (`ocp.args.Composite`), for `iter(ds)` and `to_jax`, and the batches after a restore are
-those of an uninterrupted run. The file layout and its errors: test_files.py, without Orbax.
+those of an uninterrupted run. The file layout and its errors: test_state_files.py, without
+Orbax.
 
 With real JAX processes on localhost: 2 processes train, save, and are killed with SIGKILL;
 2 fresh ones restore and continue exactly as an uninterrupted run, and 1 process restores the
 2-process checkpoint of a filtered pipeline with the rest of the epoch exactly once.
 
-This file is also the worker of those runs: `python tests/checkpoint/test_orbax.py worker ...`.
+This file is also the worker of those runs:
+`python tests/checkpoint/test_orbax_handler.py worker ...`.
 """
 
 from __future__ import annotations
