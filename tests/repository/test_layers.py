@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Importing these pulls in no framework: the frameworks are imported where they are used.
 CORE = ("codec", "dataset", "errors", "ops", "order", "run", "sources", "storage", "transforms")
