@@ -35,7 +35,6 @@ if ROOT not in sys.path:  # run as a script
 
 from benchmarks.bytecode import compile_sources  # noqa: E402
 
-
 FLOOR = "floor"
 
 
@@ -92,7 +91,7 @@ def stage_costs(src: str, num_shards: int, limit: int = 50000) -> dict[str, floa
     blocks = plan_blocks(expand_inputs([small]), 1 << 20)
     costs: dict[str, float] = {}
 
-    def timed(name: str, fn):  # noqa: ANN001, ANN202 - a local helper
+    def timed(name: str, fn):
         start = time.process_time()
         result = fn()
         costs[name] = (time.process_time() - start) / limit * 1e6

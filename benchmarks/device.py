@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import platform
+import sys
 import time
 from typing import Any
 

@@ -30,7 +30,7 @@ from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS, decode_w1  # noqa:
 ROWS = ("W1", "W1 as a mixture of halves")
 
 
-def dataset(row: str, paths: list[str], workers: int):  # noqa: ANN201 - a tpufeed.Dataset
+def dataset(row: str, paths: list[str], workers: int):
     import tpufeed
 
     def part(files: list[str], seed: int) -> tpufeed.Dataset:

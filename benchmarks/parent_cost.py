@@ -54,11 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import tpufeed
-    from tpufeed.run import walk
-    from tpufeed.run.workers import engine, leases, pool
-
     from benchmarks.datafiles import prepare
     from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS
+    from tpufeed.run import walk
+    from tpufeed.run.workers import engine, leases, pool
 
     steps = [(engine._Dealer, "deal", "deal: the next chunk, dealt"),
              (walk._Blocks, "get", "  walk: the chunk's record indices"),

@@ -57,7 +57,8 @@ def _pipeline(workload: str, data_dir: str, records: int | None) -> tuple[Any, i
               .map(lm.tokenize).pack({"tokens": lm.LENGTH}, open_rows=lm.OPEN_ROWS).batch(lm.BATCH))
         return ds, sum(files["counts"])
     from benchmarks.datafiles import prepare
-    from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS as DEFS
+    from benchmarks.workloads import BATCH_SIZE, SEED
+    from benchmarks.workloads import WORKLOADS as DEFS
     spec = DEFS[workload]
     files = prepare(spec, records or spec.default_records, data_dir, SEED)
     ds = tpufeed.Dataset.from_array_record(list(files.array_record)).shuffle(SEED)

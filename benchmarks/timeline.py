@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.bytecode import compile_sources  # noqa: E402
+from benchmarks.bytecode import compile_sources
 from benchmarks.datafiles import prepare
 from benchmarks.workloads import BATCH_SIZE, WORKLOADS
 

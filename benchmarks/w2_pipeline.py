@@ -10,8 +10,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import tpufeed  # noqa: E402
-from benchmarks.workloads import augment_w2  # noqa: E402
+import tpufeed
+from benchmarks.workloads import augment_w2
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "W2-100000-seed0")
 

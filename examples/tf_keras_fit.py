@@ -20,12 +20,12 @@ from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-import tpufeed  # noqa: E402
-from tpufeed.adapters.keras import BackupAndRestore  # noqa: E402
-from tpufeed.cli.quickstart import build  # noqa: E402
+import tpufeed
+from tpufeed.adapters.keras import BackupAndRestore
+from tpufeed.cli.quickstart import build
 
 
 def augment(element: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

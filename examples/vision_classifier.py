@@ -27,8 +27,14 @@ import jax.numpy as jnp
 import numpy as np
 
 import tpufeed
-from tpufeed.transforms import (ColorJitter, Normalize, RandomFlip, RandomResizedCrop,
-                                ResizedCenterCrop, Select)
+from tpufeed.transforms import (
+    ColorJitter,
+    Normalize,
+    RandomFlip,
+    RandomResizedCrop,
+    ResizedCenterCrop,
+    Select,
+)
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CLASSES = {"temple": ("sklearn", "china.jpg"), "flower": ("sklearn", "flower.jpg"),
@@ -68,7 +74,8 @@ def build(data: Path, per_class: int) -> Path:
     if not (out / "manifest.json").exists():
         write_image_folder(data / "images", per_class, seed=0)
         # The same as `tpufeed build --input DATA/images --output DATA/shards --num-shards 2`.
-        from tpufeed.beam import BuildConfig, build as build_shards
+        from tpufeed.beam import BuildConfig
+        from tpufeed.beam import build as build_shards
         build_shards(BuildConfig(inputs=(str(data / "images"),), output=str(out), num_shards=2))
     return out
 

@@ -29,7 +29,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-
 # gcp-storage-emulator's HTTPServer listens with a backlog of 5: with more connections opening
 # at once the kernel drops SYNs and clients stall for a 1 s retransmit. Start it with 128, and
 # have it end with the process that started it, even one killed without cleaning up.

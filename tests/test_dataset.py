@@ -4,8 +4,14 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.errors import (BatchError, InvalidArgumentError, RecordIndexError, SourceError,
-                            TpufeedError, TransformError)
+from tpufeed.errors import (
+    BatchError,
+    InvalidArgumentError,
+    RecordIndexError,
+    SourceError,
+    TpufeedError,
+    TransformError,
+)
 
 
 def seq(n=10):

@@ -30,8 +30,16 @@ from tpufeed.run.autotune import Options
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
 from tpufeed.run.mixture import Mixture, check_component, check_mix
-from tpufeed.run.plan import (MixPlan, Plan, check_epochs, check_max_errors, check_shuffle,
-                              epoch_length, pipeline_fingerprint, pipeline_plan)
+from tpufeed.run.plan import (
+    MixPlan,
+    Plan,
+    check_epochs,
+    check_max_errors,
+    check_shuffle,
+    epoch_length,
+    pipeline_fingerprint,
+    pipeline_plan,
+)
 from tpufeed.run.uneven import HostAgreement, first_item
 from tpufeed.sources import opening
 from tpufeed.sources.view import SourceView

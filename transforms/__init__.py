@@ -14,8 +14,15 @@ from tpufeed.transforms.color import ColorJitter
 from tpufeed.transforms.crops import RandomResizedCrop, ResizedCenterCrop, sample_crop_box
 from tpufeed.transforms.example import ParseExample, encode_example, parse_example
 from tpufeed.transforms.features import Cast, Rename, Select
-from tpufeed.transforms.image import (CenterCrop, DecodeImage, Normalize, RandomCrop,
-                                      RandomFlip, Resize, decode_image)
+from tpufeed.transforms.image import (
+                                      CenterCrop,
+                                      DecodeImage,
+                                      Normalize,
+                                      RandomCrop,
+                                      RandomFlip,
+                                      Resize,
+                                      decode_image,
+)
 from tpufeed.transforms.packing import PackSequences, pack_sequences
 from tpufeed.transforms.text import ByteTokenizer
 from tpufeed.transforms.tokenize import Tokenize

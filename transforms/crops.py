@@ -20,8 +20,14 @@ import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.transforms.image import _image, _size
-from tpufeed.transforms.region import (BACKENDS, Box, decode_region, image_size, resize_region,
-                                       resolve_backend)
+from tpufeed.transforms.region import (
+    BACKENDS,
+    Box,
+    decode_region,
+    image_size,
+    resize_region,
+    resolve_backend,
+)
 
 __all__ = ["RandomResizedCrop", "ResizedCenterCrop", "center_crop_box", "sample_crop_box"]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any
 
 import numpy as np
 

@@ -10,7 +10,13 @@ import numpy as np
 
 from benchmarks.shards import ShardReader
 from benchmarks.systems import RowSpec
-from benchmarks.workloads import BATCH_SIZE, WORKLOADS, batch_indices, stack_batch, transform_records
+from benchmarks.workloads import (
+    BATCH_SIZE,
+    WORKLOADS,
+    batch_indices,
+    stack_batch,
+    transform_records,
+)
 
 
 def load() -> None:

@@ -19,8 +19,14 @@ import numpy as np
 
 from benchmarks.shards import READER_OPTIONS
 from benchmarks.systems import RowSpec
-from benchmarks.workloads import (BATCH_SIZE, WORKLOADS, Workload, batch_indices, epoch_order,
-                                  record_rng, stack_batch)
+from benchmarks.workloads import (
+    BATCH_SIZE,
+    WORKLOADS,
+    Workload,
+    epoch_order,
+    record_rng,
+    stack_batch,
+)
 
 _CHOICES = {"reads": ("record", "batch"), "sampler": ("batch", "index"),
             "collate": ("numpy", "numpy-shm", "default"), "start": ("fork", "forkserver", "spawn"),
@@ -186,4 +192,4 @@ def batches(spec: RowSpec, options: TorchOptions | None = None) -> Iterator[Any]
             if shutdown is not None and not options.persistent_workers:
                 shutdown()
     if options.persistent_workers and spec.workers:
-        loader._iterator._shutdown_workers()  # noqa: SLF001 - the persistent workers' iterator
+        loader._iterator._shutdown_workers()

@@ -73,7 +73,8 @@ def same_batches_as_the_numpy_pipeline_at_every_prefetch_depth():
 @case
 def named_shardings_on_a_2d_mesh():
     import jax
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
     rows = lambda ds: ds.map(lambda e: {"x": e["id"] * 10 + np.arange(4, dtype=np.int32)})  # noqa: E731
     expected = next(iter(make(extra=rows)))["x"]
@@ -169,7 +170,9 @@ def a_batch_that_does_not_fit_the_sharding_is_named_before_any_transfer():
 @case
 def leaves_jax_cannot_hold_get_a_clear_error():
     import jax
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
     from tpufeed.errors import BatchError, InvalidArgumentError
     for value in (b"raw", "text"):
         ds = tpufeed.Dataset.from_sequence(list(range(8))).map(

@@ -13,9 +13,8 @@ import psutil
 import pytest
 
 import tpufeed
-from tpufeed.errors import StateError
-
 from tests.processes import is_fork_server
+from tpufeed.errors import StateError
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchdata")

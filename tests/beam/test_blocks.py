@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-from tpufeed.beam.blocks import count_block, file_starts, plan_blocks, read_block  # noqa: E402
-from tpufeed.beam.inputs import InputFile, Malformed, expand_inputs, read_input  # noqa: E402
-from tpufeed.errors import SourceError  # noqa: E402
+from tpufeed.beam.blocks import count_block, file_starts, plan_blocks, read_block
+from tpufeed.beam.inputs import InputFile, Malformed, expand_inputs, read_input
+from tpufeed.errors import SourceError
 
 
 def _by_blocks(files: list[InputFile], block_bytes: int) -> list[tuple[int, str, object]]:

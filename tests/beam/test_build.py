@@ -13,13 +13,13 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-import tpufeed  # noqa: E402
-from tpufeed import cli  # noqa: E402
-from tpufeed.beam import BuildConfig, build  # noqa: E402
-from tpufeed.errors import SourceError, SourceNotFoundError, TransformError  # noqa: E402
-from tpufeed.sources.array_record import write_array_records  # noqa: E402
-from tpufeed.sources.tfrecord import write_tfrecords  # noqa: E402
-from tpufeed.transforms import encode_example  # noqa: E402
+import tpufeed
+from tpufeed import cli
+from tpufeed.beam import BuildConfig, build
+from tpufeed.errors import SourceError, SourceNotFoundError, TransformError
+from tpufeed.sources.array_record import write_array_records
+from tpufeed.sources.tfrecord import write_tfrecords
+from tpufeed.transforms import encode_example
 
 
 def _json_records(n: int, start: int = 0) -> list[dict]:

@@ -11,8 +11,8 @@ pytest.importorskip("apache_beam")
 pytest.importorskip("google.cloud.storage")
 
 
-import tpufeed  # noqa: E402
-from tpufeed.beam import BuildConfig, build  # noqa: E402
+import tpufeed
+from tpufeed.beam import BuildConfig, build
 
 pytestmark = pytest.mark.emulator
 

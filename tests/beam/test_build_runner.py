@@ -6,12 +6,12 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions
 
-import tpufeed  # noqa: E402
-from tpufeed import cli  # noqa: E402
-from tpufeed.beam.build_runner import check_counts, runner_for, worker_args  # noqa: E402
-from tpufeed.errors import InvalidArgumentError  # noqa: E402
+import tpufeed
+from tpufeed import cli
+from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
+from tpufeed.errors import InvalidArgumentError
 
 
 def _cli(tmp_path, capsys, *args: str) -> tuple[int, str]:
@@ -78,7 +78,7 @@ def test_multi_processing_and_worker_processes_are_accepted():
     options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     assert isinstance(runner_for(options), FnApiRunner)
     runner = runner_for(PipelineOptions(["--direct_num_workers=2"]), workers=2)
-    assert "tpufeed.beam.worker_process" in runner._default_environment.command_string  # noqa: SLF001
+    assert "tpufeed.beam.worker_process" in runner._default_environment.command_string
     assert runner_for(PipelineOptions(["--runner", "DataflowRunner"])) is None  # Beam makes it
 
 

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-import tpufeed  # noqa: E402
-from tpufeed import cli  # noqa: E402
-from tpufeed.beam import BuildConfig, build  # noqa: E402
-from tpufeed.beam.shard_size import check_shard_size, suggest_num_shards  # noqa: E402
-from tpufeed.errors import InvalidArgumentError, TransformError  # noqa: E402
+import tpufeed
+from tpufeed import cli
+from tpufeed.beam import BuildConfig, build
+from tpufeed.beam.shard_size import check_shard_size, suggest_num_shards
+from tpufeed.errors import InvalidArgumentError, TransformError
 
 _TRANSFORM = '''
 def expand(record, rng):

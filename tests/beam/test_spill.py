@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-from tpufeed.beam import BuildConfig, build, spill  # noqa: E402
-from tpufeed.errors import SourceError  # noqa: E402
+from tpufeed.beam import BuildConfig, build, spill
+from tpufeed.errors import SourceError
 
 
 def test_a_chunk_round_trips_its_records_and_kinds_whole_or_a_span(tmp_path):

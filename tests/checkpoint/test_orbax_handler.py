@@ -198,9 +198,8 @@ def _wait_for(children: list[subprocess.Popen], out: Path, name: str) -> list[di
                 c.kill()
             logs = "\n".join(f"--- process {i} ---\n{(out / f'log-{i}.txt').read_text()[-3000:]}"
                              for i in range(len(children)))
-            raise AssertionError(f"no {name} from every process "
-                                 f"({'process %d failed' % failed[0] if failed else 'timed out'}):"
-                                 f"\n{logs}")
+            why = f"process {failed[0]} failed" if failed else "timed out"
+            raise AssertionError(f"no {name} from every process ({why}):\n{logs}")
         time.sleep(0.1)
     return [json.loads(p.read_text()) for p in paths]
 

@@ -87,7 +87,7 @@ def test_random_map_after_flat_map_draws_per_piece_the_same_everywhere():
     assert run(3, 0, 4) == one
     assert run(2, 2, 5) == one
     by_record = {}
-    for (i, p), z in one.items():
+    for (i, _piece), z in one.items():
         by_record.setdefault(i, []).append(z)
     assert all(len(set(zs)) == len(zs) for zs in by_record.values())
 

@@ -3,15 +3,13 @@
 import json
 
 import numpy as np
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tpufeed
-from tpufeed.errors import BatchError, InvalidArgumentError, StateError
-
 from tests.processes import wait_for_workers
+from tpufeed.errors import BatchError, InvalidArgumentError, StateError
 
 
 def component(tag, n, seed=None, keep=None):

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tpufeed.errors import StateError
 from tpufeed.order.cursor import Cursor, epoch_start, host_positions, share_size
 from tpufeed.order.elastic import resume_all, resume_one
-from tpufeed.errors import StateError
 from tpufeed.order.state import state_from_dict, state_to_dict
 
 
@@ -103,7 +103,7 @@ def test_stops_anywhere_on_any_host_counts_deliver_every_output_exactly_once(run
     n, outputs, host_counts, fractions = run
     delivered = []
     cursors = [epoch_start(0, host_counts[0], h) for h in range(host_counts[0])]
-    for stop, hosts in enumerate(host_counts[:-1]):
+    for stop in range(len(host_counts) - 1):
         stopped = []
         for cursor, fraction in zip(cursors, fractions[stop]):
             total = len(stream_outputs(cursor, n, outputs))

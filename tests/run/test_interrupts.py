@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import tpufeed
-
 from tests.processes import default_ctrl_c, wait_for_workers, worker_processes
 
 
@@ -79,7 +78,6 @@ def hang_on_17(i):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_timeout_names_the_stage_and_the_record_and_stops_the_workers(workers):
-    import psutil
 
     ds = (tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: i + 0).map(hang_on_17)
           .batch(4).workers(workers).options(timeout_s=2))
@@ -105,7 +103,6 @@ def test_a_timeout_names_the_stage_and_the_record_and_stops_the_workers(workers)
 
 @pytest.mark.multiprocess
 def test_a_stopped_worker_is_caught_by_the_timeout():
-    import psutil
 
     ds = (tpufeed.Dataset.from_sequence(list(range(100_000))).map(lambda i: i * 2).batch(8)
           .workers(1).options(timeout_s=2))

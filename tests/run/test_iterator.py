@@ -6,14 +6,12 @@ import os
 import time
 
 import numpy as np
-import psutil
 import pytest
 
 import tpufeed
+from tests.processes import worker_processes
 from tpufeed.errors import StateError
 from tpufeed.run.uneven import ThreadAgreement
-
-from tests.processes import worker_processes
 
 
 def source(n=120):

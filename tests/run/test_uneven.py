@@ -85,7 +85,7 @@ def test_pad_delivers_every_record_once_in_steps_of_one_shape(kind, hosts):
     assert len(steps) == 1
     for epoch in (0, 1):
         real = []
-        for h, (batches, epochs, stats) in enumerate(results):
+        for batches, epochs, _stats in results:
             for b, e in zip(batches, epochs):
                 assert b["id"].shape == (4,) and b["mask"].dtype == bool
                 if e == epoch:

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.errors import StateError
-
 from tests.semantics.numbered import N, make, noisy
 from tests.semantics.restore import assert_equal_output_after_checkpoint
+from tpufeed.errors import StateError
 
 
 @pytest.mark.parametrize("batch,drop", [(None, False), (4, False), (5, True)])

@@ -14,8 +14,12 @@ import numpy as np
 import pytest
 from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
-from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError,
-                            SourceNotFoundError)
+from tpufeed.errors import (
+    CorruptDataError,
+    InvalidArgumentError,
+    RecordIndexError,
+    SourceNotFoundError,
+)
 from tpufeed.sources.array_record import ArrayRecordFile, ArrayRecordSource, write_array_records
 from tpufeed.sources.array_record_structure import structure_problem
 

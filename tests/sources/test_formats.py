@@ -5,8 +5,8 @@ manifest, the CLI) giving the registry's answer."""
 from __future__ import annotations
 
 import argparse
-import json
 import inspect as python_inspect
+import json
 import pickle
 
 import numpy as np
@@ -14,8 +14,13 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import CorruptDataError, InvalidArgumentError
-from tpufeed.sources.formats import (FORMATS, format_for_path, get_format, guess_format,
-                                     writable_formats)
+from tpufeed.sources.formats import (
+    FORMATS,
+    format_for_path,
+    get_format,
+    guess_format,
+    writable_formats,
+)
 from tpufeed.sources.manifest import is_dataset_path
 from tpufeed.sources.manifest_fields import check_manifest
 
@@ -121,8 +126,8 @@ def test_parquet_is_read_not_written_and_inspect_and_bench_read_its_rows(tmp_pat
     """Parquet rows are dicts: inspect shows them like decoded records; bench batches them."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    from tpufeed.cli.bench import make_target
     from tpufeed.cli import main
+    from tpufeed.cli.bench import make_target
     from tpufeed.cli.inspection import inspect_paths
 
     path = str(tmp_path / "rows.parquet")
@@ -186,9 +191,9 @@ def test_tfrecord_framing_lives_in_one_module(tmp_path):
 def test_cli_choices_come_from_the_registry():
     from tpufeed.cli.program import build_parser
 
-    commands = build_parser()._subparsers._group_actions[0].choices  # noqa: SLF001
+    commands = build_parser()._subparsers._group_actions[0].choices
     def choices(command, option):
-        return next(a.choices for a in commands[command]._actions if option in a.option_strings)  # noqa: SLF001
+        return next(a.choices for a in commands[command]._actions if option in a.option_strings)
     assert choices("inspect", "--format") == sorted(FORMATS)
     assert choices("bench", "--format") == sorted(FORMATS)
     assert choices("build", "--format") == writable_formats()

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 
+import datasets  # tpufeed[huggingface]
 import numpy as np
 import pytest
 
-import datasets  # tpufeed[huggingface]
-
-import tpufeed  # noqa: E402
-from tpufeed.errors import InvalidArgumentError, RecordIndexError  # noqa: E402
+import tpufeed
+from tpufeed.errors import InvalidArgumentError, RecordIndexError
 
 N = 60
 

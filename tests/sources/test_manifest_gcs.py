@@ -18,8 +18,7 @@ pytest.importorskip("google.cloud.storage")
 
 import tpufeed  # noqa: E402
 from tpufeed.beam import WriteShards, in_process_runner  # noqa: E402
-from tpufeed.errors import (CorruptDataError, InvalidArgumentError,  # noqa: E402
-                            SourceNotFoundError)
+from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceNotFoundError  # noqa: E402
 from tpufeed.sources import manifest as manifest_module  # noqa: E402
 from tpufeed.sources.manifest import ManifestSource  # noqa: E402
 from tpufeed.sources.verified_shard import VerifiedShard  # noqa: E402

@@ -15,8 +15,13 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import tpufeed  # noqa: E402
-from tpufeed.errors import (CorruptDataError, InvalidArgumentError, RecordIndexError,  # noqa: E402
-                            SourceError, SourceNotFoundError)
+from tpufeed.errors import (  # noqa: E402
+    CorruptDataError,
+    InvalidArgumentError,
+    RecordIndexError,
+    SourceError,
+    SourceNotFoundError,
+)
 from tpufeed.sources.parquet import ParquetSource, iter_parquet_rows  # noqa: E402
 
 FILES, ROWS, GROUP = 3, 50, 8  # 50 rows a file in row groups of 8: 7 groups, the last of 2

@@ -8,8 +8,12 @@ import sys
 
 import pytest
 
-from tpufeed.errors import (InvalidArgumentError, MissingDependencyError, SourceError,
-                            SourceNotFoundError)
+from tpufeed.errors import (
+    InvalidArgumentError,
+    MissingDependencyError,
+    SourceError,
+    SourceNotFoundError,
+)
 from tpufeed.storage import gcs as gcs_module
 from tpufeed.storage.gcs import GcsObject, fetch_into, list_objects, read_range
 from tpufeed.storage.local import expand_paths, resolve_paths

@@ -10,15 +10,21 @@ import numpy as np
 import pytest
 
 pytest.importorskip("PIL")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-import tpufeed  # noqa: E402
-from tpufeed.errors import InvalidArgumentError  # noqa: E402
-from tpufeed.transforms import (ColorJitter, Normalize, RandomFlip,  # noqa: E402
-                                RandomResizedCrop, ResizedCenterCrop, decode_image,
-                                sample_crop_box)
-from tpufeed.transforms.crops import center_crop_box  # noqa: E402
-from tpufeed.transforms.region import decode_region, image_size, resize_region  # noqa: E402
+import tpufeed
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.transforms import (
+    ColorJitter,
+    Normalize,
+    RandomFlip,
+    RandomResizedCrop,
+    ResizedCenterCrop,
+    decode_image,
+    sample_crop_box,
+)
+from tpufeed.transforms.crops import center_crop_box
+from tpufeed.transforms.region import decode_region, image_size, resize_region
 
 stats = pytest.importorskip("scipy.stats")
 BACKENDS = ["pillow"] + (["opencv"] if __import__("importlib").util.find_spec("cv2") else [])

@@ -8,12 +8,19 @@ import numpy as np
 import pytest
 
 pytest.importorskip("PIL")
-from PIL import Image  # noqa: E402
+from PIL import Image
 
-import tpufeed  # noqa: E402
-from tpufeed.errors import InvalidArgumentError  # noqa: E402
-from tpufeed.transforms import (CenterCrop, DecodeImage, Normalize, RandomCrop,  # noqa: E402
-                                RandomFlip, Resize, decode_image)
+import tpufeed
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.transforms import (
+    CenterCrop,
+    DecodeImage,
+    Normalize,
+    RandomCrop,
+    RandomFlip,
+    Resize,
+    decode_image,
+)
 
 
 def _encoded(array: np.ndarray, fmt: str = "PNG") -> bytes:

@@ -11,7 +11,6 @@ Each process feeds its own share (`Dataset.shard()` defaults to `jax.process_ind
 from __future__ import annotations
 
 import dataclasses
-
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -21,11 +20,11 @@ from jax.sharding import NamedSharding
 from tpufeed.adapters._jax_layout import BatchLayout, check_sharding, data_parallel_sharding
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.run.prefetch import ThreadPrefetcher
-from tpufeed.run.iterator import DatasetIterator
-from tpufeed.run.uneven import HostAgreement, check_uneven
 from tpufeed.ops.base import StageClock, now
+from tpufeed.run.iterator import DatasetIterator
+from tpufeed.run.prefetch import ThreadPrefetcher
 from tpufeed.run.stats import PipelineStats, StageStats
+from tpufeed.run.uneven import HostAgreement, check_uneven
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 

@@ -22,8 +22,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from tpufeed.beam.inputs import (IMAGE_EXTENSIONS, InputFile, Malformed, image_record,
-                                 jsonl_record, open_input, read_input)
+from tpufeed.beam.inputs import (
+    IMAGE_EXTENSIONS,
+    InputFile,
+    Malformed,
+    image_record,
+    jsonl_record,
+    open_input,
+    read_input,
+)
 from tpufeed.errors import SourceError, SourceNotFoundError
 
 __all__ = ["Block", "BlockStart", "count_block", "file_starts", "plan_blocks", "read_block"]

@@ -33,15 +33,32 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.pvalue import AsSingleton, TaggedOutput
 
 from tpufeed.beam import shard_files
-from tpufeed.beam.blocks import (DEFAULT_BLOCK_BYTES, Block, BlockStart, count_block,
-                                 file_starts, needs_count, plan_blocks, read_block)
+from tpufeed.beam.blocks import (
+    DEFAULT_BLOCK_BYTES,
+    Block,
+    BlockStart,
+    count_block,
+    file_starts,
+    needs_count,
+    plan_blocks,
+    read_block,
+)
 from tpufeed.beam.build_progress import progress
 from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
 from tpufeed.beam.inputs import Malformed, expand_inputs
-from tpufeed.beam.shard_size import DEFAULT_MAX_SHARD_BYTES, check_shard_size, input_bytes, suggest_num_shards
-from tpufeed.beam.user_transforms import (TransformChain, load_transform, normalize_record,
-                                          resolve_spec)
 from tpufeed.beam.schema import RecordSummary
+from tpufeed.beam.shard_size import (
+    DEFAULT_MAX_SHARD_BYTES,
+    check_shard_size,
+    input_bytes,
+    suggest_num_shards,
+)
+from tpufeed.beam.user_transforms import (
+    TransformChain,
+    load_transform,
+    normalize_record,
+    resolve_spec,
+)
 from tpufeed.beam.write_shards import CODEC, ShardChunks, encode_record
 from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError, TransformError, plural
 from tpufeed.sources.formats import get_format

@@ -15,7 +15,6 @@ no counters fails the build, because lost records would then go unnoticed.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 

@@ -107,7 +107,7 @@ def open_input(path: str) -> BinaryIO:
         return open(path, "rb")
     except FileNotFoundError:
         raise SourceNotFoundError(f"no such file: {path}", path=path) from None
-    except Exception as e:  # noqa: BLE001 - remote filesystems raise their own types
+    except Exception as e:
         raise SourceError(f"{path}: cannot open: {e}", path=path) from e
 
 

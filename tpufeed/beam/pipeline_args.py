@@ -30,7 +30,7 @@ def _parser() -> _Parser:
     for cls in PipelineOptions.__subclasses__():  # as PipelineOptions.get_all_options does
         subset.setdefault(str(cls), cls)
     for cls in subset.values():
-        cls._add_argparse_args(parser)  # noqa: SLF001 - how Beam itself collects its options
+        cls._add_argparse_args(parser)
     return parser
 
 

@@ -144,7 +144,7 @@ def write_shard_file(path: str, records: Iterable[bytes], file_format: str,
         try:
             with open(local, "rb") as src, FileSystems.create(path) as dst:
                 shutil.copyfileobj(src, dst, _UPLOAD_CHUNK)
-        except Exception as e:  # noqa: BLE001 - remote filesystems raise their own types
+        except Exception as e:
             raise SourceError(f"cannot upload shard to {path}: {e}", path=path) from e
     return count, size, crc
 

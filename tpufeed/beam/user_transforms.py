@@ -77,7 +77,7 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
             module = importlib.import_module(module_name)
     except InvalidArgumentError:
         raise
-    except Exception as e:  # noqa: BLE001 - importing user code may raise anything
+    except Exception as e:
         where = (f" (looked in the current directory {os.getcwd()} too)"
                  if isinstance(e, ModuleNotFoundError) else "")
         raise InvalidArgumentError(f"{option} {spec!r}: cannot import {module_name}: "
@@ -141,7 +141,7 @@ class TransformChain:
             for item in records:
                 try:
                     result = fn(item, rng) if rng is not None else fn(item)
-                except Exception as e:  # noqa: BLE001 - a user function may raise anything
+                except Exception as e:
                     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
                     raise TransformError(f"--transform {spec} raised {type(e).__name__}: {e}",
                                          traceback_text=tb) from e

@@ -354,7 +354,7 @@ class WriteShards(beam.PTransform):
     manifest dict once it is written.
     """
 
-    def __init__(self, output: str, num_shards: int, format: str = "array_record", *,  # noqa: A002 - the contract's name
+    def __init__(self, output: str, num_shards: int, format: str = "array_record", *,
                  keyed: bool = False, prefix: str = "data", writer_options: str = "group_size:1",
                  build_options: dict[str, Any] | None = None, record_format: str = "codec"):
         super().__init__()

@@ -28,7 +28,11 @@ from typing import TYPE_CHECKING, Any
 from tpufeed.errors import missing_dependency
 
 if TYPE_CHECKING:
-    from tpufeed.checkpoint.orbax_handler import CheckpointHandler, CheckpointRestore, CheckpointSave
+    from tpufeed.checkpoint.orbax_handler import (
+        CheckpointHandler,
+        CheckpointRestore,
+        CheckpointSave,
+    )
 
 __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave"]
 

@@ -13,8 +13,7 @@ import sys
 import time
 from typing import Any
 
-from tpufeed.cli.arguments import (Subcommands, non_negative_seconds, positive_int,
-                                   positive_seconds)
+from tpufeed.cli.arguments import Subcommands, non_negative_seconds, positive_int, positive_seconds
 from tpufeed.dataset import Dataset
 from tpufeed.errors import InvalidArgumentError, MissingDependencyError, plural
 from tpufeed.run.resources import cpu_count

@@ -94,7 +94,7 @@ def _refuse_unknown_options(args: argparse.Namespace) -> None:
     unknown = unknown_beam_args(args.beam_args)
     if not unknown:
         return
-    ours = [o for action in args.parser._actions for o in action.option_strings  # noqa: SLF001
+    ours = [o for action in args.parser._actions for o in action.option_strings
             if o.startswith("--")]
     problems, previous_was_option = [], False
     for token in unknown:

@@ -19,8 +19,13 @@ import numpy as np
 
 from tpufeed import codec
 from tpufeed.cli.arguments import Subcommands
-from tpufeed.errors import (CodecError, InvalidArgumentError, SourceNotFoundError, TpufeedError,
-                            plural)
+from tpufeed.errors import (
+    CodecError,
+    InvalidArgumentError,
+    SourceNotFoundError,
+    TpufeedError,
+    plural,
+)
 from tpufeed.sources.formats import FORMATS, format_for_path, get_format, guess_format
 from tpufeed.storage.local import expand_paths
 

@@ -155,7 +155,7 @@ class RecordStage(abc.ABC):
                 beacon.at(label, record)
             try:
                 outs = self.apply_one(value, record, piece, context)
-            except Exception as exc:  # noqa: BLE001 - a user function may raise anything
+            except Exception as exc:
                 error = transform_error(self.name, exc, record, context.names)
                 if context.skipped is None:
                     raise error from exc

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from tpufeed.errors import StateError
 from tpufeed.order.cursor import Cursor, Layer, MixCursor, at_segment_start
 
+
 def resume_one(saved: Cursor, n: int, hosts: int, host: int, counts_depend_on_data: bool) -> Cursor:
     """The cursor for host `host` of `hosts` that continues from one host's `saved` cursor.
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.ops.base import StageClock, now
 from tpufeed.order.cursor import Cursor
 from tpufeed.run.plan import Plan
 from tpufeed.run.resources import available_memory, cpu_count
-from tpufeed.ops.base import StageClock, now
 
 AUTO = "auto"
 WORKER_BYTES = 80 << 20  # resident size of one idle worker process (interpreter + numpy + tpufeed)
@@ -116,9 +116,9 @@ def measure(plan: Plan, cursor: Cursor,
 
 
 def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int, tuple[Any, ...]]:
+    from tpufeed.ops.base import Chunk
     from tpufeed.ops.stacking import flatten
     from tpufeed.run.chunks import ChunkRunner
-    from tpufeed.ops.base import Chunk
     from tpufeed.run.walk import walk
 
     runner = ChunkRunner(plan, StageClock(), beacon)

@@ -53,7 +53,7 @@ class Mixture:
         components, labels, shares = [], [], []
         for i, (ds, weight) in enumerate(zip(self.datasets, self.weights)):
             plan = ds.shard(host, hosts)._plan()
-            own = ds._settings.workers  # noqa: SLF001 - the mixture runs its components
+            own = ds._settings.workers
             shares.append(own if own else (max(1, round(workers * weight)) if workers else 0))
             # Workers stack their pieces in shared memory; this process hands over elements.
             components.append(component_plan(plan, batch if pack is None else None,

@@ -22,8 +22,13 @@ from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, split
 from tpufeed.order.cursor import Cursor, MixCursor, epoch_start, mixture_start
 from tpufeed.order.permutation import Shuffle
-from tpufeed.order.state import (StageState, cursor_from_state, mix_cursor_from_state,
-                                 mix_state_to_dict, state_to_dict)
+from tpufeed.order.state import (
+    StageState,
+    cursor_from_state,
+    mix_cursor_from_state,
+    mix_state_to_dict,
+    state_to_dict,
+)
 from tpufeed.order.state import fingerprint as fingerprint_of
 from tpufeed.sources.view import SourceView
 

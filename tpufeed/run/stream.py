@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Generator, Iterator, Sequence
 from collections import Counter
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 

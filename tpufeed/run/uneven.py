@@ -33,10 +33,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tpufeed.order.cursor import Cursor, epoch_start
 from tpufeed.errors import InvalidArgumentError, TpufeedError
-from tpufeed.run.plan import Plan
 from tpufeed.ops.base import now
+from tpufeed.order.cursor import Cursor, epoch_start
+from tpufeed.run.plan import Plan
 from tpufeed.run.stats import PipelineStats
 
 UNEVEN = ("shortest", "pad")

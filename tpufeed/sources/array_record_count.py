@@ -15,9 +15,13 @@ import uuid
 from array_record.python.array_record_module import ArrayRecordReader
 
 from tpufeed.errors import CorruptDataError
-from tpufeed.sources.array_record_structure import (MIN_FILE_SIZE, READER_OPTIONS,
-                                                    RIEGELI_SIGNATURE, close_reporting,
-                                                    structure_problem)
+from tpufeed.sources.array_record_structure import (
+    MIN_FILE_SIZE,
+    READER_OPTIONS,
+    RIEGELI_SIGNATURE,
+    close_reporting,
+    structure_problem,
+)
 from tpufeed.storage.array_record_footer import BLOCK_SIZE, footer_offset, sparse_copy
 from tpufeed.storage.remote import RemoteFile
 

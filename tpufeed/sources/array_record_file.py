@@ -18,14 +18,23 @@ from typing import Any
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
-from tpufeed.errors import (CorruptDataError, RecordIndexError, SourceError, SourceNotFoundError,
-                            TpufeedError)
+from tpufeed.errors import (
+    CorruptDataError,
+    RecordIndexError,
+    SourceError,
+    SourceNotFoundError,
+    TpufeedError,
+)
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources._reader_process import ReaderProcess, native_state_inherited
 from tpufeed.sources.array_record_count import count_by_ranges
-from tpufeed.sources.array_record_structure import (READER_OPTIONS, RIEGELI_SIGNATURE,
-                                                    close_reporting, group_size,
-                                                    structure_problem)
+from tpufeed.sources.array_record_structure import (
+    READER_OPTIONS,
+    RIEGELI_SIGNATURE,
+    close_reporting,
+    group_size,
+    structure_problem,
+)
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import is_gcs_url
 from tpufeed.storage.local import open_regular
@@ -319,7 +328,7 @@ class ArrayRecordFile:
         for key in dict.fromkeys(keys):
             try:
                 reader.read([key])
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - array_record raises bare RuntimeErrors
                 return CorruptDataError(f"{self.path} record {key} cannot be read: {e}",
                                         path=self.path, record=key)
         shown = ", ".join(map(str, keys[:8])) + (", ..." if len(keys) > 8 else "")

@@ -59,7 +59,7 @@ def close_reporting(reader: ArrayRecordReader) -> str:
     """Closes `reader`; returns why it had failed, which array_record only tells on close."""
     try:
         reader.close()
-    except Exception as e:  # the reader's failure status, as RuntimeError
+    except Exception as e:  # noqa: BLE001 - the reader's failure status, as RuntimeError
         return str(e)
     return "no reason given"
 

@@ -45,7 +45,7 @@ def write_array_records(path: str | os.PathLike, records: Iterable[bytes],
         if writer.is_open():
             try:
                 writer.close()
-            except Exception:  # already failing; the original error is the one to report
+            except Exception:  # noqa: BLE001 - already failing; the original error is reported
                 pass
         if os.path.exists(tmp):
             os.remove(tmp)

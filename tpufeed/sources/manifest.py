@@ -41,16 +41,28 @@ from typing import Any
 import google_crc32c
 import numpy as np
 
-from tpufeed.errors import (CodecError, CorruptDataError, InvalidArgumentError, SourceError,
-                            SourceNotFoundError)
+from tpufeed.errors import (
+    CodecError,
+    CorruptDataError,
+    InvalidArgumentError,
+    SourceError,
+    SourceNotFoundError,
+)
 from tpufeed.sources.formats import format_for_path, get_format
 from tpufeed.sources.manifest_fields import FORMAT, FORMAT_VERSION, MAX_DEPTH, check_manifest
 from tpufeed.sources.record_formats import RAW_BYTES, record_format_of_manifest
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
 from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import (DEFAULT_POLICY, SCHEME, is_gcs_url, list_prefix, read_range,
-                                 split_url, stat_object)
+from tpufeed.storage.gcs import (
+    DEFAULT_POLICY,
+    SCHEME,
+    is_gcs_url,
+    list_prefix,
+    read_range,
+    split_url,
+    stat_object,
+)
 from tpufeed.storage.local import check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy

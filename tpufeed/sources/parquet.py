@@ -32,8 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.errors import (CorruptDataError, InvalidArgumentError, SourceError,
-                            SourceNotFoundError, TpufeedError, missing_dependency)
+from tpufeed.errors import (
+    CorruptDataError,
+    InvalidArgumentError,
+    SourceError,
+    SourceNotFoundError,
+    TpufeedError,
+    missing_dependency,
+)
 from tpufeed.sources.sharded import ShardedSource, checked_indices
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
@@ -46,8 +52,8 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_dependency("pyarrow", "parquet") from error
 
-from tpufeed.sources._arrow_rows import rows_of  # noqa: E402 - needs pyarrow, checked above
-from tpufeed.sources._row_groups import DEFAULT_DECODED_BYTES, DecodedRowGroups  # noqa: E402
+from tpufeed.sources._arrow_rows import rows_of
+from tpufeed.sources._row_groups import DEFAULT_DECODED_BYTES, DecodedRowGroups
 
 __all__ = ["ParquetFile", "ParquetSource", "iter_parquet_rows"]
 
@@ -113,7 +119,7 @@ class ParquetFile:
             return pq.ParquetFile(RangedFile(self.remote)).metadata
         except TpufeedError:
             raise
-        except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+        except Exception as error:
             raise CorruptDataError(f"{self.path}: not a readable Parquet file: {error}",
                                    path=self.path) from error
 
@@ -175,7 +181,7 @@ class ParquetFile:
         except FileNotFoundError as error:
             raise SourceNotFoundError(f"{where}: the file is gone: {error}", path=self.path,
                                       record=row) from error
-        except Exception as error:  # noqa: BLE001 - pyarrow raises ArrowInvalid, OSError, ...
+        except Exception as error:
             raise CorruptDataError(f"{where} cannot be decoded: {type(error).__name__}: {error}",
                                    path=self.path, record=row) from error
 
@@ -197,7 +203,7 @@ class ParquetFile:
     def _rows(self, table: Any, row: int) -> list[dict[str, Any]]:
         try:
             return rows_of(table, self.columns)
-        except Exception as error:  # noqa: BLE001 - a type the conversion does not handle
+        except Exception as error:
             raise SourceError(f"{self.path} row {row}: cannot convert the rows read: "
                               f"{type(error).__name__}: {error}", path=self.path,
                               record=row) from error

@@ -22,8 +22,11 @@ from typing import Any
 
 from tpufeed import codec
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.sources.tf_example_records import (check_example_record, decode_example_record,
-                                                encode_example_record)
+from tpufeed.sources.tf_example_records import (
+    check_example_record,
+    decode_example_record,
+    encode_example_record,
+)
 
 __all__ = ["CODEC", "RAW_BYTES", "RECORD_FORMATS", "TF_EXAMPLE", "RecordFormat",
            "get_record_format", "manifest_names", "record_format_of_manifest"]

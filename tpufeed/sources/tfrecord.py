@@ -34,9 +34,18 @@ import numpy as np
 from tpufeed.errors import RecordIndexError, TpufeedError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.sharded import ShardedSource
-from tpufeed.sources.tfrecord_format import (_CRC, _HEADER, UNFRAMED, _atomic_write, _corrupt,
-                                             _masked_crc, _scan, scan_records, unframed,
-                                             write_tfrecords)
+from tpufeed.sources.tfrecord_format import (
+    _CRC,
+    _HEADER,
+    UNFRAMED,
+    _atomic_write,
+    _corrupt,
+    _masked_crc,
+    _scan,
+    scan_records,
+    unframed,
+    write_tfrecords,
+)
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url

@@ -31,7 +31,7 @@ class SourceView:
             return len(self.source)
         except TpufeedError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a user source may raise anything
+        except Exception as exc:
             raise InvalidArgumentError(f"len() of the source {type(self.source).__name__} failed: "
                                        f"{type(exc).__name__}: {exc}; a source's __len__ must "
                                        "return its record count, a non-negative int") from exc
@@ -44,7 +44,7 @@ class SourceView:
             return [self.source[i] for i in indices.tolist()]
         except TpufeedError:
             raise
-        except Exception as exc:  # noqa: BLE001 - a user source may raise anything
+        except Exception as exc:
             first = int(indices[0]) if len(indices) else -1
             raise SourceError(f"reading records {_span(indices)} from {type(self.source).__name__} "
                               f"failed: {type(exc).__name__}: {exc}", record=first) from exc

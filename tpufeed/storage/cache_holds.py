@@ -93,7 +93,7 @@ class CopyHold:
         if on_evicted is not None:
             try:
                 on_evicted()
-            except Exception:  # noqa: BLE001 - its next read reports what is wrong
+            except Exception:
                 log.debug("closing the evicted copy %s failed", self.key, exc_info=True)
         if not self.closed and self.stuck_since is None:
             self.stuck_since = time.monotonic()

@@ -19,8 +19,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from tpufeed.errors import (InvalidArgumentError, SourceError, SourceNotFoundError,
-                            missing_dependency)
+from tpufeed.errors import (
+    InvalidArgumentError,
+    SourceError,
+    SourceNotFoundError,
+    missing_dependency,
+)
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry
 
 __all__ = ["GcsObject", "fetch_into", "is_gcs_url", "list_objects", "list_prefix", "read_range"]
@@ -82,8 +86,8 @@ def client() -> Any:
 
 def _new_client() -> Any:
     try:
-        from google.auth.credentials import AnonymousCredentials, Credentials
         import google.cloud.storage as storage
+        from google.auth.credentials import AnonymousCredentials, Credentials
         from google.auth.transport.requests import AuthorizedSession
         from requests.adapters import HTTPAdapter
     except ImportError as e:

@@ -251,5 +251,5 @@ class ReadAhead:
             self._last_sweep = now
             try:
                 self._sweep()
-            except Exception:  # noqa: BLE001 - releasing stale readers is best effort
+            except Exception:
                 log.debug("sweeping readers of evicted shards failed", exc_info=True)

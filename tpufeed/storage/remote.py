@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.gcs import GcsObject, stat_object, split_url
+from tpufeed.storage.gcs import GcsObject, split_url, stat_object
 from tpufeed.storage.transfers import URGENT, read_ranges
 
 __all__ = ["RemoteFile"]

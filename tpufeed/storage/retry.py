@@ -106,7 +106,7 @@ def call_with_retry(fn: Callable[[], T], url: str, what: str, policy: RetryPolic
     while True:
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - sorted into transient and permanent below
+        except Exception as exc:
             if isinstance(exc, SourceError):
                 raise
             if not is_transient(exc):

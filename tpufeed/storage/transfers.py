@@ -21,7 +21,7 @@ from typing import Any
 from tpufeed.storage.gcs import GcsObject, fetch_into, read_range
 from tpufeed.storage.retry import RetryPolicy
 
-__all__ = ["PriorityPool", "URGENT", "coalesce", "download", "read_ranges"]
+__all__ = ["URGENT", "PriorityPool", "coalesce", "download", "read_ranges"]
 
 URGENT = -1.0
 STREAMS = 16  # concurrent GETs per process

@@ -11,7 +11,6 @@ import psutil
 import pytest
 
 import tpufeed
-
 from tests.processes import is_fork_server, worker_processes
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("nothing_left_behind")]

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tpufeed.ops.stacking import stack
 from tpufeed.errors import BatchError
+from tpufeed.ops.stacking import stack
 from tpufeed.run.workers.layout import read_batch, read_elements, write_elements, write_stacked
 
 CASES = {

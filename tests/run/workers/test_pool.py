@@ -14,9 +14,8 @@ import psutil
 import pytest
 
 import tpufeed
-from tpufeed.errors import WorkerError
-
 from tests.processes import default_ctrl_c, is_fork_server, leftovers, wait_for_workers
+from tpufeed.errors import WorkerError
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("nothing_left_behind")]
 

@@ -16,11 +16,19 @@ import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
-from tpufeed.run.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, decode_result,
-                                      encode_start, encode_stop)
 from tpufeed.run.watch import beacon_file, beacon_map
 from tpufeed.run.workers.environment import worker_environment
 from tpufeed.run.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
+from tpufeed.run.workers.messages import (
+    Answer,
+    AnswerMemo,
+    Failure,
+    Ready,
+    Start,
+    decode_result,
+    encode_start,
+    encode_stop,
+)
 from tpufeed.run.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()

@@ -17,8 +17,17 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from tpufeed.run.workers.environment import forget_blas_default
-from tpufeed.run.workers.messages import (Answer, AnswerMemo, Failure, Ready, Start, Stop, Task, decode,
-                                      encode_answer)
+from tpufeed.run.workers.messages import (
+    Answer,
+    AnswerMemo,
+    Failure,
+    Ready,
+    Start,
+    Stop,
+    Task,
+    decode,
+    encode_answer,
+)
 
 _WATCH_S = 0.2  # how often a worker checks that its parent is alive
 
@@ -94,8 +103,8 @@ def _unsendable(exc: Exception, task: Task) -> Exception:
 class Worker:
     def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any],
                  beacon_fd: int):
-        from tpufeed.run.chunks import ChunkRunner
         from tpufeed.ops.base import StageClock
+        from tpufeed.run.chunks import ChunkRunner
         from tpufeed.run.watch import beacon_at, beacon_map, labels_of
         from tpufeed.run.workers.slots import WorkerSlots
 
