@@ -44,12 +44,17 @@ def make_input(path: str, n: int, seed: int = 0) -> None:
     with open(path, "w") as f:
         for i in range(n):
             length = int(rng.integers(16, 128))
-            f.write(json.dumps({
-                "id": i,
-                "tokens": rng.integers(0, 32000, length).tolist(),
-                "score": float(rng.random()),
-                "text": " ".join(rng.choice(words, int(rng.integers(4, 20)))),
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "id": i,
+                        "tokens": rng.integers(0, 32000, length).tolist(),
+                        "score": float(rng.random()),
+                        "text": " ".join(rng.choice(words, int(rng.integers(4, 20)))),
+                    }
+                )
+                + "\n"
+            )
 
 
 def floor_loop(src: str, out_dir: str, num_shards: int) -> list[str]:
@@ -66,7 +71,7 @@ def floor_loop(src: str, out_dir: str, num_shards: int) -> list[str]:
     crcs, start = [], 0
     for i, size in enumerate(shard_sizes(len(records), num_shards)):
         path = os.path.join(out_dir, f"data-{i:05d}-of-{num_shards:05d}.array_record")
-        write_array_records(path, records[start:start + size])
+        write_array_records(path, records[start : start + size])
         crcs.append(file_crc32c(path)[1])
         start += size
     return crcs
@@ -99,17 +104,25 @@ def stage_costs(src: str, num_shards: int, limit: int = 50000) -> dict[str, floa
 
     counts = timed("count (JSONL lines of a block)", lambda: {b.id: count_block(b) for b in blocks})
     starts = file_starts(blocks, counts)
-    raw = timed("read + parse (JSON)", lambda: [r for b in blocks for r in read_block(b, starts[b.id])])
+    raw = timed(
+        "read + parse (JSON)", lambda: [r for b in blocks for r in read_block(b, starts[b.id])]
+    )
     normal = timed("normalize", lambda: [normalize_record(r) for _, _, r in raw])
     encoded = timed("encode (codec)", lambda: [encode_record(r, "x")[0] for r in normal])
     summary = RecordSummary()
-    timed("summarize (schema, statistics)",
-          lambda: [summary.add(r, len(d)) for r, d in zip(normal, encoded)])
-    timed("rank + cut into shards", lambda: [ranking.shard_of(p, limit, num_shards)
-                                             for p in range(0, limit, 4096)])
+    timed(
+        "summarize (schema, statistics)",
+        lambda: [summary.add(r, len(d)) for r, d in zip(normal, encoded)],
+    )
+    timed(
+        "rank + cut into shards",
+        lambda: [ranking.shard_of(p, limit, num_shards) for p in range(0, limit, 4096)],
+    )
     path = small + ".array_record"
-    timed("write (ArrayRecord) + CRC32C",
-          lambda: (write_array_record_shard(path, encoded, "group_size:1"), file_crc32c(path)))
+    timed(
+        "write (ArrayRecord) + CRC32C",
+        lambda: (write_array_record_shard(path, encoded, "group_size:1"), file_crc32c(path)),
+    )
     os.remove(path)
     os.remove(small)
     costs["bytes per record (input)"] = os.path.getsize(src) / sum(1 for _ in open(src, "rb"))
@@ -126,8 +139,15 @@ def run_one(variant: str, src: str, out: str, num_shards: int) -> dict:
     else:
         from tpufeed.beam import BuildConfig, build
 
-        build(BuildConfig(inputs=(src,), output=out, num_shards=num_shards,
-                          workers=int(variant), beam_args=("--default_sdk_harness_log_level=ERROR",)))
+        build(
+            BuildConfig(
+                inputs=(src,),
+                output=out,
+                num_shards=num_shards,
+                workers=int(variant),
+                beam_args=("--default_sdk_harness_log_level=ERROR",),
+            )
+        )
         with open(os.path.join(out, "manifest.json")) as f:
             crcs = [s["crc32c"] for s in json.load(f)["shards"]]
     return {"seconds": time.perf_counter() - start, "crcs": crcs}
@@ -135,18 +155,36 @@ def run_one(variant: str, src: str, out: str, num_shards: int) -> dict:
 
 def _failure(err: str) -> str:
     """The tpufeed error line of a failed variant's stderr."""
-    lines = [line for line in err.splitlines() if "TpufeedError" in line or "tpufeed: error" in line]
+    lines = [
+        line for line in err.splitlines() if "TpufeedError" in line or "tpufeed: error" in line
+    ]
     return lines[-1][-300:] if lines else err[-300:]
 
 
 def _measure(variant: str, src: str, out: str, num_shards: int) -> dict:
     """Runs one variant in a child process; adds its peak RSS (largest process, MB)."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", variant, "--src", src,
-           "--out", out, "--num-shards", str(num_shards)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--one",
+        variant,
+        "--src",
+        src,
+        "--out",
+        out,
+        "--num-shards",
+        str(num_shards),
+    ]
     with tempfile.TemporaryFile() as result, tempfile.TemporaryFile() as errors:
-        child = subprocess.Popen(cmd, stdout=result, stderr=errors,
-                                 env={**os.environ, "PYTHONPATH": os.path.dirname(
-                                     os.path.dirname(os.path.abspath(__file__)))})
+        child = subprocess.Popen(
+            cmd,
+            stdout=result,
+            stderr=errors,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            },
+        )
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         result.seek(0)
@@ -154,8 +192,12 @@ def _measure(variant: str, src: str, out: str, num_shards: int) -> dict:
         errors.seek(0)
         err = errors.read().decode(errors="replace")
     if child.returncode != 0:  # recorded, not raised: a build that fails is a result too
-        return {"seconds": float("nan"), "crcs": None, "peak_rss_mb": usage.ru_maxrss / 1024,
-                "failed": _failure(err)}
+        return {
+            "seconds": float("nan"),
+            "crcs": None,
+            "peak_rss_mb": usage.ru_maxrss / 1024,
+            "failed": _failure(err),
+        }
     row = json.loads(text.strip().splitlines()[-1])
     row["peak_rss_mb"] = usage.ru_maxrss / 1024
     return row
@@ -168,13 +210,16 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
     variants = [FLOOR] + [str(w) for w in args.workers]
     samples: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.rounds):
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
+        order = variants[r % len(variants) :] + variants[: r % len(variants)]
         for variant in order:
             out = os.path.join(workdir, f"out-{variant}-{r}")
             row = _measure(variant, src, out, args.num_shards)
-            print(f"round {r + 1}: {variant:>5} {row['seconds']:7.1f} s  "
-                  f"{row['peak_rss_mb']:7.0f} MB  {row.get('failed') or ''}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"round {r + 1}: {variant:>5} {row['seconds']:7.1f} s  "
+                f"{row['peak_rss_mb']:7.0f} MB  {row.get('failed') or ''}",
+                file=sys.stderr,
+                flush=True,
+            )
             samples[variant].append(row)
             subprocess.run(["rm", "-rf", out], check=True)
     floor_crcs = samples[FLOOR][0]["crcs"]
@@ -182,15 +227,23 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
     for variant in variants:
         done = [s for s in samples[variant] if not s.get("failed")]
         seconds = statistics.median(s["seconds"] for s in done) if done else float("nan")
-        rows.append({
-            "variant": ("floor: python loop + array_record" if variant == FLOOR else
-                        f"tpufeed build, {variant} worker{'s' if variant != '1' else ''}"),
-            "workers": None if variant == FLOOR else int(variant),
-            "seconds": seconds, "seconds_all": [s["seconds"] for s in samples[variant]],
-            "records": args.records, "records_per_s": args.records / seconds,
-            "peak_rss_mb": max(s["peak_rss_mb"] for s in samples[variant]),
-            "failures": [s["failed"] for s in samples[variant] if s.get("failed")],
-            "identical_to_floor": all(s["crcs"] == floor_crcs for s in done) and bool(done)})
+        rows.append(
+            {
+                "variant": (
+                    "floor: python loop + array_record"
+                    if variant == FLOOR
+                    else f"tpufeed build, {variant} worker{'s' if variant != '1' else ''}"
+                ),
+                "workers": None if variant == FLOOR else int(variant),
+                "seconds": seconds,
+                "seconds_all": [s["seconds"] for s in samples[variant]],
+                "records": args.records,
+                "records_per_s": args.records / seconds,
+                "peak_rss_mb": max(s["peak_rss_mb"] for s in samples[variant]),
+                "failures": [s["failed"] for s in samples[variant] if s.get("failed")],
+                "identical_to_floor": all(s["crcs"] == floor_crcs for s in done) and bool(done),
+            }
+        )
     floor_s = rows[0]["seconds"]
     one = next((r["seconds"] for r in rows if r["workers"] == 1), None)
     for row in rows:
@@ -208,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workdir", default=None, help="default: a temporary folder")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
-    parser.add_argument("--stage-costs", action="store_true",
-                        help="print the CPU microseconds per record of each build step instead")
+    parser.add_argument(
+        "--stage-costs",
+        action="store_true",
+        help="print the CPU microseconds per record of each build step instead",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--src", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -231,16 +287,22 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="tpufeed-bench-build-") as workdir:
             rows = run(args, workdir)
-    print(f"{args.records:,} JSONL records -> {args.num_shards} ArrayRecord shards; "
-          f"{os.cpu_count()} CPUs; median of {args.rounds} round(s); load average "
-          f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
-    print(f"{'variant':36} {'seconds':>8} {'records/s':>10} {'x floor':>8} {'x 1 worker':>10} "
-          f"{'peak MB':>8}  same shards")
+    print(
+        f"{args.records:,} JSONL records -> {args.num_shards} ArrayRecord shards; "
+        f"{os.cpu_count()} CPUs; median of {args.rounds} round(s); load average "
+        f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
+    )
+    print(
+        f"{'variant':36} {'seconds':>8} {'records/s':>10} {'x floor':>8} {'x 1 worker':>10} "
+        f"{'peak MB':>8}  same shards"
+    )
     for r in rows:
         speedup = f"{r['x_one_worker_speed']:10.2f}" if r["x_one_worker_speed"] else f"{'':10}"
-        print(f"{r['variant']:36} {r['seconds']:8.1f} {r['records_per_s']:10,.0f} "
-              f"{r['x_floor_speed']:8.2f} {speedup} {r['peak_rss_mb']:8.0f}  "
-              f"{r['identical_to_floor']}")
+        print(
+            f"{r['variant']:36} {r['seconds']:8.1f} {r['records_per_s']:10,.0f} "
+            f"{r['x_floor_speed']:8.2f} {speedup} {r['peak_rss_mb']:8.0f}  "
+            f"{r['identical_to_floor']}"
+        )
         for failure in r["failures"]:
             print(f"  failed run: {failure}")
     if args.json:

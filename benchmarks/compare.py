@@ -52,32 +52,60 @@ _SAMPLE_S = 0.2
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--workload", choices=["W1", "W2", "W3", "W4", "all"], default="all",
-                   help="W3 (language-model input) runs benchmarks/lm.py's rows, "
-                        "W4 (vision input) benchmarks/vision.py's")
-    p.add_argument("--records", type=int, default=None,
-                   help="records per workload (default: W1 200,000, W2 100,000)")
+    p.add_argument(
+        "--workload",
+        choices=["W1", "W2", "W3", "W4", "all"],
+        default="all",
+        help="W3 (language-model input) runs benchmarks/lm.py's rows, "
+        "W4 (vision input) benchmarks/vision.py's",
+    )
+    p.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help="records per workload (default: W1 200,000, W2 100,000)",
+    )
     p.add_argument("--passes", type=int, default=3, help="timed epochs per row, after one warm-up")
-    p.add_argument("--rounds", type=int, default=1,
-                   help="run the whole list of rows this many times, one round after another; "
-                        "each row's figures pool all its rounds (less exposed to a machine "
-                        "whose speed drifts while the rows run)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="N for the N-worker rows (default: os.cpu_count())")
-    p.add_argument("--tpufeed-workers", default=None,
-                   help="comma-separated worker counts for the tpufeed row (default: 0 and N), "
-                        "e.g. 0,1,2 to check that no worker count is slower than none")
-    p.add_argument("--systems", default=",".join(SYSTEMS),
-                   help=f"comma-separated subset of: {', '.join(SYSTEMS)}")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the whole list of rows this many times, one round after another; "
+        "each row's figures pool all its rounds (less exposed to a machine "
+        "whose speed drifts while the rows run)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="N for the N-worker rows (default: os.cpu_count())",
+    )
+    p.add_argument(
+        "--tpufeed-workers",
+        default=None,
+        help="comma-separated worker counts for the tpufeed row (default: 0 and N), "
+        "e.g. 0,1,2 to check that no worker count is slower than none",
+    )
+    p.add_argument(
+        "--systems",
+        default=",".join(SYSTEMS),
+        help=f"comma-separated subset of: {', '.join(SYSTEMS)}",
+    )
     p.add_argument("--json", dest="json_path", default=None, help="write all results here")
-    p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"),
-                   help="cache of generated shards (default: benchmarks/data)")
+    p.add_argument(
+        "--data-dir",
+        default=os.path.join(ROOT, "benchmarks", "data"),
+        help="cache of generated shards (default: benchmarks/data)",
+    )
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per row")
     args = p.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     try:
-        args.tpufeed_workers = (None if args.tpufeed_workers is None else
-                                sorted({int(c) for c in args.tpufeed_workers.split(",") if c.strip()}))
+        args.tpufeed_workers = (
+            None
+            if args.tpufeed_workers is None
+            else sorted({int(c) for c in args.tpufeed_workers.split(",") if c.strip()})
+        )
     except ValueError:
         p.error(f"--tpufeed-workers takes comma-separated integers, got {args.tpufeed_workers!r}")
     unknown = [s for s in args.systems if s not in SYSTEMS]
@@ -94,8 +122,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def plan_rows(systems: list[str], workers: int, tpufeed_workers: bool,
-              tpufeed_counts: list[int] | None = None) -> list[tuple[str, int]]:
+def plan_rows(
+    systems: list[str], workers: int, tpufeed_workers: bool, tpufeed_counts: list[int] | None = None
+) -> list[tuple[str, int]]:
     """(system, workers) rows in table order: limits, tpufeed, anchors, references.
     `tpufeed_counts`: the tpufeed row's worker counts (default 0 and N)."""
     rows = []
@@ -114,8 +143,9 @@ def plan_rows(systems: list[str], workers: int, tpufeed_workers: bool,
 def run_row(spec: RowSpec, timeout: float) -> dict[str, Any]:
     """Runs one row in a fresh process; adds the sampled peak PSS of its process tree."""
     with tempfile.TemporaryDirectory(prefix="tpufeed-bench-") as tmp:
-        spec_path, result_path, log_path = (os.path.join(tmp, name)
-                                            for name in ("spec.json", "result.json", "log.txt"))
+        spec_path, result_path, log_path = (
+            os.path.join(tmp, name) for name in ("spec.json", "result.json", "log.txt")
+        )
         with open(spec_path, "w") as f:
             json.dump(spec.to_json(), f)
         env = dict(os.environ)
@@ -124,9 +154,14 @@ def run_row(spec: RowSpec, timeout: float) -> dict[str, Any]:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         load = os.getloadavg()[0]
         with open(log_path, "w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "benchmarks.measure", spec_path, result_path],
-                                    cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.measure", spec_path, result_path],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             peak_pss, timed_out = _watch(proc, timeout)
         if os.path.exists(result_path):
             with open(result_path) as f:
@@ -136,7 +171,9 @@ def run_row(spec: RowSpec, timeout: float) -> dict[str, Any]:
         if "error" in result:
             with open(log_path) as f:
                 result["log_tail"] = f.read()[-4000:]
-    result.update(system=spec.system, workers=spec.workers, load_at_start=load, pss_all_mib=peak_pss)
+    result.update(
+        system=spec.system, workers=spec.workers, load_at_start=load, pss_all_mib=peak_pss
+    )
     if "rates" in result:
         rates = result["rates"]
         result["rate"] = statistics.median(rates)
@@ -153,17 +190,24 @@ def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     rates = [rate for r in rounds for rate in r["rates"]]
     pooled = dict(rounds[0])
     pooled.update(
-        rates=rates, pass_s=[s for r in rounds for s in r["pass_s"]], rate=median(rates),
+        rates=rates,
+        pass_s=[s for r in rounds for s in r["pass_s"]],
+        rate=median(rates),
         spread=(max(rates) - min(rates)) / median(rates),
         rate_after_first_batch=median(r["rate_after_first_batch"] for r in rounds),
-        rate_early=(median(r["rate_early"] for r in rounds)
-                    if all(r.get("rate_early") for r in rounds) else None),
+        rate_early=(
+            median(r["rate_early"] for r in rounds)
+            if all(r.get("rate_early") for r in rounds)
+            else None
+        ),
         first_batch_s=median(r["first_batch_s"] for r in rounds),
         import_s=median(r["import_s"] for r in rounds),
         load_at_start=median(r["load_at_start"] for r in rounds),
-        rounds=[{k: r.get(k) for k in ("rate", "rates", "rate_early", "first_batch_s",
-                                        "load_at_start")}
-                for r in rounds])
+        rounds=[
+            {k: r.get(k) for k in ("rate", "rates", "rate_early", "first_batch_s", "load_at_start")}
+            for r in rounds
+        ],
+    )
     for key in ("rss_main_mib", "rss_worker_mib", "pss_all_mib"):
         values = [r[key] for r in rounds if r.get(key) is not None]
         pooled[key] = max(values) if values else None
@@ -211,37 +255,73 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.workload == "W3":
         from benchmarks import lm
-        return lm.main(["--passes", str(args.passes), "--rounds", str(args.rounds), "--workers",
-                        str(args.workers), "--data-dir", args.data_dir]
-                       + (["--json", args.json_path] if args.json_path else []))
+
+        return lm.main(
+            [
+                "--passes",
+                str(args.passes),
+                "--rounds",
+                str(args.rounds),
+                "--workers",
+                str(args.workers),
+                "--data-dir",
+                args.data_dir,
+            ]
+            + (["--json", args.json_path] if args.json_path else [])
+        )
     if args.workload == "W4":
         from benchmarks import vision
-        return vision.main(["--passes", str(args.passes), "--rounds", str(args.rounds), "--workers",
-                            str(args.workers), "--data-dir", args.data_dir]
-                           + (["--json", args.json_path] if args.json_path else []))
+
+        return vision.main(
+            [
+                "--passes",
+                str(args.passes),
+                "--rounds",
+                str(args.rounds),
+                "--workers",
+                str(args.workers),
+                "--data-dir",
+                args.data_dir,
+            ]
+            + (["--json", args.json_path] if args.json_path else [])
+        )
     cores = os.cpu_count() or 1
     tpufeed_workers = has_workers()
     rows = plan_rows(args.systems, args.workers, tpufeed_workers, args.tpufeed_workers)
     if "tpufeed" in args.systems and not tpufeed_workers:
         print("note: tpufeed has no Dataset.workers yet; only its 0-worker row runs", flush=True)
     report: dict[str, Any] = {
-        "command": shlex.join(["python", "benchmarks/compare.py"]
-                              + (sys.argv[1:] if argv is None else argv)),
-        "machine": {"cores": cores, "platform": platform.platform(),
-                    "python": platform.python_version(), "load_at_start": os.getloadavg()},
-        "settings": {"passes": args.passes, "rounds": args.rounds, "workers": args.workers,
-                     "seed": SEED, "batch": 256},
+        "command": shlex.join(
+            ["python", "benchmarks/compare.py"] + (sys.argv[1:] if argv is None else argv)
+        ),
+        "machine": {
+            "cores": cores,
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "load_at_start": os.getloadavg(),
+        },
+        "settings": {
+            "passes": args.passes,
+            "rounds": args.rounds,
+            "workers": args.workers,
+            "seed": SEED,
+            "batch": 256,
+        },
         "workloads": {},
     }
     status = 0
-    for name in (["W1", "W2"] if args.workload == "all" else [args.workload]):
+    for name in ["W1", "W2"] if args.workload == "all" else [args.workload]:
         workload = WORKLOADS[name]
         records = args.records or workload.default_records
-        data: DataFiles = prepare(workload, records, args.data_dir, SEED,
-                                  parquet="tpufeed-parquet" in args.systems)
-        print(f"\n{name}: {workload.summary}; {records:,} records in {len(data.counts)} shards, "
-              f"batch 256, {args.passes} timed passes after 1 warm-up, N = {args.workers}"
-              + (f", {args.rounds} rounds" if args.rounds > 1 else ""), flush=True)
+        data: DataFiles = prepare(
+            workload, records, args.data_dir, SEED, parquet="tpufeed-parquet" in args.systems
+        )
+        print(
+            f"\n{name}: {workload.summary}; {records:,} records in {len(data.counts)} shards, "
+            f"batch 256, {args.passes} timed passes after 1 warm-up, N = {args.workers}"
+            + (f", {args.rounds} rounds" if args.rounds > 1 else ""),
+            flush=True,
+        )
         by_row: dict[tuple[str, int], list[dict[str, Any]]] = {row: [] for row in rows}
         for round_number in range(args.rounds):
             if args.rounds > 1:
@@ -251,8 +331,10 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_row(spec, args.timeout)
                 by_row[(system, workers)].append(result)
                 shown = f"{result['rate']:,.0f} records/s" if "rate" in result else result["error"]
-                print(f"  {row_name(result):<20} {shown:<22} (load {result['load_at_start']:.1f})",
-                      flush=True)
+                print(
+                    f"  {row_name(result):<20} {shown:<22} (load {result['load_at_start']:.1f})",
+                    flush=True,
+                )
                 if "error" in result:
                     status = 1
                     print(result.get("traceback") or result.get("log_tail", ""), file=sys.stderr)
@@ -260,13 +342,18 @@ def main(argv: list[str] | None = None) -> int:
         summary = summarise(results, cores)
         print()
         print(format_table(name, results, summary))
-        print(f"\nbest anchor (same Python fn; TF-ops rows are references, not anchors): "
-              f"{summary['best_anchor']}")
+        print(
+            f"\nbest anchor (same Python fn; TF-ops rows are references, not anchors): "
+            f"{summary['best_anchor']}"
+        )
         targets = check_targets(name, results, summary)
         print("targets:\n" + format_targets(targets), flush=True)
-        report["workloads"][name] = {"records": records, "summary": summary, "rows": results,
-                                     "targets": [{"target": t, "measured": v, "met": m}
-                                                 for t, v, m in targets]}
+        report["workloads"][name] = {
+            "records": records,
+            "summary": summary,
+            "rows": results,
+            "targets": [{"target": t, "measured": v, "met": m} for t, v, m in targets],
+        }
     if args.json_path:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_path)), exist_ok=True)
         with open(args.json_path, "w") as f:

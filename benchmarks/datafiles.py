@@ -45,8 +45,14 @@ class DataFiles:
 
     @classmethod
     def from_json(cls, data: dict) -> DataFiles:
-        return cls(data["workload"], data["records"], tuple(data["array_record"]),
-                   tuple(data["tfrecord"]), tuple(data["counts"]), tuple(data.get("parquet", ())))
+        return cls(
+            data["workload"],
+            data["records"],
+            tuple(data["array_record"]),
+            tuple(data["tfrecord"]),
+            tuple(data["counts"]),
+            tuple(data.get("parquet", ())),
+        )
 
 
 def shard_counts(records: int, shards: int = SHARDS) -> list[int]:
@@ -55,8 +61,9 @@ def shard_counts(records: int, shards: int = SHARDS) -> list[int]:
     return [base + (s < extra) for s in range(shards)]
 
 
-def prepare(workload: Workload, records: int, root: str, seed: int,
-            parquet: bool = False) -> DataFiles:
+def prepare(
+    workload: Workload, records: int, root: str, seed: int, parquet: bool = False
+) -> DataFiles:
     """The workload's shards under `root`, generated first if they are not there yet
     (the Parquet shards only with `parquet`)."""
     if records < SHARDS:
@@ -64,26 +71,33 @@ def prepare(workload: Workload, records: int, root: str, seed: int,
     folder = os.path.join(root, f"{workload.name}-{records}-seed{seed}")
     counts = shard_counts(records)
     names = [f"shard-{s:05d}-of-{SHARDS:05d}" for s in range(SHARDS)]
-    files = DataFiles(workload.name, records,
-                      tuple(os.path.join(folder, f"{n}.array_record") for n in names),
-                      tuple(os.path.join(folder, f"{n}.tfrecord") for n in names),
-                      tuple(counts), tuple(os.path.join(folder, f"{n}.parquet") for n in names))
+    files = DataFiles(
+        workload.name,
+        records,
+        tuple(os.path.join(folder, f"{n}.array_record") for n in names),
+        tuple(os.path.join(folder, f"{n}.tfrecord") for n in names),
+        tuple(counts),
+        tuple(os.path.join(folder, f"{n}.parquet") for n in names),
+    )
     if not os.path.exists(os.path.join(folder, _DONE)):
         _generate(workload, files, folder, seed)
     missing = [s for s, path in enumerate(files.parquet) if not os.path.exists(path)]
     if parquet and missing:
-        print(f"writing {len(missing)} Parquet shards of {workload.name} into {folder} ...",
-              flush=True)
+        print(
+            f"writing {len(missing)} Parquet shards of {workload.name} into {folder} ...",
+            flush=True,
+        )
         # In a spawned process: pyarrow's import and memory stay out of this one, whose size
         # every row's process starts from (see _generate).
         with multiprocessing.get_context("spawn").Pool(1) as pool:
-            pool.starmap(_write_parquet_shard, [(workload.name, seed, s, files.counts[s],
-                                                 files.parquet[s]) for s in missing])
+            pool.starmap(
+                _write_parquet_shard,
+                [(workload.name, seed, s, files.counts[s], files.parquet[s]) for s in missing],
+            )
     return files
 
 
-def _write_parquet_shard(workload_name: str, seed: int, shard: int, count: int,
-                         path: str) -> None:
+def _write_parquet_shard(workload_name: str, seed: int, shard: int, count: int, path: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -91,8 +105,9 @@ def _write_parquet_shard(workload_name: str, seed: int, shard: int, count: int,
 
     records = list(_shard_records(WORKLOADS[workload_name], seed, shard, count))
     tmp = f"{path}.tmp"
-    pq.write_table(pa.table({"record": pa.array(records, pa.binary())}), tmp,
-                   row_group_size=PARQUET_ROW_GROUP)
+    pq.write_table(
+        pa.table({"record": pa.array(records, pa.binary())}), tmp, row_group_size=PARQUET_ROW_GROUP
+    )
     os.replace(tmp, path)
 
 
@@ -106,13 +121,15 @@ def _generate(workload: Workload, files: DataFiles, folder: str, seed: int) -> N
         shutil.rmtree(folder)  # a generation that did not finish
     os.makedirs(folder)
     print(f"generating {files.records:,} {workload.name} records into {folder} ...", flush=True)
-    for shard, (ar_path, tf_path, count) in enumerate(zip(files.array_record, files.tfrecord,
-                                                           files.counts)):
+    for shard, (ar_path, tf_path, count) in enumerate(
+        zip(files.array_record, files.tfrecord, files.counts)
+    ):
         # Each file gets the shard's records from its own identical stream, a chunk at a time:
         # compare.py starts every row from this process, and a forked child's peak RSS starts
         # at its parent's size, so this process stays small.
-        write_array_records(ar_path, _shard_records(workload, seed, shard, count),
-                            options="group_size:1")
+        write_array_records(
+            ar_path, _shard_records(workload, seed, shard, count), options="group_size:1"
+        )
         write_tfrecords(tf_path, _shard_records(workload, seed, shard, count))
     tmp = os.path.join(folder, f"{_DONE}.tmp")
     with open(tmp, "w") as f:

@@ -34,16 +34,24 @@ from benchmarks.bytecode import compile_sources  # noqa: E402
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--devices", type=int, default=0,
-                   help="force this many CPU devices (XLA_FLAGS; 0: leave the platform's)")
+    p.add_argument(
+        "--devices",
+        type=int,
+        default=0,
+        help="force this many CPU devices (XLA_FLAGS; 0: leave the platform's)",
+    )
     p.add_argument("--batch", type=int, default=256, help="global batch (records)")
     p.add_argument("--features", type=int, default=784, help="uint8 features per record")
     p.add_argument("--width", type=int, default=1024, help="hidden width of the MLP")
     p.add_argument("--records", type=int, default=16384)
     p.add_argument("--steps", type=int, default=200, help="timed steps per row")
     p.add_argument("--warmup", type=int, default=10, help="untimed steps per row")
-    p.add_argument("--map-cost-us", type=float, default=0.0,
-                   help="extra busy work per record in the map stage, to make the input slower")
+    p.add_argument(
+        "--map-cost-us",
+        type=float,
+        default=0.0,
+        help="extra busy work per record in the map stage, to make the input slower",
+    )
     p.add_argument("--prefetch", default="0,1,2,4", help="to_jax prefetch depths to run")
     p.add_argument("--json", dest="json_path", default=None, help="write the results here")
     return p.parse_args(argv)
@@ -79,16 +87,24 @@ def make_dataset(args: argparse.Namespace, processes: int) -> Any:
                 pass
         return {"x": e["x"].astype(np.float32) / 255.0, "y": e["y"]}
 
-    return (tpufeed.Dataset.from_source(SyntheticImages(args.records, args.features)).shuffle(0)
-            .shard().map(normalise).batch(args.batch // processes, drop_remainder=True)
-            .repeat().prefetch(2))
+    return (
+        tpufeed.Dataset.from_source(SyntheticImages(args.records, args.features))
+        .shuffle(0)
+        .shard()
+        .map(normalise)
+        .batch(args.batch // processes, drop_remainder=True)
+        .repeat()
+        .prefetch(2)
+    )
 
 
 def model(jax: Any, args: argparse.Namespace) -> tuple[Any, Any]:
     jnp = jax.numpy
     k1, k2 = jax.random.split(jax.random.key(0))
-    params = {"w1": jax.random.normal(k1, (args.features, args.width)) * 0.02,
-              "w2": jax.random.normal(k2, (args.width, 10)) * 0.02}
+    params = {
+        "w1": jax.random.normal(k1, (args.features, args.width)) * 0.02,
+        "w2": jax.random.normal(k2, (args.width, 10)) * 0.02,
+    }
 
     def loss(params: dict, batch: dict) -> Any:
         logits = jax.nn.relu(batch["x"] @ params["w1"]) @ params["w2"]
@@ -123,8 +139,10 @@ def main(argv: list[str] | None = None) -> dict:
     compile_sources()
     args = parse_args(argv)
     if args.devices:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   f" --xla_force_host_platform_device_count={args.devices}").strip()
+        os.environ["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "")
+            + f" --xla_force_host_platform_device_count={args.devices}"
+        ).strip()
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -152,20 +170,38 @@ def main(argv: list[str] | None = None) -> dict:
             yield value
 
     synthetic_s, _ = timed_loop(step, params, repeat(on_device), args.steps, args.warmup)
-    rows = [{"input": "synthetic, on device", "prefetch": None, "step_ms": synthetic_s * 1e3,
-             "wait_fraction": 0.0}]
+    rows = [
+        {
+            "input": "synthetic, on device",
+            "prefetch": None,
+            "step_ms": synthetic_s * 1e3,
+            "wait_fraction": 0.0,
+        }
+    ]
     for depth in [int(d) for d in args.prefetch.split(",")]:
         it = ds.to_jax(sharding, prefetch=depth)
         step_s, _ = timed_loop(step, params, it, args.steps, args.warmup)
-        rows.append({"input": "tpufeed to_jax", "prefetch": depth, "step_ms": step_s * 1e3,
-                     "wait_fraction": it.wait_fraction,
-                     "wait_ms_per_step": it.wait_seconds / max(1, it.window_batches) * 1e3})
+        rows.append(
+            {
+                "input": "tpufeed to_jax",
+                "prefetch": depth,
+                "step_ms": step_s * 1e3,
+                "wait_fraction": it.wait_fraction,
+                "wait_ms_per_step": it.wait_seconds / max(1, it.window_batches) * 1e3,
+            }
+        )
         it.close()
 
-    result = {"devices": jax.device_count(), "platform": jax.devices()[0].platform,
-              "device_kind": jax.devices()[0].device_kind, "host": platform.node(),
-              "cpus": os.cpu_count(), "args": vars(args),
-              "pipeline_alone_ms_per_batch": pipeline_s * 1e3, "rows": rows}
+    result = {
+        "devices": jax.device_count(),
+        "platform": jax.devices()[0].platform,
+        "device_kind": jax.devices()[0].device_kind,
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "args": vars(args),
+        "pipeline_alone_ms_per_batch": pipeline_s * 1e3,
+        "rows": rows,
+    }
     print_table(result)
     if args.json_path:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_path)), exist_ok=True)
@@ -177,22 +213,28 @@ def main(argv: list[str] | None = None) -> dict:
 def print_table(result: dict) -> None:
     rows = result["rows"]
     base = rows[0]["step_ms"]
-    print(f"{result['devices']} {result['platform']} device(s) ({result['device_kind']}), "
-          f"{result['cpus']} CPUs; global batch {result['args']['batch']}, "
-          f"pipeline alone {result['pipeline_alone_ms_per_batch']:.2f} ms/batch")
+    print(
+        f"{result['devices']} {result['platform']} device(s) ({result['device_kind']}), "
+        f"{result['cpus']} CPUs; global batch {result['args']['batch']}, "
+        f"pipeline alone {result['pipeline_alone_ms_per_batch']:.2f} ms/batch"
+    )
     print(f"{'input':<22}{'prefetch':>9}{'step ms':>10}{'vs synthetic':>14}{'input wait':>12}")
     for row in rows:
         depth = "-" if row["prefetch"] is None else str(row["prefetch"])
-        print(f"{row['input']:<22}{depth:>9}{row['step_ms']:>10.2f}"
-              f"{row['step_ms'] / base:>13.2f}x{row['wait_fraction']:>11.1%}")
+        print(
+            f"{row['input']:<22}{depth:>9}{row['step_ms']:>10.2f}"
+            f"{row['step_ms'] / base:>13.2f}x{row['wait_fraction']:>11.1%}"
+        )
     fed = [r for r in rows if r["prefetch"] is not None]
     if fed:
         best = min(fed, key=lambda r: r["wait_fraction"])
         faster = result["pipeline_alone_ms_per_batch"] < base
         verdict = "under" if best["wait_fraction"] < 0.02 else "OVER"
-        print(f"pipeline alone is {'faster' if faster else 'slower'} than the step; best input wait "
-              f"{best['wait_fraction']:.1%} (prefetch {best['prefetch']}): {verdict} the 2% target"
-              + ("" if faster else " (not expected to meet it: the input is the bottleneck)"))
+        print(
+            f"pipeline alone is {'faster' if faster else 'slower'} than the step; best input wait "
+            f"{best['wait_fraction']:.1%} (prefetch {best['prefetch']}): {verdict} the 2% target"
+            + ("" if faster else " (not expected to meet it: the input is the bottleneck)")
+        )
 
 
 if __name__ == "__main__":

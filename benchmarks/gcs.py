@@ -55,6 +55,7 @@ _FOLDER = "w1"
 def _pipeline(source: Any, order: str, fn: Any) -> Any:
     """shuffle(0) (global), shuffle(0, window=2) or stored order; then fn, then batch(256)."""
     import tpufeed
+
     ds = tpufeed.Dataset.from_source(source)
     if order == "global":
         ds = ds.shuffle(seed=SEED)
@@ -110,8 +111,9 @@ def _as_array(record: bytes) -> dict[str, np.ndarray]:
     return {"x": np.frombuffer(record, np.uint8)}
 
 
-def measure(name: str, paths: list[str], fn: Any, passes: int, client: Any,
-            scratch: str) -> dict[str, Any]:
+def measure(
+    name: str, paths: list[str], fn: Any, passes: int, client: Any, scratch: str
+) -> dict[str, Any]:
     """The rows of one dataset, whose objects are gs://BUCKET/NAME/*.array_record."""
     from tpufeed.sources.array_record import ArrayRecordSource
     from tpufeed.storage.cache import ShardCache
@@ -121,8 +123,9 @@ def measure(name: str, paths: list[str], fn: Any, passes: int, client: Any,
     shard_bytes = max(os.path.getsize(p) for p in paths)
 
     def remote(order: str, cache_dir: str, limit: int | None = None) -> Any:
-        return lambda: _pipeline(ArrayRecordSource(url, cache=ShardCache(cache_dir, limit)),
-                                 order, fn)
+        return lambda: _pipeline(
+            ArrayRecordSource(url, cache=ShardCache(cache_dir, limit)), order, fn
+        )
 
     limit_s = min(_download_limit(client, names) for _ in range(passes))
     runs: dict[str, list[tuple[float, float, float, int]]] = {k: [] for k in ROWS[1:]}
@@ -141,27 +144,45 @@ def measure(name: str, paths: list[str], fn: Any, passes: int, client: Any,
         watcher, stop, peaks = _watch(window)
         try:
             runs["cold, window=2, 3-shard cache"].append(
-                _epoch(remote("window", window.root, 3 * shard_bytes)))
+                _epoch(remote("window", window.root, 3 * shard_bytes))
+            )
         finally:
             stop.set()
             watcher.join()
         peak = max(peak, peaks[0])
         shutil.rmtree(window.root, ignore_errors=True)
     best = {row: min(r, key=lambda x: x[2]) for row, r in runs.items()}
-    return {"dataset": name, "objects": len(paths), "bytes": sum(map(os.path.getsize, paths)),
-            "records": best["local"][3], "passes": passes, "shard_bytes": shard_bytes,
-            "seconds": {"download limit": limit_s, **{r: v[2] for r, v in best.items()}},
-            "open_s": {r: v[0] for r, v in best.items()},
-            "first_batch_s": {r: v[1] for r, v in best.items()},
-            "window_peak_cache_bytes": peak, "window_cache_limit": 3 * shard_bytes}
+    return {
+        "dataset": name,
+        "objects": len(paths),
+        "bytes": sum(map(os.path.getsize, paths)),
+        "records": best["local"][3],
+        "passes": passes,
+        "shard_bytes": shard_bytes,
+        "seconds": {"download limit": limit_s, **{r: v[2] for r, v in best.items()}},
+        "open_s": {r: v[0] for r, v in best.items()},
+        "first_batch_s": {r: v[1] for r, v in best.items()},
+        "window_peak_cache_bytes": peak,
+        "window_cache_limit": 3 * shard_bytes,
+    }
 
 
-ROWS = ["download limit", "cold", "cold, stored order", "cold, window=2, 3-shard cache",
-        "local", "warm"]
-_LABELS = {"download limit": "download_as_bytes x8 (limit)", "cold": "tpufeed cold (empty cache)",
-           "cold, stored order": "tpufeed cold, stored order",
-           "cold, window=2, 3-shard cache": "tpufeed cold, window=2, 3 shards",
-           "local": "local files", "warm": "tpufeed warm (full cache)"}
+ROWS = [
+    "download limit",
+    "cold",
+    "cold, stored order",
+    "cold, window=2, 3-shard cache",
+    "local",
+    "warm",
+]
+_LABELS = {
+    "download limit": "download_as_bytes x8 (limit)",
+    "cold": "tpufeed cold (empty cache)",
+    "cold, stored order": "tpufeed cold, stored order",
+    "cold, window=2, 3-shard cache": "tpufeed cold, window=2, 3 shards",
+    "local": "local files",
+    "warm": "tpufeed warm (full cache)",
+}
 
 
 def _watch(cache: Any) -> tuple[threading.Thread, threading.Event, list[int]]:
@@ -180,29 +201,36 @@ def _watch(cache: Any) -> tuple[threading.Thread, threading.Event, list[int]]:
 
 def report(r: dict[str, Any]) -> tuple[str, bool]:
     mb = r["bytes"] / 1e6
-    lines = [f"{r['dataset']}: {r['records']:,} records in {r['objects']} ArrayRecord objects, "
-             f"{mb:.1f} MB; link: {r['link']}; global shuffle unless said; best of {r['passes']}",
-             f"  {'row':<34}{'open s':>7}{'1st batch s':>12}{'epoch s':>8}{'MB/s':>8}"
-             f"{'records/s':>11}"]
+    lines = [
+        f"{r['dataset']}: {r['records']:,} records in {r['objects']} ArrayRecord objects, "
+        f"{mb:.1f} MB; link: {r['link']}; global shuffle unless said; best of {r['passes']}",
+        f"  {'row':<34}{'open s':>7}{'1st batch s':>12}{'epoch s':>8}{'MB/s':>8}{'records/s':>11}",
+    ]
     for row in ROWS:
         seconds = r["seconds"][row]
         opened, first = r["open_s"].get(row), r["first_batch_s"].get(row)
         open_text = f"{opened:.3f}" if opened is not None else "-"
         first_text = f"{first:.3f}" if first is not None else "-"
-        lines.append(f"  {_LABELS[row]:<34}{open_text:>7}{first_text:>12}{seconds:>8.3f}"
-                     f"{mb / seconds:>8.1f}{r['records'] / seconds:>11,.0f}")
+        lines.append(
+            f"  {_LABELS[row]:<34}{open_text:>7}{first_text:>12}{seconds:>8.3f}"
+            f"{mb / seconds:>8.1f}{r['records'] / seconds:>11,.0f}"
+        )
     cold = r["seconds"]["download limit"] / r["seconds"]["cold"]
     stored = r["seconds"]["download limit"] / r["seconds"]["cold, stored order"]
     warm = r["seconds"]["local"] / r["seconds"]["warm"]
     ok = cold >= 0.8 and warm >= 0.9
     # No cold epoch beats the download, nor reading the same records from local files.
-    bound = r["seconds"]["download limit"] / max(r["seconds"]["download limit"], r["seconds"]["local"])
-    lines += [f"  cold / limit {cold:.2f} (stored order {stored:.2f}; target >= 0.8)   "
-              f"warm / local {warm:.2f} (target >= 0.9)   "
-              f"window peak cache {r['window_peak_cache_bytes']:,} of {r['window_cache_limit']:,}"
-              f"   {'met' if ok else 'MISSED'}",
-              f"  bound on cold / limit: {bound:.2f} (limit / max(limit, local files)); "
-              f"cold reaches {cold / bound:.2f} of it"]
+    bound = r["seconds"]["download limit"] / max(
+        r["seconds"]["download limit"], r["seconds"]["local"]
+    )
+    lines += [
+        f"  cold / limit {cold:.2f} (stored order {stored:.2f}; target >= 0.8)   "
+        f"warm / local {warm:.2f} (target >= 0.9)   "
+        f"window peak cache {r['window_peak_cache_bytes']:,} of {r['window_cache_limit']:,}"
+        f"   {'met' if ok else 'MISSED'}",
+        f"  bound on cold / limit: {bound:.2f} (limit / max(limit, local files)); "
+        f"cold reaches {cold / bound:.2f} of it",
+    ]
     return "\n".join(lines), ok
 
 
@@ -211,9 +239,18 @@ class ShapedLink:
 
     def __init__(self, upstream_port: int, latency_ms: float, mbps: float):
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "tests", "gcs_emulator.py"), str(upstream_port),
-             str(latency_ms / 1000), str(mbps)],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+            [
+                sys.executable,
+                os.path.join(ROOT, "tests", "gcs_emulator.py"),
+                str(upstream_port),
+                str(latency_ms / 1000),
+                str(mbps),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
         self.port = int(self.proc.stdout.readline())
 
     def stop(self) -> None:
@@ -228,8 +265,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     w1 = prepare(WORKLOADS["W1"], args.records, args.data_dir, SEED)
     large = _large_records(args.large_records, args.large_kib, args.data_dir)
-    datasets = [("W1", list(w1.array_record), WORKLOADS["W1"].fn),
-                (f"{args.large_kib}KiB", large, _as_array)]
+    datasets = [
+        ("W1", list(w1.array_record), WORKLOADS["W1"].fn),
+        (f"{args.large_kib}KiB", large, _as_array),
+    ]
     emulator = Emulator()
     scratch = tempfile.mkdtemp(prefix="tpufeed-bench-gcs-")
     results = []
@@ -239,20 +278,28 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         uploader.create_bucket(_BUCKET)
         for name, paths, _ in datasets:
             for path in paths:
-                uploader.bucket(_BUCKET).blob(f"{name}/{os.path.basename(path)}") \
-                    .upload_from_filename(path)
+                uploader.bucket(_BUCKET).blob(
+                    f"{name}/{os.path.basename(path)}"
+                ).upload_from_filename(path)
         for link in args.links:
             shaped = ShapedLink(emulator.port, *link) if link else None
             try:
                 endpoint = f"http://127.0.0.1:{shaped.port}" if shaped else direct
                 os.environ["STORAGE_EMULATOR_HOST"] = endpoint
-                client = storage.Client(project="bench", credentials=AnonymousCredentials(),
-                                        client_options=ClientOptions(api_endpoint=endpoint))
-                label = (f"{link[0]:g} ms first byte, {link[1]:g} MB/s per connection" if link
-                         else "direct to the emulator")
+                client = storage.Client(
+                    project="bench",
+                    credentials=AnonymousCredentials(),
+                    client_options=ClientOptions(api_endpoint=endpoint),
+                )
+                label = (
+                    f"{link[0]:g} ms first byte, {link[1]:g} MB/s per connection"
+                    if link
+                    else "direct to the emulator"
+                )
                 for name, paths, fn in datasets:
-                    results.append({"link": label,
-                                    **measure(name, paths, fn, args.passes, client, scratch)})
+                    results.append(
+                        {"link": label, **measure(name, paths, fn, args.passes, client, scratch)}
+                    )
             finally:
                 if shaped:
                     shaped.stop()
@@ -273,15 +320,25 @@ def main(argv: list[str] | None = None) -> int:
     compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--records", type=int, default=50_000, help="W1 records (1 KiB each)")
-    p.add_argument("--large-records", type=int, default=4_800,
-                   help="records of the large set (at 64 KiB, a local epoch of ~0.2 s)")
+    p.add_argument(
+        "--large-records",
+        type=int,
+        default=4_800,
+        help="records of the large set (at 64 KiB, a local epoch of ~0.2 s)",
+    )
     p.add_argument("--large-kib", type=int, default=64, help="KiB per record of the large set")
     p.add_argument("--passes", type=int, default=3, help="runs per row; the best is reported")
     p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
     p.add_argument("--json", dest="json_path", default=None, help="write the figures here")
-    p.add_argument("--link", dest="links", action="append", type=_link, default=None,
-                   help="'direct', or 'MS,MBPS' for a shaped link (first-byte latency, MB/s per "
-                        "connection) through a proxy; repeatable (default: direct and 20,50)")
+    p.add_argument(
+        "--link",
+        dest="links",
+        action="append",
+        type=_link,
+        default=None,
+        help="'direct', or 'MS,MBPS' for a shaped link (first-byte latency, MB/s per "
+        "connection) through a proxy; repeatable (default: direct and 20,50)",
+    )
     args = p.parse_args(argv)
     args.links = args.links or [None, (20.0, 50.0)]
     if args.passes < 1:

@@ -84,13 +84,17 @@ def prepare(root: str) -> dict[str, Any]:
     docs = documents()
     os.makedirs(folder, exist_ok=True)
     counts = shard_counts(len(docs))
-    files: dict[str, Any] = {"array_record": [], "tfrecord": [], "counts": counts,
-                             "tokens": sum(len(d) + 1 for d in docs),
-                             "cut_tokens": sum(min(len(d) + 1, LENGTH) for d in docs),
-                             "longest": max(len(d) + 1 for d in docs)}
+    files: dict[str, Any] = {
+        "array_record": [],
+        "tfrecord": [],
+        "counts": counts,
+        "tokens": sum(len(d) + 1 for d in docs),
+        "cut_tokens": sum(min(len(d) + 1, LENGTH) for d in docs),
+        "longest": max(len(d) + 1 for d in docs),
+    }
     start = 0
     for shard, count in enumerate(counts):
-        part = docs[start:start + count]
+        part = docs[start : start + count]
         start += count
         base = os.path.join(folder, f"shard-{shard:05d}-of-{SHARDS:05d}")
         write_array_records(base + ".array_record", part, options="group_size:1")
@@ -105,6 +109,7 @@ def prepare(root: str) -> dict[str, Any]:
 
 # -- the rows: each yields batches {"tokens": [16, 1024], "tokens_segment_ids": ...} ---------
 
+
 def plain_loop(files: dict, epochs: int, workers: int) -> Iterator[dict]:
     """One process, one loop: read in a shuffled order, tokenize, cut into pieces of at most
     1,024; a whole piece is a row of its own, the others go first-fit into 16 open rows
@@ -116,10 +121,10 @@ def plain_loop(files: dict, epochs: int, workers: int) -> Iterator[dict]:
     for epoch in range(epochs):
         order = np.random.default_rng((SEED, epoch)).permutation(n)
         for start in range(0, n, 256):
-            for record in reader.read(order[start:start + 256]):
+            for record in reader.read(order[start : start + 256]):
                 tokens = tokenize(record)["tokens"]
                 for at in range(0, len(tokens), LENGTH):
-                    piece = tokens[at:at + LENGTH]
+                    piece = tokens[at : at + LENGTH]
                     if len(piece) == LENGTH:  # a row of its own
                         done.append([piece])
                         continue
@@ -154,9 +159,9 @@ def _rows_batch(rows: list[list[np.ndarray]]) -> dict[str, np.ndarray]:
     for r, pieces in enumerate(rows):
         at = 0
         for s, piece in enumerate(pieces, 1):
-            tokens[r, at:at + len(piece)] = piece
-            segments[r, at:at + len(piece)] = s
-            positions[r, at:at + len(piece)] = ramp[:len(piece)]
+            tokens[r, at : at + len(piece)] = piece
+            segments[r, at : at + len(piece)] = s
+            positions[r, at : at + len(piece)] = ramp[: len(piece)]
             at += len(piece)
     return {"tokens": tokens, "tokens_segment_ids": segments, "tokens_positions": positions}
 
@@ -164,9 +169,15 @@ def _rows_batch(rows: list[list[np.ndarray]]) -> dict[str, np.ndarray]:
 def tpufeed_rows(files: dict, epochs: int, workers: int | str) -> Iterator[dict]:
     import tpufeed
 
-    ds = (tpufeed.Dataset.from_array_record(files["array_record"]).shuffle(SEED).map(tokenize)
-          .pack({"tokens": LENGTH}, open_rows=OPEN_ROWS).batch(BATCH).repeat(epochs)
-          .workers(workers))
+    ds = (
+        tpufeed.Dataset.from_array_record(files["array_record"])
+        .shuffle(SEED)
+        .map(tokenize)
+        .pack({"tokens": LENGTH}, open_rows=OPEN_ROWS)
+        .batch(BATCH)
+        .repeat(epochs)
+        .workers(workers)
+    )
     it = ds.iterator()
     state_bytes = 0
     try:
@@ -187,11 +198,12 @@ class _Cut:
 
     def flat_map(self, element: dict) -> list[dict]:
         tokens = element["tokens"]
-        return [{"tokens": tokens[at:at + LENGTH]} for at in range(0, len(tokens), LENGTH)]
+        return [{"tokens": tokens[at : at + LENGTH]} for at in range(0, len(tokens), LENGTH)]
 
 
 def grain_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
     from absl import flags
+
     flags.FLAGS(sys.argv[:1])
     import grain
     from grain.experimental import FirstFitPackIterDataset, FlatMapIterDataset, FlatMapTransform
@@ -200,11 +212,17 @@ def grain_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
         pass
 
     source = grain.sources.ArrayRecordDataSource(files["array_record"])
-    ds = (grain.MapDataset.source(source).shuffle(seed=SEED).repeat(epochs).map(tokenize)
-          .to_iter_dataset())
+    ds = (
+        grain.MapDataset.source(source)
+        .shuffle(seed=SEED)
+        .repeat(epochs)
+        .map(tokenize)
+        .to_iter_dataset()
+    )
     ds = FlatMapIterDataset(ds, Cut(-(-files["longest"] // LENGTH)))
-    ds = FirstFitPackIterDataset(ds, length_struct={"tokens": LENGTH},
-                                 num_packing_bins=OPEN_ROWS, shuffle_bins=False)
+    ds = FirstFitPackIterDataset(
+        ds, length_struct={"tokens": LENGTH}, num_packing_bins=OPEN_ROWS, shuffle_bins=False
+    )
     it = iter(ds.batch(BATCH))
     try:
         for batch in it:
@@ -240,10 +258,14 @@ def _import(row: str) -> None:
         import tensorflow  # noqa: F401
 
 
-RUNNERS = {"plain-loop": (plain_loop, 0), "tpufeed": (tpufeed_rows, 0),
-           "tpufeed-workers": (tpufeed_rows, None), "tpufeed-auto": (tpufeed_rows, "auto"),
-           "grain": (grain_rows, 0),
-           "tfdata-padded": (tfdata_rows, 0)}
+RUNNERS = {
+    "plain-loop": (plain_loop, 0),
+    "tpufeed": (tpufeed_rows, 0),
+    "tpufeed-workers": (tpufeed_rows, None),
+    "tpufeed-auto": (tpufeed_rows, "auto"),
+    "grain": (grain_rows, 0),
+    "tfdata-padded": (tfdata_rows, 0),
+}
 _RESULT: dict[str, Any] = {}
 
 
@@ -272,9 +294,15 @@ def measure(row: str, files: dict, passes: int, workers: int) -> dict[str, Any]:
             break
     batches.close()  # ends the row's iterator (and writes what it reports on the way out)
     seconds = [b - a for a, b in zip(marks, marks[1:])]
-    return {"row": row, "first_batch_s": first, "pass_s": seconds,
-            "tokens_per_s": [per_epoch / s for s in seconds], "fill": real / room,
-            "fixed_shape": shapes == {(BATCH, LENGTH)}, **_RESULT}
+    return {
+        "row": row,
+        "first_batch_s": first,
+        "pass_s": seconds,
+        "tokens_per_s": [per_epoch / s for s in seconds],
+        "fill": real / room,
+        "fixed_shape": shapes == {(BATCH, LENGTH)},
+        **_RESULT,
+    }
 
 
 def run_rows(args: argparse.Namespace, files: dict) -> dict[str, list[dict]]:
@@ -283,18 +311,40 @@ def run_rows(args: argparse.Namespace, files: dict) -> dict[str, list[dict]]:
         for row in args.rows:
             with tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "row.json")
-                cmd = [sys.executable, "-m", "benchmarks.lm", "--row", row, "--passes",
-                       str(args.passes), "--workers", str(args.workers), "--data-dir",
-                       args.data_dir, "--json", out]
-                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                      env={**os.environ, "PYTHONPATH": ROOT})
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.lm",
+                    "--row",
+                    row,
+                    "--passes",
+                    str(args.passes),
+                    "--workers",
+                    str(args.workers),
+                    "--data-dir",
+                    args.data_dir,
+                    "--json",
+                    out,
+                ]
+                proc = subprocess.run(
+                    cmd,
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": ROOT},
+                )
                 if proc.returncode:
-                    raise SystemExit(f"row {row} failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+                    raise SystemExit(
+                        f"row {row} failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+                    )
                 with open(out) as f:
                     result = json.load(f)
             results[row].append(result)
-            print(f" round {round_number + 1}: {row:<16} "
-                  f"{statistics.median(result['tokens_per_s']):>14,.0f} real tokens/s", flush=True)
+            print(
+                f" round {round_number + 1}: {row:<16} "
+                f"{statistics.median(result['tokens_per_s']):>14,.0f} real tokens/s",
+                flush=True,
+            )
     return results
 
 
@@ -302,20 +352,32 @@ def report(results: dict[str, list[dict]], workers: int) -> tuple[list[dict], li
     rows = []
     for row, rounds in results.items():
         rates = [r for result in rounds for r in result["tokens_per_s"]]
-        rows.append({"row": row if row != "tpufeed-workers" else f"tpufeed {workers} workers",
-                     "tokens_per_s": statistics.median(rates), "passes": len(rates),
-                     "fill": rounds[0]["fill"], "fixed_shape": all(r["fixed_shape"] for r in rounds),
-                     "first_batch_s": statistics.median(r["first_batch_s"] for r in rounds),
-                     "state_bytes": rounds[0].get("state_bytes")})
+        rows.append(
+            {
+                "row": row if row != "tpufeed-workers" else f"tpufeed {workers} workers",
+                "tokens_per_s": statistics.median(rates),
+                "passes": len(rates),
+                "fill": rounds[0]["fill"],
+                "fixed_shape": all(r["fixed_shape"] for r in rounds),
+                "first_batch_s": statistics.median(r["first_batch_s"] for r in rounds),
+                "state_bytes": rounds[0].get("state_bytes"),
+            }
+        )
     by = {r["row"]: r for r in rows}
     tpufeed0 = by.get("tpufeed")
-    best = max((r for r in rows if r["row"].startswith("tpufeed")), key=lambda r: r["tokens_per_s"],
-               default=None)
+    best = max(
+        (r for r in rows if r["row"].startswith("tpufeed")),
+        key=lambda r: r["tokens_per_s"],
+        default=None,
+    )
     targets = []
     if tpufeed0:
-        targets.append(("efficiency >= 0.97 with 16 open rows", tpufeed0["fill"],
-                        tpufeed0["fill"] >= 0.97))
-        targets.append(("fixed shape on every step", tpufeed0["fixed_shape"], tpufeed0["fixed_shape"]))
+        targets.append(
+            ("efficiency >= 0.97 with 16 open rows", tpufeed0["fill"], tpufeed0["fill"] >= 0.97)
+        )
+        targets.append(
+            ("fixed shape on every step", tpufeed0["fixed_shape"], tpufeed0["fixed_shape"])
+        )
     if tpufeed0 and "plain-loop" in by:
         ratio = tpufeed0["tokens_per_s"] / by["plain-loop"]["tokens_per_s"]
         targets.append(("tpufeed 0 workers >= 0.8x the plain loop", ratio, ratio >= 0.8))
@@ -350,25 +412,36 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.rows) - set(ROWS))
     if unknown:
         p.error(f"unknown rows {unknown}; choose from {ROWS}")
-    print(f"W3: {sum(files['counts']):,} documents, {files['tokens']:,} tokens per epoch; pack to "
-          f"{LENGTH}, {OPEN_ROWS} open rows, batch {BATCH}; {args.passes} passes x "
-          f"{args.rounds} rounds, N = {args.workers}", flush=True)
+    print(
+        f"W3: {sum(files['counts']):,} documents, {files['tokens']:,} tokens per epoch; pack to "
+        f"{LENGTH}, {OPEN_ROWS} open rows, batch {BATCH}; {args.passes} passes x "
+        f"{args.rounds} rounds, N = {args.workers}",
+        flush=True,
+    )
     rows, targets = report(run_rows(args, files), args.workers)
     print("\n| row | real tokens/s | efficiency | one shape | first batch s | state bytes |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         state = f"{r['state_bytes']:,}" if r["state_bytes"] else "-"
-        print(f"| {r['row']} | {r['tokens_per_s']:,.0f} | {r['fill']:.3f} | {r['fixed_shape']} | "
-              f"{r['first_batch_s']:.3f} | {state} |")
+        print(
+            f"| {r['row']} | {r['tokens_per_s']:,.0f} | {r['fill']:.3f} | {r['fixed_shape']} | "
+            f"{r['first_batch_s']:.3f} | {state} |"
+        )
     print("\ntargets (issue 12):")
     for name, value, met in targets:
         shown = f"{value:.3f}" if isinstance(value, float) else str(value)
         print(f"  {name}: {shown} {'met' if met else 'NOT met'}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": "python -m benchmarks.lm " + " ".join(argv or sys.argv[1:]),
-                       "rows": rows, "targets": [{"target": t, "measured": v, "met": m}
-                                                 for t, v, m in targets]}, f, indent=1)
+            json.dump(
+                {
+                    "command": "python -m benchmarks.lm " + " ".join(argv or sys.argv[1:]),
+                    "rows": rows,
+                    "targets": [{"target": t, "measured": v, "met": m} for t, v, m in targets],
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -44,14 +44,22 @@ def check_batch(batch: Any, workload: Workload, system: str) -> None:
     """Raises unless `batch` is what the workload's work produces: same key, shape and dtype."""
     if isinstance(batch, list):
         if not all(isinstance(r, bytes) and len(r) == workload.record_bytes for r in batch):
-            raise ValueError(f"{system}: raw batch does not hold {workload.record_bytes}-byte records")
+            raise ValueError(
+                f"{system}: raw batch does not hold {workload.record_bytes}-byte records"
+            )
         return
     if set(batch) != {workload.key}:
         raise ValueError(f"{system}: batch keys {sorted(batch)}, expected [{workload.key!r}]")
     shape, dtype = leaf_info(batch[workload.key])
-    if shape[1:] != workload.out_shape or dtype != workload.out_dtype or not 0 < shape[0] <= BATCH_SIZE:
-        raise ValueError(f"{system}: batch is {dtype}{list(shape)}, expected "
-                         f"{workload.out_dtype}[<={BATCH_SIZE}, {', '.join(map(str, workload.out_shape))}]")
+    if (
+        shape[1:] != workload.out_shape
+        or dtype != workload.out_dtype
+        or not 0 < shape[0] <= BATCH_SIZE
+    ):
+        raise ValueError(
+            f"{system}: batch is {dtype}{list(shape)}, expected "
+            f"{workload.out_dtype}[<={BATCH_SIZE}, {', '.join(map(str, workload.out_shape))}]"
+        )
 
 
 def peak_rss_mib() -> float:
@@ -73,10 +81,13 @@ def peak_rss_mib() -> float:
 def _usage() -> dict[str, float]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"rss_main_mib": peak_rss_mib(), "rss_main_getrusage_mib": own.ru_maxrss / 1024,
-            "rss_worker_mib": children.ru_maxrss / 1024,
-            "cpu_main_s": own.ru_utime + own.ru_stime,
-            "cpu_workers_s": children.ru_utime + children.ru_stime}
+    return {
+        "rss_main_mib": peak_rss_mib(),
+        "rss_main_getrusage_mib": own.ru_maxrss / 1024,
+        "rss_worker_mib": children.ru_maxrss / 1024,
+        "cpu_main_s": own.ru_utime + own.ru_stime,
+        "cpu_workers_s": children.ru_utime + children.ru_stime,
+    }
 
 
 def run(spec: RowSpec) -> dict[str, Any]:
@@ -123,10 +134,17 @@ def run(spec: RowSpec) -> dict[str, Any]:
     # Everything after the first batch, warm-up epoch included: work a deep prefetch did ahead
     # during the warm-up cannot make this rate look better than it is.
     after_first = (n * spec.epochs - first_records) / (boundaries[-1] - first_at)
-    return {"import_s": import_s, "first_batch_s": first_batch_s, "warmup_s": boundaries[1] - start,
-            "pass_s": pass_s, "rates": [n / s for s in pass_s], "rate_after_first_batch": after_first,
-            "rate_early": early / (early_at - first_at) if early > 0 and early_at > first_at else None,
-            "rss_after_import_mib": rss_after_import, **_usage()}
+    return {
+        "import_s": import_s,
+        "first_batch_s": first_batch_s,
+        "warmup_s": boundaries[1] - start,
+        "pass_s": pass_s,
+        "rates": [n / s for s in pass_s],
+        "rate_after_first_batch": after_first,
+        "rate_early": early / (early_at - first_at) if early > 0 and early_at > first_at else None,
+        "rss_after_import_mib": rss_after_import,
+        **_usage(),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -152,6 +170,7 @@ def descendants_cpu_s() -> float:
     import resource
 
     import psutil
+
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = reaped.ru_utime + reaped.ru_stime
     for child in psutil.Process().children(recursive=True):
@@ -165,4 +184,3 @@ def descendants_cpu_s() -> float:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-

@@ -53,8 +53,11 @@ def measure(row: str, paths: list[str], records: int, passes: int, workers: int)
             if len(marks) == passes + 1:
                 break
     it.close()
-    return {"row": row, "first_mark_s": marks[0] - started,
-            "rates": [records / (b - a) for a, b in zip(marks, marks[1:])]}
+    return {
+        "row": row,
+        "first_mark_s": marks[0] - started,
+        "rates": [records / (b - a) for a, b in zip(marks, marks[1:])],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,25 +82,56 @@ def main(argv: list[str] | None = None) -> int:
         for row in ROWS:
             with tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "row.json")
-                subprocess.run([sys.executable, "-m", "benchmarks.mix_cost", "--row", row,
-                                "--passes", str(args.passes), "--workers", str(args.workers),
-                                "--records", str(args.records), "--data-dir", args.data_dir,
-                                "--json", out], cwd=ROOT, check=True,
-                               env={**os.environ, "PYTHONPATH": ROOT})
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.mix_cost",
+                        "--row",
+                        row,
+                        "--passes",
+                        str(args.passes),
+                        "--workers",
+                        str(args.workers),
+                        "--records",
+                        str(args.records),
+                        "--data-dir",
+                        args.data_dir,
+                        "--json",
+                        out,
+                    ],
+                    cwd=ROOT,
+                    check=True,
+                    env={**os.environ, "PYTHONPATH": ROOT},
+                )
                 with open(out) as f:
                     rates[row] += json.load(f)["rates"]
-            print(f" round {round_number + 1}: {row:<28} "
-                  f"{statistics.median(rates[row][-args.passes:]):>10,.0f} records/s", flush=True)
+            print(
+                f" round {round_number + 1}: {row:<28} "
+                f"{statistics.median(rates[row][-args.passes :]):>10,.0f} records/s",
+                flush=True,
+            )
     plain, mixed = (statistics.median(rates[row]) for row in ROWS)
     print(f"\n| row | records/s (median of {len(rates[ROWS[0]])} passes) |\n|---|---|")
     print(f"| {ROWS[0]} | {plain:,.0f} |\n| {ROWS[1]} | {mixed:,.0f} |")
-    print(f"\nmixture / plain: {mixed / plain:.3f} (target: >= 0.95, at most 5% slower) "
-          f"{'met' if mixed / plain >= 0.95 else 'NOT met'}")
+    print(
+        f"\nmixture / plain: {mixed / plain:.3f} (target: >= 0.95, at most 5% slower) "
+        f"{'met' if mixed / plain >= 0.95 else 'NOT met'}"
+    )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": "python -m benchmarks.mix_cost " + " ".join(argv or sys.argv[1:]),
-                       "workers": args.workers, "plain": plain, "mixture": mixed,
-                       "ratio": mixed / plain, "rates": rates}, f, indent=1)
+            json.dump(
+                {
+                    "command": "python -m benchmarks.mix_cost " + " ".join(argv or sys.argv[1:]),
+                    "workers": args.workers,
+                    "plain": plain,
+                    "mixture": mixed,
+                    "ratio": mixed / plain,
+                    "rates": rates,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -40,6 +40,7 @@ def _timed(owner: Any, name: str, label: str) -> None:
             return fn(*args, **kwargs)
         finally:
             _spent[label] += time.thread_time() - started
+
     setattr(owner, name, timed)
 
 
@@ -59,25 +60,33 @@ def main(argv: list[str] | None = None) -> int:
     from tpufeed.run import walk
     from tpufeed.run.workers import engine, leases, pool
 
-    steps = [(engine._Dealer, "deal", "deal: the next chunk, dealt"),
-             (walk._Blocks, "get", "  walk: the chunk's record indices"),
-             (engine, "encode_task", "  encode_task"),
-             (pool.WorkerPool, "send", "  send (a pipe write)"),
-             (leases.Leases, "returned", "  slots given back"),
-             (pool.WorkerPool, "ready", "  workers ready?"),
-             (pool.WorkerPool, "receive_any", "receive_any: poll, read, decode"),
-             (pool._Inbox, "read", "  read every answer waiting, decode them"),
-             (pool, "decode_result", "    decode one answer"),
-             (engine.WorkerExecutor, "_received", "_received: the batch's views, lent"),
-             (engine, "read_batch", "  views of the slot"),
-             (leases.Leases, "lend", "  the lease")]
+    steps = [
+        (engine._Dealer, "deal", "deal: the next chunk, dealt"),
+        (walk._Blocks, "get", "  walk: the chunk's record indices"),
+        (engine, "encode_task", "  encode_task"),
+        (pool.WorkerPool, "send", "  send (a pipe write)"),
+        (leases.Leases, "returned", "  slots given back"),
+        (pool.WorkerPool, "ready", "  workers ready?"),
+        (pool.WorkerPool, "receive_any", "receive_any: poll, read, decode"),
+        (pool._Inbox, "read", "  read every answer waiting, decode them"),
+        (pool, "decode_result", "    decode one answer"),
+        (engine.WorkerExecutor, "_received", "_received: the batch's views, lent"),
+        (engine, "read_batch", "  views of the slot"),
+        (leases.Leases, "lend", "  the lease"),
+    ]
     for owner, name, label in steps:
         _timed(owner, name, label)
 
     spec = WORKLOADS["W1"]
     files = prepare(spec, args.records or spec.default_records, args.data_dir, SEED)
-    ds = (tpufeed.Dataset.from_array_record(list(files.array_record)).shuffle(SEED)
-          .map(spec.fn).batch(BATCH_SIZE).repeat().workers(args.workers, isolate=True))
+    ds = (
+        tpufeed.Dataset.from_array_record(list(files.array_record))
+        .shuffle(SEED)
+        .map(spec.fn)
+        .batch(BATCH_SIZE)
+        .repeat()
+        .workers(args.workers, isolate=True)
+    )
     it = iter(ds)
     for _ in range(100):  # the workers started and warm
         next(it)
@@ -92,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
             pass
     it.close()
     per = 1e6 / args.batches
-    print(f"W1, {args.workers} isolated worker(s), a {args.step_ms:g} ms step after each batch "
-          f"of {BATCH_SIZE}: next() {total * per:.0f} µs of CPU a batch "
-          f"({total * per / BATCH_SIZE:.2f} µs a record)")
+    print(
+        f"W1, {args.workers} isolated worker(s), a {args.step_ms:g} ms step after each batch "
+        f"of {BATCH_SIZE}: next() {total * per:.0f} µs of CPU a batch "
+        f"({total * per / BATCH_SIZE:.2f} µs a record)"
+    )
     for _, _, label in steps:
         print(f"  {label}: {_spent[label] * per:.0f} µs")
     return 0

@@ -34,9 +34,11 @@ FILES, BATCH, PAD, SEED = 4, 256, 128, 0
 
 def _hf(data_dir: str) -> Any:
     import datasets
+
     datasets.disable_progress_bars()
-    return datasets.Dataset.from_parquet(sorted(_paths(data_dir)),
-                                         cache_dir=os.path.join(data_dir, "hf-cache"))
+    return datasets.Dataset.from_parquet(
+        sorted(_paths(data_dir)), cache_dir=os.path.join(data_dir, "hf-cache")
+    )
 
 
 def _paths(data_dir: str) -> list[str]:
@@ -45,6 +47,7 @@ def _paths(data_dir: str) -> list[str]:
 
 def _lists_to_arrays(e: dict) -> dict:
     import numpy as np
+
     return {"id": e["id"], "label": e["label"], "tokens": np.asarray(e["tokens"], np.int32)}
 
 
@@ -54,6 +57,7 @@ ROWS = ("from_parquet", "from_huggingface", "from_source(hf)", "from_source(hf n
 def source(row: str, data_dir: str) -> Any:
     """The unshuffled Dataset of `row`: Parquet files, or the Hugging Face dataset of them."""
     import tpufeed
+
     if row == "from_parquet":
         return tpufeed.Dataset.from_parquet(_paths(data_dir))
     if row == "from_huggingface":
@@ -67,6 +71,7 @@ def write_data(data_dir: str, rows: int, row_group: int) -> None:
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     stamp = os.path.join(data_dir, f"rows-{rows}-group-{row_group}.done")
     if os.path.exists(stamp):
         return
@@ -74,21 +79,31 @@ def write_data(data_dir: str, rows: int, row_group: int) -> None:
     rng = np.random.default_rng(SEED)
     for f, part in enumerate(np.array_split(np.arange(rows), FILES)):
         lengths = rng.integers(0, PAD, part.size)
-        table = pa.table({
-            "id": pa.array(part, pa.int64()),
-            "label": pa.array(rng.integers(0, 10, part.size), pa.int64()),
-            "text": pa.array([f"document {i}: " + "lorem ipsum " * 4 for i in part.tolist()]),
-            "tokens": pa.array([rng.integers(0, 30000, n, dtype=np.int32) for n in lengths],
-                               pa.list_(pa.int32())),
-        })
+        table = pa.table(
+            {
+                "id": pa.array(part, pa.int64()),
+                "label": pa.array(rng.integers(0, 10, part.size), pa.int64()),
+                "text": pa.array([f"document {i}: " + "lorem ipsum " * 4 for i in part.tolist()]),
+                "tokens": pa.array(
+                    [rng.integers(0, 30000, n, dtype=np.int32) for n in lengths],
+                    pa.list_(pa.int32()),
+                ),
+            }
+        )
         pq.write_table(table, _paths(data_dir)[f], row_group_size=row_group)
     with open(stamp, "w") as out:
         out.write("ok\n")
 
 
 def measure(row: str, data_dir: str, records: int, passes: int, workers: int) -> dict:
-    ds = source(row, data_dir).shuffle(SEED).map(_lists_to_arrays).batch(
-        BATCH, pad={"tokens": PAD}).repeat().workers(workers)
+    ds = (
+        source(row, data_dir)
+        .shuffle(SEED)
+        .map(_lists_to_arrays)
+        .batch(BATCH, pad={"tokens": PAD})
+        .repeat()
+        .workers(workers)
+    )
     started = time.perf_counter()
     it = ds.iterator()
     first, seen, marks = None, 0, []
@@ -100,8 +115,11 @@ def measure(row: str, data_dir: str, records: int, passes: int, workers: int) ->
             if len(marks) == passes + 1:
                 break
     it.close()
-    return {"row": row, "first_batch_s": first,
-            "rates": [records / (b - a) for a, b in zip(marks, marks[1:])]}
+    return {
+        "row": row,
+        "first_batch_s": first,
+        "rates": [records / (b - a) for a, b in zip(marks, marks[1:])],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(measure(args.row, data_dir, args.records, args.passes, args.workers), f)
         return 0
-    command = "python -m benchmarks.parquet_hf " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.parquet_hf " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
     print(command, flush=True)
     write_data(data_dir, args.rows, args.row_group)
     rates: dict[str, list[float]] = {row: [] for row in ROWS}
@@ -131,28 +151,63 @@ def main(argv: list[str] | None = None) -> int:
         for row in ROWS:
             with tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "row.json")
-                subprocess.run([sys.executable, "-m", "benchmarks.parquet_hf", "--row", row,
-                                "--passes", str(args.passes), "--workers", str(args.workers),
-                                "--rows", str(args.rows), "--records", str(args.records),
-                                "--row-group", str(args.row_group), "--data-dir", args.data_dir,
-                                "--json", out], cwd=ROOT, check=True,
-                               env={**os.environ, "PYTHONPATH": ROOT})
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.parquet_hf",
+                        "--row",
+                        row,
+                        "--passes",
+                        str(args.passes),
+                        "--workers",
+                        str(args.workers),
+                        "--rows",
+                        str(args.rows),
+                        "--records",
+                        str(args.records),
+                        "--row-group",
+                        str(args.row_group),
+                        "--data-dir",
+                        args.data_dir,
+                        "--json",
+                        out,
+                    ],
+                    cwd=ROOT,
+                    check=True,
+                    env={**os.environ, "PYTHONPATH": ROOT},
+                )
                 with open(out) as f:
                     got = json.load(f)
             rates[row] += got["rates"]
             firsts[row].append(got["first_batch_s"])
-            print(f" round {round_number + 1}: {row:<24} "
-                  f"{statistics.median(got['rates']):>10,.0f} records/s", flush=True)
+            print(
+                f" round {round_number + 1}: {row:<24} "
+                f"{statistics.median(got['rates']):>10,.0f} records/s",
+                flush=True,
+            )
     medians = {row: statistics.median(r) for row, r in rates.items()}
-    print(f"\n| row | records/s (median of {args.rounds * args.passes} passes) | first batch s |"
-          "\n|---|---|---|")
+    print(
+        f"\n| row | records/s (median of {args.rounds * args.passes} passes) | first batch s |"
+        "\n|---|---|---|"
+    )
     for row in ROWS:
         print(f"| {row} | {medians[row]:,.0f} | {statistics.median(firsts[row]):.2f} |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"command": command, "rows": args.rows, "row_group": args.row_group,
-                       "workers": args.workers, "medians": medians, "rates": rates,
-                       "first_batch_s": firsts}, f, indent=1)
+            json.dump(
+                {
+                    "command": command,
+                    "rows": args.rows,
+                    "row_group": args.row_group,
+                    "workers": args.workers,
+                    "medians": medians,
+                    "rates": rates,
+                    "first_batch_s": firsts,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

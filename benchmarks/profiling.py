@@ -36,17 +36,31 @@ from benchmarks.workloads import SEED, WORKLOADS  # noqa: E402
 
 RATE_HZ = 50  # higher rates slow the sampled processes down on 2 cores
 # (stage, frame substrings that put a sample in it), checked in this order on the whole stack.
-_WAIT = ("recv (", "recv_bytes", "_recv (", "wait (", "poll (", "select (", "sleep (",
-         "acquire (", "get (queue", "barrier")
+_WAIT = (
+    "recv (",
+    "recv_bytes",
+    "_recv (",
+    "wait (",
+    "poll (",
+    "select (",
+    "sleep (",
+    "acquire (",
+    "get (queue",
+    "barrier",
+)
 STAGES = [
     ("wait", _WAIT),
     ("rng", ("for_record (", "record_rng (")),
     ("transform", ()),  # the workload's fn: filled in per workload
     ("read", ("ShardedSource.__getitems__", "ShardReader.read", "read (tpufeed/chunk.py")),
-    ("stack / write slot", ("write_stacked", "stack_batch", "stack (tpufeed/batching.py",
-                            "write_batch")),
-    ("hand-off to consumer", ("read_batch", "WorkerExecutor", "DatasetIterator",
-                              "stream (tpufeed/stream.py", "Batcher")),
+    (
+        "stack / write slot",
+        ("write_stacked", "stack_batch", "stack (tpufeed/batching.py", "write_batch"),
+    ),
+    (
+        "hand-off to consumer",
+        ("read_batch", "WorkerExecutor", "DatasetIterator", "stream (tpufeed/stream.py", "Batcher"),
+    ),
 ]
 ROWS = ["bare-loop", "bare-parallel", "tpufeed"]
 
@@ -78,16 +92,25 @@ def summarise(raw_path: str, fn_name: str, records: int) -> dict[str, Any]:
             counts[classify(stack, fn_name)] += int(count)
     total = sum(counts.values()) or 1
     per_k = {stage: n / RATE_HZ / records * 1000 for stage, n in counts.items()}
-    return {"samples": total, "processes": len(processes),
-            "cpu_s_per_1k_records": per_k,
-            "share": {stage: n / total for stage, n in counts.items()}}
+    return {
+        "samples": total,
+        "processes": len(processes),
+        "cpu_s_per_1k_records": per_k,
+        "share": {stage: n / total for stage, n in counts.items()},
+    }
 
 
 def run_row(row: str, workload: str, records: int, workers: int, result_path: str) -> None:
     """The profiled program: one epoch of `row`, consumed as fast as it comes."""
     data = prepare(WORKLOADS[workload], records, os.path.join(ROOT, "benchmarks", "data"), SEED)
-    spec = RowSpec("tpufeed" if row == "tpufeed" else row, workload,
-                   workers if row != "bare-loop" else 0, 1, SEED, data)
+    spec = RowSpec(
+        "tpufeed" if row == "tpufeed" else row,
+        workload,
+        workers if row != "bare-loop" else 0,
+        1,
+        SEED,
+        data,
+    )
     if row == "tpufeed":
         from benchmarks.systems.tpufeed_system import batches
     elif row == "bare-parallel":
@@ -119,46 +142,93 @@ def main(argv: list[str] | None = None) -> int:
         run_row(args.run, args.workload, records, args.workers, args.result)
         return 0
     if shutil.which("py-spy") is None:
-        p.error("py-spy is not installed (or not on PATH); it is in the dev extra: "
-                "pip install -e \".[dev]\" (or pip install py-spy)")
+        p.error(
+            "py-spy is not installed (or not on PATH); it is in the dev extra: "
+            'pip install -e ".[dev]" (or pip install py-spy)'
+        )
     prepare(workload, records, os.path.join(ROOT, "benchmarks", "data"), SEED)  # not profiled
     fn_name = workload.fn.__name__
     results = {}
     with tempfile.TemporaryDirectory(prefix="tpufeed-profile-") as tmp:
         for row in [r.strip() for r in args.rows.split(",") if r.strip()]:
             raw, result = os.path.join(tmp, f"{row}.txt"), os.path.join(tmp, f"{row}.json")
-            cmd = ["py-spy", "record", "--subprocesses", "--idle", "--nonblocking",
-                   "--rate", str(RATE_HZ), "--format", "raw", "-o", raw, "--",
-                   sys.executable, "-m", "benchmarks.profiling", "--run", row,
-                   "--workload", args.workload, "--records", str(records),
-                   "--workers", str(args.workers), "--result", result]
+            cmd = [
+                "py-spy",
+                "record",
+                "--subprocesses",
+                "--idle",
+                "--nonblocking",
+                "--rate",
+                str(RATE_HZ),
+                "--format",
+                "raw",
+                "-o",
+                raw,
+                "--",
+                sys.executable,
+                "-m",
+                "benchmarks.profiling",
+                "--run",
+                row,
+                "--workload",
+                args.workload,
+                "--records",
+                str(records),
+                "--workers",
+                str(args.workers),
+                "--result",
+                result,
+            ]
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
             if proc.returncode != 0:
                 print(proc.stdout[-2000:] + proc.stderr[-2000:], file=sys.stderr)
                 return 1
             with open(result) as f:
                 run = json.load(f)
-            results[row] = {**summarise(raw, fn_name, run["records"]),
-                            "rate": run["records"] / run["seconds"]}
-            print(f"  {row:<14} {results[row]['rate']:,.0f} records/s, "
-                  f"{results[row]['samples']:,} samples", flush=True)
+            results[row] = {
+                **summarise(raw, fn_name, run["records"]),
+                "rate": run["records"] / run["seconds"],
+            }
+            print(
+                f"  {row:<14} {results[row]['rate']:,.0f} records/s, "
+                f"{results[row]['samples']:,} samples",
+                flush=True,
+            )
     stages = [s for s, _ in STAGES if s != "wait"] + ["other", "wait"]
-    print(f"\n{args.workload}, one epoch of {records:,} records, N = {args.workers}: "
-          "CPU-seconds per 1,000 records by stage (share of the row's samples)\n")
+    print(
+        f"\n{args.workload}, one epoch of {records:,} records, N = {args.workers}: "
+        "CPU-seconds per 1,000 records by stage (share of the row's samples)\n"
+    )
     print("| stage | " + " | ".join(results) + " |")
     print("| --- |" + " --- |" * len(results))
     for stage in stages:
-        cells = [f"{r['cpu_s_per_1k_records'].get(stage, 0):.3f} ({r['share'].get(stage, 0):.0%})"
-                 for r in results.values()]
+        cells = [
+            f"{r['cpu_s_per_1k_records'].get(stage, 0):.3f} ({r['share'].get(stage, 0):.0%})"
+            for r in results.values()
+        ]
         print(f"| {stage} | " + " | ".join(cells) + " |")
-    print("| busy, all stages but wait | " + " | ".join(
-        f"{sum(v for k, v in r['cpu_s_per_1k_records'].items() if k != 'wait'):.3f}"
-        for r in results.values()) + " |")
+    print(
+        "| busy, all stages but wait | "
+        + " | ".join(
+            f"{sum(v for k, v in r['cpu_s_per_1k_records'].items() if k != 'wait'):.3f}"
+            for r in results.values()
+        )
+        + " |"
+    )
     print("| records/s | " + " | ".join(f"{r['rate']:,.0f}" for r in results.values()) + " |")
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump({"workload": args.workload, "records": records, "workers": args.workers,
-                       "rate_hz": RATE_HZ, "rows": results}, f, indent=1)
+            json.dump(
+                {
+                    "workload": args.workload,
+                    "records": records,
+                    "workers": args.workers,
+                    "rate_hz": RATE_HZ,
+                    "rows": results,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -52,13 +52,20 @@ def _pipeline(workload: str, data_dir: str, records: int | None) -> tuple[Any, i
 
     if workload == "W3":
         from benchmarks import lm
+
         files = lm.prepare(data_dir)
-        ds = (tpufeed.Dataset.from_array_record(files["array_record"]).shuffle(lm.SEED)
-              .map(lm.tokenize).pack({"tokens": lm.LENGTH}, open_rows=lm.OPEN_ROWS).batch(lm.BATCH))
+        ds = (
+            tpufeed.Dataset.from_array_record(files["array_record"])
+            .shuffle(lm.SEED)
+            .map(lm.tokenize)
+            .pack({"tokens": lm.LENGTH}, open_rows=lm.OPEN_ROWS)
+            .batch(lm.BATCH)
+        )
         return ds, sum(files["counts"])
     from benchmarks.datafiles import prepare
     from benchmarks.workloads import BATCH_SIZE, SEED
     from benchmarks.workloads import WORKLOADS as DEFS
+
     spec = DEFS[workload]
     files = prepare(spec, records or spec.default_records, data_dir, SEED)
     ds = tpufeed.Dataset.from_array_record(list(files.array_record)).shuffle(SEED)
@@ -66,8 +73,9 @@ def _pipeline(workload: str, data_dir: str, records: int | None) -> tuple[Any, i
     return ds, files.records
 
 
-def measure_one(workload: str, workers: int, passes: int, data_dir: str,
-                records: int | None) -> dict[str, Any]:
+def measure_one(
+    workload: str, workers: int, passes: int, data_dir: str, records: int | None
+) -> dict[str, Any]:
     """One row, in this process: rates and CPU counters over the steady window."""
     ds, n = _pipeline(workload, data_dir, records)
     epochs = 1 + passes
@@ -93,15 +101,35 @@ def measure_one(workload: str, workers: int, passes: int, data_dir: str,
         it.close()
     wcpu = descendants_cpu_s() - workers0
     read = epochs * n - read_before
-    return {"workload": workload, "workers": workers, "records": read, "batches": window,
-            "seconds": wall, "rate": read / wall, "parent_cpu_s": cpu, "worker_cpu_s": wcpu,
-            "p_us": cpu / read * 1e6, "w_us": (wcpu if workers else cpu) / read * 1e6,
-            "parent_us_per_batch": cpu / window * 1e6, "load": os.getloadavg()[0]}
+    return {
+        "workload": workload,
+        "workers": workers,
+        "records": read,
+        "batches": window,
+        "seconds": wall,
+        "rate": read / wall,
+        "parent_cpu_s": cpu,
+        "worker_cpu_s": wcpu,
+        "p_us": cpu / read * 1e6,
+        "w_us": (wcpu if workers else cpu) / read * 1e6,
+        "parent_us_per_batch": cpu / window * 1e6,
+        "load": os.getloadavg()[0],
+    }
 
 
 def _run_child(workload: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "benchmarks.scaling", "--one", workload, str(workers),
-           "--passes", str(args.passes), "--data-dir", args.data_dir]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.scaling",
+        "--one",
+        workload,
+        str(workers),
+        "--passes",
+        str(args.passes),
+        "--data-dir",
+        args.data_dir,
+    ]
     if args.records:
         cmd += ["--records", str(args.records)]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
@@ -120,9 +148,13 @@ def summarise(runs: list[dict[str, Any]], n_workers: int) -> dict[str, Any]:
     by: dict[tuple[str, int], list[dict]] = {}
     for run in runs:
         by.setdefault((run["workload"], run["workers"]), []).append(run)
-    med = {key: {k: statistics.median(r[k] for r in rows)
-                 for k in ("rate", "p_us", "w_us", "parent_us_per_batch", "load")}
-           for key, rows in by.items()}
+    med = {
+        key: {
+            k: statistics.median(r[k] for r in rows)
+            for k in ("rate", "p_us", "w_us", "parent_us_per_batch", "load")
+        }
+        for key, rows in by.items()
+    }
     out: dict[str, Any] = {"rows": {f"{w} {k}w": v for (w, k), v in med.items()}, "workloads": {}}
     for workload in sorted({w for w, _ in med}):
         one, many = med.get((workload, 1)), med.get((workload, n_workers))
@@ -135,30 +167,47 @@ def summarise(runs: list[dict[str, Any]], n_workers: int) -> dict[str, Any]:
         w1 = one["p_us"] + one["w_us"] - p
         predicted = min(n_workers / (p + w1), 1.0 / p, n_workers / w1) * 1e6
         out["workloads"][workload] = {
-            "p_us": p, "w1_us": w1, "wn_us": wn, "ceiling": 1e6 / p,
-            "predicted_nw": predicted, "measured_nw": many["rate"],
-            "projection": {c: (project(p, w1, c), project(p, wn, c)) for c in CORES}}
+            "p_us": p,
+            "w1_us": w1,
+            "wn_us": wn,
+            "ceiling": 1e6 / p,
+            "predicted_nw": predicted,
+            "measured_nw": many["rate"],
+            "projection": {c: (project(p, w1, c), project(p, wn, c)) for c in CORES},
+        }
     return out
 
 
 def table(summary: dict[str, Any], n_workers: int) -> str:
-    lines = ["| row | records/s | parent µs/record | worker µs/record | parent µs/batch | load |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| row | records/s | parent µs/record | worker µs/record | parent µs/batch | load |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, row in sorted(summary["rows"].items()):
-        lines.append(f"| {name} | {row['rate']:,.0f} | {row['p_us']:.3f} | {row['w_us']:.2f} | "
-                     f"{row['parent_us_per_batch']:.0f} | {row['load']:.1f} |")
-    lines += ["", f"| workload | p (µs, {n_workers}w) | w (µs, 1w / {n_workers}w) | feed ceiling 1/p | "
-              f"{n_workers}w predicted from 1w | {n_workers}w measured | "
-              + " | ".join(f"{c} cores" for c in CORES) + " |",
-              "| --- " * (6 + len(CORES)) + "|"]
+        lines.append(
+            f"| {name} | {row['rate']:,.0f} | {row['p_us']:.3f} | {row['w_us']:.2f} | "
+            f"{row['parent_us_per_batch']:.0f} | {row['load']:.1f} |"
+        )
+    lines += [
+        "",
+        f"| workload | p (µs, {n_workers}w) | w (µs, 1w / {n_workers}w) | feed ceiling 1/p | "
+        f"{n_workers}w predicted from 1w | {n_workers}w measured | "
+        + " | ".join(f"{c} cores" for c in CORES)
+        + " |",
+        "| --- " * (6 + len(CORES)) + "|",
+    ]
     for workload, s in summary["workloads"].items():
         cells = " | ".join(f"{a / 1e3:,.0f}k–{b / 1e3:,.0f}k" for a, b in s["projection"].values())
-        lines.append(f"| {workload} | {s['p_us']:.3f} | {s['w1_us']:.2f} / {s['wn_us']:.2f} | "
-                     f"{s['ceiling'] / 1e6:.2f}M | {s['predicted_nw']:,.0f} | "
-                     f"{s['measured_nw']:,.0f} | {cells} |")
+        lines.append(
+            f"| {workload} | {s['p_us']:.3f} | {s['w1_us']:.2f} / {s['wn_us']:.2f} | "
+            f"{s['ceiling'] / 1e6:.2f}M | {s['predicted_nw']:,.0f} | "
+            f"{s['measured_nw']:,.0f} | {cells} |"
+        )
     lines.append("")
-    lines.append("Projected records/s: min(C / (p + w), 1 / p), with w from the 1-worker run "
-                 f"and from the {n_workers}-worker run (the range).")
+    lines.append(
+        "Projected records/s: min(C / (p + w), 1 / p), with w from the 1-worker run "
+        f"and from the {n_workers}-worker run (the range)."
+    )
     return "\n".join(lines)
 
 
@@ -176,8 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", nargs=2, metavar=("WORKLOAD", "WORKERS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:
-        result = measure_one(args.one[0], int(args.one[1]), args.passes, args.data_dir,
-                             args.records)
+        result = measure_one(
+            args.one[0], int(args.one[1]), args.passes, args.data_dir, args.records
+        )
         print(json.dumps(result))
         return 0
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
@@ -191,9 +241,12 @@ def main(argv: list[str] | None = None) -> int:
             for workers in counts:
                 run = _run_child(workload, workers, args)
                 runs.append({**run, "round": round_})
-                print(f"round {round_ + 1}/{args.rounds} {workload} {workers}w: "
-                      f"{run['rate']:,.0f} records/s, parent {run['p_us']:.3f} µs/record, "
-                      f"workers {run['w_us']:.2f} µs/record (load {run['load']:.1f})", flush=True)
+                print(
+                    f"round {round_ + 1}/{args.rounds} {workload} {workers}w: "
+                    f"{run['rate']:,.0f} records/s, parent {run['p_us']:.3f} µs/record, "
+                    f"workers {run['w_us']:.2f} µs/record (load {run['load']:.1f})",
+                    flush=True,
+                )
     summary = summarise(runs, args.workers)
     print()
     print(table(summary, args.workers))

@@ -32,8 +32,12 @@ def main() -> None:
     starts = tuple(int(s) for s in np.linspace(0, n, shards + 1).round())
     rows = [("global", permute(np.arange(n), n, seed=0, epoch=0))]
     for window in (1, 4, 16, shards):
-        rows.append((f"windowed, {window} of {shards} shards",
-                     windowed_permute(np.arange(n), Shuffle(0, window, starts), epoch=0)))
+        rows.append(
+            (
+                f"windowed, {window} of {shards} shards",
+                windowed_permute(np.arange(n), Shuffle(0, window, starts), epoch=0),
+            )
+        )
     rows.append(("no shuffle", np.arange(n)))
     print(f"{n:,} records in {shards} shards")
     print(f"{'order':<32} {'displacement':>13} {'neighbour spread':>17}")

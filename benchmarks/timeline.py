@@ -26,8 +26,9 @@ _ROOT = os.path.join(os.path.dirname(__file__), "data")
 _BIN_S = 0.1
 
 
-def measure(workload: str, records: int, workers: int, seconds: float, early: int,
-            ahead: float = 0.0) -> dict:
+def measure(
+    workload: str, records: int, workers: int, seconds: float, early: int, ahead: float = 0.0
+) -> dict:
     """One worker count, in this process; `ahead`: seconds between building the dataset and
     iterating it (a training script builds and compiles its model there)."""
     import tpufeed
@@ -60,9 +61,14 @@ def measure(workload: str, records: int, workers: int, seconds: float, early: in
     n_early = early // BATCH_SIZE
     early_rate = n_early * BATCH_SIZE / after[n_early - 1] if len(after) >= n_early else None
     gap = max(b - a for a, b in zip(times, times[1:]))
-    return {"workers": workers, "first_batch_s": round(first, 3), "longest_gap_s": round(gap, 3),
-            "early_records_per_s": round(early_rate) if early_rate else None,
-            "records_per_bin": bins, "bin_s": _BIN_S}
+    return {
+        "workers": workers,
+        "first_batch_s": round(first, 3),
+        "longest_gap_s": round(gap, 3),
+        "early_records_per_s": round(early_rate) if early_rate else None,
+        "records_per_bin": bins,
+        "bin_s": _BIN_S,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,30 +80,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--early", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--ahead", type=float, default=0.0,
-                        help="seconds between building the dataset and iterating it")
+    parser.add_argument(
+        "--ahead",
+        type=float,
+        default=0.0,
+        help="seconds between building the dataset and iterating it",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child process
     args = parser.parse_args(argv)
     records = args.records or WORKLOADS[args.workload].default_records
     if args.one:
-        print(json.dumps(measure(args.workload, records, args.workers[0], args.seconds,
-                                 args.early, args.ahead)))
+        print(
+            json.dumps(
+                measure(
+                    args.workload, records, args.workers[0], args.seconds, args.early, args.ahead
+                )
+            )
+        )
         return 0
     prepare(WORKLOADS[args.workload], records, _ROOT, seed=0)
     for round_ in range(args.rounds):
         for workers in args.workers:
             out = subprocess.run(
-                [sys.executable, "-m", "benchmarks.timeline", "--one", "--workload",
-                 args.workload, "--records", str(records), "--workers", str(workers),
-                 "--seconds", str(args.seconds), "--early", str(args.early),
-                 "--ahead", str(args.ahead)],
-                capture_output=True, text=True, check=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.timeline",
+                    "--one",
+                    "--workload",
+                    args.workload,
+                    "--records",
+                    str(records),
+                    "--workers",
+                    str(workers),
+                    "--seconds",
+                    str(args.seconds),
+                    "--early",
+                    str(args.early),
+                    "--ahead",
+                    str(args.ahead),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             row = json.loads(out.stdout.strip().splitlines()[-1])
             bins = " ".join(f"{b // 1000:>3}" for b in row["records_per_bin"])
-            print(f"round {round_} {workers}w: first batch {row['first_batch_s']:.2f} s, "
-                  f"longest gap {row['longest_gap_s']:.2f} s, first {args.early // 1000}k "
-                  f"{row['early_records_per_s']:,} rec/s; k records per {_BIN_S} s: {bins}",
-                  flush=True)
+            print(
+                f"round {round_} {workers}w: first batch {row['first_batch_s']:.2f} s, "
+                f"longest gap {row['longest_gap_s']:.2f} s, first {args.early // 1000}k "
+                f"{row['early_records_per_s']:,} rec/s; k records per {_BIN_S} s: {bins}",
+                flush=True,
+            )
     return 0
 
 

@@ -41,9 +41,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run_compare(tree: str, args: argparse.Namespace, out: str) -> dict:
-    cmd = [sys.executable, "benchmarks/compare.py", "--workload", args.workload, "--systems",
-           args.systems, "--passes", str(args.passes), "--workers", str(args.workers),
-           "--data-dir", args.data_dir, "--json", out]
+    cmd = [
+        sys.executable,
+        "benchmarks/compare.py",
+        "--workload",
+        args.workload,
+        "--systems",
+        args.systems,
+        "--passes",
+        str(args.passes),
+        "--workers",
+        str(args.workers),
+        "--data-dir",
+        args.data_dir,
+        "--json",
+        out,
+    ]
     if args.records is not None:
         cmd += ["--records", str(args.records)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -71,15 +84,32 @@ def main(argv: list[str] | None = None) -> int:
     for workload, system, workers in sorted({k[:3] for k in rates}):
         before = statistics.median(rates[(workload, system, workers, "reference")])
         after = statistics.median(rates[(workload, system, workers, "this")])
-        rows.append({"workload": workload, "system": system, "workers": workers,
-                     "reference": before, "this": after, "ratio": after / before,
-                     "passes": len(rates[(workload, system, workers, "this")])})
-        print(f"| {workload} | {system} {workers}w | {before:,.0f} | {after:,.0f} | "
-              f"{after / before:.3f} |")
+        rows.append(
+            {
+                "workload": workload,
+                "system": system,
+                "workers": workers,
+                "reference": before,
+                "this": after,
+                "ratio": after / before,
+                "passes": len(rates[(workload, system, workers, "this")]),
+            }
+        )
+        print(
+            f"| {workload} | {system} {workers}w | {before:,.0f} | {after:,.0f} | "
+            f"{after / before:.3f} |"
+        )
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump({"command": " ".join(["python -m benchmarks.versus"] + (argv or sys.argv[1:])),
-                       "reference": trees["reference"], "rows": rows}, f, indent=1)
+            json.dump(
+                {
+                    "command": " ".join(["python -m benchmarks.versus"] + (argv or sys.argv[1:])),
+                    "reference": trees["reference"],
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

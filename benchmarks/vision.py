@@ -62,24 +62,38 @@ SIZE, BATCH, SEED = 224, 64, 0
 MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
 SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
-ROWS = ["pil-loop", "tpufeed", "tpufeed-workers", "tpufeed-pillow", "tpufeed-pillow-workers",
-        "tfdata", "torch-workers"]
+ROWS = [
+    "pil-loop",
+    "tpufeed",
+    "tpufeed-workers",
+    "tpufeed-pillow",
+    "tpufeed-pillow-workers",
+    "tfdata",
+    "torch-workers",
+]
 
 
 def source_photographs() -> list[str]:
     """JPEG photographs that ship with scikit-learn and matplotlib."""
     import matplotlib
     import sklearn
-    paths = [os.path.join(os.path.dirname(sklearn.__file__), "datasets", "images", name)
-             for name in ("china.jpg", "flower.jpg")]
-    paths.append(os.path.join(os.path.dirname(matplotlib.__file__), "mpl-data", "sample_data",
-                              "grace_hopper.jpg"))
+
+    paths = [
+        os.path.join(os.path.dirname(sklearn.__file__), "datasets", "images", name)
+        for name in ("china.jpg", "flower.jpg")
+    ]
+    paths.append(
+        os.path.join(
+            os.path.dirname(matplotlib.__file__), "mpl-data", "sample_data", "grace_hopper.jpg"
+        )
+    )
     return paths
 
 
 def make_images(n: int, seed: int = SEED) -> list[tuple[bytes, int]]:
     """`n` distinct JPEGs (quality 90, 500x375 or 375x500) cut from the shipped photographs."""
     from PIL import Image
+
     photos = [Image.open(p).convert("RGB") for p in source_photographs()]
     rng = np.random.default_rng(seed)
     out = []
@@ -92,8 +106,11 @@ def make_images(n: int, seed: int = SEED) -> list[tuple[bytes, int]]:
         w = rng.uniform(0.55, 1.0) * min(width, height * aspect)
         h = w / aspect
         left, top = rng.uniform(0, width - w), rng.uniform(0, height - h)
-        image = photo.resize((375, 500) if tall else (500, 375), Image.Resampling.BILINEAR,
-                             box=(left, top, left + w, top + h))
+        image = photo.resize(
+            (375, 500) if tall else (500, 375),
+            Image.Resampling.BILINEAR,
+            box=(left, top, left + w, top + h),
+        )
         if rng.random() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         buf = io.BytesIO()
@@ -117,19 +134,27 @@ def prepare(root: str, n: int) -> dict[str, Any]:
     images = make_images(n)
     os.makedirs(folder, exist_ok=True)
     counts = shard_counts(n)
-    files: dict[str, Any] = {"array_record": [], "tfrecord": [], "counts": counts, "images": n,
-                             "mean_bytes": float(np.mean([len(d) for d, _ in images])),
-                             "sources": source_photographs()}
+    files: dict[str, Any] = {
+        "array_record": [],
+        "tfrecord": [],
+        "counts": counts,
+        "images": n,
+        "mean_bytes": float(np.mean([len(d) for d, _ in images])),
+        "sources": source_photographs(),
+    }
     start = 0
     for shard, count in enumerate(counts):
-        part = images[start:start + count]
+        part = images[start : start + count]
         start += count
         base = os.path.join(folder, f"shard-{shard:05d}-of-{SHARDS:05d}")
-        write_array_records(base + ".array_record",
-                            [codec.encode({"image": d, "label": np.int32(y)}) for d, y in part],
-                            options="group_size:1")
-        write_tfrecords(base + ".tfrecord", [encode_example({"image": d, "label": y})
-                                             for d, y in part])
+        write_array_records(
+            base + ".array_record",
+            [codec.encode({"image": d, "label": np.int32(y)}) for d, y in part],
+            options="group_size:1",
+        )
+        write_tfrecords(
+            base + ".tfrecord", [encode_example({"image": d, "label": y}) for d, y in part]
+        )
         files["array_record"].append(base + ".array_record")
         files["tfrecord"].append(base + ".tfrecord")
     with open(done + ".tmp", "w") as f:
@@ -139,6 +164,7 @@ def prepare(root: str, n: int) -> dict[str, Any]:
 
 
 # -- the per-image work of the PIL rows (what a careful user writes; torchvision's algorithm) --
+
 
 def pil_crop_box(width: int, height: int, rnd: random.Random) -> tuple[int, int, int, int]:
     area = width * height
@@ -160,11 +186,13 @@ def pil_crop_box(width: int, height: int, rnd: random.Random) -> tuple[int, int,
 
 def pil_work(record: dict, rnd: random.Random) -> dict[str, Any]:
     from PIL import Image
+
     with Image.open(io.BytesIO(record["image"])) as image:
         image = image.convert("RGB")
         left, top, w, h = pil_crop_box(*image.size, rnd)
-        image = image.resize((SIZE, SIZE), Image.Resampling.BILINEAR,
-                             box=(left, top, left + w, top + h))
+        image = image.resize(
+            (SIZE, SIZE), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h)
+        )
     array = np.asarray(image, np.float32)
     if rnd.random() < 0.5:
         array = array[:, ::-1]
@@ -173,16 +201,22 @@ def pil_work(record: dict, rnd: random.Random) -> dict[str, Any]:
 
 # -- the rows: each yields batches {"image": [<=64, 224, 224, 3] float32, "label": [<=64]} -----
 
+
 def pil_loop(files: dict, epochs: int, workers: int) -> Iterator[dict]:
     from tpufeed import codec
+
     reader = ShardReader(files["array_record"], files["counts"])
     rnd = random.Random(SEED)
     for epoch in range(epochs):
         order = np.random.default_rng((SEED, epoch)).permutation(len(reader))
         for start in range(0, len(order), BATCH):
-            out = [pil_work(codec.decode(r), rnd) for r in reader.read(order[start:start + BATCH])]
-            yield {"image": np.stack([o["image"] for o in out]),
-                   "label": np.stack([o["label"] for o in out])}
+            out = [
+                pil_work(codec.decode(r), rnd) for r in reader.read(order[start : start + BATCH])
+            ]
+            yield {
+                "image": np.stack([o["image"] for o in out]),
+                "label": np.stack([o["label"] for o in out]),
+            }
     reader.close()
 
 
@@ -190,16 +224,24 @@ def _tpufeed(backend: str) -> Any:
     def rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
         import tpufeed
         from tpufeed.transforms import Normalize, RandomFlip, RandomResizedCrop
-        ds = (tpufeed.Dataset.from_array_record(files["array_record"]).shuffle(SEED)
-              .map(tpufeed.codec.decode)
-              .random_map(RandomResizedCrop(SIZE, SCALE, RATIO, backend=backend))
-              .random_map(RandomFlip()).map(Normalize(tuple(MEAN), tuple(STD)))
-              .batch(BATCH).repeat(epochs).workers(workers))
+
+        ds = (
+            tpufeed.Dataset.from_array_record(files["array_record"])
+            .shuffle(SEED)
+            .map(tpufeed.codec.decode)
+            .random_map(RandomResizedCrop(SIZE, SCALE, RATIO, backend=backend))
+            .random_map(RandomFlip())
+            .map(Normalize(tuple(MEAN), tuple(STD)))
+            .batch(BATCH)
+            .repeat(epochs)
+            .workers(workers)
+        )
         it = ds.iterator()
         try:
             yield from it
         finally:
             it.close()
+
     return rows
 
 
@@ -208,17 +250,24 @@ def tfdata_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
     import tensorflow as tf
 
     tf.random.set_seed(SEED)
-    features = {"image": tf.io.FixedLenFeature([], tf.string),
-                "label": tf.io.FixedLenFeature([], tf.int64)}
+    features = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
     whole = tf.constant([0.0, 0.0, 1.0, 1.0], tf.float32, [1, 1, 4])
 
     def work(record: Any) -> dict:
         example = tf.io.parse_single_example(record, features)
         data = example["image"]
         begin, size, _ = tf.image.sample_distorted_bounding_box(
-            tf.io.extract_jpeg_shape(data), whole, min_object_covered=SCALE[0],
-            aspect_ratio_range=RATIO, area_range=SCALE, max_attempts=10,
-            use_image_if_no_bounding_boxes=True)
+            tf.io.extract_jpeg_shape(data),
+            whole,
+            min_object_covered=SCALE[0],
+            aspect_ratio_range=RATIO,
+            area_range=SCALE,
+            max_attempts=10,
+            use_image_if_no_bounding_boxes=True,
+        )
         top, left, _ = tf.unstack(begin)
         height, width, _ = tf.unstack(size)
         image = tf.io.decode_and_crop_jpeg(data, tf.stack([top, left, height, width]), channels=3)
@@ -227,10 +276,14 @@ def tfdata_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
         image = (image * (1 / 255) - MEAN) / STD
         return {"image": image, "label": tf.cast(example["label"], tf.int32)}
 
-    ds = (tf.data.TFRecordDataset(files["tfrecord"], num_parallel_reads=tf.data.AUTOTUNE)
-          .shuffle(files["images"], seed=SEED).repeat(epochs)
-          .map(work, num_parallel_calls=tf.data.AUTOTUNE)
-          .batch(BATCH).prefetch(tf.data.AUTOTUNE))
+    ds = (
+        tf.data.TFRecordDataset(files["tfrecord"], num_parallel_reads=tf.data.AUTOTUNE)
+        .shuffle(files["images"], seed=SEED)
+        .repeat(epochs)
+        .map(work, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(BATCH)
+        .prefetch(tf.data.AUTOTUNE)
+    )
     yield from ds.as_numpy_iterator()
 
 
@@ -246,44 +299,62 @@ class _TorchPhotos:
 
     def __getitem__(self, index: int) -> dict:
         from tpufeed import codec
+
         return pil_work(codec.decode(self.reader.read([index])[0]), self.rnd)
 
 
 def _torch_worker_init(worker_id: int) -> None:
     import torch
+
     info = torch.utils.data.get_worker_info()
     info.dataset.rnd = random.Random(info.seed)  # distinct per worker, as torch seeds `random`
 
 
 def torch_rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
     import torch
+
     dataset = _TorchPhotos(files)
-    order = [int(i) for e in range(epochs)
-             for i in np.random.default_rng((SEED, e)).permutation(len(dataset))]
+    order = [
+        int(i)
+        for e in range(epochs)
+        for i in np.random.default_rng((SEED, e)).permutation(len(dataset))
+    ]
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=BATCH, sampler=order, num_workers=workers,
-        persistent_workers=workers > 0, prefetch_factor=2 if workers else None,
-        worker_init_fn=_torch_worker_init if workers else None)
+        dataset,
+        batch_size=BATCH,
+        sampler=order,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        prefetch_factor=2 if workers else None,
+        worker_init_fn=_torch_worker_init if workers else None,
+    )
     for batch in loader:
         yield {"image": batch["image"].numpy(), "label": batch["label"].numpy()}
 
 
-RUNNERS = {"pil-loop": (pil_loop, 0), "tpufeed": (_tpufeed("auto"), 0),
-           "tpufeed-workers": (_tpufeed("auto"), None),
-           "tpufeed-pillow": (_tpufeed("pillow"), 0),
-           "tpufeed-pillow-workers": (_tpufeed("pillow"), None),
-           "tfdata": (tfdata_rows, 0), "torch-workers": (torch_rows, None)}
+RUNNERS = {
+    "pil-loop": (pil_loop, 0),
+    "tpufeed": (_tpufeed("auto"), 0),
+    "tpufeed-workers": (_tpufeed("auto"), None),
+    "tpufeed-pillow": (_tpufeed("pillow"), 0),
+    "tpufeed-pillow-workers": (_tpufeed("pillow"), None),
+    "tfdata": (tfdata_rows, 0),
+    "torch-workers": (torch_rows, None),
+}
 
 
 def _import(row: str) -> None:
     """The row's framework, imported before the clock starts (and OpenCV set to one thread:
     the parallelism of every row is its workers, and 0 workers means one core)."""
     from PIL import Image  # noqa: F401
+
     if row.startswith("tpufeed"):
         import tpufeed  # noqa: F401
         from tpufeed.transforms.region import resolve_backend
+
         if resolve_backend("pillow" if "pillow" in row else "auto") == "opencv":
             import cv2
+
             cv2.setNumThreads(1)
     elif row == "tfdata":
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -296,6 +367,7 @@ def _cpu_s() -> float:
     """This process's CPU seconds and its descendants', live or exited (tpufeed's workers are
     children of its fork server, not of this process)."""
     from benchmarks.measure import descendants_cpu_s
+
     own = resource.getrusage(resource.RUSAGE_SELF)
     return own.ru_utime + own.ru_stime + descendants_cpu_s()
 
@@ -321,8 +393,10 @@ def measure(row: str, files: dict, passes: int, workers: int) -> dict[str, Any]:
         if first is None:
             first = now - started
             if batch["image"].shape[1:] != (SIZE, SIZE, 3) or batch["image"].dtype != np.float32:
-                raise ValueError(f"{row}: batch image {batch['image'].dtype}"
-                                 f"{batch['image'].shape}, expected float32[64, 224, 224, 3]")
+                raise ValueError(
+                    f"{row}: batch image {batch['image'].dtype}"
+                    f"{batch['image'].shape}, expected float32[64, 224, 224, 3]"
+                )
         seen += len(batch["label"])
         while seen >= n * (len(marks) + 1):
             marks.append(now)
@@ -330,15 +404,22 @@ def measure(row: str, files: dict, passes: int, workers: int) -> dict[str, Any]:
     if seen != n * (passes + 1):
         raise ValueError(f"{row}: {seen} images came out of {passes + 1} epochs of {n}")
     seconds = [b - a for a, b in zip(marks, marks[1:])]
-    return {"row": row, "workers": workers if fixed is None else 0, "first_batch_s": first,
-            "pass_s": seconds, "images_per_s": [n / s for s in seconds],
-            "cpu_s_per_image": (_cpu_s() - cpu_start) / seen, "rss_main_mib": _peak_rss_mib(),
-            "rss_child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    return {
+        "row": row,
+        "workers": workers if fixed is None else 0,
+        "first_batch_s": first,
+        "pass_s": seconds,
+        "images_per_s": [n / s for s in seconds],
+        "cpu_s_per_image": (_cpu_s() - cpu_start) / seen,
+        "rss_main_mib": _peak_rss_mib(),
+        "rss_child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
 
 
 def _tree_pss_mib(pid: int) -> float | None:
     try:
         import psutil
+
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
     except Exception:  # noqa: BLE001 - no psutil, or the row just ended
@@ -355,9 +436,23 @@ def _tree_pss_mib(pid: int) -> float | None:
 def run_row(row: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "row.json")
-        cmd = [sys.executable, "-m", "benchmarks.vision", "--row", row, "--passes",
-               str(args.passes), "--workers", str(args.workers), "--images", str(args.images),
-               "--data-dir", args.data_dir, "--json", out]
+        cmd = [
+            sys.executable,
+            "-m",
+            "benchmarks.vision",
+            "--row",
+            row,
+            "--passes",
+            str(args.passes),
+            "--workers",
+            str(args.workers),
+            "--images",
+            str(args.images),
+            "--data-dir",
+            args.data_dir,
+            "--json",
+            out,
+        ]
         load = os.getloadavg()[0]
         env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
         with open(os.path.join(tmp, "log"), "w+") as log:
@@ -383,14 +478,22 @@ def summarise(results: dict[str, list[dict]], workers: int, cores: int) -> list[
         used = min(cores, workers) if row.endswith("workers") else (cores if row == "tfdata" else 1)
         name = row.replace("-workers", f" {workers} workers") if row.endswith("workers") else row
         rate = statistics.median(rates)
-        rows.append({"row": name, "key": row, "images_per_s": rate,
-                     "spread": (max(rates) - min(rates)) / rate, "passes": len(rates),
-                     "cores": used, "per_core": rate / used,
-                     "cpu_ms_per_image": 1000 * statistics.median(r["cpu_s_per_image"] for r in rounds),
-                     "first_batch_s": statistics.median(r["first_batch_s"] for r in rounds),
-                     "rss_main_mib": max(r["rss_main_mib"] for r in rounds),
-                     "pss_tree_mib": max((r["pss_tree_mib"] or 0) for r in rounds) or None,
-                     "load": statistics.median(r["load_at_start"] for r in rounds)})
+        rows.append(
+            {
+                "row": name,
+                "key": row,
+                "images_per_s": rate,
+                "spread": (max(rates) - min(rates)) / rate,
+                "passes": len(rates),
+                "cores": used,
+                "per_core": rate / used,
+                "cpu_ms_per_image": 1000 * statistics.median(r["cpu_s_per_image"] for r in rounds),
+                "first_batch_s": statistics.median(r["first_batch_s"] for r in rounds),
+                "rss_main_mib": max(r["rss_main_mib"] for r in rounds),
+                "pss_tree_mib": max((r["pss_tree_mib"] or 0) for r in rounds) or None,
+                "load": statistics.median(r["load_at_start"] for r in rounds),
+            }
+        )
     return rows
 
 
@@ -405,23 +508,44 @@ def targets(rows: list[dict]) -> list[tuple[str, Any, bool | None]]:
         ratio = best["per_core"] / by["pil-loop"]["per_core"]
         out.append(("tpufeed per core (N workers) >= 1.5x the plain PIL loop", ratio, ratio >= 1.5))
         cpu = by["pil-loop"]["cpu_ms_per_image"] / best["cpu_ms_per_image"]
-        out.append(("  the same from CPU time per image (robust to a loaded machine)", cpu,
-                    cpu >= 1.5))
+        out.append(
+            ("  the same from CPU time per image (robust to a loaded machine)", cpu, cpu >= 1.5)
+        )
         if "tpufeed" in by:
             ratio0 = by["tpufeed"]["images_per_s"] / by["pil-loop"]["images_per_s"]
             out.append(("  (tpufeed 0 workers / plain PIL loop, one core each)", ratio0, None))
     if best:
-        out.append(("tpufeed N workers first batch <= 1 s", best["first_batch_s"],
-                    best["first_batch_s"] <= 1.0))
-        per_core = min(best["per_core"], by["tpufeed"]["per_core"]) if "tpufeed" in by else best["per_core"]
-        out.append(("cores for 5,000 images/s per host (projected from the lower per-core rate)",
-                     math.ceil(5000 / per_core), None))
-        out.append(("  (projected from the CPU time per image of the N-worker row)",
-                    math.ceil(5000 * best["cpu_ms_per_image"] / 1000), None))
+        out.append(
+            (
+                "tpufeed N workers first batch <= 1 s",
+                best["first_batch_s"],
+                best["first_batch_s"] <= 1.0,
+            )
+        )
+        per_core = (
+            min(best["per_core"], by["tpufeed"]["per_core"])
+            if "tpufeed" in by
+            else best["per_core"]
+        )
+        out.append(
+            (
+                "cores for 5,000 images/s per host (projected from the lower per-core rate)",
+                math.ceil(5000 / per_core),
+                None,
+            )
+        )
+        out.append(
+            (
+                "  (projected from the CPU time per image of the N-worker row)",
+                math.ceil(5000 * best["cpu_ms_per_image"] / 1000),
+                None,
+            )
+        )
     return out
 
 
 # -- decoders, one image at a time in this process: what chose the crop path (docs/images.md) --
+
 
 def decoder_candidates() -> dict[str, Any]:
     """fn(jpeg, box (top, left, h, w)) -> uint8 224x224x3, for each decoder that is installed."""
@@ -432,25 +556,32 @@ def decoder_candidates() -> dict[str, Any]:
     def pil_full(data: bytes, box: tuple) -> Any:
         top, left, h, w = box
         with Image.open(io.BytesIO(data)) as image:
-            return np.asarray(image.convert("RGB").resize(
-                (SIZE, SIZE), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h)))
+            return np.asarray(
+                image.convert("RGB").resize(
+                    (SIZE, SIZE), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h)
+                )
+            )
 
     out: dict[str, Any] = {
         "Pillow: decode all, crop+resize (antialiased)": pil_full,
-        "tpufeed pillow: draft + resize(box)":
-            lambda d, b: decode_region(d, b, (SIZE, SIZE), backend="pillow"),
+        "tpufeed pillow: draft + resize(box)": lambda d, b: decode_region(
+            d, b, (SIZE, SIZE), backend="pillow"
+        ),
     }
     cv2 = opencv()
     if cv2 is not None:
         cv2.setNumThreads(1)
-        out["tpufeed opencv: imdecode(REDUCED) + resize/warp"] = (
-            lambda d, b: decode_region(d, b, (SIZE, SIZE), backend="opencv"))
+        out["tpufeed opencv: imdecode(REDUCED) + resize/warp"] = lambda d, b: decode_region(
+            d, b, (SIZE, SIZE), backend="opencv"
+        )
 
         def cv2_area(data: bytes, box: tuple) -> Any:
             top, left, h, w = (int(v) for v in box)
             image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-            return cv2.resize(image[top:top + h, left:left + w], (SIZE, SIZE),
-                              interpolation=cv2.INTER_AREA)
+            return cv2.resize(
+                image[top : top + h, left : left + w], (SIZE, SIZE), interpolation=cv2.INTER_AREA
+            )
+
         out["OpenCV: imdecode all, INTER_AREA"] = cv2_area
     try:
         import simplejpeg
@@ -458,13 +589,23 @@ def decoder_candidates() -> dict[str, Any]:
         def simple(data: bytes, box: tuple, fast: bool = False) -> Any:
             top, left, h, w = box
             height, width = simplejpeg.decode_jpeg_header(data)[:2]
-            image = simplejpeg.decode_jpeg(data, "RGB", fastdct=fast, fastupsample=fast,
-                                           min_height=math.ceil(height * SIZE / h),
-                                           min_width=math.ceil(width * SIZE / w))
+            image = simplejpeg.decode_jpeg(
+                data,
+                "RGB",
+                fastdct=fast,
+                fastupsample=fast,
+                min_height=math.ceil(height * SIZE / h),
+                min_width=math.ceil(width * SIZE / w),
+            )
             sy, sx = image.shape[0] / height, image.shape[1] / width
-            return np.asarray(Image.fromarray(image).resize(
-                (SIZE, SIZE), Image.Resampling.BILINEAR,
-                box=(left * sx, top * sy, (left + w) * sx, (top + h) * sy)))
+            return np.asarray(
+                Image.fromarray(image).resize(
+                    (SIZE, SIZE),
+                    Image.Resampling.BILINEAR,
+                    box=(left * sx, top * sy, (left + w) * sx, (top + h) * sy),
+                )
+            )
+
         out["simplejpeg: scaled decode + Pillow resize"] = simple
         out["simplejpeg fastdct/fastupsample + Pillow"] = lambda d, b: simple(d, b, True)
     except ImportError:
@@ -476,6 +617,7 @@ def decoder_candidates() -> dict[str, Any]:
             window = tf.constant([int(v) for v in box])
             image = tf.io.decode_and_crop_jpeg(data, window, channels=3)
             return tf.cast(tf.image.resize(image, (SIZE, SIZE)), tf.uint8).numpy()
+
         out["tf.io.decode_and_crop_jpeg + resize (eager)"] = tf_crop
     return out
 
@@ -485,6 +627,7 @@ def decoders(files: dict, repeats: int) -> list[dict]:
     from tpufeed import codec
     from tpufeed.transforms import sample_crop_box
     from tpufeed.transforms.region import image_size
+
     reader = ShardReader(files["array_record"], files["counts"])
     data = [codec.decode(r)["image"] for r in reader.read(range(min(400, len(reader))))]
     reader.close()
@@ -498,8 +641,9 @@ def decoders(files: dict, repeats: int) -> list[dict]:
             for d, b in zip(data, boxes):
                 fn(d, b)
             times[name].append(1000 * (time.process_time() - start) / len(data))
-    return [{"decoder": name, "cpu_ms_per_image": statistics.median(t)}
-            for name, t in times.items()]
+    return [
+        {"decoder": name, "cpu_ms_per_image": statistics.median(t)} for name, t in times.items()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -513,9 +657,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
     p.add_argument("--json", default=None, help="write the figures here")
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # run one row in this process
-    p.add_argument("--decoders", action="store_true",
-                   help="instead of the rows: CPU ms per image of each installed decoder, "
-                        "crop and resize included (W4_TF_DECODER=1 adds tf.io)")
+    p.add_argument(
+        "--decoders",
+        action="store_true",
+        help="instead of the rows: CPU ms per image of each installed decoder, "
+        "crop and resize included (W4_TF_DECODER=1 adds tf.io)",
+    )
     args = p.parse_args(argv)
     if args.images < SHARDS or args.passes < 1 or args.rounds < 1 or args.workers < 1:
         p.error(f"need --images >= {SHARDS}, --passes, --rounds and --workers >= 1")
@@ -535,26 +682,36 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown rows {unknown}; choose from {ROWS}")
     cores = os.cpu_count() or 1
-    print(f"W4: {files['images']:,} photographs (JPEG q90, 500x375, mean {files['mean_bytes'] / 1e3:.0f}"
-          f" KB) -> random-resized-crop 224, flip, normalise, batch {BATCH}; {args.passes} passes x "
-          f"{args.rounds} rounds, N = {args.workers}, {cores} cores", flush=True)
+    print(
+        f"W4: {files['images']:,} photographs (JPEG q90, 500x375, mean {files['mean_bytes'] / 1e3:.0f}"
+        f" KB) -> random-resized-crop 224, flip, normalise, batch {BATCH}; {args.passes} passes x "
+        f"{args.rounds} rounds, N = {args.workers}, {cores} cores",
+        flush=True,
+    )
     results: dict[str, list[dict]] = {row: [] for row in args.rows}
     for round_number in range(args.rounds):  # rounds interleave the rows against drift
         for row in args.rows:
             result = run_row(row, args)
             results[row].append(result)
-            print(f" round {round_number + 1}: {row:<24} "
-                  f"{statistics.median(result['images_per_s']):>8,.0f} images/s  "
-                  f"(load {result['load_at_start']:.1f})", flush=True)
+            print(
+                f" round {round_number + 1}: {row:<24} "
+                f"{statistics.median(result['images_per_s']):>8,.0f} images/s  "
+                f"(load {result['load_at_start']:.1f})",
+                flush=True,
+            )
     rows = summarise(results, args.workers, cores)
-    print("\n| row | images/s | spread | cores | per core | CPU ms/image | first batch s | "
-          "peak RSS main MiB | peak PSS tree MiB | load |")
+    print(
+        "\n| row | images/s | spread | cores | per core | CPU ms/image | first batch s | "
+        "peak RSS main MiB | peak PSS tree MiB | load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         pss = f"{r['pss_tree_mib']:,.0f}" if r["pss_tree_mib"] else "-"
-        print(f"| {r['row']} | {r['images_per_s']:,.0f} | {r['spread']:.2f} | {r['cores']} | "
-              f"{r['per_core']:,.0f} | {r['cpu_ms_per_image']:.2f} | {r['first_batch_s']:.2f} | "
-              f"{r['rss_main_mib']:,.0f} | {pss} | {r['load']:.1f} |")
+        print(
+            f"| {r['row']} | {r['images_per_s']:,.0f} | {r['spread']:.2f} | {r['cores']} | "
+            f"{r['per_core']:,.0f} | {r['cpu_ms_per_image']:.2f} | {r['first_batch_s']:.2f} | "
+            f"{r['rss_main_mib']:,.0f} | {pss} | {r['load']:.1f} |"
+        )
     checks = targets(rows)
     print("\ntargets (issue 17):")
     for name, value, met in checks:
@@ -563,10 +720,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"command": "python -m benchmarks.vision " + " ".join(argv or sys.argv[1:]),
-                       "cores": cores, "rows": rows, "rounds": results,
-                       "targets": [{"target": t, "measured": v, "met": m} for t, v, m in checks]},
-                      f, indent=1)
+            json.dump(
+                {
+                    "command": "python -m benchmarks.vision " + " ".join(argv or sys.argv[1:]),
+                    "cores": cores,
+                    "rows": rows,
+                    "rounds": results,
+                    "targets": [{"target": t, "measured": v, "met": m} for t, v, m in checks],
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -19,5 +19,11 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "W2-1000
 def make_dataset() -> tpufeed.Dataset:
     paths = sorted(glob.glob(os.path.join(DATA, "*.array_record")))
     workers = int(os.environ.get("TPUFEED_W2_WORKERS", "0"))
-    return (tpufeed.Dataset.from_array_record(paths).shuffle(0).random_map(augment_w2)
-            .batch(256).repeat().workers(workers))
+    return (
+        tpufeed.Dataset.from_array_record(paths)
+        .shuffle(0)
+        .random_map(augment_w2)
+        .batch(256)
+        .repeat()
+        .workers(workers)
+    )

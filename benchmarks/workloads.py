@@ -40,7 +40,7 @@ def augment_w2(record: bytes, rng: np.random.Generator) -> dict[str, np.ndarray]
     image = np.frombuffer(record, np.uint8).reshape(_W2_SIDE, _W2_SIDE, 3)
     padded = np.pad(image, ((_W2_PAD, _W2_PAD), (_W2_PAD, _W2_PAD), (0, 0)), mode="reflect")
     dy, dx = rng.integers(0, 2 * _W2_PAD + 1, size=2)
-    crop = padded[dy:dy + _W2_SIDE, dx:dx + _W2_SIDE]
+    crop = padded[dy : dy + _W2_SIDE, dx : dx + _W2_SIDE]
     if rng.random() < 0.5:
         crop = crop[:, ::-1]
     pixels = crop.astype(np.float32)
@@ -69,13 +69,28 @@ class Workload:
 
 
 WORKLOADS = {
-    "W1": Workload(name="W1", summary="read-bound: 1 KiB random bytes -> {'x': uint8[1024]}",
-                   default_records=200_000, record_bytes=1024, fn=decode_w1, random=False,
-                   key="x", out_shape=(1024,), out_dtype="uint8"),
-    "W2": Workload(name="W2",
-                   summary="Python-transform-bound: 32x32x3 uint8 -> augment -> float32[30,30,3]",
-                   default_records=100_000, record_bytes=_W2_SIDE * _W2_SIDE * 3, fn=augment_w2,
-                   random=True, key="image", out_shape=(_W2_OUT, _W2_OUT, 3), out_dtype="float32"),
+    "W1": Workload(
+        name="W1",
+        summary="read-bound: 1 KiB random bytes -> {'x': uint8[1024]}",
+        default_records=200_000,
+        record_bytes=1024,
+        fn=decode_w1,
+        random=False,
+        key="x",
+        out_shape=(1024,),
+        out_dtype="uint8",
+    ),
+    "W2": Workload(
+        name="W2",
+        summary="Python-transform-bound: 32x32x3 uint8 -> augment -> float32[30,30,3]",
+        default_records=100_000,
+        record_bytes=_W2_SIDE * _W2_SIDE * 3,
+        fn=augment_w2,
+        random=True,
+        key="image",
+        out_shape=(_W2_OUT, _W2_OUT, 3),
+        out_dtype="float32",
+    ),
 }
 
 
@@ -120,11 +135,12 @@ def batch_indices(n: int, seed: int, epochs: int) -> Iterator[np.ndarray]:
     for epoch in range(epochs):
         order = epoch_order(n, seed, epoch)
         for start in range(0, n, BATCH_SIZE):
-            yield order[start:start + BATCH_SIZE]
+            yield order[start : start + BATCH_SIZE]
 
 
-def transform_records(workload: Workload, records: Sequence[bytes], indices: Sequence[int],
-                      seed: int) -> list[dict[str, np.ndarray]]:
+def transform_records(
+    workload: Workload, records: Sequence[bytes], indices: Sequence[int], seed: int
+) -> list[dict[str, np.ndarray]]:
     """The per-record work of a batch, for the bare loop and the frameworks without their own
     per-record rng (PyTorch); `indices` are the records' global indices."""
     fn = workload.fn

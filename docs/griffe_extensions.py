@@ -49,8 +49,12 @@ def fence_doctests(text: str) -> str:
         indent = lines[i][: len(lines[i]) - len(stripped)]
         block = []
         while i < len(lines) and lines[i].strip():  # the example ends at a blank line
-            block.append(_FLAG.sub("", lines[i][len(indent):] if lines[i].startswith(indent)
-                                   else lines[i].lstrip()))
+            block.append(
+                _FLAG.sub(
+                    "",
+                    lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i].lstrip(),
+                )
+            )
             i += 1
         if out and out[-1].strip():
             out.append("")

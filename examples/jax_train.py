@@ -35,13 +35,20 @@ def augment(element: dict, rng: np.random.Generator) -> dict:
     """Shift the digit by up to one pixel; the shift depends only on (seed, epoch, record)."""
     dy, dx = rng.integers(-1, 2, size=2)
     image = np.roll(element["image"], (int(dy), int(dx)), axis=(0, 1))
-    return {"image": image.astype(np.float32).reshape(64) / 255.0, "label": element["label"].astype(np.int32)}
+    return {
+        "image": image.astype(np.float32).reshape(64) / 255.0,
+        "label": element["label"].astype(np.int32),
+    }
 
 
 def init_params(key: jax.Array, hidden: int = 64) -> dict:
     k1, k2 = jax.random.split(key)
-    return {"w1": jax.random.normal(k1, (64, hidden)) * 0.25, "b1": jnp.zeros(hidden),
-            "w2": jax.random.normal(k2, (hidden, 10)) * 0.25, "b2": jnp.zeros(10)}
+    return {
+        "w1": jax.random.normal(k1, (64, hidden)) * 0.25,
+        "b1": jnp.zeros(hidden),
+        "w2": jax.random.normal(k2, (hidden, 10)) * 0.25,
+        "b2": jnp.zeros(10),
+    }
 
 
 def logits_of(params: dict, images: jax.Array) -> jax.Array:
@@ -69,8 +76,13 @@ def restore(path: Path, params: dict, it: JaxIterator) -> tuple[dict, int]:
     """Loads the latest checkpoint in `path`: the parameters, and the input position into `it`."""
     with ocp.CheckpointManager(path.absolute()) as manager:
         step = manager.latest_step()
-        restored = manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore(params), data=tpufeed.checkpoint.CheckpointRestore(it)))
+        restored = manager.restore(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardRestore(params),
+                data=tpufeed.checkpoint.CheckpointRestore(it),
+            ),
+        )
     return restored.params, step
 
 
@@ -80,16 +92,28 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps", type=int, default=460, help="train until this global step")
     p.add_argument("--batch-size", type=int, default=64, help="per process")
     p.add_argument("--prefetch", type=int, default=2, help="batches transferred ahead")
-    p.add_argument("--checkpoint", type=Path, default=None, help="CheckpointManager folder to write")
+    p.add_argument(
+        "--checkpoint", type=Path, default=None, help="CheckpointManager folder to write"
+    )
     p.add_argument("--checkpoint-at", type=int, default=0, help="step at which to write it")
-    p.add_argument("--resume", type=Path, default=None,
-                   help="CheckpointManager folder to resume from (its latest step)")
+    p.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        help="CheckpointManager folder to resume from (its latest step)",
+    )
     args = p.parse_args(argv)
 
     paths, test = build(Path(args.data))
-    ds = (tpufeed.Dataset.from_array_record(paths).shuffle(seed=0).shard()
-          .map(tpufeed.codec.decode).random_map(augment)
-          .batch(args.batch_size, drop_remainder=True).repeat())
+    ds = (
+        tpufeed.Dataset.from_array_record(paths)
+        .shuffle(seed=0)
+        .shard()
+        .map(tpufeed.codec.decode)
+        .random_map(augment)
+        .batch(args.batch_size, drop_remainder=True)
+        .repeat()
+    )
     it = ds.to_jax(prefetch=args.prefetch)
     replicated = NamedSharding(it.sharding.mesh, PartitionSpec())
     params, step = jax.device_put(init_params(jax.random.key(0)), replicated), 0
@@ -102,10 +126,17 @@ def main(argv: list[str] | None = None) -> dict:
         params, loss = train_step(params, next(it))
         step += 1
         if step % 50 == 0 or step == args.steps:
-            print(f"step {step:5d}  loss {float(host(loss)):.4f}  epoch {it.get_state()['epoch']}", flush=True)
+            print(
+                f"step {step:5d}  loss {float(host(loss)):.4f}  epoch {it.get_state()['epoch']}",
+                flush=True,
+            )
         if manager is not None and step == args.checkpoint_at:  # every process saves its part
-            manager.save(step, args=ocp.args.Composite(
-                params=ocp.args.StandardSave(params), data=tpufeed.checkpoint.CheckpointSave(it)))
+            manager.save(
+                step,
+                args=ocp.args.Composite(
+                    params=ocp.args.StandardSave(params), data=tpufeed.checkpoint.CheckpointSave(it)
+                ),
+            )
             print(f"checkpoint at step {step} -> {args.checkpoint}", flush=True)
     it.close()
     if manager is not None:
@@ -115,10 +146,19 @@ def main(argv: list[str] | None = None) -> dict:
     predicted = host(jnp.argmax(logits_of(params, images), axis=1))
     accuracy = float(np.mean(predicted == test["label"]))
     checksum = float(sum(np.abs(host(v)).sum() for v in params.values()))
-    result = {"step": step, "devices": jax.device_count(), "accuracy": accuracy,
-              "input_wait_fraction": it.wait_fraction, "seconds": elapsed, "params_checksum": checksum}
-    print(f"devices {result['devices']}  steps {step}  test accuracy {accuracy:.3f}  "
-          f"input wait {it.wait_fraction:.1%}  params checksum {checksum:.6f}", flush=True)
+    result = {
+        "step": step,
+        "devices": jax.device_count(),
+        "accuracy": accuracy,
+        "input_wait_fraction": it.wait_fraction,
+        "seconds": elapsed,
+        "params_checksum": checksum,
+    }
+    print(
+        f"devices {result['devices']}  steps {step}  test accuracy {accuracy:.3f}  "
+        f"input wait {it.wait_fraction:.1%}  params checksum {checksum:.6f}",
+        flush=True,
+    )
     return result
 
 

@@ -38,8 +38,22 @@ import tpufeed
 from tpufeed.sources.array_record import write_array_records
 from tpufeed.transforms import ByteTokenizer, Tokenize
 
-MODULES = ("json", "email", "http", "urllib", "logging", "asyncio", "concurrent", "importlib",
-           "xml", "unittest", "collections", "multiprocessing", "sqlite3", "zipfile")
+MODULES = (
+    "json",
+    "email",
+    "http",
+    "urllib",
+    "logging",
+    "asyncio",
+    "concurrent",
+    "importlib",
+    "xml",
+    "unittest",
+    "collections",
+    "multiprocessing",
+    "sqlite3",
+    "zipfile",
+)
 
 
 def corpora(folder: Path) -> dict[str, list[str]]:
@@ -63,9 +77,12 @@ def corpora(folder: Path) -> dict[str, list[str]]:
                 tree = ast.parse(text)
             except SyntaxError:
                 continue
-            prose += [doc for node in ast.walk(tree)
-                      if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module))
-                      and (doc := ast.get_docstring(node))]
+            prose += [
+                doc
+                for node in ast.walk(tree)
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module))
+                and (doc := ast.get_docstring(node))
+            ]
     for name, texts in (("code", code), ("prose", prose)):
         out[name] = []
         for shard in range(2):
@@ -76,8 +93,12 @@ def corpora(folder: Path) -> dict[str, list[str]]:
 
 
 def corpus(paths: list[str], seed: int) -> tpufeed.Dataset:
-    return (tpufeed.Dataset.from_array_record(paths).shuffle(seed)
-            .map(tpufeed.codec.decode).map(Tokenize(ByteTokenizer(add_eos=True))))
+    return (
+        tpufeed.Dataset.from_array_record(paths)
+        .shuffle(seed)
+        .map(tpufeed.codec.decode)
+        .map(Tokenize(ByteTokenizer(add_eos=True)))
+    )
 
 
 # -- the model: one causal self-attention layer over byte embeddings, within segments --------
@@ -88,9 +109,14 @@ VOCAB, WIDTH = ByteTokenizer.VOCAB_SIZE, 64
 def init_params(key: jax.Array, length: int) -> dict:
     keys = jax.random.split(key, 6)
     normal = lambda k, shape: jax.random.normal(k, shape) * shape[0] ** -0.5  # noqa: E731
-    return {"embed": normal(keys[0], (VOCAB, WIDTH)), "pos": normal(keys[1], (length, WIDTH)),
-            "qkv": normal(keys[2], (WIDTH, 3 * WIDTH)), "out": normal(keys[3], (WIDTH, WIDTH)),
-            "mlp": normal(keys[4], (WIDTH, 4 * WIDTH)), "mlp_out": normal(keys[5], (4 * WIDTH, WIDTH))}
+    return {
+        "embed": normal(keys[0], (VOCAB, WIDTH)),
+        "pos": normal(keys[1], (length, WIDTH)),
+        "qkv": normal(keys[2], (WIDTH, 3 * WIDTH)),
+        "out": normal(keys[3], (WIDTH, WIDTH)),
+        "mlp": normal(keys[4], (WIDTH, 4 * WIDTH)),
+        "mlp_out": normal(keys[5], (4 * WIDTH, WIDTH)),
+    }
 
 
 def logits_of(params: dict, batch: dict) -> jax.Array:
@@ -137,9 +163,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
 
     paths = corpora(args.data)
-    ds = (tpufeed.Dataset.mix([corpus(paths["code"], 1), corpus(paths["prose"], 2)],
-                              weights=[0.7, 0.3], seed=0)
-          .shard().pack({"tokens": args.length}, open_rows=16).batch(args.batch_size))
+    ds = (
+        tpufeed.Dataset.mix(
+            [corpus(paths["code"], 1), corpus(paths["prose"], 2)], weights=[0.7, 0.3], seed=0
+        )
+        .shard()
+        .pack({"tokens": args.length}, open_rows=16)
+        .batch(args.batch_size)
+    )
     it = ds.to_jax(prefetch=2)
     replicated = NamedSharding(it.sharding.mesh, PartitionSpec())
     params, step = init_params(jax.random.key(0), args.length), 0
@@ -163,16 +194,23 @@ def main(argv: list[str] | None = None) -> dict:
             args.checkpoint.mkdir(parents=True, exist_ok=True)
             np.savez(args.checkpoint / "params.npz", **{k: host(v) for k, v in params.items()})
             (args.checkpoint / "input_state.json").write_text(
-                json.dumps({"step": step, "input": it.get_state()}))
-            print(f"checkpoint at step {step} -> {args.checkpoint} "
-                  f"(input state {len(json.dumps(it.get_state()))} bytes)", flush=True)
+                json.dumps({"step": step, "input": it.get_state()})
+            )
+            print(
+                f"checkpoint at step {step} -> {args.checkpoint} "
+                f"(input state {len(json.dumps(it.get_state()))} bytes)",
+                flush=True,
+            )
     elapsed = time.perf_counter() - started
     stats = it.stats()
     it.close()
     checksum = float(sum(np.abs(host(v)).sum() for v in params.values()))
     shares = ", ".join(f"{c['share']:.1%}" for c in stats.mixture or [])
-    print(f"steps {step}  real tokens/s {tokens / elapsed:,.0f}  rows full {stats.pack_fill:.1%}  "
-          f"mixture {shares}  input wait {it.wait_fraction:.1%}", flush=True)
+    print(
+        f"steps {step}  real tokens/s {tokens / elapsed:,.0f}  rows full {stats.pack_fill:.1%}  "
+        f"mixture {shares}  input wait {it.wait_fraction:.1%}",
+        flush=True,
+    )
     print(f"loss {float(host(loss)):.4f}  params checksum {checksum:.6f}", flush=True)
     return {"step": step, "checksum": checksum, "loss": float(host(loss))}
 

@@ -54,34 +54,58 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--backup-dir", help="back up here; run again to resume after an interruption")
     p.add_argument("--save-freq", type=int, default=10, help="steps between backups")
-    p.add_argument("--kill-at-step", type=int, default=0, help="SIGKILL this process after this step")
+    p.add_argument(
+        "--kill-at-step", type=int, default=0, help="SIGKILL this process after this step"
+    )
     args = p.parse_args(argv)
 
     paths, test = build(Path(args.data))
-    ds = (tpufeed.Dataset.from_array_record(paths).shuffle(seed=0)
-          .map(tpufeed.codec.decode).random_map(augment)
-          .batch(args.batch_size, drop_remainder=True).repeat(args.epochs).prefetch(2))
+    ds = (
+        tpufeed.Dataset.from_array_record(paths)
+        .shuffle(seed=0)
+        .map(tpufeed.codec.decode)
+        .random_map(augment)
+        .batch(args.batch_size, drop_remainder=True)
+        .repeat(args.epochs)
+        .prefetch(2)
+    )
     steps_per_epoch = len(ds.source) // args.batch_size
     train = ds.to_tf()  # prefetching happens in tpufeed, so train.tpufeed sees the loop's wait
     print(f"element_spec {train.element_spec}")
 
     tf.keras.utils.set_random_seed(0)
-    model = tf.keras.Sequential([tf.keras.Input((64,)), tf.keras.layers.Dense(64, activation="relu"),
-                                 tf.keras.layers.Dense(10)])
-    model.compile(optimizer=tf.keras.optimizers.Adam(0.01), metrics=["accuracy"],
-                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input((64,)),
+            tf.keras.layers.Dense(64, activation="relu"),
+            tf.keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(0.01),
+        metrics=["accuracy"],
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     callbacks: list = []
     if args.backup_dir:
         callbacks.append(BackupAndRestore(train, args.backup_dir, save_freq=args.save_freq))
     if args.kill_at_step:
         callbacks.append(KillAt(args.kill_at_step))
-    model.fit(train, epochs=args.epochs, steps_per_epoch=steps_per_epoch, shuffle=False, verbose=2,
-              callbacks=callbacks)
+    model.fit(
+        train,
+        epochs=args.epochs,
+        steps_per_epoch=steps_per_epoch,
+        shuffle=False,
+        verbose=2,
+        callbacks=callbacks,
+    )
     images = test["image"].reshape(len(test["image"]), 64).astype(np.float32) / 255.0
     _, accuracy = model.evaluate(images, test["label"], verbose=0)
     weights = sum(float(np.abs(w).sum()) for w in model.get_weights())
-    print(f"epochs {args.epochs}  steps/epoch {steps_per_epoch}  test accuracy {accuracy:.3f}  "
-          f"input wait {train.tpufeed.wait_fraction:.1%} of step time  weights {weights:.6g}")
+    print(
+        f"epochs {args.epochs}  steps/epoch {steps_per_epoch}  test accuracy {accuracy:.3f}  "
+        f"input wait {train.tpufeed.wait_fraction:.1%} of step time  weights {weights:.6g}"
+    )
     return {"accuracy": float(accuracy), "weights": weights}
 
 

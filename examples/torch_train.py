@@ -27,8 +27,11 @@ def augment(element: dict, rng: np.random.Generator) -> dict:
     """Shift the digit by up to one pixel; the shift depends only on (seed, epoch, record)."""
     dy, dx = rng.integers(-1, 2, size=2)
     image = np.roll(element["image"], (int(dy), int(dx)), axis=(0, 1))
-    return {"image": image.astype(np.float32).reshape(64) / 255.0, "label": element["label"],
-            "id": np.int64(element["id"])}
+    return {
+        "image": image.astype(np.float32).reshape(64) / 255.0,
+        "label": element["label"],
+        "id": np.int64(element["id"]),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -45,10 +48,20 @@ def main(argv: list[str] | None = None) -> dict:
     paths, test = build(Path(args.data))
     # This host's share: torch.distributed's rank when it runs (`.shard()` alone would ask jax).
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-    rank, world = ((torch.distributed.get_rank(), torch.distributed.get_world_size())
-                   if distributed else (0, 1))
-    ds = (tpufeed.Dataset.from_array_record(paths).shuffle(seed=0).shard(rank, world)
-          .map(tpufeed.codec.decode).random_map(augment).batch(args.batch_size).repeat(args.epochs))
+    rank, world = (
+        (torch.distributed.get_rank(), torch.distributed.get_world_size())
+        if distributed
+        else (0, 1)
+    )
+    ds = (
+        tpufeed.Dataset.from_array_record(paths)
+        .shuffle(seed=0)
+        .shard(rank, world)
+        .map(tpufeed.codec.decode)
+        .random_map(augment)
+        .batch(args.batch_size)
+        .repeat(args.epochs)
+    )
     loader = StatefulDataLoader(ds.to_torch(), batch_size=None, num_workers=args.workers)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
@@ -70,22 +83,38 @@ def main(argv: list[str] | None = None) -> dict:
         seen += batch["id"].tolist()
         step += 1
         if args.checkpoint is not None and step == args.checkpoint_at:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "input": loader.state_dict(), "step": step}, args.checkpoint)
+            torch.save(
+                {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "input": loader.state_dict(),
+                    "step": step,
+                },
+                args.checkpoint,
+            )
             print(f"checkpoint at step {step} -> {args.checkpoint}", flush=True)
 
     with torch.no_grad():
-        images = torch.from_numpy(test["image"].reshape(len(test["image"]), 64).astype(np.float32) / 255.0)
+        images = torch.from_numpy(
+            test["image"].reshape(len(test["image"]), 64).astype(np.float32) / 255.0
+        )
         accuracy = (model(images).argmax(dim=1).numpy() == test["label"]).mean()
     times_seen = set(Counter(seen).values())
     exactly_once = times_seen == {args.epochs} and len(set(seen)) == len(ds.source)
-    print(f"steps {step}  records {len(seen)}  every record once per epoch "
-          f"{exactly_once if args.resume is None else '(resumed run)'}  "
-          f"test accuracy {accuracy:.3f}  final loss {loss.item():.6f}"
-          + (f"  input wait {loader.dataset.wait_fraction:.1%}" if args.workers == 0 else ""),
-          flush=True)
-    return {"step": step, "records": len(seen), "exactly_once": exactly_once,
-            "accuracy": float(accuracy), "final_loss": loss.item()}
+    print(
+        f"steps {step}  records {len(seen)}  every record once per epoch "
+        f"{exactly_once if args.resume is None else '(resumed run)'}  "
+        f"test accuracy {accuracy:.3f}  final loss {loss.item():.6f}"
+        + (f"  input wait {loader.dataset.wait_fraction:.1%}" if args.workers == 0 else ""),
+        flush=True,
+    )
+    return {
+        "step": step,
+        "records": len(seen),
+        "exactly_once": exactly_once,
+        "accuracy": float(accuracy),
+        "final_loss": loss.item(),
+    }
 
 
 if __name__ == "__main__":

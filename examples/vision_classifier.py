@@ -37,8 +37,11 @@ from tpufeed.transforms import (
 )
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-CLASSES = {"temple": ("sklearn", "china.jpg"), "flower": ("sklearn", "flower.jpg"),
-           "portrait": ("matplotlib", "grace_hopper.jpg")}
+CLASSES = {
+    "temple": ("sklearn", "china.jpg"),
+    "flower": ("sklearn", "flower.jpg"),
+    "portrait": ("matplotlib", "grace_hopper.jpg"),
+}
 
 
 def photograph(package: str, name: str) -> str:
@@ -46,13 +49,14 @@ def photograph(package: str, name: str) -> str:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f"{package} is not installed: pip install scikit-learn matplotlib")
-    folder = ("datasets/images" if package == "sklearn" else "mpl-data/sample_data")
+    folder = "datasets/images" if package == "sklearn" else "mpl-data/sample_data"
     return os.path.join(list(spec.submodule_search_locations)[0], folder, name)
 
 
 def write_image_folder(folder: Path, per_class: int, seed: int) -> None:
     """`per_class` JPEGs (quality 90, 96x72) per class: random 35-70% windows of its photo."""
     from PIL import Image
+
     rng = np.random.default_rng(seed)
     for class_name, (package, name) in CLASSES.items():
         photo = Image.open(photograph(package, name)).convert("RGB")
@@ -61,8 +65,9 @@ def write_image_folder(folder: Path, per_class: int, seed: int) -> None:
         for i in range(per_class):
             w = rng.uniform(0.35, 0.7) * min(width, height * 4 / 3)
             left, top = rng.uniform(0, width - w), rng.uniform(0, height - w * 3 / 4)
-            image = photo.resize((96, 72), Image.Resampling.BILINEAR,
-                                 box=(left, top, left + w, top + w * 3 / 4))
+            image = photo.resize(
+                (96, 72), Image.Resampling.BILINEAR, box=(left, top, left + w, top + w * 3 / 4)
+            )
             buf = io.BytesIO()
             image.save(buf, format="JPEG", quality=90)
             (folder / class_name / f"{i:04d}.jpg").write_bytes(buf.getvalue())
@@ -76,6 +81,7 @@ def build(data: Path, per_class: int) -> Path:
         # The same as `tpufeed build --input DATA/images --output DATA/shards --num-shards 2`.
         from tpufeed.beam import BuildConfig
         from tpufeed.beam import build as build_shards
+
         build_shards(BuildConfig(inputs=(str(data / "images"),), output=str(out), num_shards=2))
     return out
 
@@ -87,15 +93,21 @@ def held_out(element: dict) -> bool:
 
 def init_params(key: jax.Array, classes: int) -> dict:
     k1, k2, k3 = jax.random.split(key, 3)
-    return {"c1": jax.random.normal(k1, (3, 3, 3, 16)) * (2 / 27) ** 0.5, "b1": jnp.zeros(16),
-            "c2": jax.random.normal(k2, (3, 3, 16, 32)) * (2 / 144) ** 0.5, "b2": jnp.zeros(32),
-            "w": jax.random.normal(k3, (32, classes)) * 0.1, "b": jnp.zeros(classes)}
+    return {
+        "c1": jax.random.normal(k1, (3, 3, 3, 16)) * (2 / 27) ** 0.5,
+        "b1": jnp.zeros(16),
+        "c2": jax.random.normal(k2, (3, 3, 16, 32)) * (2 / 144) ** 0.5,
+        "b2": jnp.zeros(32),
+        "w": jax.random.normal(k3, (32, classes)) * 0.1,
+        "b": jnp.zeros(classes),
+    }
 
 
 def logits_of(params: dict, images: jax.Array) -> jax.Array:
     """Two strided 3x3 convolutions, global average pooling, a linear layer."""
     conv = lambda x, w: jax.lax.conv_general_dilated(  # noqa: E731
-        x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+    )
     hidden = jax.nn.relu(conv(images, params["c1"]) + params["b1"])
     hidden = jax.nn.relu(conv(hidden, params["c2"]) + params["b2"])
     return hidden.mean(axis=(1, 2)) @ params["w"] + params["b"]
@@ -125,12 +137,27 @@ def main(argv: list[str] | None = None) -> dict:
 
     shards = build(args.data, args.per_class)
     keep = Select(("image", "label"))
-    train = (tpufeed.Dataset.open(shards).filter(lambda e: not held_out(e)).shuffle(seed=0)
-             .random_map(RandomResizedCrop(args.size)).random_map(RandomFlip())
-             .random_map(ColorJitter(0.3, 0.3, 0.3)).map(Normalize(MEAN, STD)).map(keep)
-             .batch(args.batch_size, drop_remainder=True).repeat().workers(args.workers))
-    evaluate = (tpufeed.Dataset.open(shards).filter(held_out).map(ResizedCenterCrop(args.size))
-                .map(Normalize(MEAN, STD)).map(keep).batch(64))
+    train = (
+        tpufeed.Dataset.open(shards)
+        .filter(lambda e: not held_out(e))
+        .shuffle(seed=0)
+        .random_map(RandomResizedCrop(args.size))
+        .random_map(RandomFlip())
+        .random_map(ColorJitter(0.3, 0.3, 0.3))
+        .map(Normalize(MEAN, STD))
+        .map(keep)
+        .batch(args.batch_size, drop_remainder=True)
+        .repeat()
+        .workers(args.workers)
+    )
+    evaluate = (
+        tpufeed.Dataset.open(shards)
+        .filter(held_out)
+        .map(ResizedCenterCrop(args.size))
+        .map(Normalize(MEAN, STD))
+        .map(keep)
+        .batch(64)
+    )
 
     params = init_params(jax.random.key(0), len(CLASSES))
     velocity = jax.tree.map(jnp.zeros_like, params)
@@ -150,9 +177,12 @@ def main(argv: list[str] | None = None) -> dict:
         correct += int((predicted == batch["label"]).sum())
         total += len(batch["label"])
     accuracy = correct / total
-    print(f"steps {args.steps}  first-loss {losses[0]:.4f}  last-loss {np.mean(losses[-10:]):.4f}  "
-          f"eval-images {total}  accuracy {accuracy:.3f}  train-seconds {elapsed:.1f}  "
-          f"input-wait {it.wait_fraction:.1%}", flush=True)
+    print(
+        f"steps {args.steps}  first-loss {losses[0]:.4f}  last-loss {np.mean(losses[-10:]):.4f}  "
+        f"eval-images {total}  accuracy {accuracy:.3f}  train-seconds {elapsed:.1f}  "
+        f"input-wait {it.wait_fraction:.1%}",
+        flush=True,
+    )
     return {"accuracy": accuracy, "losses": losses}
 
 

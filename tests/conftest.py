@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
-def installed_layout(request: pytest.FixtureRequest,
-                     tmp_path_factory: pytest.TempPathFactory) -> Path:
+def installed_layout(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """A folder holding `tpufeed/` as the wheel installs it, with transforms/ as
     tpufeed/transforms (pyproject's package-dir, which tools reading a checkout cannot follow).
 
@@ -37,6 +38,7 @@ def installed_layout(request: pytest.FixtureRequest,
 
 
 # -- the GCS emulator --------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="session")
 def emulator():

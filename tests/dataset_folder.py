@@ -27,14 +27,21 @@ def make_dataset(root, shards: list[list], file_format: str = "array_record") ->
         name = f"data-{i:05d}-of-{len(shards):05d}{ext}"
         write(os.path.join(root, name), data)
         size, crc = file_crc32c(os.path.join(root, name))
-        entries.append({"path": name, "num_records": len(records), "num_bytes": size,
-                        "crc32c": crc})
-    manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "tpufeed_version": "test",
-                "file_format": file_format,
-                "record_format": "bytes" if raw else "tpufeed.codec",
-                "num_records": summary.count, "shards": entries,
-                "schema": None if raw else summary.schema(),
-                "statistics": summary.statistics(), "build": {}}
+        entries.append(
+            {"path": name, "num_records": len(records), "num_bytes": size, "crc32c": crc}
+        )
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "tpufeed_version": "test",
+        "file_format": file_format,
+        "record_format": "bytes" if raw else "tpufeed.codec",
+        "num_records": summary.count,
+        "shards": entries,
+        "schema": None if raw else summary.schema(),
+        "statistics": summary.statistics(),
+        "build": {},
+    }
     write_manifest(root, manifest)
     return manifest
 

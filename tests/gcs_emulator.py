@@ -37,7 +37,8 @@ _LAUNCH = (
     "ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: go when the parent does\n"
     "socketserver.TCPServer.request_queue_size = 128\n"
     "from gcp_storage_emulator.__main__ import main\n"
-    "main(['start', '--host', '127.0.0.1', '--port', sys.argv[1], '--in-memory'])\n")
+    "main(['start', '--host', '127.0.0.1', '--port', sys.argv[1], '--in-memory'])\n"
+)
 
 
 def free_port() -> int:
@@ -53,7 +54,9 @@ class Emulator:
         try:
             import gcp_storage_emulator  # noqa: F401
         except ImportError:
-            raise ImportError("gcp-storage-emulator is not installed: pip install tpufeed[dev]") from None
+            raise ImportError(
+                "gcp-storage-emulator is not installed: pip install tpufeed[dev]"
+            ) from None
         # Its log goes to a file: it writes a line per request, and a pipe nobody reads fills
         # up after a few hundred requests and stops the emulator mid-answer.
         self.log = tempfile.TemporaryFile()
@@ -61,7 +64,10 @@ class Emulator:
             self.port = free_port()
             self.proc = subprocess.Popen(
                 [sys.executable, "-c", _LAUNCH, str(self.port)],
-                stdout=subprocess.DEVNULL, stderr=self.log, start_new_session=True)
+                stdout=subprocess.DEVNULL,
+                stderr=self.log,
+                start_new_session=True,
+            )
             if self._wait_ready():
                 return
             self._kill()
@@ -94,8 +100,12 @@ class Emulator:
         from google.api_core.client_options import ClientOptions
         from google.auth.credentials import AnonymousCredentials
         from google.cloud import storage
-        return storage.Client(project="test", credentials=AnonymousCredentials(),
-                              client_options=ClientOptions(api_endpoint=self.url))
+
+        return storage.Client(
+            project="test",
+            credentials=AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=self.url),
+        )
 
     def stop(self) -> None:
         self._kill()
@@ -141,12 +151,18 @@ class Counters:
         """The counts of requests for `bucket` alone. The proxy serves the whole session, and
         a download another test left running in the background must not count here."""
         from urllib.parse import unquote
+
         mine = lambda path: f"/b/{bucket}/" in unquote(path)  # noqa: E731
         media = [(path, size) for path, size in self.media if mine(path)]
-        return Counters(requests=sum(map(mine, self.paths)), media_requests=len(media),
-                        media_bytes=sum(size for _, size in media), faults=self.faults,
-                        ranges=[r for r in self.ranges if mine(r[0])],
-                        paths=[p for p in self.paths if mine(p)], media=media)
+        return Counters(
+            requests=sum(map(mine, self.paths)),
+            media_requests=len(media),
+            media_bytes=sum(size for _, size in media),
+            faults=self.faults,
+            ranges=[r for r in self.ranges if mine(r[0])],
+            paths=[p for p in self.paths if mine(p)],
+            media=media,
+        )
 
 
 class FaultProxy:
@@ -194,13 +210,14 @@ class FaultProxy:
     def whole_downloads(self, sizes: dict[str, int]) -> dict[str, int]:
         """How many times each object (name -> size) was fetched whole, in one range or parts."""
         from urllib.parse import unquote
+
         got = {name: 0 for name in sizes}
         with self._lock:
             requests = list(self.counters.ranges)
         for path, header in requests:
             name = unquote(path.rsplit("/o/", 1)[-1])
             if name in sizes and header.startswith("bytes=") and "-" in header:
-                start, _, end = header[len("bytes="):].partition("-")
+                start, _, end = header[len("bytes=") :].partition("-")
                 if start == "0" and end and int(end) == sizes[name] - 1:
                     got[name] += 1
         return got
@@ -214,8 +231,12 @@ class FaultProxy:
                 return "403"
             if f.slow_paths and re.search(f.slow_paths, path):
                 return "slow"
-            for kind, rate in (("503", f.error_503), ("reset", f.reset), ("cut", f.cut),
-                               ("slow", f.slow)):
+            for kind, rate in (
+                ("503", f.error_503),
+                ("reset", f.reset),
+                ("cut", f.cut),
+                ("slow", f.slow),
+            ):
                 if x < rate:
                     self.counters.faults += kind != "slow"
                     return kind
@@ -242,17 +263,23 @@ class FaultProxy:
             time.sleep(self.faults.delay_s)
         if self.faults.latency_s:
             time.sleep(self.faults.latency_s)
-        headers = {k: v for k, v in handler.headers.items()
-                   if k.lower() not in ("host", "connection", "keep-alive", "proxy-connection")}
+        headers = {
+            k: v
+            for k, v in handler.headers.items()
+            if k.lower() not in ("host", "connection", "keep-alive", "proxy-connection")
+        }
         upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=60)
         try:
             upstream.request(handler.command, handler.path, body=body, headers=headers)
             response = upstream.getresponse()
             data = response.read()
             status, reason = response.status, response.reason
-            out_headers = [(k, v) for k, v in response.getheaders()
-                           if k.lower() not in ("content-length", "connection", "transfer-encoding",
-                                                "keep-alive")]
+            out_headers = [
+                (k, v)
+                for k, v in response.getheaders()
+                if k.lower()
+                not in ("content-length", "connection", "transfer-encoding", "keep-alive")
+            ]
         finally:
             upstream.close()
         media = "alt=media" in handler.path or handler.path.startswith("/download/")
@@ -261,14 +288,15 @@ class FaultProxy:
             handler.send_header(k, v)
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
-        sent = data[:len(data) // 2] if fault == "cut" else data
+        sent = data[: len(data) // 2] if fault == "cut" else data
         with self._lock:  # counted before the client can have the bytes (and reset counters)
             if media:
                 self.counters.media_requests += 1
                 self.counters.media_bytes += len(sent)
                 self.counters.media.append((handler.path, len(sent)))
-                self.counters.ranges.append((handler.path.split("?", 1)[0],
-                                             handler.headers.get("Range", "")))
+                self.counters.ranges.append(
+                    (handler.path.split("?", 1)[0], handler.headers.get("Range", ""))
+                )
         _paced_write(handler.wfile, sent, self.faults.mbps)
         if fault == "cut":
             handler.wfile.flush()
@@ -286,7 +314,7 @@ def _paced_write(out, data: bytes, mbps: float | None) -> None:
         return
     start, step = time.monotonic(), 256 << 10
     for offset in range(0, len(data), step):
-        out.write(data[offset:offset + step])
+        out.write(data[offset : offset + step])
         ahead = start + (offset + step) / (mbps * 1e6) - time.monotonic()
         if ahead > 0:
             time.sleep(ahead)
@@ -295,20 +323,22 @@ def _paced_write(out, data: bytes, mbps: float | None) -> None:
 def _abort(handler: http.server.BaseHTTPRequestHandler) -> None:
     """Closes the client's connection at once: SO_LINGER 0 makes it a TCP reset."""
     with contextlib.suppress(OSError):
-        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                      struct.pack("ii", 1, 0))
+        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
         handler.connection.shutdown(socket.SHUT_RDWR)
 
 
 def shard_records(shard: int, count: int, size: int = 600) -> list[bytes]:
     """Distinct records: shard and index in the first bytes, then filler."""
-    return [shard.to_bytes(2, "little") + i.to_bytes(4, "little") + bytes([i % 251]) * size
-            for i in range(count)]
+    return [
+        shard.to_bytes(2, "little") + i.to_bytes(4, "little") + bytes([i % 251]) * size
+        for i in range(count)
+    ]
 
 
-def upload_shards(upload, bucket: str, folder: str, shards: int, records: int,
-                  file_format: str = "array_record") -> tuple[str, list[bytes]]:
+def upload_shards(
+    upload, bucket: str, folder: str, shards: int, records: int, file_format: str = "array_record"
+) -> tuple[str, list[bytes]]:
     """Writes `shards` files of `records` records each and uploads them; (glob URL, records)."""
     import tempfile
 
@@ -331,6 +361,7 @@ if __name__ == "__main__":
     # `python tests/gcs_emulator.py UPSTREAM_PORT LATENCY_S MBPS`: a shaping proxy in its own
     # process (for benchmarks/gcs.py); prints its port, serves until killed or orphaned.
     import ctypes
+
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     proxy = FaultProxy(int(sys.argv[1]))
     proxy.set_faults(latency_s=float(sys.argv[2]), mbps=float(sys.argv[3]) or None)

@@ -24,8 +24,9 @@ def is_worker(proc):
 def is_fork_server(proc):
     """Also a fork server still starting, before it has taken its own name."""
     try:
-        return (proc.name() == SERVER_NAME
-                or "tpufeed.run.workers.forkserver" in " ".join(proc.cmdline()))
+        return proc.name() == SERVER_NAME or "tpufeed.run.workers.forkserver" in " ".join(
+            proc.cmdline()
+        )
     except psutil.NoSuchProcess:
         return False
 
@@ -51,6 +52,7 @@ def default_ctrl_c():
     starts background jobs with SIGINT ignored (`pytest ... &`), children inherit that, and
     Python then installs no KeyboardInterrupt handler."""
     import signal
+
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 

@@ -15,8 +15,22 @@ import tpufeed.codec as codec
 from tpufeed.codec import FORMAT_VERSION, decode, encode
 from tpufeed.errors import CodecError
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-          "float16", "float32", "float64", "complex64", "complex128"]
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
 SHAPES = [(), (0,), (3,), (2, 0, 4), (2, 3, 4)]
 
 
@@ -54,13 +68,17 @@ def test_numpy_scalar_decodes_as_0d(dtype):
     assert out == scalar
 
 
-@pytest.mark.parametrize("make", [
-    lambda a: a[:, ::2, 1:],
-    lambda a: np.asfortranarray(a),
-    lambda a: a.transpose(2, 0, 1),
-    lambda a: a.astype(a.dtype.newbyteorder(">")),
-    lambda a: a.astype(a.dtype.newbyteorder(">"))[::-1],
-], ids=["strided", "fortran", "transposed", "big-endian", "big-endian-reversed"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda a: a[:, ::2, 1:],
+        lambda a: np.asfortranarray(a),
+        lambda a: a.transpose(2, 0, 1),
+        lambda a: a.astype(a.dtype.newbyteorder(">")),
+        lambda a: a.astype(a.dtype.newbyteorder(">"))[::-1],
+    ],
+    ids=["strided", "fortran", "transposed", "big-endian", "big-endian-reversed"],
+)
 @pytest.mark.parametrize("dtype", ["int16", "float64", "complex64", "uint32"])
 def test_layouts_round_trip(make, dtype):
     arr = make(np.arange(24).astype(dtype).reshape(2, 3, 4))
@@ -70,9 +88,21 @@ def test_layouts_round_trip(make, dtype):
 
 
 def test_python_values_round_trip():
-    record = {"b": b"\x00\xffraw", "empty": b"", "s": "héllo, 世界 🚀", "e": "", "i": -(2**63),
-              "j": 2**63 - 1, "f": 0.1, "nan": float("nan"), "inf": -float("inf"), "t": True,
-              "n": False, "": 0, "ключ": 1}
+    record = {
+        "b": b"\x00\xffraw",
+        "empty": b"",
+        "s": "héllo, 世界 🚀",
+        "e": "",
+        "i": -(2**63),
+        "j": 2**63 - 1,
+        "f": 0.1,
+        "nan": float("nan"),
+        "inf": -float("inf"),
+        "t": True,
+        "n": False,
+        "": 0,
+        "ключ": 1,
+    }
     assert_same(record, decode(encode(record)))
 
 
@@ -82,8 +112,13 @@ def test_empty_dict():
 
 
 def test_decoded_arrays_are_views():
-    record = {"k": 1, "a": np.arange(5, dtype=np.int8), "b": np.arange(6.0).reshape(2, 3),
-              "c": np.ones(3, np.complex128), "d": np.float32(2.0)}
+    record = {
+        "k": 1,
+        "a": np.arange(5, dtype=np.int8),
+        "b": np.arange(6.0).reshape(2, 3),
+        "c": np.ones(3, np.complex128),
+        "d": np.float32(2.0),
+    }
     data = encode(record)
     whole = np.frombuffer(data, np.uint8)
     out = decode(data)
@@ -114,11 +149,18 @@ def test_any_contiguous_buffer_is_read_as_bytes():
 
 
 arrays = hnp.arrays(
-    dtype=st.sampled_from(DTYPES).map(np.dtype) | st.sampled_from(DTYPES).map(
-        lambda d: np.dtype(d).newbyteorder(">")),
-    shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5))
-values = (arrays | st.binary(max_size=20) | st.text(max_size=10) | st.booleans()
-          | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False))
+    dtype=st.sampled_from(DTYPES).map(np.dtype)
+    | st.sampled_from(DTYPES).map(lambda d: np.dtype(d).newbyteorder(">")),
+    shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5),
+)
+values = (
+    arrays
+    | st.binary(max_size=20)
+    | st.text(max_size=10)
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+)
 records = st.dictionaries(st.text(max_size=8), values, max_size=6)
 
 
@@ -157,14 +199,15 @@ def test_fuzz_mutated_encodings(record, data):
         elif op == "insert":
             blob[at:at] = data.draw(st.binary(min_size=1, max_size=9))
         elif op == "delete":
-            del blob[at:at + data.draw(st.integers(1, 9))]
+            del blob[at : at + data.draw(st.integers(1, 9))]
     decodes_or_codec_error(bytes(blob))
 
 
 def array_record(code: int, shape: tuple[int, ...], payload: bytes = b"") -> bytes:
     """A hand-built record with one array entry under key "x"."""
-    entry = struct.pack("<HB", 1, 5) + b"x" + struct.pack(f"<BB{len(shape)}Q", code, len(shape),
-                                                          *shape)
+    entry = (
+        struct.pack("<HB", 1, 5) + b"x" + struct.pack(f"<BB{len(shape)}Q", code, len(shape), *shape)
+    )
     header = b"TPFD" + bytes([FORMAT_VERSION]) + bytes(3) + struct.pack("<I", 1)
     head = header + entry
     itemsize = np.dtype(DTYPES[code]).itemsize if code < len(DTYPES) else 1
@@ -188,26 +231,29 @@ def test_zero_size_with_huge_dim_is_fine():
     assert out.shape == (2**40, 0) and out.dtype == np.int64
 
 
-@pytest.mark.parametrize("data, message", [
-    (b"", "truncated header"),
-    (b"NOPE" + bytes(8), "bad magic"),
-    (b"TPFD\x07" + bytes(7), "version 7"),
-    (b"TPFD\x01\x00\x01\x00" + bytes(4), "reserved"),
-    (b"TPFD\x01\x00\x00\x00\xff\xff\xff\xff", "claims 4294967295 entries"),
-    (encode({"a": 1}) + b"\0", "trailing"),
-    (encode({"a": 1})[:-1], "truncated value of key 'a'"),
-    (encode({"ab": 1})[:16], "runs past the end"),
-    (encode({"a": b"xy"}).replace(b"xy", b"x"), "claims 2 bytes"),
-    (encode({"a": "xy"}).replace(b"xy", b"\xff\xfe"), "not valid UTF-8"),
-    (encode({"\xe9": 1}).replace("\xe9".encode(), b"\xc3\x28"), "key at byte 15"),
-    (encode({"a": 1, "b": 2}).replace(b"b", b"a"), "duplicate key 'a'"),
-    (encode({"a": 1}).replace(b"\x01\x00\x01a", b"\x01\x00\x09a"), "unknown type tag 9"),
-    (encode({"a": True}).replace(b"a\x01", b"a\x02"), "bool value 2"),
-    (array_record(99, (1,), bytes(8)), "unknown dtype code 99"),
-    (array_record(4, (1,) * 33), "33 dimensions"),
-    (array_record(4, (2,), bytes(8)), "needs 16 bytes"),
-    (array_record(4, (1,), bytes(8))[:-9] + b"\x01" + bytes(8), "padding"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (b"", "truncated header"),
+        (b"NOPE" + bytes(8), "bad magic"),
+        (b"TPFD\x07" + bytes(7), "version 7"),
+        (b"TPFD\x01\x00\x01\x00" + bytes(4), "reserved"),
+        (b"TPFD\x01\x00\x00\x00\xff\xff\xff\xff", "claims 4294967295 entries"),
+        (encode({"a": 1}) + b"\0", "trailing"),
+        (encode({"a": 1})[:-1], "truncated value of key 'a'"),
+        (encode({"ab": 1})[:16], "runs past the end"),
+        (encode({"a": b"xy"}).replace(b"xy", b"x"), "claims 2 bytes"),
+        (encode({"a": "xy"}).replace(b"xy", b"\xff\xfe"), "not valid UTF-8"),
+        (encode({"\xe9": 1}).replace("\xe9".encode(), b"\xc3\x28"), "key at byte 15"),
+        (encode({"a": 1, "b": 2}).replace(b"b", b"a"), "duplicate key 'a'"),
+        (encode({"a": 1}).replace(b"\x01\x00\x01a", b"\x01\x00\x09a"), "unknown type tag 9"),
+        (encode({"a": True}).replace(b"a\x01", b"a\x02"), "bool value 2"),
+        (array_record(99, (1,), bytes(8)), "unknown dtype code 99"),
+        (array_record(4, (1,) * 33), "33 dimensions"),
+        (array_record(4, (2,), bytes(8)), "needs 16 bytes"),
+        (array_record(4, (1,), bytes(8))[:-9] + b"\x01" + bytes(8), "padding"),
+    ],
+)
 def test_malformed_input_messages(data, message):
     with pytest.raises(CodecError, match=message):
         decode(data)
@@ -220,21 +266,24 @@ def test_not_a_buffer():
         decode(memoryview(bytes(24))[::2])
 
 
-@pytest.mark.parametrize("record, message", [
-    ({1: 2}, "record key 1 is a int"),
-    ({"k": [1, 2]}, "record key 'k': values of type list"),
-    ({"k": None}, "record key 'k': values of type NoneType"),
-    ({"k": np.array([object()])}, "record key 'k': arrays of dtype object"),
-    ({"k": np.array(["a"])}, "record key 'k': arrays of dtype <U1"),
-    ({"k": np.zeros(2, [("a", "i4")])}, "record key 'k': arrays of dtype"),
-    ({"k": np.zeros(2, np.longdouble)}, "record key 'k': arrays of dtype"),
-    ({"k": np.zeros(2, "datetime64[s]")}, "record key 'k': arrays of dtype"),
-    ({"k": 2**63}, "record key 'k': int 9223372036854775808 is outside"),
-    ({"k": -(2**63) - 1}, "record key 'k': int .* outside"),
-    ({"k": "\ud800"}, "record key 'k': str value"),
-    ({"\ud800": 1}, "record key '\\\\ud800'"),
-    ({"k": np.zeros((1,) * 33)}, "record key 'k': array has 33 dimensions"),
-])
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({1: 2}, "record key 1 is a int"),
+        ({"k": [1, 2]}, "record key 'k': values of type list"),
+        ({"k": None}, "record key 'k': values of type NoneType"),
+        ({"k": np.array([object()])}, "record key 'k': arrays of dtype object"),
+        ({"k": np.array(["a"])}, "record key 'k': arrays of dtype <U1"),
+        ({"k": np.zeros(2, [("a", "i4")])}, "record key 'k': arrays of dtype"),
+        ({"k": np.zeros(2, np.longdouble)}, "record key 'k': arrays of dtype"),
+        ({"k": np.zeros(2, "datetime64[s]")}, "record key 'k': arrays of dtype"),
+        ({"k": 2**63}, "record key 'k': int 9223372036854775808 is outside"),
+        ({"k": -(2**63) - 1}, "record key 'k': int .* outside"),
+        ({"k": "\ud800"}, "record key 'k': str value"),
+        ({"\ud800": 1}, "record key '\\\\ud800'"),
+        ({"k": np.zeros((1,) * 33)}, "record key 'k': array has 33 dimensions"),
+    ],
+)
 def test_encode_errors_name_the_key(record, message):
     with pytest.raises(CodecError, match=message):
         encode(record)

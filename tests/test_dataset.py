@@ -24,32 +24,41 @@ def test_public_names_are_sorted_and_exported():
         assert hasattr(tpufeed, name)
     for name in dir(tpufeed.errors):
         obj = getattr(tpufeed.errors, name)
-        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == "tpufeed.errors":
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, Exception)
+            and obj.__module__ == "tpufeed.errors"
+        ):
             assert issubclass(obj, TpufeedError)
 
 
 def test_every_method_returns_a_new_dataset():
     ds = seq()
-    chained = ds.shuffle(1).shard(0, 2).map(str).filter(bool).batch(2).repeat(3).prefetch(1).workers(0)
+    chained = (
+        ds.shuffle(1).shard(0, 2).map(str).filter(bool).batch(2).repeat(3).prefetch(1).workers(0)
+    )
     assert list(ds) == list(range(10))
     assert chained is not ds and len(list(chained)) == 9
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda ds: ds.batch(0), "batch_size must be a positive int, got 0"),
-    (lambda ds: ds.batch(-3), "got -3"),
-    (lambda ds: ds.batch(2.5), "got 2.5"),
-    (lambda ds: ds.batch(2).batch(2), "already set"),
-    (lambda ds: ds.shard(-1, 2), "shard index must be >= 0, got -1"),
-    (lambda ds: ds.shard(2, 2), "shard index 2 is not below shard count 2"),
-    (lambda ds: ds.shard(0, 0), "shard count must be >= 1, got 0"),
-    (lambda ds: ds.shuffle("x"), "seed must be an int"),
-    (lambda ds: ds.shuffle(1).shuffle(2), "already set"),
-    (lambda ds: ds.repeat(-1), "got -1"),
-    (lambda ds: ds.prefetch(-1), "got -1"),
-    (lambda ds: ds.workers(-2), "got -2"),
-    (lambda ds: ds.map(3), "needs a callable, got 3"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda ds: ds.batch(0), "batch_size must be a positive int, got 0"),
+        (lambda ds: ds.batch(-3), "got -3"),
+        (lambda ds: ds.batch(2.5), "got 2.5"),
+        (lambda ds: ds.batch(2).batch(2), "already set"),
+        (lambda ds: ds.shard(-1, 2), "shard index must be >= 0, got -1"),
+        (lambda ds: ds.shard(2, 2), "shard index 2 is not below shard count 2"),
+        (lambda ds: ds.shard(0, 0), "shard count must be >= 1, got 0"),
+        (lambda ds: ds.shuffle("x"), "seed must be an int"),
+        (lambda ds: ds.shuffle(1).shuffle(2), "already set"),
+        (lambda ds: ds.repeat(-1), "got -1"),
+        (lambda ds: ds.prefetch(-1), "got -1"),
+        (lambda ds: ds.workers(-2), "got -2"),
+        (lambda ds: ds.map(3), "needs a callable, got 3"),
+    ],
+)
 def test_bad_arguments_raise_naming_the_value(call, match):
     with pytest.raises(InvalidArgumentError, match=match):
         call(seq())
@@ -61,7 +70,9 @@ def test_shard_index_beyond_count_from_jax_is_caught():
 
 
 def test_batch_stacks_dicts_tuples_and_arrays():
-    ds = seq(4).map(lambda i: {"a": np.full((2, 3), i, np.float32), "b": (i, np.int8(i)), "s": f"s{i}"})
+    ds = seq(4).map(
+        lambda i: {"a": np.full((2, 3), i, np.float32), "b": (i, np.int8(i)), "s": f"s{i}"}
+    )
     batch = next(iter(ds.batch(4)))
     assert batch["a"].shape == (4, 2, 3) and batch["a"].dtype == np.float32
     assert batch["b"][0].tolist() == [0, 1, 2, 3] and batch["b"][1].dtype == np.int8
@@ -70,7 +81,9 @@ def test_batch_stacks_dicts_tuples_and_arrays():
 
 def test_batch_says_which_key_and_which_shapes_differ():
     ds = seq(6).map(lambda i: {"x": np.zeros(3 if i != 4 else 5)}).batch(6)
-    with pytest.raises(BatchError, match=r"\['x'\].*record 0 has shape \(3,\) but record 4 has shape \(5,\)"):
+    with pytest.raises(
+        BatchError, match=r"\['x'\].*record 0 has shape \(3,\) but record 4 has shape \(5,\)"
+    ):
         list(ds)
 
 
@@ -125,7 +138,9 @@ def test_from_source_rejects_objects_without_the_protocol():
 
 
 def test_sequence_source_index_errors_are_tpufeed_errors():
-    with pytest.raises(RecordIndexError, match="record index 10 is out of range for a source of 10"):
+    with pytest.raises(
+        RecordIndexError, match="record index 10 is out of range for a source of 10"
+    ):
         seq().source[10]
 
 
@@ -209,8 +224,11 @@ def test_len_is_the_items_of_this_hosts_epoch_where_the_record_count_decides_it(
     assert len(seq(10).batch(3, drop_remainder=True)) == 3
     assert [len(seq(10).shard(h, 3).batch(2)) for h in range(3)] == [2, 2, 2]
     assert len(seq(10).map(lambda x: x).batch(5).repeat(3)) == 2  # per epoch
-    for unknown in (seq(10).filter(bool), seq(10).flat_map(lambda x: [x]),
-                    tpufeed.Dataset.mix([seq(3), seq(4)])):
+    for unknown in (
+        seq(10).filter(bool),
+        seq(10).flat_map(lambda x: [x]),
+        tpufeed.Dataset.mix([seq(3), seq(4)]),
+    ):
         with pytest.raises(TypeError, match="depend on the data"):
             len(unknown)
 
@@ -218,8 +236,13 @@ def test_len_is_the_items_of_this_hosts_epoch_where_the_record_count_decides_it(
 def test_tpufeed_version():
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "tpufeed.cli", "--version"], capture_output=True,
-                         text=True, timeout=60)
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tpufeed.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == f"tpufeed {tpufeed.__version__}"
 
 
@@ -244,14 +267,19 @@ def test_a_state_checks_stage_kinds_and_settings_but_not_function_code():
     state = it.get_state()
     fixed = base.map(lambda r: r * 2 + 0).batch(4)  # another function, same stages
     assert [b.tolist() for b in fixed.iterator(state)] == [b.tolist() for b in it]
-    for other in (base.map(lambda r: r).batch(5), base.filter(bool).batch(4),
-                  base.map(lambda r: r).map(lambda r: r).batch(4), seq(20).shuffle(2).map(int).batch(4)):
+    for other in (
+        base.map(lambda r: r).batch(5),
+        base.filter(bool).batch(4),
+        base.map(lambda r: r).map(lambda r: r).batch(4),
+        seq(20).shuffle(2).map(int).batch(4),
+    ):
         with pytest.raises(StateError, match="another dataset or pipeline"):
             other.iterator(state)
 
 
-@pytest.mark.parametrize("values", [[1, "s"], [1.5, b"x"], [np.int32(3), "x"], ["x", 3],
-                                    ["x", b"y"], [1, None]])
+@pytest.mark.parametrize(
+    "values", [[1, "s"], [1.5, b"x"], [np.int32(3), "x"], ["x", 3], ["x", b"y"], [1, None]]
+)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_key_of_mixed_types_is_refused_not_turned_into_strings(values, workers):
     ds = tpufeed.Dataset.from_sequence([{"a": v} for v in values]).batch(2).workers(workers)
@@ -260,7 +288,9 @@ def test_a_key_of_mixed_types_is_refused_not_turned_into_strings(values, workers
 
 
 def test_values_of_one_kind_still_batch():
-    ds = tpufeed.Dataset.from_sequence([{"a": True, "s": "x"}, {"a": 2, "s": np.str_("y")}]).batch(2)
+    ds = tpufeed.Dataset.from_sequence([{"a": True, "s": "x"}, {"a": 2, "s": np.str_("y")}]).batch(
+        2
+    )
     (batch,) = list(ds)
     assert batch["a"].tolist() == [1, 2] and batch["s"].tolist() == ["x", "y"]
 
@@ -287,7 +317,9 @@ def test_a_function_workers_cannot_receive_or_send_is_named():
         with lock:
             return i
 
-    with pytest.raises(InvalidArgumentError, match=r"map\(locked\) cannot be pickled.*workers\(0\)"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"map\(locked\) cannot be pickled.*workers\(0\)"
+    ):
         list(seq(10).map(lambda i: i).map(locked).workers(2))
     with pytest.raises(TransformError, match="cannot be sent from a worker process"):
         list(seq(10).map(lambda i: threading.Lock()).workers(2, isolate=True))

@@ -59,9 +59,25 @@ _MAX_NBYTES = 2**63 - 1
 _ZEROS = bytes(16)
 _BOOL, _INT, _FLOAT, _BYTES, _STR, _ARR = range(6)
 _TAG_OF_TYPE = {np.ndarray: _ARR, bool: _BOOL, int: _INT, float: _FLOAT, bytes: _BYTES, str: _STR}
-_DTYPES = tuple(np.dtype(name).newbyteorder("<") for name in (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "complex64", "complex128"))
+_DTYPES = tuple(
+    np.dtype(name).newbyteorder("<")
+    for name in (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    )
+)
 _DTYPE_CODE = {dtype: code for code, dtype in enumerate(_DTYPES)}
 
 
@@ -72,8 +88,10 @@ def _value_tag(key: str, value: object) -> int:
     for kind, tag in ((bool, _BOOL), (int, _INT), (float, _FLOAT), (bytes, _BYTES), (str, _STR)):
         if isinstance(value, kind):
             return tag
-    raise CodecError(f"record key {key!r}: values of type {type(value).__name__} cannot be "
-                     "encoded (use a numpy array, bytes, str, int, float or bool)")
+    raise CodecError(
+        f"record key {key!r}: values of type {type(value).__name__} cannot be "
+        "encoded (use a numpy array, bytes, str, int, float or bool)"
+    )
 
 
 def _array_parts(key: str, value: object, pos: int) -> tuple[list, int]:
@@ -85,11 +103,15 @@ def _array_parts(key: str, value: object, pos: int) -> tuple[list, int]:
             arr = arr.astype(arr.dtype.newbyteorder("<"))
             code = _DTYPE_CODE[arr.dtype]
         else:
-            raise CodecError(f"record key {key!r}: arrays of dtype {arr.dtype} cannot be encoded "
-                             "(only bool, integer, float and complex dtypes)")
+            raise CodecError(
+                f"record key {key!r}: arrays of dtype {arr.dtype} cannot be encoded "
+                "(only bool, integer, float and complex dtypes)"
+            )
     if arr.ndim > _MAX_NDIM:
-        raise CodecError(f"record key {key!r}: array has {arr.ndim} dimensions, at most "
-                         f"{_MAX_NDIM} can be encoded")
+        raise CodecError(
+            f"record key {key!r}: array has {arr.ndim} dimensions, at most "
+            f"{_MAX_NDIM} can be encoded"
+        )
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
     pos += _ARRAY.size + 8 * arr.ndim
@@ -137,8 +159,9 @@ def encode(record: dict[str, Any]) -> bytes:
                 try:
                     value = value.encode()
                 except UnicodeEncodeError as e:
-                    raise CodecError(f"record key {key!r}: str value is not valid UTF-8: "
-                                     f"{e}") from None
+                    raise CodecError(
+                        f"record key {key!r}: str value is not valid UTF-8: {e}"
+                    ) from None
             parts += (_U64.pack(len(value)), value)
             pos += 8 + len(value)
     return b"".join(parts)
@@ -152,8 +175,9 @@ def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
     if code >= len(_DTYPES):
         raise CodecError(f"unknown dtype code {code} of key {key!r} at byte {pos}")
     if ndim > _MAX_NDIM:
-        raise CodecError(f"array of key {key!r} claims {ndim} dimensions at byte {pos + 1}, "
-                         f"at most {_MAX_NDIM}")
+        raise CodecError(
+            f"array of key {key!r} claims {ndim} dimensions at byte {pos + 1}, at most {_MAX_NDIM}"
+        )
     pos += _ARRAY.size
     dims = _DIMS[ndim]
     if pos + dims.size > end:
@@ -162,14 +186,16 @@ def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
     pos += dims.size
     dtype = _DTYPES[code]
     pad = -pos % dtype.itemsize
-    if pos + pad > end or mv[pos:pos + pad] != _ZEROS[:pad]:
+    if pos + pad > end or mv[pos : pos + pad] != _ZEROS[:pad]:
         raise CodecError(f"bad or truncated padding of key {key!r} at byte {pos}")
     pos += pad
     count = math.prod(shape)
     nbytes = count * dtype.itemsize
     if nbytes > end - pos:
-        raise CodecError(f"array of key {key!r} with shape {shape} and dtype {dtype} needs "
-                         f"{nbytes} bytes at byte {pos}, only {end - pos} remain")
+        raise CodecError(
+            f"array of key {key!r} with shape {shape} and dtype {dtype} needs "
+            f"{nbytes} bytes at byte {pos}, only {end - pos} remain"
+        )
     if count == 0:
         if math.prod(d for d in shape if d) * dtype.itemsize > _MAX_NBYTES:
             raise CodecError(f"array of key {key!r} has impossible shape {shape} at byte {pos}")
@@ -189,8 +215,12 @@ def decode(data: bytes | memoryview) -> dict[str, Any]:
     if end < pos:
         raise CodecError(f"truncated header: {end} bytes, a record has at least {_HEADER.size}")
     magic, version, reserved, count = _HEADER.unpack_from(mv, 0)
-    if magic != _MAGIC or version != FORMAT_VERSION or reserved != b"\0\0\0" or \
-            count * _MIN_ENTRY > end - pos:
+    if (
+        magic != _MAGIC
+        or version != FORMAT_VERSION
+        or reserved != b"\0\0\0"
+        or count * _MIN_ENTRY > end - pos
+    ):
         raise _header_error(magic, version, reserved, count, end - pos)
     out: dict = {}
     for _ in range(count):
@@ -221,12 +251,13 @@ def decode(data: bytes | memoryview) -> dict[str, Any]:
             (length,) = _U64.unpack_from(mv, pos)
             if length > end - pos - size:
                 raise _length_error(key, length, pos, end - pos - size)
-            payload = mv[pos + size:pos + size + length]
+            payload = mv[pos + size : pos + size + length]
             try:
                 out[key] = bytes(payload) if tag == _BYTES else str(payload, "utf-8")
             except UnicodeDecodeError:
-                raise CodecError(f"str value of key {key!r} at byte {pos + size} is not "
-                                 "valid UTF-8") from None
+                raise CodecError(
+                    f"str value of key {key!r} at byte {pos + size} is not valid UTF-8"
+                ) from None
             pos += length
         pos += size
     if pos != end:
@@ -247,15 +278,19 @@ def _byte_view(data: Any) -> memoryview:
     return mv
 
 
-def _header_error(magic: bytes, version: int, reserved: bytes, count: int,
-                  remain: int) -> CodecError:
+def _header_error(
+    magic: bytes, version: int, reserved: bytes, count: int, remain: int
+) -> CodecError:
     """What is wrong with a header: its magic, version, reserved bytes or entry count."""
     if magic != _MAGIC:
-        return CodecError(f"bad magic {magic!r} at byte 0 (expected {_MAGIC!r}): "
-                          "not a tpufeed record")
+        return CodecError(
+            f"bad magic {magic!r} at byte 0 (expected {_MAGIC!r}): not a tpufeed record"
+        )
     if version != FORMAT_VERSION:
-        return CodecError(f"unsupported codec format version {version} at byte 4; this tpufeed "
-                          f"reads version {FORMAT_VERSION}")
+        return CodecError(
+            f"unsupported codec format version {version} at byte 4; this tpufeed "
+            f"reads version {FORMAT_VERSION}"
+        )
     if reserved != b"\0\0\0":
         return CodecError(f"reserved header bytes 5..7 are {reserved!r}, expected zeros")
     return CodecError(f"header claims {count} entries but only {remain} bytes follow")
@@ -270,8 +305,9 @@ def _value_error(tag: int, key: str, key_at: int, pos: int) -> CodecError:
 
 def _length_error(key: str, length: int, pos: int, remain: int) -> CodecError:
     """A bytes or str value whose length, at byte `pos`, claims more than `remain` bytes."""
-    return CodecError(f"value of key {key!r} claims {length} bytes at byte {pos}, "
-                      f"only {remain} remain")
+    return CodecError(
+        f"value of key {key!r} claims {length} bytes at byte {pos}, only {remain} remain"
+    )
 
 
 def _decode_bool(mv: memoryview, pos: int, key: str) -> bool:

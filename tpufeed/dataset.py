@@ -86,25 +86,38 @@ class Dataset:
         return cls(opening.sequence(items))
 
     @classmethod
-    def from_array_record(cls, paths: PathsLike, cache_dir: str | os.PathLike | None = None,
-                          cache_bytes: int | None = None) -> Dataset:
+    def from_array_record(
+        cls,
+        paths: PathsLike,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+    ) -> Dataset:
         """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or
         gs://. gs:// shards go through the local shard cache (`cache_dir`, default
         $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space)."""
         return cls(opening.array_record(paths, cache_dir, cache_bytes))
 
     @classmethod
-    def from_tfrecord(cls, paths: PathsLike, index_dir: str | os.PathLike | None = None,
-                      cache_dir: str | os.PathLike | None = None,
-                      cache_bytes: int | None = None) -> Dataset:
+    def from_tfrecord(
+        cls,
+        paths: PathsLike,
+        index_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+    ) -> Dataset:
         """Records (bytes) of TFRecord files, randomly accessible through an offset index;
         gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs."""
         return cls(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes))
 
     @classmethod
-    def from_parquet(cls, paths: PathsLike, columns: Sequence[str] | None = None,
-                     cache_dir: str | os.PathLike | None = None, cache_bytes: int | None = None,
-                     decoded_bytes: int = 256 << 20) -> Dataset:
+    def from_parquet(
+        cls,
+        paths: PathsLike,
+        columns: Sequence[str] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+        decoded_bytes: int = 256 << 20,
+    ) -> Dataset:
         """Rows of Parquet files (a path, a glob or a list, local or gs:// through the shard
         cache) as dicts of `columns` (default all): numpy scalars and arrays, `str`, None for
         null (`tpufeed.sources._arrow_rows`). Each row group is decoded once and kept among
@@ -125,9 +138,13 @@ class Dataset:
         return cls(opening.huggingface(dataset, columns))
 
     @classmethod
-    def open(cls, path: str | os.PathLike, verify: bool = False,
-             cache_dir: str | os.PathLike | None = None,
-             cache_bytes: int | None = None) -> Dataset:
+    def open(
+        cls,
+        path: str | os.PathLike,
+        verify: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+    ) -> Dataset:
         """A dataset built by `tpufeed build` / `tpufeed.beam.WriteShards`: a folder or its
         manifest.json, local or gs://. Shard sizes, CRC32C and counts are checked on a shard's
         first read, or all at once with `verify=True` (gs:// shards by their object metadata,
@@ -139,8 +156,13 @@ class Dataset:
         return cls(opening.built_dataset(path, verify, cache_dir, cache_bytes))
 
     @classmethod
-    def mix(cls, datasets: Sequence[Dataset], weights: Sequence[float] | None = None,
-            seed: int = 0, on_end: str = "restart") -> Dataset:
+    def mix(
+        cls,
+        datasets: Sequence[Dataset],
+        weights: Sequence[float] | None = None,
+        seed: int = 0,
+        on_end: str = "restart",
+    ) -> Dataset:
         """Several pipelines as one stream, in the exact proportions of `weights` (default
         equal): after any N elements each component is within 1 of its share (tpufeed.ops.mix).
 
@@ -156,11 +178,18 @@ class Dataset:
         checked, on_end = check_mix(datasets, weights, seed, on_end)
         for i, ds in enumerate(datasets):
             if not isinstance(ds, Dataset) or ds._mixture is not None:
-                raise InvalidArgumentError(f"mix component {i} must be a Dataset (not a mixture), "
-                                           f"got {ds!r}")
+                raise InvalidArgumentError(
+                    f"mix component {i} must be a Dataset (not a mixture), got {ds!r}"
+                )
             settings = ds._settings
-            check_component(i, ds._stages, ds._sharding != Sharding(0, 1), settings.workers,
-                            settings.prefetch, settings.options.timeout_s)
+            check_component(
+                i,
+                ds._stages,
+                ds._sharding != Sharding(0, 1),
+                settings.workers,
+                settings.prefetch,
+                settings.options.timeout_s,
+            )
         return cls(None, _mixture=Mixture(tuple(datasets), checked, seed, on_end))
 
     @property
@@ -231,8 +260,13 @@ class Dataset:
         """
         return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut)))
 
-    def batch(self, batch_size: int, drop_remainder: bool = False,
-              pad: dict[str, int | list[int]] | None = None, cut: bool = False) -> Dataset:
+    def batch(
+        self,
+        batch_size: int,
+        drop_remainder: bool = False,
+        pad: dict[str, int | list[int]] | None = None,
+        cut: bool = False,
+    ) -> Dataset:
         """Stacks `batch_size` elements into numpy arrays (dicts, tuples and arrays nest).
 
         `pad={"tokens": 512}` pads a variable-length key to 512 along its first axis;
@@ -262,8 +296,9 @@ class Dataset:
         """
         return self._set(prefetch=n)
 
-    def options(self, ram_budget_bytes: int | None = None,
-                timeout_s: float | None = None) -> Dataset:
+    def options(
+        self, ram_budget_bytes: int | None = None, timeout_s: float | None = None
+    ) -> Dataset:
         """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
 
         `timeout_s`: `next()` waits at most this long for an item, then raises
@@ -303,6 +338,7 @@ class Dataset:
         workers = self._set(workers=n, isolate=isolate)  # checks n and isolate
         if n:
             from tpufeed.run.workers.forkserver import shared_server
+
             shared_server()  # returns at once: its imports run while the caller goes on
         return workers
 
@@ -319,8 +355,9 @@ class Dataset:
         count alone decides it; raises TypeError saying why where the data decides it."""
         return epoch_length(self._plan())
 
-    def iterator(self, state: Any = None, uneven: str | None = None,
-                 agreement: HostAgreement | None = None) -> DatasetIterator:
+    def iterator(
+        self, state: Any = None, uneven: str | None = None, agreement: HostAgreement | None = None
+    ) -> DatasetIterator:
         """A new iterator, from the start or resuming right after `state` was taken.
 
         `state` is one `get_state()`, or the list of every host's, taken at one step of a run.
@@ -335,42 +372,60 @@ class Dataset:
         launch = launcher(self._plan(), self._settings, uneven, agreement, self._first_item)
         return DatasetIterator(launch, state)
 
-    def to_jax(self, sharding: Any = None, prefetch: int = 2, state: Any = None,
-               uneven: str = "shortest", agreement: HostAgreement | None = None) -> JaxIterator:
+    def to_jax(
+        self,
+        sharding: Any = None,
+        prefetch: int = 2,
+        state: Any = None,
+        uneven: str = "shortest",
+        agreement: HostAgreement | None = None,
+    ) -> JaxIterator:
         """Iterates pytrees of global `jax.Array`s placed by `sharding`, `prefetch` ahead on
         device, from the start or right after `state` (one `get_state()`, or every process's).
         Every process ends each epoch at the same step (`uneven`: "shortest" or "pad")."""
         from tpufeed.adapters.jax import to_jax
-        return to_jax(self, sharding=sharding, prefetch=prefetch, state=state, uneven=uneven,
-                      agreement=agreement)
+
+        return to_jax(
+            self,
+            sharding=sharding,
+            prefetch=prefetch,
+            state=state,
+            uneven=uneven,
+            agreement=agreement,
+        )
 
     def to_tf(self, state: dict[str, Any] | None = None) -> Any:
         """A `tf.data.Dataset` over this pipeline, with its `element_spec` from the first batch."""
         from tpufeed.adapters.tf import to_tf
+
         return to_tf(self, state=state)
 
     def to_torch(self, pin_memory: bool = False) -> TorchIterable:
         """A `torch.utils.data.IterableDataset` yielding torch tensors."""
         from tpufeed.adapters.torch import to_torch
+
         return to_torch(self, pin_memory=pin_memory)
 
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""
         if self._mixture is not None:
             return self._mixture.fingerprint(self._stages)
-        return pipeline_fingerprint(self._view("fingerprint"), self._seed, self._window,
-                                    self._stages)
+        return pipeline_fingerprint(
+            self._view("fingerprint"), self._seed, self._window, self._stages
+        )
 
     def _first_item(self) -> Any:
         """The first item of a one-host pass: what a host that made nothing pads from."""
-        return first_item(dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1,
-                                              _settings=RunSettings()))
+        return first_item(
+            dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1, _settings=RunSettings())
+        )
 
     def _not_mixture(self, what: str) -> None:
         if self._mixture is not None:
             raise InvalidArgumentError(
                 f"{what} belongs to each component of a mixture, not to the mixture: "
-                "set it on the datasets given to Dataset.mix")
+                "set it on the datasets given to Dataset.mix"
+            )
 
     def _view(self, what: str) -> SourceView:
         """The source underneath, which `what` needs; a mixture has none of its own."""
@@ -382,10 +437,19 @@ class Dataset:
     def _plan(self) -> Plan | MixPlan:
         host, hosts = self._sharding.resolve()
         if self._mixture is not None:
-            return self._mixture.plan(host, hosts, self._settings.workers, self._stages,
-                                      self.fingerprint())
-        return pipeline_plan(self._view("a plan"), self._seed, self._window, self._stages,
-                             self._epochs, self._max_errors, host, hosts)
+            return self._mixture.plan(
+                host, hosts, self._settings.workers, self._stages, self.fingerprint()
+            )
+        return pipeline_plan(
+            self._view("a plan"),
+            self._seed,
+            self._window,
+            self._stages,
+            self._epochs,
+            self._max_errors,
+            host,
+            hosts,
+        )
 
     def _add(self, stage: Stage) -> Dataset:
         check_next(self._stages, stage)
@@ -398,6 +462,8 @@ class Dataset:
         if self._mixture is not None:
             return self._mixture.summary(self._stages)
         stages = ", ".join(map(stage_label, self._stages))
-        return (f"Dataset({self._view('repr').source!r}, seed={self._seed}, window={self._window}, "
-                f"shard={self._sharding}, stages=[{stages}], epochs={self._epochs}, "
-                f"prefetch={self._settings.prefetch}, workers={self._settings.workers})")
+        return (
+            f"Dataset({self._view('repr').source!r}, seed={self._seed}, window={self._window}, "
+            f"shard={self._sharding}, stages=[{stages}], epochs={self._epochs}, "
+            f"prefetch={self._settings.prefetch}, workers={self._settings.workers})"
+        )

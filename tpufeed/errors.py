@@ -48,8 +48,14 @@ class StateError(TpufeedError, ValueError):
 class TransformError(TpufeedError):
     """A user function raised; carries the record index, its file and the original traceback."""
 
-    def __init__(self, message: str, *, record: int | None = None, path: str | None = None,
-                 traceback_text: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        record: int | None = None,
+        path: str | None = None,
+        traceback_text: str | None = None,
+    ):
         super().__init__(message)
         self.record = record
         self.path = path
@@ -68,8 +74,14 @@ class InputTimeoutError(TpufeedError, TimeoutError):
     """`next()` waited longer than `options(timeout_s=...)`; names the stage and the record that
     was being worked on, and how long it had been."""
 
-    def __init__(self, message: str, *, stage: str | None = None, record: int | None = None,
-                 path: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        stage: str | None = None,
+        record: int | None = None,
+        path: str | None = None,
+    ):
         super().__init__(message)
         self.stage = stage
         self.record = record

@@ -15,13 +15,13 @@ from tpufeed.transforms.crops import RandomResizedCrop, ResizedCenterCrop, sampl
 from tpufeed.transforms.example import ParseExample, encode_example, parse_example
 from tpufeed.transforms.features import Cast, Rename, Select
 from tpufeed.transforms.image import (
-                                      CenterCrop,
-                                      DecodeImage,
-                                      Normalize,
-                                      RandomCrop,
-                                      RandomFlip,
-                                      Resize,
-                                      decode_image,
+    CenterCrop,
+    DecodeImage,
+    Normalize,
+    RandomCrop,
+    RandomFlip,
+    Resize,
+    decode_image,
 )
 from tpufeed.transforms.packing import PackSequences, pack_sequences
 from tpufeed.transforms.text import ByteTokenizer

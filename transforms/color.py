@@ -58,17 +58,26 @@ class ColorJitter:
         for name in ("brightness", "contrast", "saturation"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
-                raise InvalidArgumentError(f"ColorJitter {name} must be a number >= 0, "
-                                           f"got {value!r}")
+                raise InvalidArgumentError(
+                    f"ColorJitter {name} must be a number >= 0, got {value!r}"
+                )
 
     def __call__(self, element: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         image = _image(element, self.key, "ColorJitter")
         if image.dtype != np.uint8:
-            raise ValueError(f"ColorJitter: {self.key!r} must be uint8 (jitter before "
-                             f"Normalize), got {image.dtype}")
-        ops = [(op, amount) for op, amount in ((_brightness, self.brightness),
-                                               (_contrast, self.contrast),
-                                               (_saturation, self.saturation)) if amount > 0]
+            raise ValueError(
+                f"ColorJitter: {self.key!r} must be uint8 (jitter before "
+                f"Normalize), got {image.dtype}"
+            )
+        ops = [
+            (op, amount)
+            for op, amount in (
+                (_brightness, self.brightness),
+                (_contrast, self.contrast),
+                (_saturation, self.saturation),
+            )
+            if amount > 0
+        ]
         if not ops:
             return element
         factors = [rng.uniform(max(0.0, 1 - amount), 1 + amount) for _, amount in ops]

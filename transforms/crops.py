@@ -32,9 +32,14 @@ from tpufeed.transforms.region import (
 __all__ = ["RandomResizedCrop", "ResizedCenterCrop", "center_crop_box", "sample_crop_box"]
 
 
-def sample_crop_box(height: int, width: int, rng: np.random.Generator,
-                    scale: tuple[float, float] = (0.08, 1.0),
-                    ratio: tuple[float, float] = (3 / 4, 4 / 3), attempts: int = 10) -> Box:
+def sample_crop_box(
+    height: int,
+    width: int,
+    rng: np.random.Generator,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    attempts: int = 10,
+) -> Box:
     """(top, left, height, width) of a random crop, torchvision's RandomResizedCrop.get_params.
 
     Up to `attempts` tries: area uniform in `scale` x the image's area, aspect ratio (w / h)
@@ -62,8 +67,7 @@ def sample_crop_box(height: int, width: int, rng: np.random.Generator,
     return float((height - h) // 2), float((width - w) // 2), float(h), float(w)
 
 
-def center_crop_box(height: int, width: int, size: tuple[int, int],
-                    crop_fraction: float) -> Box:
+def center_crop_box(height: int, width: int, size: tuple[int, int], crop_fraction: float) -> Box:
     """The centred box that Resize(shorter side = size / crop_fraction) + CenterCrop(size) keeps.
 
     In full-size coordinates and fractional: the evaluation crop at 224 / 256 keeps the central
@@ -75,16 +79,21 @@ def center_crop_box(height: int, width: int, size: tuple[int, int],
 
 
 def _check_range(name: str, value: Any, low: float) -> tuple[float, float]:
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-            or not low < value[0] <= value[1]):
-        raise InvalidArgumentError(f"RandomResizedCrop {name} must be (low, high) with "
-                                   f"{low} < low <= high, got {value!r}")
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        or not low < value[0] <= value[1]
+    ):
+        raise InvalidArgumentError(
+            f"RandomResizedCrop {name} must be (low, high) with {low} < low <= high, got {value!r}"
+        )
     return float(value[0]), float(value[1])
 
 
-def _crop(element: Any, key: str, what: str, box_of: Any, size: tuple[int, int], mode: str,
-          backend: str) -> dict[str, Any]:
+def _crop(
+    element: Any, key: str, what: str, box_of: Any, size: tuple[int, int], mode: str, backend: str
+) -> dict[str, Any]:
     """element[key] (encoded bytes or a uint8 array) -> the box `box_of(height, width)`, resized."""
     if not isinstance(element, dict):
         raise TypeError(f"{what} needs a dict element, got {type(element).__name__}")
@@ -123,19 +132,27 @@ class RandomResizedCrop:
         _size(self.size, "RandomResizedCrop")
         low, high = _check_range("scale", self.scale, 0.0)
         if high > 1.0:
-            raise InvalidArgumentError(f"RandomResizedCrop scale must be within (0, 1], "
-                                       f"got {self.scale!r}")
+            raise InvalidArgumentError(
+                f"RandomResizedCrop scale must be within (0, 1], got {self.scale!r}"
+            )
         _check_range("ratio", self.ratio, 0.0)
         if self.backend not in BACKENDS:
-            raise InvalidArgumentError(f"RandomResizedCrop backend must be one of {BACKENDS}, "
-                                       f"got {self.backend!r}")
+            raise InvalidArgumentError(
+                f"RandomResizedCrop backend must be one of {BACKENDS}, got {self.backend!r}"
+            )
 
     def __call__(self, element: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
         size = _size(self.size, "RandomResizedCrop")
         scale, ratio = tuple(map(float, self.scale)), tuple(map(float, self.ratio))
-        return _crop(element, self.key, "RandomResizedCrop",
-                     lambda h, w: sample_crop_box(h, w, rng, scale, ratio),  # type: ignore[arg-type]
-                     size, self.mode, resolve_backend(self.backend))
+        return _crop(
+            element,
+            self.key,
+            "RandomResizedCrop",
+            lambda h, w: sample_crop_box(h, w, rng, scale, ratio),  # type: ignore[arg-type]
+            size,
+            self.mode,
+            resolve_backend(self.backend),
+        )
 
 
 @dataclass(frozen=True)
@@ -155,14 +172,22 @@ class ResizedCenterCrop:
     def __post_init__(self) -> None:
         _size(self.size, "ResizedCenterCrop")
         if not (isinstance(self.crop_fraction, (int, float)) and 0 < self.crop_fraction <= 1):
-            raise InvalidArgumentError(f"ResizedCenterCrop crop_fraction must be in (0, 1], "
-                                       f"got {self.crop_fraction!r}")
+            raise InvalidArgumentError(
+                f"ResizedCenterCrop crop_fraction must be in (0, 1], got {self.crop_fraction!r}"
+            )
         if self.backend not in BACKENDS:
-            raise InvalidArgumentError(f"ResizedCenterCrop backend must be one of {BACKENDS}, "
-                                       f"got {self.backend!r}")
+            raise InvalidArgumentError(
+                f"ResizedCenterCrop backend must be one of {BACKENDS}, got {self.backend!r}"
+            )
 
     def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
         size = _size(self.size, "ResizedCenterCrop")
-        return _crop(element, self.key, "ResizedCenterCrop",
-                     lambda h, w: center_crop_box(h, w, size, float(self.crop_fraction)),
-                     size, self.mode, resolve_backend(self.backend))
+        return _crop(
+            element,
+            self.key,
+            "ResizedCenterCrop",
+            lambda h, w: center_crop_box(h, w, size, float(self.crop_fraction)),
+            size,
+            self.mode,
+            resolve_backend(self.backend),
+        )

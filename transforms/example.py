@@ -49,8 +49,9 @@ def _fields(buf: bytes, pos: int, end: int) -> Iterator[tuple[int, int, Any]]:
         elif wire == _LEN:
             length, pos = _varint(buf, pos, end)
             if length > end - pos:
-                raise ValueError(f"field {number} at byte {pos} claims {length} bytes, "
-                                 f"{end - pos} remain")
+                raise ValueError(
+                    f"field {number} at byte {pos} claims {length} bytes, {end - pos} remain"
+                )
             yield number, wire, (pos, pos + length)
             pos += length
         elif wire in (_FIXED32, _FIXED64):
@@ -164,7 +165,11 @@ def _len_field(number: int, payload: bytes) -> bytes:
 def _feature_bytes(name: str, value: Any) -> bytes:
     if isinstance(value, (bytes, str)):
         value = [value]
-    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (bytes, str)) for v in value):
+    if (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, (bytes, str)) for v in value)
+    ):
         items = b"".join(_len_field(1, v.encode() if isinstance(v, str) else v) for v in value)
         return _len_field(1, items)
     arr = np.asarray(value)
@@ -174,8 +179,10 @@ def _feature_bytes(name: str, value: Any) -> bytes:
     if arr.dtype.kind == "f":
         payload = arr.reshape(-1).astype("<f4").tobytes()
         return _len_field(2, _len_field(1, payload) if payload else b"")
-    raise ValueError(f"feature {name!r}: cannot store {type(value).__name__} of dtype "
-                     f"{arr.dtype} in a tf.train.Example (ints, floats, bytes or str)")
+    raise ValueError(
+        f"feature {name!r}: cannot store {type(value).__name__} of dtype "
+        f"{arr.dtype} in a tf.train.Example (ints, floats, bytes or str)"
+    )
 
 
 def encode_example(features: Mapping[str, Any]) -> bytes:
@@ -186,7 +193,8 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
     """
     entries = b"".join(
         _len_field(1, _len_field(1, name.encode()) + _len_field(2, _feature_bytes(name, value)))
-        for name, value in sorted(features.items()))
+        for name, value in sorted(features.items())
+    )
     return _len_field(1, entries)
 
 
@@ -209,8 +217,10 @@ class ParseExample:
         out = {}
         for name, shape in self.features.items():
             if name not in parsed:
-                raise KeyError(f"feature {name!r} is missing from the tf.train.Example "
-                               f"(it has {sorted(parsed)})")
+                raise KeyError(
+                    f"feature {name!r} is missing from the tf.train.Example "
+                    f"(it has {sorted(parsed)})"
+                )
             value = parsed[name]
             if shape is not None:
                 value = _reshape(name, value, tuple(shape))
@@ -228,5 +238,6 @@ def _reshape(name: str, value: Any, shape: tuple[int, ...]) -> Any:
     try:
         return value.reshape(shape)
     except ValueError:
-        raise ValueError(f"feature {name!r} has {value.size} values, which do not fit shape "
-                         f"{shape}") from None
+        raise ValueError(
+            f"feature {name!r} has {value.size} values, which do not fit shape {shape}"
+        ) from None

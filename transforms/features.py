@@ -65,8 +65,11 @@ class Rename:
 
     def __post_init__(self) -> None:
         if not isinstance(self.mapping, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in self.mapping.items()):
-            raise InvalidArgumentError(f"Rename needs a {{old: new}} dict of str, got {self.mapping!r}")
+            isinstance(k, str) and isinstance(v, str) for k, v in self.mapping.items()
+        ):
+            raise InvalidArgumentError(
+                f"Rename needs a {{old: new}} dict of str, got {self.mapping!r}"
+            )
         targets = list(self.mapping.values())
         if len(set(targets)) != len(targets):
             raise InvalidArgumentError(f"Rename maps two keys to one name: {dict(self.mapping)}")
@@ -122,5 +125,7 @@ class Cast:
                     arr = np.isin(words, _TRUE_WORDS)
                 out[key] = arr.astype(dtype)
             except (ValueError, TypeError, OverflowError) as e:
-                raise ValueError(f"key {key!r}: cannot cast {value!r:.60} to {dtype}: {e}") from None
+                raise ValueError(
+                    f"key {key!r}: cannot cast {value!r:.60} to {dtype}: {e}"
+                ) from None
         return out

@@ -22,8 +22,17 @@ import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, missing_dependency
 
-__all__ = ["CenterCrop", "DecodeImage", "Normalize", "RandomCrop", "RandomFlip", "Resize",
-           "decode_image", "load_pillow", "opencv"]
+__all__ = [
+    "CenterCrop",
+    "DecodeImage",
+    "Normalize",
+    "RandomCrop",
+    "RandomFlip",
+    "Resize",
+    "decode_image",
+    "load_pillow",
+    "opencv",
+]
 
 _RESAMPLE = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 
@@ -54,8 +63,10 @@ def decode_image(data: bytes, mode: str = "RGB") -> np.ndarray:
         with image_module.open(io.BytesIO(data)) as image:
             array = np.asarray(image.convert(mode))
     except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
-        raise ValueError(f"cannot decode image ({len(data)} bytes, starting "
-                         f"{bytes(data[:8])!r}): {type(e).__name__}: {e}") from None
+        raise ValueError(
+            f"cannot decode image ({len(data)} bytes, starting "
+            f"{bytes(data[:8])!r}): {type(e).__name__}: {e}"
+        ) from None
     return array[:, :, None] if array.ndim == 2 else array
 
 
@@ -66,25 +77,34 @@ def _image(element: Any, key: str, what: str) -> np.ndarray:
         raise KeyError(f"{what}: key {key!r} is missing (the element has {sorted(element)})")
     image = element[key]
     if not isinstance(image, np.ndarray) or image.ndim != 3:
-        raise ValueError(f"{what}: {key!r} must be an image array (height, width, channels), "
-                         f"got {getattr(image, 'shape', type(image).__name__)}")
+        raise ValueError(
+            f"{what}: {key!r} must be an image array (height, width, channels), "
+            f"got {getattr(image, 'shape', type(image).__name__)}"
+        )
     return image
 
 
 def _size(size: int | Sequence[int], what: str) -> tuple[int, int]:
     if isinstance(size, int) and not isinstance(size, bool) and size > 0:
         return size, size
-    if (isinstance(size, Sequence) and len(size) == 2
-            and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)):
+    if (
+        isinstance(size, Sequence)
+        and len(size) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size)
+    ):
         return int(size[0]), int(size[1])
-    raise InvalidArgumentError(f"{what} size must be a positive int or (height, width), got {size!r}")
+    raise InvalidArgumentError(
+        f"{what} size must be a positive int or (height, width), got {size!r}"
+    )
 
 
 def _crop_size(image: np.ndarray, size: tuple[int, int], what: str) -> tuple[int, int]:
     height, width = image.shape[:2]
     if height < size[0] or width < size[1]:
-        raise ValueError(f"{what}: image of {height}x{width} is smaller than the crop "
-                         f"{size[0]}x{size[1]}; resize first")
+        raise ValueError(
+            f"{what}: image of {height}x{width} is smaller than the crop "
+            f"{size[0]}x{size[1]}; resize first"
+        )
     return height - size[0], width - size[1]
 
 
@@ -112,14 +132,16 @@ class Resize:
     def __post_init__(self) -> None:
         _size(self.size, "Resize")
         if self.resample not in _RESAMPLE:
-            raise InvalidArgumentError(f"Resize resample must be one of {_RESAMPLE}, got "
-                                       f"{self.resample!r}")
+            raise InvalidArgumentError(
+                f"Resize resample must be one of {_RESAMPLE}, got {self.resample!r}"
+            )
 
     def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
         image = _image(element, self.key, "Resize")
         if image.dtype != np.uint8:
-            raise ValueError(f"Resize: {self.key!r} must be uint8 (resize before Normalize), "
-                             f"got {image.dtype}")
+            raise ValueError(
+                f"Resize: {self.key!r} must be uint8 (resize before Normalize), got {image.dtype}"
+            )
         height, width = image.shape[:2]
         if isinstance(self.size, int):
             scale = self.size / min(height, width)
@@ -146,7 +168,7 @@ class CenterCrop:
         size = _size(self.size, "CenterCrop")
         dy, dx = _crop_size(image, size, "CenterCrop")
         top, left = dy // 2, dx // 2
-        return {**element, self.key: image[top:top + size[0], left:left + size[1]]}
+        return {**element, self.key: image[top : top + size[0], left : left + size[1]]}
 
 
 @dataclass(frozen=True)
@@ -161,7 +183,7 @@ class RandomCrop:
         size = _size(self.size, "RandomCrop")
         dy, dx = _crop_size(image, size, "RandomCrop")
         top, left = int(rng.integers(0, dy + 1)), int(rng.integers(0, dx + 1))
-        return {**element, self.key: image[top:top + size[0], left:left + size[1]]}
+        return {**element, self.key: image[top : top + size[0], left : left + size[1]]}
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,9 @@ from tpufeed.ops.first_fit import Row, RowPacker, Segment, split, write_rows
 __all__ = ["PackSequences", "pack_sequences"]
 
 
-def pack_sequences(sequences: Sequence[Any], length: int, pad_id: int = 0,
-                   max_open: int = 8) -> dict[str, np.ndarray]:
+def pack_sequences(
+    sequences: Sequence[Any], length: int, pad_id: int = 0, max_open: int = 8
+) -> dict[str, np.ndarray]:
     """Packs 1-D token sequences into int32 arrays [rows, length]: tokens, segment_ids, positions.
 
     The same first-fit packer as `Dataset.pack` (tpufeed.ops.first_fit), over one list.
@@ -49,8 +50,11 @@ def pack_sequences(sequences: Sequence[Any], length: int, pad_id: int = 0,
     out = write_rows(rows, ["tokens"], [length], [np.dtype(np.int32)], len(rows))
     if pad_id:
         out["tokens"][out["tokens_segment_ids"] == 0] = pad_id
-    return {"tokens": out["tokens"], "segment_ids": out["tokens_segment_ids"],
-            "positions": out["tokens_positions"]}
+    return {
+        "tokens": out["tokens"],
+        "segment_ids": out["tokens_segment_ids"],
+        "positions": out["tokens_positions"],
+    }
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,9 @@ class PackSequences:
 
     def __post_init__(self) -> None:
         if not isinstance(self.length, int) or isinstance(self.length, bool) or self.length < 1:
-            raise InvalidArgumentError(f"PackSequences length must be a positive int, "
-                                       f"got {self.length!r}")
+            raise InvalidArgumentError(
+                f"PackSequences length must be a positive int, got {self.length!r}"
+            )
         if self.num_rows is not None and (not isinstance(self.num_rows, int) or self.num_rows < 1):
             raise InvalidArgumentError(f"num_rows must be a positive int, got {self.num_rows!r}")
 
@@ -91,15 +96,23 @@ class PackSequences:
         if value.ndim == 1:
             return [value]
         if value.ndim != 2:
-            raise ValueError(f"PackSequences: {self.key!r} has shape {value.shape}; expected a "
-                             "sequence, a list of them or a padded 2-D batch")
+            raise ValueError(
+                f"PackSequences: {self.key!r} has shape {value.shape}; expected a "
+                "sequence, a list of them or a padded 2-D batch"
+            )
         lengths_key = f"{self.key}_length"
         if lengths_key not in element:
             return list(value)
         lengths = np.asarray(element[lengths_key]).reshape(-1)
-        if lengths.size != value.shape[0] or (lengths > value.shape[1]).any() or (lengths < 0).any():
-            raise ValueError(f"PackSequences: {lengths_key!r} {lengths.tolist()} does not fit "
-                             f"{self.key!r} of shape {value.shape}")
+        if (
+            lengths.size != value.shape[0]
+            or (lengths > value.shape[1]).any()
+            or (lengths < 0).any()
+        ):
+            raise ValueError(
+                f"PackSequences: {lengths_key!r} {lengths.tolist()} does not fit "
+                f"{self.key!r} of shape {value.shape}"
+            )
         return [row[:n] for row, n in zip(value, lengths.tolist())]
 
     def __call__(self, element: dict[str, Any]) -> Any:
@@ -107,14 +120,21 @@ class PackSequences:
         rows = packed["tokens"].shape[0]
         if self.num_rows is not None:
             if rows > self.num_rows:
-                raise ValueError(f"PackSequences: the sequences need {rows} rows of "
-                                 f"{self.length}, num_rows is {self.num_rows}")
+                raise ValueError(
+                    f"PackSequences: the sequences need {rows} rows of "
+                    f"{self.length}, num_rows is {self.num_rows}"
+                )
             pad = ((0, self.num_rows - rows), (0, 0))
-            packed = {"tokens": np.pad(packed["tokens"], pad, constant_values=self.pad_id),
-                      "segment_ids": np.pad(packed["segment_ids"], pad),
-                      "positions": np.pad(packed["positions"], pad)}
-        out = {self.key: packed["tokens"], "segment_ids": packed["segment_ids"],
-               "positions": packed["positions"]}
+            packed = {
+                "tokens": np.pad(packed["tokens"], pad, constant_values=self.pad_id),
+                "segment_ids": np.pad(packed["segment_ids"], pad),
+                "positions": np.pad(packed["positions"], pad),
+            }
+        out = {
+            self.key: packed["tokens"],
+            "segment_ids": packed["segment_ids"],
+            "positions": packed["positions"],
+        }
         if self.as_records:
             return [{k: v[r] for k, v in out.items()} for r in range(out[self.key].shape[0])]
         return out

@@ -25,8 +25,15 @@ import numpy as np
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.transforms.image import decode_image, load_pillow, opencv
 
-__all__ = ["BACKENDS", "decode_region", "image_size", "is_jpeg", "opencv", "resize_region",
-           "resolve_backend"]
+__all__ = [
+    "BACKENDS",
+    "decode_region",
+    "image_size",
+    "is_jpeg",
+    "opencv",
+    "resize_region",
+    "resolve_backend",
+]
 
 BACKENDS = ("auto", "opencv", "pillow")
 Box = tuple[float, float, float, float]  # top, left, height, width (full-size pixels)
@@ -34,7 +41,7 @@ _SCALES = (8, 4, 2, 1)  # JPEG DCT scaling: the output is 1/f of the image on ea
 
 
 def resolve_backend(backend: str) -> str:
-    """"opencv" or "pillow" for a backend name; "auto" is OpenCV when it imports."""
+    """ "opencv" or "pillow" for a backend name; "auto" is OpenCV when it imports."""
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"decoder backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "pillow":
@@ -43,8 +50,10 @@ def resolve_backend(backend: str) -> str:
     if opencv() is not None:
         return "opencv"
     if backend == "opencv":
-        raise InvalidArgumentError("decoder backend 'opencv' needs cv2: "
-                                   "`pip install opencv-python-headless` (or backend='auto')")
+        raise InvalidArgumentError(
+            "decoder backend 'opencv' needs cv2: "
+            "`pip install opencv-python-headless` (or backend='auto')"
+        )
     load_pillow()
     return "pillow"
 
@@ -88,17 +97,26 @@ def image_size(data: bytes) -> tuple[int, int]:
         with image_module.open(io.BytesIO(data)) as image:
             width, height = image.size
     except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
-        raise ValueError(f"cannot read image header ({len(data)} bytes, starting "
-                         f"{bytes(data[:8])!r}): {type(e).__name__}: {e}") from None
+        raise ValueError(
+            f"cannot read image header ({len(data)} bytes, starting "
+            f"{bytes(data[:8])!r}): {type(e).__name__}: {e}"
+        ) from None
     return height, width
 
 
 def _check_box(box: Box, height: int, width: int) -> None:
     top, left, h, w = box
-    if not (h > 0 and w > 0 and top >= 0 and left >= 0 and top + h <= height + 1e-6
-            and left + w <= width + 1e-6):
-        raise ValueError(f"crop box (top, left, height, width) {box} is not inside the "
-                         f"{height}x{width} image")
+    if not (
+        h > 0
+        and w > 0
+        and top >= 0
+        and left >= 0
+        and top + h <= height + 1e-6
+        and left + w <= width + 1e-6
+    ):
+        raise ValueError(
+            f"crop box (top, left, height, width) {box} is not inside the {height}x{width} image"
+        )
 
 
 def _scale_for(box: Box, size: tuple[int, int]) -> int:
@@ -107,8 +125,9 @@ def _scale_for(box: Box, size: tuple[int, int]) -> int:
     return next(f for f in _SCALES if f == 1 or (h / f >= size[0] and w / f >= size[1]))
 
 
-def decode_region(data: bytes, box: Box, size: tuple[int, int], mode: str = "RGB",
-                  backend: str = "auto") -> np.ndarray:
+def decode_region(
+    data: bytes, box: Box, size: tuple[int, int], mode: str = "RGB", backend: str = "auto"
+) -> np.ndarray:
     """uint8 (size[0], size[1], channels): the `box` of the encoded image, resampled to `size`.
 
     JPEGs in mode RGB or L decode at reduced scale where the box allows; anything else decodes
@@ -136,20 +155,25 @@ def decode_region(data: bytes, box: Box, size: tuple[int, int], mode: str = "RGB
 def _decode_opencv(data: bytes, scale: int, mode: str) -> np.ndarray:
     cv2 = opencv()
     color = mode == "RGB"
-    flag = {1: cv2.IMREAD_COLOR if color else cv2.IMREAD_GRAYSCALE,
-            2: cv2.IMREAD_REDUCED_COLOR_2 if color else cv2.IMREAD_REDUCED_GRAYSCALE_2,
-            4: cv2.IMREAD_REDUCED_COLOR_4 if color else cv2.IMREAD_REDUCED_GRAYSCALE_4,
-            8: cv2.IMREAD_REDUCED_COLOR_8 if color else cv2.IMREAD_REDUCED_GRAYSCALE_8}[scale]
+    flag = {
+        1: cv2.IMREAD_COLOR if color else cv2.IMREAD_GRAYSCALE,
+        2: cv2.IMREAD_REDUCED_COLOR_2 if color else cv2.IMREAD_REDUCED_GRAYSCALE_2,
+        4: cv2.IMREAD_REDUCED_COLOR_4 if color else cv2.IMREAD_REDUCED_GRAYSCALE_4,
+        8: cv2.IMREAD_REDUCED_COLOR_8 if color else cv2.IMREAD_REDUCED_GRAYSCALE_8,
+    }[scale]
     # Pillow and the header size ignore EXIF orientation; OpenCV would apply it.
     image = cv2.imdecode(np.frombuffer(data, np.uint8), flag | cv2.IMREAD_IGNORE_ORIENTATION)
     if image is None:
-        raise ValueError(f"cannot decode image ({len(data)} bytes, starting {bytes(data[:8])!r}): "
-                         f"OpenCV could not decode it as JPEG")
+        raise ValueError(
+            f"cannot decode image ({len(data)} bytes, starting {bytes(data[:8])!r}): "
+            f"OpenCV could not decode it as JPEG"
+        )
     return image[:, :, None] if image.ndim == 2 else image
 
 
-def _region_pillow(data: bytes, box: Box, scale: int, size: tuple[int, int],
-                   mode: str) -> np.ndarray:
+def _region_pillow(
+    data: bytes, box: Box, scale: int, size: tuple[int, int], mode: str
+) -> np.ndarray:
     """draft() to 1/scale, then one resize of the box: no array copies on the way."""
     image_module = load_pillow()
     try:
@@ -164,24 +188,38 @@ def _region_pillow(data: bytes, box: Box, scale: int, size: tuple[int, int],
                 # draft() takes the largest reduction leaving the image at least this size
                 # (it rounds down: read back the scale it took).
                 image.draft(mode, (max(1, width // scale), max(1, height // scale)))
-                scale = next((f for f in _SCALES if image.size == (math.ceil(width / f),
-                                                                   math.ceil(height / f))), 1)
+                scale = next(
+                    (
+                        f
+                        for f in _SCALES
+                        if image.size == (math.ceil(width / f), math.ceil(height / f))
+                    ),
+                    1,
+                )
             loaded = image.convert(mode) if image.mode != mode else image
             top, left, h, w = (v / scale for v in box)
-            out = np.asarray(loaded.resize((size[1], size[0]), image_module.Resampling.BILINEAR,
-                                           box=(left, top, left + w, top + h)))
+            out = np.asarray(
+                loaded.resize(
+                    (size[1], size[0]),
+                    image_module.Resampling.BILINEAR,
+                    box=(left, top, left + w, top + h),
+                )
+            )
         except Exception as e:  # noqa: BLE001 - Pillow raises many kinds for bad input
             raise _undecodable(data, e) from None
     return out[:, :, None] if out.ndim == 2 else out
 
 
 def _undecodable(data: bytes, error: Exception) -> ValueError:
-    return ValueError(f"cannot decode image ({len(data)} bytes, starting {bytes(data[:8])!r}): "
-                      f"{type(error).__name__}: {error}")
+    return ValueError(
+        f"cannot decode image ({len(data)} bytes, starting {bytes(data[:8])!r}): "
+        f"{type(error).__name__}: {error}"
+    )
 
 
-def resize_region(image: np.ndarray, box: Box, size: tuple[int, int],
-                  backend: str = "auto") -> np.ndarray:
+def resize_region(
+    image: np.ndarray, box: Box, size: tuple[int, int], backend: str = "auto"
+) -> np.ndarray:
     """uint8 (size[0], size[1], channels): `box` of a uint8 image, resampled bilinearly.
 
     Pixel centres sit at half-integers of the box's coordinates (as in Pillow and OpenCV's
@@ -201,8 +239,11 @@ def _resize_pillow(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.nda
     image_module = load_pillow()
     top, left, h, w = box
     pil = image_module.fromarray(image[:, :, 0] if image.shape[2] == 1 else image)
-    return np.asarray(pil.resize((size[1], size[0]), image_module.Resampling.BILINEAR,
-                                 box=(left, top, left + w, top + h)))
+    return np.asarray(
+        pil.resize(
+            (size[1], size[0]), image_module.Resampling.BILINEAR, box=(left, top, left + w, top + h)
+        )
+    )
 
 
 def _resize_opencv(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.ndarray:
@@ -211,7 +252,7 @@ def _resize_opencv(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.nda
     sy, sx = h / size[0], w / size[1]
     if all(float(v).is_integer() for v in box):
         # A whole-pixel box: resize maps pixel centres as the warp below does, 5x faster.
-        window = image[int(top):int(top + h), int(left):int(left + w)]
+        window = image[int(top) : int(top + h), int(left) : int(left + w)]
         method = cv2.INTER_AREA if max(sy, sx) > 2 else cv2.INTER_LINEAR
         return cv2.resize(window, (size[1], size[0]), interpolation=method)
     if max(sy, sx) > 2:
@@ -225,8 +266,13 @@ def _resize_opencv(image: np.ndarray, box: Box, size: tuple[int, int]) -> np.nda
     t1 = min(image.shape[0], int(math.ceil(top + h)) + 1)
     l1 = min(image.shape[1], int(math.ceil(left + w)) + 1)
     window = image[t0:t1, l0:l1]
-    matrix = np.array([[sx, 0.0, left + 0.5 * sx - 0.5 - l0],
-                       [0.0, sy, top + 0.5 * sy - 0.5 - t0]], np.float64)
-    return cv2.warpAffine(window, matrix, (size[1], size[0]),
-                          flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
-                          borderMode=cv2.BORDER_REPLICATE)
+    matrix = np.array(
+        [[sx, 0.0, left + 0.5 * sx - 0.5 - l0], [0.0, sy, top + 0.5 * sy - 0.5 - t0]], np.float64
+    )
+    return cv2.warpAffine(
+        window,
+        matrix,
+        (size[1], size[0]),
+        flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+        borderMode=cv2.BORDER_REPLICATE,
+    )

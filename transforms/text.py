@@ -45,10 +45,12 @@ class ByteTokenizer:
     def __post_init__(self) -> None:
         for name in ("max_length", "pad_to"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value < 1):
-                raise InvalidArgumentError(f"ByteTokenizer {name} must be a positive int, "
-                                           f"got {value!r}")
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or value < 1
+            ):
+                raise InvalidArgumentError(
+                    f"ByteTokenizer {name} must be a positive int, got {value!r}"
+                )
 
     def encode(self, text: str | bytes) -> np.ndarray:
         if isinstance(text, str):
@@ -78,8 +80,9 @@ class ByteTokenizer:
             got = sorted(element) if isinstance(element, dict) else type(element).__name__
             raise KeyError(f"ByteTokenizer: key {self.key!r} is missing (the element has {got})")
         tokens = self.encode(element[self.key])
-        out = dict(element) if self.keep_text else {k: v for k, v in element.items()
-                                                    if k != self.key}
+        out = (
+            dict(element) if self.keep_text else {k: v for k, v in element.items() if k != self.key}
+        )
         if self.pad_to is not None:
             out[f"{self.output}_length"] = np.int32(tokens.size)
             tokens = np.pad(tokens, (0, self.pad_to - tokens.size), constant_values=self.PAD)

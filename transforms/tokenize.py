@@ -39,8 +39,10 @@ class Tokenize:
 
     def __post_init__(self) -> None:
         if not (callable(self.tokenizer) or hasattr(self.tokenizer, "encode")):
-            raise InvalidArgumentError(f"Tokenize needs a tokenizer (a callable, or something with "
-                                       f"encode/encode_batch), got {self.tokenizer!r}")
+            raise InvalidArgumentError(
+                f"Tokenize needs a tokenizer (a callable, or something with "
+                f"encode/encode_batch), got {self.tokenizer!r}"
+            )
 
     def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
         return self.map_batch([element])[0]
@@ -53,8 +55,11 @@ class Tokenize:
             tokens = np.asarray(_ids(ids), dtype=np.int32).reshape(-1)
             if self.eos is not None:
                 tokens = np.append(tokens, np.int32(self.eos))
-            new = dict(element) if self.keep_text else {k: v for k, v in element.items()
-                                                        if k != self.key}
+            new = (
+                dict(element)
+                if self.keep_text
+                else {k: v for k, v in element.items() if k != self.key}
+            )
             new[self.output] = tokens
             out.append(new)
         return out
@@ -67,8 +72,9 @@ class Tokenize:
         if isinstance(text, bytes):
             text = text.decode("utf-8", errors="replace")
         if not isinstance(text, str):
-            raise TypeError(f"Tokenize: {self.key!r} must be str or bytes, got "
-                            f"{type(text).__name__}")
+            raise TypeError(
+                f"Tokenize: {self.key!r} must be str or bytes, got {type(text).__name__}"
+            )
         return text
 
     def _encode(self, texts: list[str]) -> list[Any]:
@@ -79,8 +85,10 @@ class Tokenize:
             result = tokenizer(texts)
             ids = result["input_ids"] if isinstance(result, dict) else result
             if len(ids) != len(texts):
-                raise ValueError(f"Tokenize: the batched tokenizer gave {len(ids)} results for "
-                                 f"{len(texts)} texts")
+                raise ValueError(
+                    f"Tokenize: the batched tokenizer gave {len(ids)} results for "
+                    f"{len(texts)} texts"
+                )
             return list(ids)
         if hasattr(tokenizer, "encode"):
             return [tokenizer.encode(text) for text in texts]

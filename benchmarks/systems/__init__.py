@@ -41,31 +41,106 @@ class RowSpec:
 
     @classmethod
     def from_json(cls, data: dict) -> RowSpec:
-        return cls(data["system"], data["workload"], data["workers"], data["epochs"],
-                   data["seed"], DataFiles.from_json(data["data"]))
+        return cls(
+            data["system"],
+            data["workload"],
+            data["workers"],
+            data["epochs"],
+            data["seed"],
+            DataFiles.from_json(data["data"]),
+        )
 
 
-SYSTEMS = {s.name: s for s in [
-    System("raw-reader", "limit", "benchmarks.systems.limits", "raw_reader", False,
-           "array_record reader, batched reads of 256, no decode"),
-    System("bare-loop", "limit", "benchmarks.systems.limits", "bare_loop", False,
-           "plain Python loop: raw reader + same per-record fn + np.stack"),
-    System("bare-parallel", "limit", "benchmarks.systems.limits", "bare_parallel", True,
-           "N bare loops side by side in N processes, each on every N-th batch"),
-    System("tpufeed", "tpufeed", "benchmarks.systems.tpufeed_system", "batches", True,
-           "Dataset.from_array_record ... batch(256)"),
-    System("tpufeed-parquet", "tpufeed", "benchmarks.systems.tpufeed_system", "parquet_batches",
-           True, "Dataset.from_parquet (column 'record', row groups of 1,024) ... batch(256)"),
-    System("tpufeed-auto", "tpufeed", "benchmarks.systems.tpufeed_system", "batches_auto", False,
-           "the same with .workers('auto').prefetch('auto')"),
-    System("grain-map", "anchor", "benchmarks.systems.grain_system", "map_dataset", True,
-           "MapDataset.source ... to_iter_dataset (+mp_prefetch)"),
-    System("grain-loader", "anchor", "benchmarks.systems.grain_system", "data_loader", True,
-           "grain.DataLoader, IndexSampler, worker_count"),
-    System("tfdata", "anchor", "benchmarks.systems.tfdata_system", "numpy_function", True,
-           "TFRecordDataset + tf.numpy_function(same fn), num_parallel_calls"),
-    System("tfdata-ops", "reference", "benchmarks.systems.tfdata_system", "tf_ops", True,
-           "TFRecordDataset + the work rewritten in TF ops"),
-    System("torch", "anchor", "benchmarks.systems.torch_system", "batches", True,
-           "DataLoader, map-style Dataset (__getitems__) over the ArrayRecord shards"),
-]}
+SYSTEMS = {
+    s.name: s
+    for s in [
+        System(
+            "raw-reader",
+            "limit",
+            "benchmarks.systems.limits",
+            "raw_reader",
+            False,
+            "array_record reader, batched reads of 256, no decode",
+        ),
+        System(
+            "bare-loop",
+            "limit",
+            "benchmarks.systems.limits",
+            "bare_loop",
+            False,
+            "plain Python loop: raw reader + same per-record fn + np.stack",
+        ),
+        System(
+            "bare-parallel",
+            "limit",
+            "benchmarks.systems.limits",
+            "bare_parallel",
+            True,
+            "N bare loops side by side in N processes, each on every N-th batch",
+        ),
+        System(
+            "tpufeed",
+            "tpufeed",
+            "benchmarks.systems.tpufeed_system",
+            "batches",
+            True,
+            "Dataset.from_array_record ... batch(256)",
+        ),
+        System(
+            "tpufeed-parquet",
+            "tpufeed",
+            "benchmarks.systems.tpufeed_system",
+            "parquet_batches",
+            True,
+            "Dataset.from_parquet (column 'record', row groups of 1,024) ... batch(256)",
+        ),
+        System(
+            "tpufeed-auto",
+            "tpufeed",
+            "benchmarks.systems.tpufeed_system",
+            "batches_auto",
+            False,
+            "the same with .workers('auto').prefetch('auto')",
+        ),
+        System(
+            "grain-map",
+            "anchor",
+            "benchmarks.systems.grain_system",
+            "map_dataset",
+            True,
+            "MapDataset.source ... to_iter_dataset (+mp_prefetch)",
+        ),
+        System(
+            "grain-loader",
+            "anchor",
+            "benchmarks.systems.grain_system",
+            "data_loader",
+            True,
+            "grain.DataLoader, IndexSampler, worker_count",
+        ),
+        System(
+            "tfdata",
+            "anchor",
+            "benchmarks.systems.tfdata_system",
+            "numpy_function",
+            True,
+            "TFRecordDataset + tf.numpy_function(same fn), num_parallel_calls",
+        ),
+        System(
+            "tfdata-ops",
+            "reference",
+            "benchmarks.systems.tfdata_system",
+            "tf_ops",
+            True,
+            "TFRecordDataset + the work rewritten in TF ops",
+        ),
+        System(
+            "torch",
+            "anchor",
+            "benchmarks.systems.torch_system",
+            "batches",
+            True,
+            "DataLoader, map-style Dataset (__getitems__) over the ArrayRecord shards",
+        ),
+    ]
+}

@@ -52,7 +52,9 @@ class GrainOptions:
 
     def __post_init__(self) -> None:
         if self.batch_after not in ("map", "iter"):
-            raise ValueError(f"GrainOptions.batch_after must be 'map' or 'iter', got {self.batch_after!r}")
+            raise ValueError(
+                f"GrainOptions.batch_after must be 'map' or 'iter', got {self.batch_after!r}"
+            )
         for name in ("read_threads", "read_buffer", "worker_buffer"):
             if getattr(self, name) < 0:
                 raise ValueError(f"GrainOptions.{name} must be >= 0, got {getattr(self, name)}")
@@ -63,6 +65,7 @@ LOADER_OPTIONS = GrainOptions()
 
 def load() -> None:
     from absl import flags
+
     if not flags.FLAGS.is_parsed():
         flags.FLAGS(sys.argv[:1])
     import grain  # noqa: F401
@@ -70,8 +73,10 @@ def load() -> None:
 
 def _source(spec: RowSpec, options: GrainOptions) -> Any:
     import grain
-    return grain.sources.ArrayRecordDataSource(list(spec.data.array_record),
-                                               dict(options.reader_options) or None)
+
+    return grain.sources.ArrayRecordDataSource(
+        list(spec.data.array_record), dict(options.reader_options) or None
+    )
 
 
 def map_dataset(spec: RowSpec, options: GrainOptions | None = None) -> Iterator[Any]:
@@ -81,16 +86,20 @@ def map_dataset(spec: RowSpec, options: GrainOptions | None = None) -> Iterator[
     workload = WORKLOADS[spec.workload]
     ds = grain.MapDataset.source(_source(spec, options)).shuffle(seed=spec.seed)
     ds = ds.random_map(workload.fn, seed=spec.seed) if workload.random else ds.map(workload.fn)
-    read = grain.ReadOptions(num_threads=options.read_threads,
-                             prefetch_buffer_size=options.read_buffer)
+    read = grain.ReadOptions(
+        num_threads=options.read_threads, prefetch_buffer_size=options.read_buffer
+    )
     if options.batch_after == "map":
         # batch before repeat: each epoch is batched on its own and reshuffled.
         iter_ds = ds.batch(BATCH_SIZE).repeat(spec.epochs).to_iter_dataset(read)
     else:
         iter_ds = ds.repeat(spec.epochs).to_iter_dataset(read).batch(BATCH_SIZE)
     if spec.workers:
-        iter_ds = iter_ds.mp_prefetch(grain.MultiprocessingOptions(
-            num_workers=spec.workers, per_worker_buffer_size=options.worker_buffer))
+        iter_ds = iter_ds.mp_prefetch(
+            grain.MultiprocessingOptions(
+                num_workers=spec.workers, per_worker_buffer_size=options.worker_buffer
+            )
+        )
     yield from _closing(iter(iter_ds))
 
 
@@ -101,24 +110,34 @@ def data_loader(spec: RowSpec, options: GrainOptions | None = None) -> Iterator[
     workload = WORKLOADS[spec.workload]
     fn = workload.fn
     if workload.random:
+
         class Work(grain.transforms.RandomMap):
             def random_map(self, element: bytes, rng: Any) -> Any:
                 return fn(element, rng)
     else:
+
         class Work(grain.transforms.Map):  # type: ignore[no-redef]
             def map(self, element: bytes) -> Any:
                 return fn(element)
 
     source = _source(spec, options)
     sampler = grain.samplers.IndexSampler(
-        num_records=len(source), shard_options=grain.sharding.NoSharding(), shuffle=True,
-        num_epochs=spec.epochs, seed=spec.seed)
-    loader = grain.DataLoader(data_source=source, sampler=sampler,
-                              operations=[Work(), grain.transforms.Batch(BATCH_SIZE)],
-                              worker_count=spec.workers, worker_buffer_size=options.worker_buffer,
-                              read_options=grain.ReadOptions(
-                                  num_threads=options.read_threads,
-                                  prefetch_buffer_size=options.read_buffer))
+        num_records=len(source),
+        shard_options=grain.sharding.NoSharding(),
+        shuffle=True,
+        num_epochs=spec.epochs,
+        seed=spec.seed,
+    )
+    loader = grain.DataLoader(
+        data_source=source,
+        sampler=sampler,
+        operations=[Work(), grain.transforms.Batch(BATCH_SIZE)],
+        worker_count=spec.workers,
+        worker_buffer_size=options.worker_buffer,
+        read_options=grain.ReadOptions(
+            num_threads=options.read_threads, prefetch_buffer_size=options.read_buffer
+        ),
+    )
     yield from _closing(iter(loader))
 
 

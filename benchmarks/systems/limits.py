@@ -63,7 +63,9 @@ def bare_parallel(spec: RowSpec) -> Iterator[dict]:
     procs, conns = [], []
     for share in range(count):
         receive, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_bare_share, args=(spec, share, count, barrier, send), daemon=True)
+        proc = ctx.Process(
+            target=_bare_share, args=(spec, share, count, barrier, send), daemon=True
+        )
         proc.start()
         send.close()
         procs.append(proc)
@@ -76,7 +78,9 @@ def bare_parallel(spec: RowSpec) -> Iterator[dict]:
                 try:
                     size = conn.recv()
                 except EOFError:
-                    raise RuntimeError("a bare-loop process died; see its traceback above") from None
+                    raise RuntimeError(
+                        "a bare-loop process died; see its traceback above"
+                    ) from None
                 if size is None:
                     live.remove(conn)
                 else:

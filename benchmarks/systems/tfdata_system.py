@@ -34,9 +34,11 @@ def numpy_function(spec: RowSpec) -> Iterator[Any]:
     dtype = tf.as_dtype(workload.out_dtype)
 
     if workload.random:
+
         def work(index: np.int64, record: bytes) -> np.ndarray:
             return fn(record, record_rng(seed, int(index)))[key]
     else:
+
         def work(index: np.int64, record: bytes) -> np.ndarray:
             return fn(record)[key]
 
@@ -52,6 +54,7 @@ def tf_ops(spec: RowSpec) -> Iterator[Any]:
 
     workload = WORKLOADS[spec.workload]
     if workload.name == "W1":
+
         def element(index: Any, record: Any) -> dict[str, Any]:
             return {"x": tf.ensure_shape(tf.io.decode_raw(record, tf.uint8), [1024])}
     else:
@@ -67,7 +70,9 @@ def _augment_w2_ops(tf: Any, seed: int) -> Any:
     def element(index: Any, record: Any) -> dict[str, Any]:
         image = tf.reshape(tf.io.decode_raw(record, tf.uint8), [32, 32, 3])
         padded = tf.pad(image, [[2, 2], [2, 2], [0, 0]], mode="REFLECT")
-        draws = tf.random.stateless_uniform([3], seed=tf.stack([tf.constant(seed, tf.int64), index]))
+        draws = tf.random.stateless_uniform(
+            [3], seed=tf.stack([tf.constant(seed, tf.int64), index])
+        )
         offsets = tf.cast(draws[:2] * 5.0, tf.int32)
         crop = tf.slice(padded, [offsets[0], offsets[1], 0], [32, 32, 3])
         crop = tf.where(draws[2] < 0.5, tf.reverse(crop, [1]), crop)
@@ -85,7 +90,11 @@ def _run(tf: Any, spec: RowSpec, element: Any) -> Iterator[Any]:
     shards = shards.shuffle(len(starts), seed=spec.seed, reshuffle_each_iteration=True)
     records = shards.repeat(spec.epochs).interleave(
         lambda path, start: tf.data.TFRecordDataset(path).enumerate(start),
-        cycle_length=len(starts), block_length=1, num_parallel_calls=parallel, deterministic=True)
+        cycle_length=len(starts),
+        block_length=1,
+        num_parallel_calls=parallel,
+        deterministic=True,
+    )
     ds = records.shuffle(SHUFFLE_BUFFER, seed=spec.seed, reshuffle_each_iteration=True)
     ds = ds.map(element, num_parallel_calls=parallel, deterministic=True).batch(BATCH_SIZE)
     if parallel:

@@ -28,9 +28,13 @@ from benchmarks.workloads import (
     stack_batch,
 )
 
-_CHOICES = {"reads": ("record", "batch"), "sampler": ("batch", "index"),
-            "collate": ("numpy", "numpy-shm", "default"), "start": ("fork", "forkserver", "spawn"),
-            "epochs": ("one-iterator", "per-epoch")}
+_CHOICES = {
+    "reads": ("record", "batch"),
+    "sampler": ("batch", "index"),
+    "collate": ("numpy", "numpy-shm", "default"),
+    "start": ("fork", "forkserver", "spawn"),
+    "epochs": ("one-iterator", "per-epoch"),
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,9 @@ class TorchOptions:
             if value not in allowed:
                 raise ValueError(f"TorchOptions.{name} must be one of {allowed}, got {value!r}")
         if self.prefetch_factor < 1:
-            raise ValueError(f"TorchOptions.prefetch_factor must be >= 1, got {self.prefetch_factor}")
+            raise ValueError(
+                f"TorchOptions.prefetch_factor must be >= 1, got {self.prefetch_factor}"
+            )
 
 
 def load() -> None:
@@ -94,6 +100,7 @@ class RecordDataset:
 
     def _open(self) -> list[Any]:
         from array_record.python.array_record_module import ArrayRecordReader
+
         return [ArrayRecordReader(path, READER_OPTIONS) for path in self.paths]
 
     def __getstate__(self) -> dict[str, Any]:  # readers never cross a process boundary
@@ -118,7 +125,7 @@ class EpochBatches:
         for epoch in range(self.first_epoch, self.first_epoch + self.epochs):
             order = epoch_order(self.n, self.seed, epoch)
             for start in range(0, self.n, BATCH_SIZE):
-                yield order[start:start + BATCH_SIZE].tolist()
+                yield order[start : start + BATCH_SIZE].tolist()
 
     def __len__(self) -> int:
         return self.epochs * -(-self.n // BATCH_SIZE)
@@ -138,6 +145,7 @@ class EpochIndices(EpochBatches):
 def collate_numpy(elements: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     """The bare loop's `np.stack`, handed over as tensors without a copy."""
     import torch
+
     return {key: torch.from_numpy(value) for key, value in stack_batch(elements).items()}
 
 
@@ -164,10 +172,12 @@ def batches(spec: RowSpec, options: TorchOptions | None = None) -> Iterator[Any]
 
     options = options or TorchOptions()
     kind = BatchedDataset if options.reads == "batch" else RecordDataset
-    dataset = kind(WORKLOADS[spec.workload], list(spec.data.array_record), list(spec.data.counts),
-                   spec.seed)
-    collate = {"numpy": collate_numpy, "numpy-shm": collate_numpy_shm,
-               "default": default_collate}[options.collate]
+    dataset = kind(
+        WORKLOADS[spec.workload], list(spec.data.array_record), list(spec.data.counts), spec.seed
+    )
+    collate = {"numpy": collate_numpy, "numpy-shm": collate_numpy_shm, "default": default_collate}[
+        options.collate
+    ]
     per_epoch = options.epochs == "per-epoch"
     sampler_epochs = 1 if per_epoch else spec.epochs
     if options.sampler == "batch":
@@ -178,9 +188,11 @@ def batches(spec: RowSpec, options: TorchOptions | None = None) -> Iterator[Any]
         order = {"sampler": sampler, "batch_size": BATCH_SIZE}
     parallel: dict[str, Any] = {}
     if spec.workers:
-        parallel = {"prefetch_factor": options.prefetch_factor,
-                    "persistent_workers": options.persistent_workers,
-                    "multiprocessing_context": options.start}
+        parallel = {
+            "prefetch_factor": options.prefetch_factor,
+            "persistent_workers": options.persistent_workers,
+            "multiprocessing_context": options.start,
+        }
     loader = DataLoader(dataset, num_workers=spec.workers, collate_fn=collate, **order, **parallel)
     for epoch in range(spec.epochs if per_epoch else 1):
         sampler.first_epoch = epoch

@@ -18,6 +18,7 @@ def load() -> None:
 def has_workers() -> bool:
     """Whether this tpufeed has the worker engine (`Dataset.workers`)."""
     import tpufeed
+
     return hasattr(tpufeed.Dataset, "workers")
 
 
@@ -26,8 +27,9 @@ def _on_record(fn: Callable[..., Any], row: dict, *rng: Any) -> Any:
     return fn(row["record"], *rng)
 
 
-def batches(spec: RowSpec, workers: int | str | None = None, prefetch: int | str = 0,
-            parquet: bool = False) -> Iterator[dict]:
+def batches(
+    spec: RowSpec, workers: int | str | None = None, prefetch: int | str = 0, parquet: bool = False
+) -> Iterator[dict]:
     import tpufeed
 
     workload = WORKLOADS[spec.workload]

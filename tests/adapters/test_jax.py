@@ -44,10 +44,12 @@ def ids(batches):
 
 # -- cases run in the 8-device child ----------------------------------------------------------
 
+
 @case
 def default_sharding_splits_the_batch_over_all_devices():
     import jax
     from jax.sharding import PartitionSpec
+
     it = make().to_jax()
     batch = next(it)
     assert jax.device_count() == 8
@@ -75,11 +77,15 @@ def named_shardings_on_a_2d_mesh():
     import jax
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
+
     mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
     rows = lambda ds: ds.map(lambda e: {"x": e["id"] * 10 + np.arange(4, dtype=np.int32)})  # noqa: E731
     expected = next(iter(make(extra=rows)))["x"]
-    for spec, shard_shape in ((P("data"), (4, 4)), (P(("data", "model")), (2, 4)),
-                              (P("data", "model"), (4, 2))):
+    for spec, shard_shape in (
+        (P("data"), (4, 4)),
+        (P(("data", "model")), (2, 4)),
+        (P("data", "model"), (4, 2)),
+    ):
         batch = next(make(extra=rows).to_jax(NamedSharding(mesh, spec)))
         assert batch["x"].shape == (16, 4) and batch["x"].sharding.spec == spec
         assert {s.data.shape for s in batch["x"].addressable_shards} == {shard_shape}, spec
@@ -90,8 +96,12 @@ def named_shardings_on_a_2d_mesh():
 def structure_of_the_batch_is_kept():
     Pair = namedtuple("Pair", "a b")
     for to_structure in (lambda e: (e["id"], [e["x"]]), lambda e: Pair(e["id"], {"x": e["x"]})):
-        ds = tpufeed.Dataset.from_sequence(list(range(16))).map(
-            lambda r: {"id": np.int32(r), "x": np.zeros(2, np.float32)}).map(to_structure).batch(8)
+        ds = (
+            tpufeed.Dataset.from_sequence(list(range(16)))
+            .map(lambda r: {"id": np.int32(r), "x": np.zeros(2, np.float32)})
+            .map(to_structure)
+            .batch(8)
+        )
         batch = next(ds.to_jax())
         first = next(iter(ds))
         assert type(batch) is type(first)
@@ -114,12 +124,13 @@ def state_counts_only_the_batches_the_loop_received():
         again = ds.to_jax(prefetch=2)
         next(again)
         again.set_state(state)
-        assert ids(again) == expected[stop * 8:]
+        assert ids(again) == expected[stop * 8 :]
 
 
 @case
 def set_state_on_a_live_iterator_drops_what_was_transferred_ahead():
     from tpufeed.errors import StateError
+
     ds = make(epochs=2, prefetch=2, extra=lambda d: d.filter(lambda e: e["id"] % 7 != 3))
     expected = ids(ds)
     it = ds.to_jax(prefetch=4)
@@ -129,7 +140,7 @@ def set_state_on_a_live_iterator_drops_what_was_transferred_ahead():
     time.sleep(0.05)  # the transfer thread runs ahead
     it.set_state(state)
     again = ids(next(it) for _ in range(2))
-    assert got + again == expected[:4 * 16]
+    assert got + again == expected[: 4 * 16]
     before = it.get_state()
     try:  # a state of another pipeline: refused, and the iterator goes on where it was
         it.set_state(make().iterator().get_state())
@@ -144,6 +155,7 @@ def set_state_on_a_live_iterator_drops_what_was_transferred_ahead():
 @case
 def a_batch_that_does_not_fit_the_sharding_is_named_before_any_transfer():
     from tpufeed.errors import InvalidArgumentError
+
     try:
         next(make(batch=6).to_jax())
     except InvalidArgumentError as e:
@@ -174,9 +186,13 @@ def leaves_jax_cannot_hold_get_a_clear_error():
     from jax.sharding import PartitionSpec as P
 
     from tpufeed.errors import BatchError, InvalidArgumentError
+
     for value in (b"raw", "text"):
-        ds = tpufeed.Dataset.from_sequence(list(range(8))).map(
-            lambda r, v=value: {"id": r, "name": v}).batch(8)
+        ds = (
+            tpufeed.Dataset.from_sequence(list(range(8)))
+            .map(lambda r, v=value: {"id": r, "name": v})
+            .batch(8)
+        )
         try:
             next(ds.to_jax())
         except BatchError as e:
@@ -221,6 +237,7 @@ def pipeline_errors_reach_the_loop_and_nothing_is_left_running():
     it.close()
     next(iter(make(epochs=None).to_jax(prefetch=2)))  # dropped without close: __del__ cleans up
     import gc
+
     gc.collect()
     deadline = time.monotonic() + 5
     while set(threading.enumerate()) - before and time.monotonic() < deadline:
@@ -252,17 +269,22 @@ def wait_fraction_tells_an_input_bound_loop_from_a_compute_bound_one():
 
 # -- the pytest side --------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def child_results() -> dict:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-           "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, __file__, "child"], env=env, capture_output=True,
-                          text=True, timeout=240)
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
+    proc = subprocess.run(
+        [sys.executable, __file__, "child"], env=env, capture_output=True, text=True, timeout=240
+    )
     marker = "RESULTS:"
     lines = [line for line in proc.stdout.splitlines() if line.startswith(marker)]
     if not lines:
         pytest.fail(f"the 8-device child failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(lines[-1][len(marker):])
+    return json.loads(lines[-1][len(marker) :])
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -273,8 +295,10 @@ def test_on_8_devices(child_results, name):
 
 
 def test_importing_tpufeed_and_iterating_imports_no_framework():
-    code = ("import sys, tpufeed; list(tpufeed.Dataset.from_sequence(list(range(8))).batch(4)); "
-            "print(sorted({'jax', 'tensorflow', 'torch'} & set(sys.modules)))")
+    code = (
+        "import sys, tpufeed; list(tpufeed.Dataset.from_sequence(list(range(8))).batch(4)); "
+        "print(sorted({'jax', 'tensorflow', 'torch'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
 

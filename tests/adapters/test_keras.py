@@ -27,8 +27,14 @@ def pipeline(epochs: int):
         x = np.array([np.sin(i), np.cos(i), i % 3, 1.0], np.float32)
         return {"x": x, "id": np.int64(i)}, np.int32(i % 2)
 
-    return tpufeed.Dataset.from_sequence(list(range(RECORDS))).shuffle(seed=7).map(element) \
-        .batch(BATCH, drop_remainder=True).repeat(epochs).prefetch(2)
+    return (
+        tpufeed.Dataset.from_sequence(list(range(RECORDS)))
+        .shuffle(seed=7)
+        .map(element)
+        .batch(BATCH, drop_remainder=True)
+        .repeat(epochs)
+        .prefetch(2)
+    )
 
 
 def train(argv: list[str]) -> None:
@@ -78,14 +84,21 @@ def train(argv: list[str]) -> None:
     inputs = {"x": keras.Input((4,), name="x"), "id": keras.Input((), dtype="int64", name="id")}
     outputs = keras.layers.Dense(2)(Spy()(inputs))
     model = keras.Model(inputs, outputs)
-    model.compile(optimizer=keras.optimizers.Adam(0.01),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     epochs_of_data = args.epochs if args.steps_per_epoch else 1
     train_ds = pipeline(epochs_of_data).to_tf()
     save_freq = args.save_freq if args.save_freq == "epoch" else int(args.save_freq)
     backup = BackupAndRestore(train_ds, args.backup, save_freq=save_freq)
-    model.fit(train_ds, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch or None,
-              callbacks=[backup, Kill()], verbose=0)
+    model.fit(
+        train_ds,
+        epochs=args.epochs,
+        steps_per_epoch=args.steps_per_epoch or None,
+        callbacks=[backup, Kill()],
+        verbose=0,
+    )
     weights = float(sum(np.abs(w).sum() for w in model.get_weights()))
     log.write(json.dumps({"weights": weights}) + "\n")
 
@@ -93,8 +106,13 @@ def train(argv: list[str]) -> None:
 def run(tmp: Path, name: str, *args: str, killed: bool = False) -> tuple[list, dict]:
     log = tmp / f"{name}.jsonl"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
-    proc = subprocess.run([sys.executable, __file__, "--log", str(log), *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--log", str(log), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if killed:
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
     else:
@@ -115,8 +133,16 @@ def expected_ids(epochs: int, steps_per_epoch: int) -> list[list[int]]:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> tuple[list, dict]:
     tmp = tmp_path_factory.mktemp("uninterrupted")
-    return run(tmp, "straight", "--backup", str(tmp / "backup"), "--steps-per-epoch", "12",
-               "--save-freq", "5")
+    return run(
+        tmp,
+        "straight",
+        "--backup",
+        str(tmp / "backup"),
+        "--steps-per-epoch",
+        "12",
+        "--save-freq",
+        "5",
+    )
 
 
 @pytest.mark.slow
@@ -126,18 +152,29 @@ def test_uninterrupted_fit_trains_on_the_pipelines_batches_in_order(uninterrupte
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("steps_per_epoch, save_freq, kill_at, saved_at", [
-    (12, "epoch", 17, 12),  # killed in epoch 2: resumes at its start, data right after step 12
-    (12, "5", 22, 20),      # backup mid-epoch: resumed epoch 2 is cut where it would have ended
-    (0, "epoch", 17, 12),   # each Keras epoch a pass of the pipeline: the next starts afresh
-])
-def test_killed_fit_resumes_on_the_batches_it_would_have_seen(tmp_path, uninterrupted,
-                                                              steps_per_epoch, save_freq,
-                                                              kill_at, saved_at):
+@pytest.mark.parametrize(
+    "steps_per_epoch, save_freq, kill_at, saved_at",
+    [
+        (12, "epoch", 17, 12),  # killed in epoch 2: resumes at its start, data right after step 12
+        (12, "5", 22, 20),  # backup mid-epoch: resumed epoch 2 is cut where it would have ended
+        (0, "epoch", 17, 12),  # each Keras epoch a pass of the pipeline: the next starts afresh
+    ],
+)
+def test_killed_fit_resumes_on_the_batches_it_would_have_seen(
+    tmp_path, uninterrupted, steps_per_epoch, save_freq, kill_at, saved_at
+):
     pytest.importorskip("keras")
     expected = expected_ids(3, steps_per_epoch)
-    common = ["--backup", str(tmp_path / "backup"), "--epochs", "3",
-              "--steps-per-epoch", str(steps_per_epoch), "--save-freq", save_freq]
+    common = [
+        "--backup",
+        str(tmp_path / "backup"),
+        "--epochs",
+        "3",
+        "--steps-per-epoch",
+        str(steps_per_epoch),
+        "--save-freq",
+        save_freq,
+    ]
     killed, _ = run(tmp_path, "killed", *common, "--kill-at", str(kill_at), killed=True)
     assert killed == expected[:kill_at]
     resumed, end = run(tmp_path, "resumed", *common)
@@ -151,7 +188,9 @@ def small_model():
     keras = pytest.importorskip("keras")
     inputs = {"x": keras.Input((4,), name="x"), "id": keras.Input((), dtype="int64", name="id")}
     model = keras.Model(inputs, keras.layers.Dense(2)(inputs["x"]))
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return model
 
 
@@ -180,13 +219,25 @@ def test_a_backup_without_data_states_is_refused(tmp_path):
 
     model = small_model()
     with pytest.raises(KeyboardInterrupt):  # Keras' own callback: the data position is lost
-        model.fit(pipeline(2).to_tf(), epochs=2, steps_per_epoch=12, verbose=0,
-                  callbacks=[keras.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq=5),
-                             Interrupt()])
+        model.fit(
+            pipeline(2).to_tf(),
+            epochs=2,
+            steps_per_epoch=12,
+            verbose=0,
+            callbacks=[
+                keras.callbacks.BackupAndRestore(str(tmp_path / "b"), save_freq=5),
+                Interrupt(),
+            ],
+        )
     train_ds = pipeline(2).to_tf()
     with pytest.raises(StateError, match=r"optimizer step 5.*tpufeed_data.json does not exist"):
-        model.fit(train_ds, epochs=2, steps_per_epoch=12, verbose=0,
-                  callbacks=[BackupAndRestore(train_ds, str(tmp_path / "b"), save_freq=5)])
+        model.fit(
+            train_ds,
+            epochs=2,
+            steps_per_epoch=12,
+            verbose=0,
+            callbacks=[BackupAndRestore(train_ds, str(tmp_path / "b"), save_freq=5)],
+        )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,11 @@ def make(n=N, batch=8, drop=False, epochs=1, structure=None):
 
 def test_element_spec_comes_from_the_first_batch():
     spec = make().to_tf().element_spec
-    assert spec == {"id": tf.TensorSpec((None,), tf.int64), "x": tf.TensorSpec((None, 2, 3), tf.float32),
-                    "name": tf.TensorSpec((None,), tf.string)}
+    assert spec == {
+        "id": tf.TensorSpec((None,), tf.int64),
+        "x": tf.TensorSpec((None, 2, 3), tf.float32),
+        "name": tf.TensorSpec((None,), tf.string),
+    }
     fixed = make(drop=True).to_tf().element_spec
     assert fixed["x"] == tf.TensorSpec((8, 2, 3), tf.float32)
 
@@ -55,15 +58,19 @@ def test_works_with_keras_model_fit():
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(2, 4)).astype(np.float32) * 3
-    points = [(centers[i % 2] + rng.normal(size=4).astype(np.float32) * 0.3, np.int32(i % 2))
-              for i in range(64)]
+    points = [
+        (centers[i % 2] + rng.normal(size=4).astype(np.float32) * 0.3, np.int32(i % 2))
+        for i in range(64)
+    ]
     epochs = 5
     tf_ds = tpufeed.Dataset.from_sequence(points).shuffle(0).batch(16).repeat(epochs).to_tf()
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
-    model.compile(optimizer=keras.optimizers.Adam(0.05), metrics=["accuracy"],
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit(tf_ds, epochs=epochs, steps_per_epoch=4, shuffle=False,
-                        verbose=0)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.05),
+        metrics=["accuracy"],
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    history = model.fit(tf_ds, epochs=epochs, steps_per_epoch=4, shuffle=False, verbose=0)
     assert history.history["accuracy"][-1] > 0.9
 
 

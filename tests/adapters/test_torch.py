@@ -23,7 +23,12 @@ N = 45
 
 
 def to_element(r):
-    return {"id": np.int64(r), "x": np.full((3,), r, np.float32), "flag": r % 2 == 0, "name": f"r{r}"}
+    return {
+        "id": np.int64(r),
+        "x": np.full((3,), r, np.float32),
+        "flag": r % 2 == 0,
+        "name": f"r{r}",
+    }
 
 
 def make(n=N, batch=4, epochs=1, host=0, hosts=1):
@@ -54,8 +59,11 @@ def test_dataloader_workers_take_disjoint_shares(hosts, num_workers):
     epochs = 2
     delivered: list[int] = []
     for host in range(hosts):
-        loader = DataLoader(make(epochs=epochs, host=host, hosts=hosts).to_torch(), batch_size=None,
-                            num_workers=num_workers)
+        loader = DataLoader(
+            make(epochs=epochs, host=host, hosts=hosts).to_torch(),
+            batch_size=None,
+            num_workers=num_workers,
+        )
         delivered += ids(loader)
     assert sorted(delivered) == sorted(list(range(N)) * epochs)
 
@@ -66,8 +74,10 @@ def test_dataloader_workers_deliver_the_batches_of_num_workers_0_in_order(num_wo
     """Batches cut from a fixed number of records: worker w makes batches w, w+W, ..."""
     ds = make(epochs=2)
     expected = [b["id"].tolist() for b in DataLoader(ds.to_torch(), batch_size=None)]
-    got = [b["id"].tolist() for b in DataLoader(ds.to_torch(), batch_size=None,
-                                                 num_workers=num_workers)]
+    got = [
+        b["id"].tolist()
+        for b in DataLoader(ds.to_torch(), batch_size=None, num_workers=num_workers)
+    ]
     assert got == expected == [b["id"].tolist() for b in ds]
 
 
@@ -76,10 +86,11 @@ def test_dataloader_workers_batch_their_own_shares_where_a_filter_decides_the_co
     """README: after a filter each worker filters and batches every W-th record of the host's
     stream, so the same records come in other batches, with a short batch per worker."""
     ds = tpufeed.Dataset.from_sequence(list(range(10))).filter(lambda r: r != 5).batch(4)
-    got = {w: [b.tolist() for b in DataLoader(ds.to_torch(), batch_size=None, num_workers=w)]
-           for w in (0, 2)}
-    assert got == {0: [[0, 1, 2, 3], [4, 6, 7, 8], [9]],
-                   2: [[0, 2, 4, 6], [1, 3, 7, 9], [8]]}
+    got = {
+        w: [b.tolist() for b in DataLoader(ds.to_torch(), batch_size=None, num_workers=w)]
+        for w in (0, 2)
+    }
+    assert got == {0: [[0, 1, 2, 3], [4, 6, 7, 8], [9]], 2: [[0, 2, 4, 6], [1, 3, 7, 9], [8]]}
 
 
 @pytest.mark.parametrize("stop", [0, 1, 5, 12, 17])  # 12 batches an epoch
@@ -161,8 +172,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def run_forked_workers(cases: list[tuple[str, str, object]]) -> dict[str, list[str]]:
     """{case name: the records a DataLoader with 2 forked workers delivered, as text}."""
-    proc = subprocess.run([sys.executable, "-c", _FORKED_WORKERS, json.dumps(cases)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORKED_WORKERS, json.dumps(cases)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -186,11 +202,16 @@ def test_dataloader_workers_forked_after_the_parent_read_deliver_every_source_ex
             writer.write(r)
         writer.close()
         write_tfrecords(tmp_path / f"ours-{s}.tfrecord", part)
-    cases = [("array_record (ours)", "array_record", str(tmp_path / "ours-*.array_record")),
-             ("array_record (array_record's writer)", "array_record",
-              str(tmp_path / "theirs-*.array_record")),
-             ("tfrecord (ours)", "tfrecord", str(tmp_path / "ours-*.tfrecord")),
-             ("sequence", "sequence", n)]
+    cases = [
+        ("array_record (ours)", "array_record", str(tmp_path / "ours-*.array_record")),
+        (
+            "array_record (array_record's writer)",
+            "array_record",
+            str(tmp_path / "theirs-*.array_record"),
+        ),
+        ("tfrecord (ours)", "tfrecord", str(tmp_path / "ours-*.tfrecord")),
+        ("sequence", "sequence", n),
+    ]
     tf = pytest.importorskip("tensorflow")
     for s, part in enumerate(parts):
         with tf.io.TFRecordWriter(str(tmp_path / f"tf-{s}.tfrecord")) as writer:
@@ -202,8 +223,10 @@ def test_dataloader_workers_forked_after_the_parent_read_deliver_every_source_ex
         make_dataset(folder, [[{"id": i} for i in range(s, n, 3)] for s in range(3)], file_format)
         cases.append((f"dataset folder ({file_format})", "dataset", str(folder)))
     got = run_forked_workers(cases)
-    expected = {name: sorted(str(i) if kind == "dataset" else records[i].hex() for i in range(n))
-                for name, kind, _ in cases}
+    expected = {
+        name: sorted(str(i) if kind == "dataset" else records[i].hex() for i in range(n))
+        for name, kind, _ in cases
+    }
     assert {name: sorted(keys) for name, keys in got.items()} == expected
 
 
@@ -212,7 +235,8 @@ def test_dataloader_workers_forked_after_the_parent_read_deliver_every_source_ex
 @pytest.mark.emulator
 @pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
 def test_dataloader_workers_forked_after_the_parent_read_deliver_gcs_shards_exactly(
-        gcs, bucket, upload, file_format):
+    gcs, bucket, upload, file_format
+):
     url, records = upload_shards(upload, bucket, "ds", 3, 40, file_format)
     got = run_forked_workers([("gs", file_format, url)])["gs"]
     assert sorted(got) == sorted(r.hex() for r in records)

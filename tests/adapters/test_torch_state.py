@@ -67,9 +67,13 @@ def no_leaked_processes():
 
 
 def loader(data, num_workers, every=1):
-    return StatefulDataLoader(data, batch_size=None, num_workers=num_workers,
-                              snapshot_every_n_steps=every,
-                              multiprocessing_context="fork" if num_workers else None)
+    return StatefulDataLoader(
+        data,
+        batch_size=None,
+        num_workers=num_workers,
+        snapshot_every_n_steps=every,
+        multiprocessing_context="fork" if num_workers else None,
+    )
 
 
 def stop_and_resume(kind, num_workers, stop, every=1):
@@ -86,7 +90,8 @@ def stop_and_resume(kind, num_workers, stop, every=1):
 
 
 STOPS = [("fixed", stop) for stop in (0, 1, 5, 11, 12, 13, 23, 24)] + [
-    ("filter", stop) for stop in (0, 1, 7, 8, 9, 15, 16)]  # epoch 2 starts at 12 and 8
+    ("filter", stop) for stop in (0, 1, 7, 8, 9, 15, 16)
+]  # epoch 2 starts at 12 and 8
 
 
 @pytest.mark.parametrize("kind,stop", STOPS)
@@ -96,9 +101,19 @@ def test_stateful_dataloader_resumes_exactly_without_workers(kind, stop, no_leak
 
 @pytest.mark.multiprocess
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
-@pytest.mark.parametrize("kind,stop", [("fixed", 0), ("fixed", 5), ("fixed", 12), ("fixed", 13),
-                                       ("fixed", 23), ("filter", 1), ("filter", 8),
-                                       ("filter", 15)])
+@pytest.mark.parametrize(
+    "kind,stop",
+    [
+        ("fixed", 0),
+        ("fixed", 5),
+        ("fixed", 12),
+        ("fixed", 13),
+        ("fixed", 23),
+        ("filter", 1),
+        ("filter", 8),
+        ("filter", 15),
+    ],
+)
 def test_stateful_dataloader_resumes_exactly_with_2_workers(kind, stop, no_leaked_processes):
     """Workers run ahead (prefetch_factor 2 each); the state is what the loop received."""
     assert stop_and_resume(kind, 2, stop) == uninterrupted(kind, 2)
@@ -141,7 +156,8 @@ def test_a_plain_state_continues_under_any_num_workers(num_workers, no_leaked_pr
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("stop", [13])
 def test_set_state_on_a_live_iterator_with_tpufeed_workers_delivers_nothing_stale(
-        stop, no_leaked_processes):
+    stop, no_leaked_processes
+):
     expected = ids(make())
     it = iter(make().workers(2).prefetch(3).to_torch())
     head = ids(next(it) for _ in range(stop))

@@ -34,7 +34,9 @@ def _whole(files: list[InputFile]) -> list[tuple[int, str, object]]:
 def _same(a, b) -> None:
     assert [(i, o) for i, o, _ in a] == [(i, o) for i, o, _ in b]
     for (_, _, x), (_, _, y) in zip(a, b):
-        assert (str(x) if isinstance(x, Malformed) else x) == (str(y) if isinstance(y, Malformed) else y)
+        assert (str(x) if isinstance(x, Malformed) else x) == (
+            str(y) if isinstance(y, Malformed) else y
+        )
 
 
 @pytest.mark.parametrize("block_bytes", [1, 7, 30, 64, 1 << 20])
@@ -67,8 +69,11 @@ def test_a_quoted_line_break_in_a_csv_read_in_blocks_is_refused_by_line(tmp_path
     (tmp_path / "a.csv").write_text('id,text\n1,plain\n2,"two\nlines"\n3,plain\n' + "4,x\n" * 20)
     files = expand_inputs([str(tmp_path / "a.csv")])
     assert [r for _, _, r in _by_blocks(files, 1 << 20)][1] == {"id": "2", "text": "two\nlines"}
-    with pytest.raises(SourceError, match=r"a\.csv \(line 2 of the block from byte 16\): a quoted "
-                                          "field holds a line break"):
+    with pytest.raises(
+        SourceError,
+        match=r"a\.csv \(line 2 of the block from byte 16\): a quoted "
+        "field holds a line break",
+    ):
         _by_blocks(files, 16)  # the count pass meets it, before line numbers are known
     blocks = plan_blocks(files, 16)
     starts = file_starts(blocks, {b.id: count_block(b) for b in blocks[:1]})
@@ -80,8 +85,9 @@ def test_array_record_and_image_blocks_are_index_ranges(tmp_path):
     from tpufeed import codec
     from tpufeed.sources.array_record import write_array_records
 
-    write_array_records(str(tmp_path / "r.array_record"),
-                        [codec.encode({"i": np.int64(i)}) for i in range(300)])
+    write_array_records(
+        str(tmp_path / "r.array_record"), [codec.encode({"i": np.int64(i)}) for i in range(300)]
+    )
     files = expand_inputs([str(tmp_path / "r.array_record")])
     assert [b.count for b in plan_blocks(files, 1 << 30)] == [300]
     blocks = plan_blocks(files, 1 << 12)

@@ -16,12 +16,23 @@ from tpufeed.errors import InvalidArgumentError
 
 def _cli(tmp_path, capsys, *args: str) -> tuple[int, str]:
     (tmp_path / "in.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
-    code = cli.main(["build", "-q", "--input", str(tmp_path / "in.jsonl"), "--output",
-                     str(tmp_path / "out"), *args])
+    code = cli.main(
+        [
+            "build",
+            "-q",
+            "--input",
+            str(tmp_path / "in.jsonl"),
+            "--output",
+            str(tmp_path / "out"),
+            *args,
+        ]
+    )
     return code, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("runner", ["DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"])
+@pytest.mark.parametrize(
+    "runner", ["DaskRunner", "apache_beam.runners.dask.dask_runner.DaskRunner"]
+)
 def test_dask_runner_is_refused_in_one_line_with_the_reason(tmp_path, capsys, runner):
     code, err = _cli(tmp_path, capsys, "--runner", runner)
     assert code == 2 and err.count("\n") == 1
@@ -40,8 +51,17 @@ def test_summaries_that_miss_records_fail_before_the_manifest(tmp_path):
     """A runner that drops a step's tagged outputs leaves summaries short of the shards."""
     from tpufeed.beam.write_shards import _Finalize
 
-    shards = [{"index": 0, "path": "data-00000-of-00001.array_record", "num_records": 5,
-               "num_bytes": 10, "crc32c": 0, "kinds": [0], "summary": {}}]
+    shards = [
+        {
+            "index": 0,
+            "path": "data-00000-of-00001.array_record",
+            "num_records": 5,
+            "num_bytes": 10,
+            "crc32c": 0,
+            "kinds": [0],
+            "summary": {},
+        }
+    ]
     finalize = _Finalize(str(tmp_path / "ds"), "b1", 1, {"format": "array_record"}, True)
     with pytest.raises(tpufeed.TpufeedError, match="summaries cover 0 records, the shards hold 5"):
         list(finalize.process(None, shards, [], [], []))
@@ -50,12 +70,15 @@ def test_summaries_that_miss_records_fail_before_the_manifest(tmp_path):
     assert not (tmp_path / "ds" / "manifest.json").exists()
 
 
-@pytest.mark.parametrize("args, match", [
-    (["--direct_running_mode=multi_threading"], "multi_threading mode loses records"),
-    (["--direct_num_workers=2", "--direct_running_mode=multi_threading"], "loses records"),
-    (["--direct_num_workers=2"], "without --direct_running_mode=multi_processing"),
-    (["--direct_num_workers=2", "--direct_running_mode=in_memory"], "on threads"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--direct_running_mode=multi_threading"], "multi_threading mode loses records"),
+        (["--direct_num_workers=2", "--direct_running_mode=multi_threading"], "loses records"),
+        (["--direct_num_workers=2"], "without --direct_running_mode=multi_processing"),
+        (["--direct_num_workers=2", "--direct_running_mode=in_memory"], "on threads"),
+    ],
+)
 def test_modes_that_lose_records_are_refused_with_the_reason(tmp_path, capsys, args, match):
     code, err = _cli(tmp_path, capsys, *args)
     assert code == 2 and match in err and "--workers N" in err
@@ -102,6 +125,7 @@ class _Result:
         class Query:
             def query(self, _):
                 return {"counters": counters}
+
         return Query()
 
 
@@ -110,23 +134,33 @@ _MANIFEST = {"num_records": 8, "build": {"records_in": 10}}
 
 def test_counts_that_disagree_with_the_steps_remove_the_manifest(tmp_path):
     (tmp_path / "manifest.json").write_text("{}")
-    counters = [_Counter("records_in", 10), _Counter("records_out", 9),
-                _Counter("records_written", 8)]
-    with pytest.raises(tpufeed.TpufeedError, match="records_out: steps counted 9, the manifest "
-                                                   "has 8"):
+    counters = [
+        _Counter("records_in", 10),
+        _Counter("records_out", 9),
+        _Counter("records_written", 8),
+    ]
+    with pytest.raises(
+        tpufeed.TpufeedError, match="records_out: steps counted 9, the manifest has 8"
+    ):
         check_counts(_Result(counters), _MANIFEST, str(tmp_path), "FnApiRunner")
     assert not (tmp_path / "manifest.json").exists()
     counters[1] = _Counter("records_out", 8)
     check_counts(_Result(counters), _MANIFEST, str(tmp_path), "FnApiRunner")
 
 
-@pytest.mark.parametrize("result", [
-    _Result(error=NotImplementedError("no metrics")), _Result([]),
-    _Result([_Counter("records_in", 10), _Counter("records_out", 8)]),
-])
+@pytest.mark.parametrize(
+    "result",
+    [
+        _Result(error=NotImplementedError("no metrics")),
+        _Result([]),
+        _Result([_Counter("records_in", 10), _Counter("records_out", 8)]),
+    ],
+)
 def test_a_runner_without_metrics_fails_the_build(tmp_path, result):
     (tmp_path / "manifest.json").write_text("{}")
-    with pytest.raises(tpufeed.TpufeedError, match="the runner SomeRunner reported no .*counter, "
-                                                   "so tpufeed cannot check"):
+    with pytest.raises(
+        tpufeed.TpufeedError,
+        match="the runner SomeRunner reported no .*counter, so tpufeed cannot check",
+    ):
         check_counts(result, _MANIFEST, str(tmp_path), "SomeRunner")
     assert not (tmp_path / "manifest.json").exists()

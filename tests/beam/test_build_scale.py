@@ -30,7 +30,9 @@ def expand(record, rng):
 def _inputs(tmp_path) -> list[str]:
     with open(tmp_path / "a.jsonl", "w") as f:
         for i in range(90):
-            f.write(json.dumps({"id": i, "text": "w" * (i % 17)}) + ("\n\n" if i % 11 == 0 else "\n"))
+            f.write(
+                json.dumps({"id": i, "text": "w" * (i % 17)}) + ("\n\n" if i % 11 == 0 else "\n")
+            )
     with open(tmp_path / "b.csv", "w") as f:
         f.write("id,text\n" + "".join(f"{i},c{'x' * (i % 5)}\n" for i in range(90, 150)))
     (tmp_path / "t.py").write_text(_TRANSFORM)
@@ -44,9 +46,15 @@ def _cast(record: dict) -> dict:
 def _build(tmp_path, name: str, **kwargs) -> dict[str, bytes]:
     (tmp_path / "cast.py").write_text("def cast(r):\n    return dict(r, id=int(r['id']))\n")
     out = tmp_path / name
-    build(BuildConfig(inputs=tuple(_inputs(tmp_path)), output=str(out), num_shards=4,
-                      transforms=(f"{tmp_path / 'cast.py'}:cast", f"{tmp_path / 't.py'}:expand"),
-                      **kwargs))
+    build(
+        BuildConfig(
+            inputs=tuple(_inputs(tmp_path)),
+            output=str(out),
+            num_shards=4,
+            transforms=(f"{tmp_path / 'cast.py'}:cast", f"{tmp_path / 't.py'}:expand"),
+            **kwargs,
+        )
+    )
     files = {}
     for entry in sorted(os.listdir(out)):
         with open(out / entry, "rb") as f:
@@ -76,9 +84,13 @@ def test_many_small_blocks_give_the_shards_of_one_block(tmp_path):
     whole = _build(tmp_path, "whole")
     small = _build(tmp_path, "small", block_bytes=40)  # about one line a block
     assert small == whole
-    assert sorted(whole) == ["data-00000-of-00004.array_record", "data-00001-of-00004.array_record",
-                             "data-00002-of-00004.array_record", "data-00003-of-00004.array_record",
-                             "manifest.json"]  # no temporary left
+    assert sorted(whole) == [
+        "data-00000-of-00004.array_record",
+        "data-00001-of-00004.array_record",
+        "data-00002-of-00004.array_record",
+        "data-00003-of-00004.array_record",
+        "manifest.json",
+    ]  # no temporary left
     _check_order_and_balance(tmp_path / "small")
 
 
@@ -94,18 +106,35 @@ def test_two_worker_processes_give_the_shards_of_one(tmp_path):
 def test_a_shard_too_large_for_a_worker_is_refused_early_with_the_numbers(tmp_path, capsys):
     with open(tmp_path / "in.jsonl", "w") as f:
         f.write(('{"text": "%s"}\n' % ("x" * 1000)) * 2200)  # about 2.1 MB
-    code = cli.main(["build", "-q", "--input", str(tmp_path / "in.jsonl"), "--output",
-                     str(tmp_path / "out"), "--num-shards", "1", "--max-shard-mb", "1"])
+    code = cli.main(
+        [
+            "build",
+            "-q",
+            "--input",
+            str(tmp_path / "in.jsonl"),
+            "--output",
+            str(tmp_path / "out"),
+            "--num-shards",
+            "1",
+            "--max-shard-mb",
+            "1",
+        ]
+    )
     err = capsys.readouterr().err
-    assert code == 2 and "2 MB of input in 1 shards is about 2 MB a shard, more than the 1 MB" in err
+    assert (
+        code == 2 and "2 MB of input in 1 shards is about 2 MB a shard, more than the 1 MB" in err
+    )
     assert "pass --num-shards 3" in err and not (tmp_path / "out").exists()
 
 
 def test_the_default_shard_count_follows_the_input_size():
     assert suggest_num_shards(0) == 1 and suggest_num_shards(100 << 20) == 1
     assert suggest_num_shards(1 << 40) == 4096  # 1 TB: shards of 256 MB
-    with pytest.raises(InvalidArgumentError, match=r"1,024.0 GB of input in 64 shards is about "
-                                                   r"16.0 GB a shard.*--num-shards 4096"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"1,024.0 GB of input in 64 shards is about "
+        r"16.0 GB a shard.*--num-shards 4096",
+    ):
         check_shard_size(1 << 40, 64, 2 << 30, "gs://b/ds")  # the README's old example
     check_shard_size(1 << 40, 4096, 2 << 30, "gs://b/ds")
 
@@ -118,13 +147,24 @@ def test_default_build_writes_one_shard_for_a_small_input(tmp_path):
 
 def test_a_failed_rebuild_leaves_no_manifest_and_no_partial_shard(tmp_path):
     (tmp_path / "in.jsonl").write_text("".join(f'{{"id": {i}}}\n' for i in range(40)))
-    build(BuildConfig(inputs=(str(tmp_path / "in.jsonl"),), output=str(tmp_path / "o"),
-                      num_shards=2))
-    (tmp_path / "t.py").write_text("def f(r):\n    if r['id'] == 33:\n        raise ValueError('no')\n"
-                                   "    return r\n")
-    with pytest.raises(TransformError, match=r"in\.jsonl line 34: --transform .* raised ValueError: no"):
-        build(BuildConfig(inputs=(str(tmp_path / "in.jsonl"),), output=str(tmp_path / "o"),
-                          num_shards=2, transforms=(f"{tmp_path / 't.py'}:f",), overwrite=True,
-                          block_bytes=64))
+    build(
+        BuildConfig(inputs=(str(tmp_path / "in.jsonl"),), output=str(tmp_path / "o"), num_shards=2)
+    )
+    (tmp_path / "t.py").write_text(
+        "def f(r):\n    if r['id'] == 33:\n        raise ValueError('no')\n    return r\n"
+    )
+    with pytest.raises(
+        TransformError, match=r"in\.jsonl line 34: --transform .* raised ValueError: no"
+    ):
+        build(
+            BuildConfig(
+                inputs=(str(tmp_path / "in.jsonl"),),
+                output=str(tmp_path / "o"),
+                num_shards=2,
+                transforms=(f"{tmp_path / 't.py'}:f",),
+                overwrite=True,
+                block_bytes=64,
+            )
+        )
     assert not any("tpufeed-tmp" in n for n in os.listdir(tmp_path / "o"))
     assert "manifest.json" not in os.listdir(tmp_path / "o")

@@ -33,8 +33,10 @@ def test_rank_outside_the_dataset_is_refused():
 
 def test_order_keys_sort_like_tuples():
     rng = random.Random(0)
-    keys = [tuple(rng.randrange(0, 2**rng.choice([3, 20, 64])) for _ in range(rng.randint(1, 3)))
-            for _ in range(500)]
+    keys = [
+        tuple(rng.randrange(0, 2 ** rng.choice([3, 20, 64])) for _ in range(rng.randint(1, 3)))
+        for _ in range(500)
+    ]
     assert sorted(keys, key=ranking.order_key) == sorted(keys)
     assert ranking.order_key(5) == ranking.order_key((5,))
     assert ranking.order_key(b"\x01") == b"\x01"

@@ -15,9 +15,14 @@ def _records(n: int = 40) -> list[dict]:
     rng = np.random.default_rng(0)
     out = []
     for i in range(n):
-        record = {"image": np.zeros((int(rng.integers(2, 6)), 4, 3), np.uint8),
-                  "tokens": np.arange(int(rng.integers(0, 30)), dtype=np.int32),
-                  "label": i % 3, "text": "x" * (i % 7), "blob": b"y" * i, "score": i / 2}
+        record = {
+            "image": np.zeros((int(rng.integers(2, 6)), 4, 3), np.uint8),
+            "tokens": np.arange(int(rng.integers(0, 30)), dtype=np.int32),
+            "label": i % 3,
+            "text": "x" * (i % 7),
+            "blob": b"y" * i,
+            "score": i / 2,
+        }
         if i % 4 == 0:
             record["extra"] = True
         out.append(record)
@@ -33,8 +38,14 @@ def _summary(records: list[dict]) -> RecordSummary:
 
 def test_schema_names_types_shapes_and_ragged_dims():
     schema = _summary(_records()).schema()
-    assert schema["image"] == {"type": "ndarray", "dtype": "uint8", "shape": [None, 4, 3],
-                               "ragged_dims": [0], "present": 40, "optional": False}
+    assert schema["image"] == {
+        "type": "ndarray",
+        "dtype": "uint8",
+        "shape": [None, 4, 3],
+        "ragged_dims": [0],
+        "present": 40,
+        "optional": False,
+    }
     assert schema["tokens"]["shape"] == [None] and schema["tokens"]["dtype"] == "int32"
     assert schema["label"]["type"] == "int" and schema["score"]["type"] == "float"
     assert schema["text"]["type"] == "str" and schema["blob"]["type"] == "bytes"
@@ -43,13 +54,21 @@ def test_schema_names_types_shapes_and_ragged_dims():
 
 
 def test_fixed_shape_varying_ndim_and_mixed_types():
-    summary = _summary([{"a": np.zeros((2, 3)), "b": np.zeros(2), "c": 1},
-                        {"a": np.ones((2, 3)), "b": np.zeros((2, 2)), "c": "one"}])
+    summary = _summary(
+        [
+            {"a": np.zeros((2, 3)), "b": np.zeros(2), "c": 1},
+            {"a": np.ones((2, 3)), "b": np.zeros((2, 2)), "c": "one"},
+        ]
+    )
     schema = summary.schema()
     assert schema["a"]["shape"] == [2, 3] and schema["a"]["ragged_dims"] == []
     assert schema["b"]["shape"] is None and schema["b"]["ndims"] == [1, 2]
-    assert schema["c"] == {"type": "mixed", "types": ["int", "str"], "present": 2,
-                           "optional": False}
+    assert schema["c"] == {
+        "type": "mixed",
+        "types": ["int", "str"],
+        "present": 2,
+        "optional": False,
+    }
 
 
 def test_length_statistics_for_packing():
@@ -57,8 +76,12 @@ def test_length_statistics_for_packing():
     stats = _summary(records).statistics()
     tokens = [r["tokens"].size for r in records]
     got = stats["keys"]["tokens"]["length"]
-    assert (got["count"], got["min"], got["max"], got["sum"]) == (40, min(tokens), max(tokens),
-                                                                  sum(tokens))
+    assert (got["count"], got["min"], got["max"], got["sum"]) == (
+        40,
+        min(tokens),
+        max(tokens),
+        sum(tokens),
+    )
     assert sum(row[2] for row in got["histogram"]) == 40
     for lo, hi, n in got["histogram"]:
         assert n == sum(lo <= t <= hi for t in tokens)
@@ -86,8 +109,12 @@ def test_raw_bytes_records_have_sizes_only():
     for n in (0, 1, 5, 1000):
         summary.add(None, n)
     assert summary.schema() == {}
-    assert summary.statistics()["record_bytes"]["histogram"] == [[0, 0, 1], [1, 1, 1], [4, 7, 1],
-                                                                 [512, 1023, 1]]
+    assert summary.statistics()["record_bytes"]["histogram"] == [
+        [0, 0, 1],
+        [1, 1, 1],
+        [4, 7, 1],
+        [512, 1023, 1],
+    ]
 
 
 def test_length_stats_round_trip_and_empty():

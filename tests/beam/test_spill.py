@@ -54,8 +54,9 @@ def test_a_damaged_or_missing_chunk_fails_naming_the_file(tmp_path):
 
 def _input(tmp_path) -> str:
     path = tmp_path / "in.jsonl"
-    path.write_text("".join(json.dumps({"id": i, "text": "t" * (i % 9)}) + "\n"
-                            for i in range(300)))
+    path.write_text(
+        "".join(json.dumps({"id": i, "text": "t" * (i % 9)}) + "\n" for i in range(300))
+    )
     return str(path)
 
 
@@ -68,13 +69,17 @@ def test_a_build_spills_its_chunks_and_leaves_none(tmp_path, monkeypatch):
         write(path, datas, kinds)
 
     monkeypatch.setattr(spill, "write_chunk", noting)  # the in-process runner's steps see it
-    summary = build(BuildConfig(inputs=(_input(tmp_path),), output=str(tmp_path / "o"),
-                                num_shards=3, block_bytes=1000))
+    summary = build(
+        BuildConfig(
+            inputs=(_input(tmp_path),), output=str(tmp_path / "o"), num_shards=3, block_bytes=1000
+        )
+    )
     assert summary["records_out"] == 300
     assert len(spilled) > 3 and all(".tpufeed-tmp-" in p for p in spilled)  # many small blocks
     assert not any(os.path.exists(p) for p in spilled)
-    assert sorted(os.listdir(tmp_path / "o")) == [f"data-0000{i}-of-00003.array_record"
-                                                  for i in range(3)] + ["manifest.json"]
+    assert sorted(os.listdir(tmp_path / "o")) == [
+        f"data-0000{i}-of-00003.array_record" for i in range(3)
+    ] + ["manifest.json"]
 
 
 def test_a_build_that_fails_after_spilling_removes_its_chunks(tmp_path, monkeypatch):

@@ -23,8 +23,11 @@ def _records(n: int) -> list[dict]:
 
 def write(output, records, num_shards, file_format="array_record", **kwargs) -> dict:
     with beam.Pipeline(runner=in_process_runner()) as p:
-        (p | beam.Create(records, reshuffle=False)
-           | WriteShards(str(output), num_shards=num_shards, format=file_format, **kwargs))
+        (
+            p
+            | beam.Create(records, reshuffle=False)
+            | WriteShards(str(output), num_shards=num_shards, format=file_format, **kwargs)
+        )
     with open(os.path.join(output, "manifest.json")) as f:
         return json.load(f)
 
@@ -50,7 +53,8 @@ def test_shards_are_balanced_and_hold_every_record_once(tmp_path, num_shards, n)
     assert max(counts) - min(counts) <= 1
     assert sorted(_labels(tmp_path / "ds")) == list(range(n))
     assert sorted(os.listdir(tmp_path / "ds")) == sorted(
-        [s["path"] for s in manifest["shards"]] + ["manifest.json"])  # no temporaries left
+        [s["path"] for s in manifest["shards"]] + ["manifest.json"]
+    )  # no temporaries left
 
 
 def test_contents_depend_on_the_records_only(tmp_path):
@@ -76,8 +80,14 @@ def test_manifest_contents(tmp_path):
     assert manifest["format"] == "tpufeed-dataset" and manifest["format_version"] == 1
     assert manifest["tpufeed_version"] == tpufeed.__version__
     assert manifest["record_format"] == "tpufeed.codec" and manifest["codec_version"] == 1
-    assert manifest["schema"]["x"] == {"type": "ndarray", "dtype": "int64", "shape": [None],
-                                       "ragged_dims": [0], "present": 12, "optional": False}
+    assert manifest["schema"]["x"] == {
+        "type": "ndarray",
+        "dtype": "int64",
+        "shape": [None],
+        "ragged_dims": [0],
+        "present": 12,
+        "optional": False,
+    }
     assert manifest["statistics"]["keys"]["x"]["length"]["max"] == 4
     assert manifest["build"]["num_shards"] == 2 and manifest["build"]["note"] == "hello"
     for shard in manifest["shards"]:
@@ -108,14 +118,19 @@ def test_rebuilding_replaces_the_dataset_and_its_stale_shards(tmp_path):
     write(tmp_path / "ds", _records(10), 4)
     manifest = write(tmp_path / "ds", _records(6), 2)
     assert sorted(os.listdir(tmp_path / "ds")) == sorted(
-        [s["path"] for s in manifest["shards"]] + ["manifest.json"])
+        [s["path"] for s in manifest["shards"]] + ["manifest.json"]
+    )
     assert sorted(_labels(tmp_path / "ds")) == list(range(6))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"num_shards": 0}, "num_shards"), ({"num_shards": 2, "format": "parquet"}, "format"),
-    ({"num_shards": 1, "prefix": "../x"}, "prefix"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_shards": 0}, "num_shards"),
+        ({"num_shards": 2, "format": "parquet"}, "format"),
+        ({"num_shards": 1, "prefix": "../x"}, "prefix"),
+    ],
+)
 def test_bad_arguments_are_refused_when_the_transform_is_made(tmp_path, kwargs, match):
     with pytest.raises(InvalidArgumentError, match=match):
         WriteShards(str(tmp_path), **kwargs)

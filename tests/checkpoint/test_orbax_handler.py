@@ -41,8 +41,12 @@ def pipeline(shard: bool = False) -> tpufeed.Dataset:
     """A filtered pipeline: how many records each host keeps depends on the data."""
     ds = tpufeed.Dataset.from_sequence(list(range(N))).shuffle(SEED)
     ds = ds.shard() if shard else ds
-    return (ds.map(lambda r: {"id": np.int32(r)}).filter(lambda e: kept(int(e["id"])))
-            .batch(BATCH).repeat(EPOCHS))
+    return (
+        ds.map(lambda r: {"id": np.int32(r)})
+        .filter(lambda e: kept(int(e["id"])))
+        .batch(BATCH)
+        .repeat(EPOCHS)
+    )
 
 
 def ids_of(batches: list) -> list[list[int]]:
@@ -51,23 +55,35 @@ def ids_of(batches: list) -> list[list[int]]:
 
 # -- one process: CheckpointManager with a model and the data side by side ---------------------
 
+
 def _manager(path: Path):
     import orbax.checkpoint as ocp
+
     return ocp.CheckpointManager(path)
 
 
 def _save(path: Path, step: int, model: dict, it) -> None:
     import orbax.checkpoint as ocp
+
     with _manager(path) as mgr:
-        mgr.save(step, args=ocp.args.Composite(model=ocp.args.StandardSave(model),
-                                               data=tpufeed.checkpoint.CheckpointSave(it)))
+        mgr.save(
+            step,
+            args=ocp.args.Composite(
+                model=ocp.args.StandardSave(model), data=tpufeed.checkpoint.CheckpointSave(it)
+            ),
+        )
 
 
 def _restore(path: Path, model: dict, it):
     import orbax.checkpoint as ocp
+
     with _manager(path) as mgr:
-        return mgr.restore(mgr.latest_step(), args=ocp.args.Composite(
-            model=ocp.args.StandardRestore(model), data=tpufeed.checkpoint.CheckpointRestore(it)))
+        return mgr.restore(
+            mgr.latest_step(),
+            args=ocp.args.Composite(
+                model=ocp.args.StandardRestore(model), data=tpufeed.checkpoint.CheckpointRestore(it)
+            ),
+        )
 
 
 ITERATORS = {"iter": lambda ds: iter(ds), "to_jax": lambda ds: ds.to_jax(prefetch=2, uneven="pad")}
@@ -81,8 +97,10 @@ def test_manager_saves_model_and_data_and_a_new_iterator_continues_exactly(tmp_p
     it = ITERATORS[kind](pipeline())
     before = ids_of([next(it) for _ in range(SAVE_AT)])
     _save(tmp_path, SAVE_AT, {"w": jnp.arange(3.0)}, it)
-    assert json.loads((tmp_path / str(SAVE_AT) / "data" / "process_0-of-1.json").read_text()) \
+    assert (
+        json.loads((tmp_path / str(SAVE_AT) / "data" / "process_0-of-1.json").read_text())
         == it.get_state()
+    )
     it.close()
 
     fresh = ITERATORS[kind](pipeline())
@@ -132,8 +150,9 @@ def test_any_object_with_get_state_and_set_state_round_trips(tmp_path):
     with _manager(tmp_path) as mgr:
         mgr.save(1, args=ocp.args.Composite(data=tpufeed.checkpoint.CheckpointSave(Counter(7))))
     with _manager(tmp_path) as mgr:
-        back = mgr.restore(1, args=ocp.args.Composite(
-            data=tpufeed.checkpoint.CheckpointRestore(Counter(0))))
+        back = mgr.restore(
+            1, args=ocp.args.Composite(data=tpufeed.checkpoint.CheckpointRestore(Counter(0)))
+        )
     assert back.data.n == 7
 
 
@@ -143,23 +162,27 @@ def test_restore_from_an_item_saved_by_another_handler_names_the_directory(tmp_p
     with _manager(tmp_path) as mgr:
         mgr.save(1, args=ocp.args.Composite(data=ocp.args.JsonSave({"not": "a state"})))
     with _manager(tmp_path) as mgr, pytest.raises(tpufeed.StateError) as e:
-        mgr.restore(1, args=ocp.args.Composite(
-            data=tpufeed.checkpoint.CheckpointRestore(iter(pipeline()))))
+        mgr.restore(
+            1, args=ocp.args.Composite(data=tpufeed.checkpoint.CheckpointRestore(iter(pipeline())))
+        )
     assert str(tmp_path / "1" / "data") in str(e.value) and "CheckpointSave" in str(e.value)
 
 
-@pytest.mark.parametrize("arg, method", [("CheckpointSave", "get_state"),
-                                         ("CheckpointRestore", "set_state")])
+@pytest.mark.parametrize(
+    "arg, method", [("CheckpointSave", "get_state"), ("CheckpointRestore", "set_state")]
+)
 def test_args_refuse_an_object_that_is_not_an_iterator(arg, method):
     with pytest.raises(tpufeed.InvalidArgumentError, match=f"{method}.*got list"):
         getattr(tpufeed.checkpoint, arg)([1, 2])
 
 
 def test_importing_tpufeed_imports_no_orbax_and_a_missing_orbax_names_the_extra():
-    code = ("import sys; import tpufeed, tpufeed.checkpoint; "
-            "print(sorted({'jax', 'orbax'} & set(sys.modules))); sys.modules['orbax'] = None\n"
-            "try: tpufeed.checkpoint.CheckpointSave\n"
-            "except tpufeed.TpufeedError as e: print(type(e).__name__, e)")
+    code = (
+        "import sys; import tpufeed, tpufeed.checkpoint; "
+        "print(sorted({'jax', 'orbax'} & set(sys.modules))); sys.modules['orbax'] = None\n"
+        "try: tpufeed.checkpoint.CheckpointSave\n"
+        "except tpufeed.TpufeedError as e: print(type(e).__name__, e)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     lines = out.stdout.splitlines()
     assert lines[0] == "[]", out.stderr
@@ -167,6 +190,7 @@ def test_importing_tpufeed_imports_no_orbax_and_a_missing_orbax_names_the_extra(
 
 
 # -- real JAX processes: save, SIGKILL, restore ------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -176,14 +200,31 @@ def _free_port() -> int:
 
 def _start(processes: int, out: Path, spec: dict) -> list[subprocess.Popen]:
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-           "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONUNBUFFERED": "1",
+    }
     port = _free_port()
-    return [subprocess.Popen([sys.executable, __file__, "worker", str(pid), str(processes),
-                              str(port), str(out), json.dumps(spec)],
-                             env=env, stdout=open(out / f"log-{pid}.txt", "w"),
-                             stderr=subprocess.STDOUT)
-            for pid in range(processes)]
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "worker",
+                str(pid),
+                str(processes),
+                str(port),
+                str(out),
+                json.dumps(spec),
+            ],
+            env=env,
+            stdout=open(out / f"log-{pid}.txt", "w"),
+            stderr=subprocess.STDOUT,
+        )
+        for pid in range(processes)
+    ]
 
 
 def _wait_for(children: list[subprocess.Popen], out: Path, name: str) -> list[dict]:
@@ -196,8 +237,10 @@ def _wait_for(children: list[subprocess.Popen], out: Path, name: str) -> list[di
         if failed or time.monotonic() > deadline:
             for c in children:
                 c.kill()
-            logs = "\n".join(f"--- process {i} ---\n{(out / f'log-{i}.txt').read_text()[-3000:]}"
-                             for i in range(len(children)))
+            logs = "\n".join(
+                f"--- process {i} ---\n{(out / f'log-{i}.txt').read_text()[-3000:]}"
+                for i in range(len(children))
+            )
             why = f"process {failed[0]} failed" if failed else "timed out"
             raise AssertionError(f"no {name} from every process ({why}):\n{logs}")
         time.sleep(0.1)
@@ -231,7 +274,8 @@ def killed_after_saving(tmp_path_factory) -> dict:
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_two_killed_processes_restore_on_two_exactly_as_an_uninterrupted_run(
-        killed_after_saving, tmp_path):
+    killed_after_saving, tmp_path
+):
     results = _run(2, tmp_path, {"run": "restore", "checkpoint": str(killed_after_saving["ckpt"])})
     for pid, (saved, result) in enumerate(zip(killed_after_saving["saved"], results)):
         straight = result["straight"]
@@ -243,10 +287,14 @@ def test_two_killed_processes_restore_on_two_exactly_as_an_uninterrupted_run(
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_a_two_process_checkpoint_of_a_filtered_pipeline_restores_on_one_exactly_once(
-        killed_after_saving, tmp_path):
+    killed_after_saving, tmp_path
+):
     saved = killed_after_saving["saved"]
-    (result,) = _run(1, tmp_path, {"run": "restore", "checkpoint": str(killed_after_saving["ckpt"]),
-                                   "straight": False})
+    (result,) = _run(
+        1,
+        tmp_path,
+        {"run": "restore", "checkpoint": str(killed_after_saving["ckpt"]), "straight": False},
+    )
     assert [s["epoch"] for s in saved] == [0, 0]
     before = [i for s in saved for b in s["batches"] for i in b]
     after = result["restored"]["by_epoch"]
@@ -257,12 +305,17 @@ def test_a_two_process_checkpoint_of_a_filtered_pipeline_restores_on_one_exactly
 
 # -- the worker ---------------------------------------------------------------------------------
 
+
 def _worker(pid: int, processes: int, port: int, out: Path, spec: dict) -> None:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=processes,
-                               process_id=pid, initialization_timeout=60)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=processes,
+        process_id=pid,
+        initialization_timeout=60,
+    )
     if spec["run"] == "train_then_hang":
         _train_then_hang(pid, out, spec)
     else:
@@ -283,8 +336,9 @@ class _Trainer:
         self.it = it
         replicated = NamedSharding(it.sharding.mesh, PartitionSpec())
         self.w = jax.device_put(jnp.zeros((), jnp.int32), replicated)
-        self._step = jax.jit(lambda w, b: w + jnp.sum(b["id"] * b["mask"]),
-                             out_shardings=replicated)
+        self._step = jax.jit(
+            lambda w, b: w + jnp.sum(b["id"] * b["mask"]), out_shardings=replicated
+        )
         self.batches: list[list[int]] = []
         self.by_epoch: dict[str, list[int]] = {}
 
@@ -293,16 +347,27 @@ class _Trainer:
         if batch is None:
             return False
         self.w = self._step(self.w, batch)
-        ids, mask = (np.concatenate([np.asarray(s.data) for s in sorted(
-            batch[k].addressable_shards, key=lambda s: s.index[0].start or 0)])
-            for k in ("id", "mask"))
+        ids, mask = (
+            np.concatenate(
+                [
+                    np.asarray(s.data)
+                    for s in sorted(
+                        batch[k].addressable_shards, key=lambda s: s.index[0].start or 0
+                    )
+                ]
+            )
+            for k in ("id", "mask")
+        )
         self.batches.append(ids[mask].tolist())
         self.by_epoch.setdefault(str(self.it.get_state()["epoch"]), []).extend(ids[mask].tolist())
         return True
 
     def result(self) -> dict:
-        return {"batches": self.batches, "by_epoch": self.by_epoch,
-                "w": int(np.asarray(self.w.addressable_data(0)))}
+        return {
+            "batches": self.batches,
+            "by_epoch": self.by_epoch,
+            "w": int(np.asarray(self.w.addressable_data(0))),
+        }
 
 
 def _train_then_hang(pid: int, out: Path, spec: dict) -> None:
@@ -312,8 +377,13 @@ def _train_then_hang(pid: int, out: Path, spec: dict) -> None:
     for _ in range(SAVE_AT):
         trainer.step()
     mgr = ocp.CheckpointManager(spec["checkpoint"])
-    mgr.save(SAVE_AT, args=ocp.args.Composite(model=ocp.args.StandardSave({"w": trainer.w}),
-                                              data=tpufeed.checkpoint.CheckpointSave(trainer.it)))
+    mgr.save(
+        SAVE_AT,
+        args=ocp.args.Composite(
+            model=ocp.args.StandardSave({"w": trainer.w}),
+            data=tpufeed.checkpoint.CheckpointSave(trainer.it),
+        ),
+    )
     mgr.wait_until_finished()
     epoch = trainer.it.get_state()["epoch"]
     (out / f"saved-{pid}.json").write_text(json.dumps({**trainer.result(), "epoch": epoch}))
@@ -333,9 +403,13 @@ def _restore_and_train(spec: dict) -> dict:
         result["straight"] = straight.result()
     restored = _Trainer(pipeline(shard=True).to_jax(prefetch=2, uneven="pad"))
     with ocp.CheckpointManager(spec["checkpoint"]) as mgr:
-        back = mgr.restore(mgr.latest_step(), args=ocp.args.Composite(
-            model=ocp.args.StandardRestore({"w": restored.w}),
-            data=tpufeed.checkpoint.CheckpointRestore(restored.it)))
+        back = mgr.restore(
+            mgr.latest_step(),
+            args=ocp.args.Composite(
+                model=ocp.args.StandardRestore({"w": restored.w}),
+                data=tpufeed.checkpoint.CheckpointRestore(restored.it),
+            ),
+        )
     restored.w = back.model["w"]
     while restored.step():
         pass

@@ -15,19 +15,27 @@ def test_same_count_takes_its_own_state_and_another_count_takes_every_state(tmp_
     states = [{"host": i, "hosts": 3} for i in range(3)]
     for i, state in enumerate(states):
         write_state(tmp_path, state, i, 3)
-    assert sorted(p.name for p in tmp_path.iterdir()) == \
-        ["process_0-of-3.json", "process_1-of-3.json", "process_2-of-3.json"]  # no temporaries
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "process_0-of-3.json",
+        "process_1-of-3.json",
+        "process_2-of-3.json",
+    ]  # no temporaries
     assert saved_count(tmp_path) == 3
     assert states_to_restore(tmp_path, 1, 3) == states[1]
     assert states_to_restore(tmp_path, 0, 2) == states == states_to_restore(tmp_path, 0, 1)
 
 
-@pytest.mark.parametrize("files, message", [
-    ({}, "no tpufeed iterator state in"),
-    ({"process_0-of-3.json": "{}", "process_2-of-3.json": "{}"}, "process(es) 1 of 3"),
-    ({"process_0-of-1.json": "{}", "process_0-of-2.json": "{}", "process_1-of-2.json": "{}"},
-     "runs with 1 and 2 processes"),
-])
+@pytest.mark.parametrize(
+    "files, message",
+    [
+        ({}, "no tpufeed iterator state in"),
+        ({"process_0-of-3.json": "{}", "process_2-of-3.json": "{}"}, "process(es) 1 of 3"),
+        (
+            {"process_0-of-1.json": "{}", "process_0-of-2.json": "{}", "process_1-of-2.json": "{}"},
+            "runs with 1 and 2 processes",
+        ),
+    ],
+)
 def test_incomplete_or_mixed_directories_are_state_errors_naming_it(tmp_path, files, message):
     for name, text in files.items():
         (tmp_path / name).write_text(text)

@@ -35,8 +35,14 @@ def target(tmp_path):
 def bench(*args, cwd=None, env=None):
     # -P: like the installed `tpufeed` script, without the working directory on sys.path.
     python = [sys.executable, "-P"] if sys.version_info >= (3, 11) else [sys.executable]
-    return subprocess.run([*python, "-m", "tpufeed.cli", "bench", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+    return subprocess.run(
+        [*python, "-m", "tpufeed.cli", "bench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess, says: str) -> None:
@@ -47,13 +53,27 @@ def one_line_error(result: subprocess.CompletedProcess, says: str) -> None:
 
 def test_json_output_names_the_slow_stage_and_suggests_workers(target, tmp_path):
     plot = tmp_path / "bench.png"
-    result = bench(target, "--seconds", "1.5", "--step-time", "0.001", "--json", "--plot", str(plot))
+    result = bench(
+        target, "--seconds", "1.5", "--step-time", "0.001", "--json", "--plot", str(plot)
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert set(data) == {"stats", "verdict"}
     stats, verdict = data["stats"], data["verdict"]
-    for key in ("wall_seconds", "wait_fraction", "batches", "records", "records_per_s", "workers",
-                "prefetch", "queue_depth", "memory_bytes", "errors", "bottleneck", "stages"):
+    for key in (
+        "wall_seconds",
+        "wait_fraction",
+        "batches",
+        "records",
+        "records_per_s",
+        "workers",
+        "prefetch",
+        "queue_depth",
+        "memory_bytes",
+        "errors",
+        "bottleneck",
+        "stages",
+    ):
         assert key in stats
     for stage in stats["stages"].values():
         assert set(stage) == {"seconds", "records", "parallelism", "records_per_s"}
@@ -90,23 +110,37 @@ def test_without_a_step_time_the_verdict_is_the_rate_it_can_feed(target):
 def test_a_transform_module_in_the_working_directory_is_found(tmp_path):
     """`--transform my_prep:fn` as the README writes it, and my_prep imports a module next to
     it; the `tpufeed` script does not put the working directory on sys.path by itself."""
-    write_array_records(tmp_path / "data.array_record",
-                        [codec.encode({"x": np.arange(3) + i}) for i in range(16)])
+    write_array_records(
+        tmp_path / "data.array_record", [codec.encode({"x": np.arange(3) + i}) for i in range(16)]
+    )
     (tmp_path / "my_prep.py").write_text(
         "from tpufeed import codec\nfrom my_prep_helpers import twice\n"
-        "def decode(data):\n    return twice(codec.decode(data)['x'])\n")
+        "def decode(data):\n    return twice(codec.decode(data)['x'])\n"
+    )
     (tmp_path / "my_prep_helpers.py").write_text("def twice(x):\n    return x * 2\n")
-    result = bench("data.array_record", "--transform", "my_prep:decode", "--batches", "3",
-                   "--batch-size", "4", "--json", cwd=tmp_path)
+    result = bench(
+        "data.array_record",
+        "--transform",
+        "my_prep:decode",
+        "--batches",
+        "3",
+        "--batch-size",
+        "4",
+        "--json",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["stats"]["records"] == 12
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("my_prep", "expected module:function or path/to/file.py:function"),
-    ("no_such_module_xyz:decode", "cannot import no_such_module_xyz: ModuleNotFoundError"),
-    ("broken_prep:decode", "cannot import broken_prep: ZeroDivisionError"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("my_prep", "expected module:function or path/to/file.py:function"),
+        ("no_such_module_xyz:decode", "cannot import no_such_module_xyz: ModuleNotFoundError"),
+        ("broken_prep:decode", "cannot import broken_prep: ZeroDivisionError"),
+    ],
+)
 def test_a_bad_transform_spec_is_a_clear_error(tmp_path, spec, says):
     write_array_records(tmp_path / "data.array_record", [b"a"])
     (tmp_path / "broken_prep.py").write_text("1 / 0\n")
@@ -126,8 +160,10 @@ def test_a_plain_folder_of_shards_is_a_target(tmp_path):
     folder = tmp_path / "shards"
     folder.mkdir()
     for i in range(2):
-        write_array_records(folder / f"part-{i}.array_record",
-                            [codec.encode({"x": np.full(2, j)}) for j in range(8)])
+        write_array_records(
+            folder / f"part-{i}.array_record",
+            [codec.encode({"x": np.full(2, j)}) for j in range(8)],
+        )
     result = bench(folder, "--batches", "2", "--batch-size", "4", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["stats"]["records"] == 8
@@ -140,18 +176,21 @@ def test_counts_of_one_are_singular(tmp_path):
     assert "\n1 record in 1 item over " in "\n" + result.stdout
 
 
-@pytest.mark.parametrize("option, value, wanted", [
-    ("--step-time", "-1", "a finite number of seconds >= 0"),
-    ("--step-time", "nan", "a finite number of seconds >= 0"),
-    ("--step-time", "inf", "a finite number of seconds >= 0"),
-    ("--seconds", "nan", "a finite number of seconds > 0"),
-    ("--seconds", "-1", "a finite number of seconds > 0"),
-    ("--seconds", "0", "a finite number of seconds > 0"),
-    ("--seconds", "inf", "a finite number of seconds > 0"),
-    ("--batches", "0", "a whole number >= 1"),
-    ("--batches", "2.5", "a whole number >= 1"),
-    ("--batch-size", "0", "a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "option, value, wanted",
+    [
+        ("--step-time", "-1", "a finite number of seconds >= 0"),
+        ("--step-time", "nan", "a finite number of seconds >= 0"),
+        ("--step-time", "inf", "a finite number of seconds >= 0"),
+        ("--seconds", "nan", "a finite number of seconds > 0"),
+        ("--seconds", "-1", "a finite number of seconds > 0"),
+        ("--seconds", "0", "a finite number of seconds > 0"),
+        ("--seconds", "inf", "a finite number of seconds > 0"),
+        ("--batches", "0", "a whole number >= 1"),
+        ("--batches", "2.5", "a whole number >= 1"),
+        ("--batch-size", "0", "a whole number >= 1"),
+    ],
+)
 def test_numbers_out_of_range_are_usage_errors(tmp_path, option, value, wanted):
     """Refused before anything runs: a NaN --seconds never ended, a negative --step-time
     failed in time.sleep after the pipeline started."""
@@ -162,13 +201,16 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path, option, value, wanted):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("plot, says", [
-    ("missing/bench.png", " cannot be written: its folder {tmp}/missing does not exist"),
-    ("afile/bench.png", " cannot be written: {tmp}/afile is a file, not a folder"),
-    ("afile/deeper/bench.png", " cannot be written: {tmp}/afile is a file, not a folder"),
-    (".", " cannot be written: it is a folder; name a file in it, e.g. ./bench.png"),
-    ("bench.xyz", ": matplotlib cannot write .xyz files; name a .png file"),
-])
+@pytest.mark.parametrize(
+    "plot, says",
+    [
+        ("missing/bench.png", " cannot be written: its folder {tmp}/missing does not exist"),
+        ("afile/bench.png", " cannot be written: {tmp}/afile is a file, not a folder"),
+        ("afile/deeper/bench.png", " cannot be written: {tmp}/afile is a file, not a folder"),
+        (".", " cannot be written: it is a folder; name a file in it, e.g. ./bench.png"),
+        ("bench.xyz", ": matplotlib cannot write .xyz files; name a .png file"),
+    ],
+)
 def test_a_plot_that_cannot_be_written_is_refused_before_the_run(tmp_path, plot, says):
     write_array_records(tmp_path / "data.array_record", [b"a"])
     (tmp_path / "afile").write_text("a file")
@@ -182,17 +224,29 @@ def test_a_plot_that_fails_at_the_end_keeps_the_numbers(tmp_path):
     """The plot's folder is there when the bench starts and gone when it ends: the numbers are
     printed all the same, then one line says why the plot is missing."""
     (tmp_path / "plots").mkdir()
-    (tmp_path / "pipeline.py").write_text(TARGET + textwrap.dedent(f"""
+    (tmp_path / "pipeline.py").write_text(
+        TARGET
+        + textwrap.dedent(f"""
         import shutil
 
         def make_dataset_and_remove_plots():
             shutil.rmtree({str(tmp_path / "plots")!r})
             return make_dataset()
-    """))
-    result = bench("pipeline.py:make_dataset_and_remove_plots", "--batches", "3", "--json",
-                   "--plot", "plots/bench.png", cwd=tmp_path)
-    one_line_error(result, f"--plot plots/bench.png cannot be written: its folder "
-                           f"{tmp_path / 'plots'} does not exist")
+    """)
+    )
+    result = bench(
+        "pipeline.py:make_dataset_and_remove_plots",
+        "--batches",
+        "3",
+        "--json",
+        "--plot",
+        "plots/bench.png",
+        cwd=tmp_path,
+    )
+    one_line_error(
+        result,
+        f"--plot plots/bench.png cannot be written: its folder {tmp_path / 'plots'} does not exist",
+    )
     assert json.loads(result.stdout)["stats"]["batches"] == 3
 
 
@@ -200,10 +254,18 @@ def test_a_plot_without_matplotlib_says_how_to_install_it_before_the_run(tmp_pat
     write_array_records(tmp_path / "data.array_record", [b"a"])
     (tmp_path / "hide" / "matplotlib").mkdir(parents=True)  # as if it were not installed
     (tmp_path / "hide" / "matplotlib" / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(tmp_path / "hide"), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path / "hide"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
     result = bench("data.array_record", "--batches", "1", "--plot", "b.png", cwd=tmp_path, env=env)
-    one_line_error(result, "--plot needs matplotlib, which is not installed; install it with "
-                           "`pip install matplotlib`, or leave out --plot")
+    one_line_error(
+        result,
+        "--plot needs matplotlib, which is not installed; install it with "
+        "`pip install matplotlib`, or leave out --plot",
+    )
     assert result.stdout == ""

@@ -29,10 +29,17 @@ def tpufeed_command() -> list[str]:
     return [script]
 
 
-def tpufeed(*args: object, cwd: object = None, timeout: float = 120,
-            **kwargs: object) -> subprocess.CompletedProcess:
-    return subprocess.run([*tpufeed_command(), *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, **kwargs)
+def tpufeed(
+    *args: object, cwd: object = None, timeout: float = 120, **kwargs: object
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*tpufeed_command(), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
 
 
 @pytest.fixture
@@ -41,8 +48,9 @@ def read_only_dir(tmp_path):
     folder without write permission, but not there)."""
     path = tmp_path / "ro"
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(path)],
-                             capture_output=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(path)], capture_output=True
+    )
     if mounted.returncode != 0:
         pytest.skip("cannot mount a read-only tmpfs here (needs root)")
     try:
@@ -73,8 +81,11 @@ def built(tmp_path, num_shards: int = 3, n: int = 30) -> str:
     from tpufeed.beam import BuildConfig, build
 
     out = str(tmp_path / "ds")
-    build(BuildConfig(inputs=(write_jsonl(tmp_path / "in.jsonl", n),), output=out,
-                      num_shards=num_shards))
+    build(
+        BuildConfig(
+            inputs=(write_jsonl(tmp_path / "in.jsonl", n),), output=out, num_shards=num_shards
+        )
+    )
     return out
 
 
@@ -85,8 +96,10 @@ def test_an_output_that_is_a_file_is_refused_before_beam_runs(tmp_path):
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 3)
     (tmp_path / "taken").write_text("not a folder")
-    for output, says in (("taken", "--output taken is a file"),
-                         ("taken/ds", f"cannot be made: {tmp_path / 'taken'} is a file")):
+    for output, says in (
+        ("taken", "--output taken is a file"),
+        ("taken/ds", f"cannot be made: {tmp_path / 'taken'} is a file"),
+    ):
         result = tpufeed("build", "--input", "in.jsonl", "--output", output, cwd=tmp_path)
         assert result.returncode == 2 and says in result.stderr, result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
@@ -98,8 +111,11 @@ def test_an_output_where_no_folder_can_be_made_is_refused_before_beam_runs(tmp_p
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 3)
     result = tpufeed("build", "--input", "in.jsonl", "--output", "/proc/tpufeed-ds", cwd=tmp_path)
-    one_line_error(result, "--output /proc/tpufeed-ds cannot be made in /proc: No such file or "
-                           "directory; name a folder on a writable disk")
+    one_line_error(
+        result,
+        "--output /proc/tpufeed-ds cannot be made in /proc: No such file or "
+        "directory; name a folder on a writable disk",
+    )
     assert "building" not in result.stderr
 
 
@@ -125,7 +141,8 @@ def test_a_disk_error_inside_the_pipeline_is_one_line_naming_the_path(tmp_path):
     transform replaces it by a file, so writing the shards fails inside Beam."""
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 5)
-    (tmp_path / "clobber.py").write_text(textwrap.dedent("""
+    (tmp_path / "clobber.py").write_text(
+        textwrap.dedent("""
         import os, shutil
         def clobber(record):
             if not os.path.isfile("ds"):
@@ -133,23 +150,47 @@ def test_a_disk_error_inside_the_pipeline_is_one_line_naming_the_path(tmp_path):
                 with open("ds", "w") as f:
                     f.write("not a folder")
             return record
-    """))
-    result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", "--transform",
-                     "clobber.py:clobber", "-q", cwd=tmp_path)
+    """)
+    )
+    result = tpufeed(
+        "build",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "ds",
+        "--transform",
+        "clobber.py:clobber",
+        "-q",
+        cwd=tmp_path,
+    )
     one_line_error(result, f"the build into ds failed at {tmp_path / 'ds'}/.tpufeed-tmp-")
-    assert ": Not a directory (in step WriteShards/SpillChunks); no manifest was written" \
+    assert (
+        ": Not a directory (in step WriteShards/SpillChunks); no manifest was written"
         in result.stderr
+    )
 
 
-@pytest.mark.parametrize("args, says", [
-    (["build", "--input", "in.jsonl", "--output", "ds", "--num-shards", "0"],
-     "argument --num-shards: expected a whole number >= 1, got '0'"),
-    (["build", "--input", "in.jsonl", "--output", "ds", "--num-shards", "-2"],
-     "argument --num-shards: expected a whole number >= 1, got '-2'"),
-    (["build", "--input", "in.jsonl", "--output", "ds", "--max-bad", "-1"],
-     "argument --max-bad: expected a whole number >= 0, got '-1'"),
-    (["quickstart", "--epochs", "0"], "argument --epochs: expected a whole number >= 1, got '0'"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ["build", "--input", "in.jsonl", "--output", "ds", "--num-shards", "0"],
+            "argument --num-shards: expected a whole number >= 1, got '0'",
+        ),
+        (
+            ["build", "--input", "in.jsonl", "--output", "ds", "--num-shards", "-2"],
+            "argument --num-shards: expected a whole number >= 1, got '-2'",
+        ),
+        (
+            ["build", "--input", "in.jsonl", "--output", "ds", "--max-bad", "-1"],
+            "argument --max-bad: expected a whole number >= 0, got '-1'",
+        ),
+        (
+            ["quickstart", "--epochs", "0"],
+            "argument --epochs: expected a whole number >= 1, got '0'",
+        ),
+    ],
+)
 def test_numbers_out_of_range_are_usage_errors(tmp_path, args, says):
     result = tpufeed(*args, cwd=tmp_path)
     assert result.returncode == 2 and says in result.stderr, result.stderr
@@ -164,11 +205,25 @@ def test_ctrl_c_during_a_build_prints_one_line_and_exits_130(tmp_path):
     (tmp_path / "slow.py").write_text(
         "import pathlib, time\n"
         f"def slow(r):\n    pathlib.Path({str(started)!r}).touch()\n    time.sleep(0.05)\n"
-        "    return r\n")
-    proc = subprocess.Popen([*tpufeed_command(), "build", "--input", "in.jsonl", "--output",
-                             "ds", "--transform", "slow.py:slow"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=default_ctrl_c)
+        "    return r\n"
+    )
+    proc = subprocess.Popen(
+        [
+            *tpufeed_command(),
+            "build",
+            "--input",
+            "in.jsonl",
+            "--output",
+            "ds",
+            "--transform",
+            "slow.py:slow",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_ctrl_c,
+    )
     try:
         deadline = time.monotonic() + 60
         while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -179,18 +234,23 @@ def test_ctrl_c_during_a_build_prints_one_line_and_exits_130(tmp_path):
         proc.kill()
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert err.splitlines()[-1] == ("tpufeed: interrupted: the build's half-written shards in ds "
-                                    "were removed; no new manifest was written")
+    assert err.splitlines()[-1] == (
+        "tpufeed: interrupted: the build's half-written shards in ds "
+        "were removed; no new manifest was written"
+    )
     assert not (tmp_path / "ds").exists() or os.listdir(tmp_path / "ds") == []
 
 
-@pytest.mark.parametrize("given, meant", [
-    (["--transfrom", "prep.py:fn"], "--transform"),
-    (["--num_shards", "4"], "--num-shards"),  # the underscore spelling of a tpufeed option
-    (["--max_bad=3"], "--max-bad"),
-    (["--temp_locaton", "/tmp"], "--temp_location"),  # a typo of a Beam option
-    (["--frobnicate"], None),  # like nothing either knows
-])
+@pytest.mark.parametrize(
+    "given, meant",
+    [
+        (["--transfrom", "prep.py:fn"], "--transform"),
+        (["--num_shards", "4"], "--num-shards"),  # the underscore spelling of a tpufeed option
+        (["--max_bad=3"], "--max-bad"),
+        (["--temp_locaton", "/tmp"], "--temp_location"),  # a typo of a Beam option
+        (["--frobnicate"], None),  # like nothing either knows
+    ],
+)
 def test_unknown_build_options_are_refused_with_the_option_meant(tmp_path, given, meant):
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 3)
@@ -207,18 +267,32 @@ def test_beam_options_pass_through_and_the_build_reports_totals(tmp_path):
     """Also: no `apitools not found` warning, and counts in the singular where they are 1."""
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 5)
-    result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", "--runner",
-                     "FnApiRunner", "--direct_num_workers", "1", "--temp_location",
-                     str(tmp_path / "beam-tmp"), cwd=tmp_path)
+    result = tpufeed(
+        "build",
+        "--input",
+        "in.jsonl",
+        "--output",
+        "ds",
+        "--runner",
+        "FnApiRunner",
+        "--direct_num_workers",
+        "1",
+        "--temp_location",
+        str(tmp_path / "beam-tmp"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "apitools" not in result.stderr and "WARNING" not in result.stderr
     assert "building ds from 1 input file into 1 array_record shard\n" in result.stderr
     assert "read in.jsonl: 5 records (input 1 of 1; 100% of the input bytes)" in result.stderr
-    assert ("wrote data-00000-of-00001.array_record: 5 records, 131,072 bytes (1 shard "
-            "written, 100%)") in result.stderr
+    assert (
+        "wrote data-00000-of-00001.array_record: 5 records, 131,072 bytes (1 shard written, 100%)"
+    ) in result.stderr
     from tpufeed import Dataset
-    assert [r["id"] for r in Dataset.open(tmp_path / "ds").source.__getitems__(range(5))] == \
-        list(range(5))
+
+    assert [r["id"] for r in Dataset.open(tmp_path / "ds").source.__getitems__(range(5))] == list(
+        range(5)
+    )
 
 
 @pytest.mark.slow
@@ -227,7 +301,9 @@ def test_a_build_into_a_dataset_needs_overwrite(tmp_path):
     manifest = (tmp_path / "ds" / "manifest.json").read_bytes()
     result = tpufeed("build", "--input", "in.jsonl", "--output", "ds", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "--output ds already holds a dataset (ds/manifest.json); pass --overwrite" in result.stderr
+    assert (
+        "--output ds already holds a dataset (ds/manifest.json); pass --overwrite" in result.stderr
+    )
     assert (tmp_path / "ds" / "manifest.json").read_bytes() == manifest
     from tpufeed.beam import BuildConfig, build
     from tpufeed.errors import InvalidArgumentError
@@ -236,8 +312,11 @@ def test_a_build_into_a_dataset_needs_overwrite(tmp_path):
     with pytest.raises(InvalidArgumentError, match="pass --overwrite"):
         build(BuildConfig(**config))
     assert build(BuildConfig(**config, overwrite=True))["shards"] == 2
-    assert sorted(os.listdir(out)) == ["data-00000-of-00002.array_record",
-                                       "data-00001-of-00002.array_record", "manifest.json"]
+    assert sorted(os.listdir(out)) == [
+        "data-00000-of-00002.array_record",
+        "data-00001-of-00002.array_record",
+        "manifest.json",
+    ]
 
 
 def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):
@@ -247,10 +326,16 @@ def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):
 
     os.makedirs(tmp_path / "ds")
     (tmp_path / "ds" / "data-00000-of-00001.array_record").write_bytes(b"mine")
-    with pytest.raises(InvalidArgumentError, match=r"holds 1 file this build would replace "
-                                                   r"\(data-00000-of-00001\.array_record\)"):
-        build(BuildConfig(inputs=(write_jsonl(tmp_path / "in.jsonl", 2),),
-                          output=str(tmp_path / "ds")))
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"holds 1 file this build would replace "
+        r"\(data-00000-of-00001\.array_record\)",
+    ):
+        build(
+            BuildConfig(
+                inputs=(write_jsonl(tmp_path / "in.jsonl", 2),), output=str(tmp_path / "ds")
+            )
+        )
     assert (tmp_path / "ds" / "data-00000-of-00001.array_record").read_bytes() == b"mine"
 
 
@@ -271,8 +356,9 @@ def test_ctrl_c_while_a_command_loads_prints_one_line_and_exits_130(tmp_path):
         from tpufeed.cli import main
         sys.exit(main(["inspect", "x.array_record"]))
     """)
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 130 and result.stderr == "tpufeed: interrupted\n", result.stderr
 
 
@@ -282,8 +368,11 @@ def test_ctrl_c_while_a_command_loads_prints_one_line_and_exits_130(tmp_path):
 @no_proc
 def test_cache_clear_where_no_folder_can_be_made_is_one_line():
     result = tpufeed("cache", "clear", "--dir", "/proc")
-    one_line_error(result, "cannot clear the shard cache directory /proc (/proc/shards): No such "
-                           "file or directory; pass --dir")
+    one_line_error(
+        result,
+        "cannot clear the shard cache directory /proc (/proc/shards): No such "
+        "file or directory; pass --dir",
+    )
 
 
 def test_cache_clear_on_a_read_only_disk_is_one_line(read_only_dir):
@@ -297,10 +386,18 @@ def test_bench_refuses_a_plot_on_a_read_only_disk_before_it_runs(tmp_path, read_
     from tpufeed.sources.array_record import write_array_records
 
     write_array_records(tmp_path / "one.array_record", [b"a", b"b"])
-    result = tpufeed("bench", "one.array_record", "--batches", "1", "--plot",
-                     read_only_dir / "bench.png", cwd=tmp_path)
-    one_line_error(result, f"--plot {read_only_dir / 'bench.png'} cannot be written: Read-only "
-                           "file system")
+    result = tpufeed(
+        "bench",
+        "one.array_record",
+        "--batches",
+        "1",
+        "--plot",
+        read_only_dir / "bench.png",
+        cwd=tmp_path,
+    )
+    one_line_error(
+        result, f"--plot {read_only_dir / 'bench.png'} cannot be written: Read-only file system"
+    )
     assert result.stdout == ""
 
 
@@ -332,8 +429,14 @@ def test_inspect_verify_checks_record_counts(tmp_path):
     path.write_text(json.dumps(manifest))
     result = tpufeed("inspect", "--verify", "ds", cwd=tmp_path)
     assert result.returncode == 1
-    assert "data-00000-of-00002.array_record: shard holds 5 records, the manifest says 6" in result.stdout
-    assert "data-00001-of-00002.array_record: shard holds 5 records, the manifest says 4" in result.stdout
+    assert (
+        "data-00000-of-00002.array_record: shard holds 5 records, the manifest says 6"
+        in result.stdout
+    )
+    assert (
+        "data-00001-of-00002.array_record: shard holds 5 records, the manifest says 4"
+        in result.stdout
+    )
 
 
 def test_inspect_describes_the_quickstart_folder_as_a_plain_folder_of_shards(tmp_path):
@@ -343,9 +446,11 @@ def test_inspect_describes_the_quickstart_folder_as_a_plain_folder_of_shards(tmp
     build(tmp_path / "qs")
     result = tpufeed("inspect", "--verify", "qs", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert (f"qs: a plain folder of {NUM_SHARDS} ArrayRecord files with no manifest.json (not "
-            "written by `tpufeed build`); open it with Dataset.from_array_record("
-            "'qs/*.array_record')") in result.stdout
+    assert (
+        f"qs: a plain folder of {NUM_SHARDS} ArrayRecord files with no manifest.json (not "
+        "written by `tpufeed build`); open it with Dataset.from_array_record("
+        "'qs/*.array_record')"
+    ) in result.stdout
     assert "did not finish" not in result.stdout + result.stderr
     assert "image: uint8[8, 8]" in result.stdout
     assert f"verify: {NUM_SHARDS} files: every record read" in result.stdout
@@ -369,9 +474,14 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)  # closed before the command writes anything: every write fails
     try:
-        result = subprocess.run([*tpufeed_command(), "inspect", "one.array_record"],
-                                cwd=tmp_path, stdout=write_end, stderr=subprocess.PIPE,
-                                text=True, timeout=120)
+        result = subprocess.run(
+            [*tpufeed_command(), "inspect", "one.array_record"],
+            cwd=tmp_path,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert result.returncode == 141 and result.stderr == ""
@@ -383,8 +493,9 @@ def test_counts_of_one_are_singular(tmp_path):
     write_array_records(tmp_path / "one.array_record", [b"a"])
     result = tpufeed("inspect", "one.array_record", cwd=tmp_path)
     assert result.returncode == 0
-    assert result.stdout.startswith("1 file, 1 record\n  one.array_record: 1 record\n"
-                                    "record 0: 1 byte\n")
+    assert result.stdout.startswith(
+        "1 file, 1 record\n  one.array_record: 1 record\nrecord 0: 1 byte\n"
+    )
 
 
 @pytest.mark.parametrize("command", ["quickstart", "inspect", "bench", "build", "cache"])
@@ -398,5 +509,7 @@ def test_every_help_shows_the_defaults(command):
     text = " ".join(result.stdout.split())
     for action in sub.choices[command]._actions:
         default = action.default
-        if not (default is None or default is False or default == [] or default == argparse.SUPPRESS):
+        if not (
+            default is None or default is False or default == [] or default == argparse.SUPPRESS
+        ):
             assert f"(default: {default})" in text, (command, action.dest)

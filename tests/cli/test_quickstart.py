@@ -13,11 +13,28 @@ import pytest
 @pytest.mark.slow
 @pytest.mark.parametrize("devices", [1, 8])
 def test_quickstart_trains_on_the_local_devices_and_checks_itself(tmp_path, devices):
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-           "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "JAX_PLATFORMS": "cpu",
+    }
     out_dir = tmp_path / "qs"
-    proc = subprocess.run([sys.executable, "-m", "tpufeed.cli", "quickstart", "--output", str(out_dir),
-                           "--epochs", "3"], env=env, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tpufeed.cli",
+            "quickstart",
+            "--output",
+            str(out_dir),
+            "--epochs",
+            "3",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     out = proc.stdout
     assert "1536 training records: scikit-learn digits" in out

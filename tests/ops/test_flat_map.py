@@ -14,8 +14,12 @@ def pieces(e):
 
 
 def make(n=30, batch=None, epochs=2, extra=None):
-    ds = (tpufeed.Dataset.from_sequence(list(range(n))).shuffle(4)
-          .map(lambda i: {"id": np.int64(i)}).flat_map(pieces))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(n)))
+        .shuffle(4)
+        .map(lambda i: {"id": np.int64(i)})
+        .flat_map(pieces)
+    )
     if extra is not None:
         ds = extra(ds)
     if batch is not None:
@@ -24,8 +28,11 @@ def make(n=30, batch=None, epochs=2, extra=None):
 
 
 def pairs(items):
-    return [(int(i), int(p)) for item in items
-            for i, p in zip(np.atleast_1d(item["id"]), np.atleast_1d(item["piece"]))]
+    return [
+        (int(i), int(p))
+        for item in items
+        for i, p in zip(np.atleast_1d(item["id"]), np.atleast_1d(item["piece"]))
+    ]
 
 
 def test_every_piece_comes_once_per_epoch_in_record_order():
@@ -51,7 +58,7 @@ def test_a_state_between_pieces_of_one_record_resumes_at_the_next_piece(batch):
     delivered = []
     while True:
         state = json.loads(json.dumps(it.get_state()))
-        assert pairs(ds.iterator(state)) == full[len(delivered):]
+        assert pairs(ds.iterator(state)) == full[len(delivered) :]
         try:
             delivered += pairs([next(it)])
         except StopIteration:
@@ -75,11 +82,19 @@ def test_random_map_after_flat_map_draws_per_piece_the_same_everywhere():
     def run(hosts, workers, batch):
         seen = {}
         for host in range(hosts):
-            ds = (tpufeed.Dataset.from_sequence(list(range(40))).shuffle(1).shard(host, hosts)
-                  .map(lambda i: {"id": np.int64(i)}).flat_map(pieces).random_map(noise))
+            ds = (
+                tpufeed.Dataset.from_sequence(list(range(40)))
+                .shuffle(1)
+                .shard(host, hosts)
+                .map(lambda i: {"id": np.int64(i)})
+                .flat_map(pieces)
+                .random_map(noise)
+            )
             ds = (ds.batch(batch) if batch else ds).workers(workers)
             for item in ds:
-                for i, p, z in zip(*(np.atleast_1d(item[k]).tolist() for k in ("id", "piece", "z"))):
+                for i, p, z in zip(
+                    *(np.atleast_1d(item[k]).tolist() for k in ("id", "piece", "z"))
+                ):
                     seen[(i, p)] = z
         return seen
 
@@ -94,7 +109,9 @@ def test_random_map_after_flat_map_draws_per_piece_the_same_everywhere():
 
 def test_a_failing_flat_map_names_the_record_and_a_non_iterable_is_refused():
     ds = tpufeed.Dataset.from_sequence(list(range(10))).flat_map(lambda i: [1 / (i - 6)])
-    with pytest.raises(TransformError, match=r"flat_map\(<lambda>\) raised ZeroDivisionError.*record 6"):
+    with pytest.raises(
+        TransformError, match=r"flat_map\(<lambda>\) raised ZeroDivisionError.*record 6"
+    ):
         list(ds)
     ds = tpufeed.Dataset.from_sequence(list(range(3))).flat_map(lambda i: {"x": i})
     with pytest.raises(TransformError, match="must return an iterable.*got a dict"):
@@ -111,8 +128,14 @@ def test_ignore_errors_skips_a_bad_record_and_keeps_the_others_pieces():
         if e["id"] == 4:
             raise ValueError("bad")
         return pieces(e)
-    ds = (tpufeed.Dataset.from_sequence(list(range(12))).map(lambda i: {"id": np.int64(i)})
-          .flat_map(bad_four).ignore_errors(1).batch(5))
+
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(12)))
+        .map(lambda i: {"id": np.int64(i)})
+        .flat_map(bad_four)
+        .ignore_errors(1)
+        .batch(5)
+    )
     it = ds.iterator()
     got = pairs(it)
     assert sorted(got) == sorted((i, k) for i in range(12) if i != 4 for k in range(i % 4))

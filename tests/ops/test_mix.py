@@ -23,8 +23,11 @@ def component(tag, n, seed=None, keep=None):
 
 
 def tags_ids(items):
-    return [(int(t), int(i)) for item in items
-            for t, i in zip(np.atleast_1d(item["tag"]), np.atleast_1d(item["id"]))]
+    return [
+        (int(t), int(i))
+        for item in items
+        for t, i in zip(np.atleast_1d(item["tag"]), np.atleast_1d(item["id"]))
+    ]
 
 
 def test_restart_repeats_a_small_component_with_a_fresh_order_each_epoch():
@@ -32,7 +35,7 @@ def test_restart_repeats_a_small_component_with_a_fresh_order_each_epoch():
     it = tpufeed.Dataset.mix([small, large], weights=[0.5, 0.5], seed=3).iterator()
     got = tags_ids(next(it) for _ in range(200))
     mine = [i for t, i in got if t == 0]
-    epochs = [mine[k:k + 5] for k in range(0, 100, 5)]
+    epochs = [mine[k : k + 5] for k in range(0, 100, 5)]
     assert all(sorted(e) == list(range(5)) for e in epochs)  # each epoch of it exactly once
     assert len({tuple(e) for e in epochs}) > 1  # a fresh permutation each epoch
     theirs = [i for t, i in got if t == 1]
@@ -80,8 +83,13 @@ def mixed(n_a=23, n_b=31, hosts=1, host=0, batch=3, packed=False, on_end="drop")
     b = component(1, n_b, seed=2, keep=lambda e: e["id"] % 4 != 1)
     ds = tpufeed.Dataset.mix([a, b], weights=[0.3, 0.7], seed=5, on_end=on_end).shard(host, hosts)
     if packed:
-        ds = tpufeed.Dataset.mix([a.map(_tokens), b.map(_tokens)], weights=[0.3, 0.7], seed=5,
-                                 on_end=on_end).shard(host, hosts).pack({"tokens": 8}, open_rows=3)
+        ds = (
+            tpufeed.Dataset.mix(
+                [a.map(_tokens), b.map(_tokens)], weights=[0.3, 0.7], seed=5, on_end=on_end
+            )
+            .shard(host, hosts)
+            .pack({"tokens": 8}, open_rows=3)
+        )
     return ds.batch(batch) if batch else ds
 
 
@@ -108,12 +116,16 @@ def test_resume_at_any_step_continues_exactly(batch, packed, step):
         next(it)
     state = json.loads(json.dumps(it.get_state()))
     assert len(json.dumps(state)) < 4096
-    assert [content(i, packed) for i in ds.iterator(state)] == full[min(step, len(full)):]
+    assert [content(i, packed) for i in ds.iterator(state)] == full[min(step, len(full)) :]
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(1, 4), st.integers(1, 4), st.lists(st.integers(0, 8), min_size=4, max_size=4),
-       st.booleans())
+@given(
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.lists(st.integers(0, 8), min_size=4, max_size=4),
+    st.booleans(),
+)
 def test_all_hosts_states_restore_exactly_once_per_component(old, new, steps, packed):
     before, states = [], []
     for host in range(old):
@@ -125,8 +137,11 @@ def test_all_hosts_states_restore_exactly_once_per_component(old, new, steps, pa
         states.append(it.get_state())
     after = []
     for host in range(new):
-        after += [x for item in mixed(hosts=new, host=host, packed=packed).iterator(states)
-                  for x in content(item, packed)]
+        after += [
+            x
+            for item in mixed(hosts=new, host=host, packed=packed).iterator(states)
+            for x in content(item, packed)
+        ]
     everything = [x for item in mixed(packed=packed) for x in content(item, packed)]
     assert sorted(before + after) == sorted(everything)
 

@@ -21,12 +21,24 @@ def lengths_of(n, seed=0):
 
 def docs(n=80, seed=0):
     # Token t of record r is r * 1000 + t + 1: every token says where it comes from.
-    return [{"tokens": np.arange(r * 1000 + 1, r * 1000 + 1 + k, dtype=np.int32)}
-            for r, k in enumerate(lengths_of(n, seed))]
+    return [
+        {"tokens": np.arange(r * 1000 + 1, r * 1000 + 1 + k, dtype=np.int32)}
+        for r, k in enumerate(lengths_of(n, seed))
+    ]
 
 
-def make(n=80, batch=4, epochs=1, open_rows=4, hosts=1, host=0, workers=0, shuffle=True,
-         extra=None, cut=False):
+def make(
+    n=80,
+    batch=4,
+    epochs=1,
+    open_rows=4,
+    hosts=1,
+    host=0,
+    workers=0,
+    shuffle=True,
+    extra=None,
+    cut=False,
+):
     ds = tpufeed.Dataset.from_sequence(docs(n))
     if shuffle:
         ds = ds.shuffle(3)
@@ -62,7 +74,7 @@ def expected_pieces(n=80, hosts=None):
     out = []
     for d in docs(n):
         t = tuple(d["tokens"].tolist())
-        out += [t[i:i + L] for i in range(0, len(t), L)]
+        out += [t[i : i + L] for i in range(0, len(t), L)]
     return sorted(out)
 
 
@@ -97,8 +109,13 @@ def test_the_last_batch_of_every_epoch_is_filled_with_counted_empty_rows():
 def test_inputs_and_targets_pack_together_each_with_its_length():
     def pair(d):
         return {"inputs": d["tokens"], "targets": d["tokens"][: max(1, len(d["tokens"]) // 2)]}
-    ds = (tpufeed.Dataset.from_sequence(docs(40)).map(pair)
-          .pack({"inputs": 16, "targets": 8}).batch(2))
+
+    ds = (
+        tpufeed.Dataset.from_sequence(docs(40))
+        .map(pair)
+        .pack({"inputs": 16, "targets": 8})
+        .batch(2)
+    )
     for item in ds:
         assert item["inputs"].shape == (2, 16) and item["targets"].shape == (2, 8)
         # segment s of inputs and segment s of targets come from the same record
@@ -152,12 +169,16 @@ def test_resume_at_any_step_continues_exactly(n, open_rows, batch, step):
     for _ in range(min(step, len(full))):
         next(it)
     state = json.loads(json.dumps(it.get_state()))
-    assert [segments(i) for i in ds.iterator(state)] == full[min(step, len(full)):]
+    assert [segments(i) for i in ds.iterator(state)] == full[min(step, len(full)) :]
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.integers(1, 5), st.integers(1, 5), st.lists(st.integers(0, 6), min_size=5, max_size=5),
-       st.integers(20, 80))
+@given(
+    st.integers(1, 5),
+    st.integers(1, 5),
+    st.lists(st.integers(0, 6), min_size=5, max_size=5),
+    st.integers(20, 80),
+)
 def test_all_hosts_states_restore_on_another_host_count_exactly_once(old, new, steps, n):
     before, states = [], []
     for host in range(old):

@@ -8,8 +8,9 @@ from tpufeed.errors import BatchError, InvalidArgumentError
 
 
 def seqs(n=40):
-    return [{"t": np.arange(1, 1 + (i * 7) % 23, dtype=np.int32), "id": np.int64(i)}
-            for i in range(n)]
+    return [
+        {"t": np.arange(1, 1 + (i * 7) % 23, dtype=np.int32), "id": np.int64(i)} for i in range(n)
+    ]
 
 
 def check(batch, buckets):

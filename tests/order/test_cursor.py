@@ -26,7 +26,9 @@ def test_host_shares_partition_the_rest_of_the_epoch(n, hosts, base):
 @pytest.mark.parametrize("base", [0, 2])
 def test_a_layer_lists_exactly_the_unconsumed_indices_in_order(consumed, parent, base):
     layer = Layer(base, 3, consumed)
-    left = sorted(set(range(base, parent)) - {
-        p for h in range(3) for p in host_positions(base, h, 3, 0, consumed[h]).tolist()})
+    left = sorted(
+        set(range(base, parent))
+        - {p for h in range(3) for p in host_positions(base, h, 3, 0, consumed[h]).tolist()}
+    )
     assert layer.size(parent) == len(left)
     assert layer.parent_indices(np.arange(len(left)), parent).tolist() == left

@@ -57,6 +57,7 @@ def test_one_state_of_a_data_dependent_run_is_refused_on_another_host():
 
 # -- a model of hosts that stop anywhere ------------------------------------------------------
 
+
 def stream_outputs(cursor, n, outputs):
     """(position, output) pairs the host still delivers from `cursor`, in order."""
     size = cursor.stream_size(n)
@@ -82,7 +83,9 @@ def stop_after(cursor, n, outputs, deliveries):
         for j in range(skip, outputs[position]):
             delivered.append((position, j))
             unit = cursor.consumed + i
-            cursor_now = cursor.after(unit + 1) if j + 1 == outputs[position] else cursor.after(unit, j + 1)
+            cursor_now = (
+                cursor.after(unit + 1) if j + 1 == outputs[position] else cursor.after(unit, j + 1)
+            )
             if len(delivered) == deliveries:
                 return delivered, cursor_now
     return delivered, cursor.after(size)
@@ -138,14 +141,17 @@ def test_all_states_on_the_same_host_count_continue_each_host_as_it_was():
     assert [resume_all(stopped, 40, 2, h) for h in range(2)] == stopped
 
 
-@pytest.mark.parametrize("states,match", [
-    ([Cursor(0, 0, 2, 0, 3)], r"missing host\(s\) \[1\]"),
-    ([Cursor(0, 0, 2, 0, 3), Cursor(0, 0, 2, 0, 3)], r"\[0\] given more than once"),
-    ([Cursor(0, 0, 2, 0, 3), Cursor(1, 0, 2, 1, 3)], "epoch 1 and host 0's in epoch 0"),
-    ([Cursor(0, 0, 2, 0, 3), Cursor(0, 0, 3, 1, 3)], "different runs"),
-    ([Cursor(0, 0, 2, 0, 3), Cursor(0, 4, 2, 1, 3)], "different stops"),
-    ([], "empty list"),
-])
+@pytest.mark.parametrize(
+    "states,match",
+    [
+        ([Cursor(0, 0, 2, 0, 3)], r"missing host\(s\) \[1\]"),
+        ([Cursor(0, 0, 2, 0, 3), Cursor(0, 0, 2, 0, 3)], r"\[0\] given more than once"),
+        ([Cursor(0, 0, 2, 0, 3), Cursor(1, 0, 2, 1, 3)], "epoch 1 and host 0's in epoch 0"),
+        ([Cursor(0, 0, 2, 0, 3), Cursor(0, 0, 3, 1, 3)], "different runs"),
+        ([Cursor(0, 0, 2, 0, 3), Cursor(0, 4, 2, 1, 3)], "different stops"),
+        ([], "empty list"),
+    ],
+)
 def test_an_incomplete_or_mixed_list_of_states_is_refused(states, match):
     with pytest.raises(StateError, match=match):
         resume_all(states, 40, 3, 0)
@@ -154,8 +160,10 @@ def test_an_incomplete_or_mixed_list_of_states_is_refused(states, match):
 def test_a_256_host_list_of_states_stays_well_under_a_megabyte():
     n, hosts = 10**9, 256
     rng = np.random.default_rng(0)
-    stopped = [Cursor(3, 0, hosts, h, int(c), emitted=1)
-               for h, c in enumerate(1_000_000 + rng.integers(0, 5000, hosts))]
+    stopped = [
+        Cursor(3, 0, hosts, h, int(c), emitted=1)
+        for h, c in enumerate(1_000_000 + rng.integers(0, 5000, hosts))
+    ]
     resumed = [resume_all(stopped, n, hosts - 1, h) for h in range(hosts - 1)]
     # The next stop, again out of lockstep, on a run that already has a layer and carries.
     again = [c.after(int(rng.integers(0, 1000)), 1) for c in resumed]

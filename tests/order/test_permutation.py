@@ -6,8 +6,33 @@ import pytest
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.order.permutation import Shuffle, permute, records_at, windowed_permute
 
-SIZES = [1, 2, 3, 4, 5, 7, 8, 13, 16, 31, 32, 33, 64, 97, 127, 128, 255, 256, 1000, 1023, 1024,
-         4099, 65536, 65537, 100003]
+SIZES = [
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    13,
+    16,
+    31,
+    32,
+    33,
+    64,
+    97,
+    127,
+    128,
+    255,
+    256,
+    1000,
+    1023,
+    1024,
+    4099,
+    65536,
+    65537,
+    100003,
+]
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -29,8 +54,11 @@ def test_permute_of_a_slice_matches_the_whole():
 def test_seeds_and_epochs_give_different_orders():
     n = 1000
     base = permute(np.arange(n), n, seed=0, epoch=0)
-    others = [permute(np.arange(n), n, seed=1, epoch=0), permute(np.arange(n), n, seed=0, epoch=1),
-              permute(np.arange(n), n, seed=0, epoch=2)]
+    others = [
+        permute(np.arange(n), n, seed=1, epoch=0),
+        permute(np.arange(n), n, seed=0, epoch=1),
+        permute(np.arange(n), n, seed=0, epoch=2),
+    ]
     for other in others:
         assert np.mean(other == base) < 0.05
     assert not np.array_equal(others[1], others[2])
@@ -94,5 +122,7 @@ def test_records_at_dispatches_on_the_shuffle_kind():
     starts = (0, 30, 64)
     positions = np.array([1, 3, 5, 7, 9])
     assert np.array_equal(records_at(64, Shuffle(3), 1, positions), permute(positions, 64, 3, 1))
-    assert np.array_equal(records_at(64, Shuffle(3, 1, starts), 1, positions),
-                          windowed_permute(positions, Shuffle(3, 1, starts), 1))
+    assert np.array_equal(
+        records_at(64, Shuffle(3, 1, starts), 1, positions),
+        windowed_permute(positions, Shuffle(3, 1, starts), 1),
+    )

@@ -15,26 +15,45 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_no_benchmark_module_shadows_the_standard_library():
     """`python benchmarks/x.py` puts benchmarks/ first on sys.path: a profile.py there broke
     every `import cProfile` (Beam imports it)."""
-    names = [name[:-3] for name in os.listdir(os.path.join(ROOT, "benchmarks"))
-             if name.endswith(".py")]
+    names = [
+        name[:-3] for name in os.listdir(os.path.join(ROOT, "benchmarks")) if name.endswith(".py")
+    ]
     assert [n for n in names if n in sys.stdlib_module_names] == []
 
 
 @pytest.mark.slow
 def test_the_readme_build_benchmark_runs_as_a_script(tmp_path):
     pytest.importorskip("apache_beam")
-    result = subprocess.run([sys.executable, "benchmarks/build.py", "--records", "40",
-                             "--num-shards", "2", "--workdir", str(tmp_path)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/build.py",
+            "--records",
+            "40",
+            "--num-shards",
+            "2",
+            "--workdir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "tpufeed build, 1 worker " in result.stdout
     assert "tpufeed build, 2 workers " in result.stdout
 
 
 def test_the_profiler_says_how_to_install_py_spy():
-    result = subprocess.run([sys.executable, "-m", "benchmarks.profiling", "--records", "10"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PATH": ""})
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks.profiling", "--records", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PATH": ""},
+    )
     assert result.returncode == 2
     assert "py-spy is not installed" in result.stderr and ".[dev]" in result.stderr
     assert "Traceback" not in result.stderr

@@ -22,22 +22,44 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.parametrize("workload", ["W1", "W2"])
 def test_compare_runs_every_row(tmp_path, workload):
     out = tmp_path / "out.json"
-    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "compare.py"), "--workload", workload,
-           "--records", "600", "--passes", "1", "--workers", "2", "--json", str(out),
-           "--data-dir", str(tmp_path / "data"), "--timeout", "120"]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "benchmarks", "compare.py"),
+        "--workload",
+        workload,
+        "--records",
+        "600",
+        "--passes",
+        "1",
+        "--workers",
+        "2",
+        "--json",
+        str(out),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--timeout",
+        "120",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text())
 
     import tpufeed
+
     parallel_tpufeed = hasattr(tpufeed.Dataset, "workers")
     assert list(report["workloads"]) == [workload]
     rows = report["workloads"][workload]["rows"]
     seen = {(r["system"], r["workers"]) for r in rows}
     for system in ("grain-map", "grain-loader", "tfdata", "tfdata-ops", "torch"):
         assert {(system, 0), (system, 2)} <= seen, (system, seen)
-    assert {("raw-reader", 0), ("bare-loop", 0), ("bare-parallel", 2), ("tpufeed", 0),
-            ("tpufeed-parquet", 0), ("tpufeed-parquet", 2)} <= seen
+    assert {
+        ("raw-reader", 0),
+        ("bare-loop", 0),
+        ("bare-parallel", 2),
+        ("tpufeed", 0),
+        ("tpufeed-parquet", 0),
+        ("tpufeed-parquet", 2),
+    } <= seen
     assert ("bare-parallel", 0) not in seen
     assert (("tpufeed", 2) in seen) == parallel_tpufeed
     for row in rows:
@@ -61,11 +83,18 @@ def test_profile_puts_each_sample_in_one_stage(tmp_path):
         f"{head};ShardedSource.__getitems__ (sharded.py:110) 10\n"
         f"{head};write_stacked (layout.py:60) 4\n"
         f"{head};Connection.recv (connection.py:250) 50\n"
-        'process 1:"python";main (x.py:3);dedent (textwrap.py:1) 1\n')
+        'process 1:"python";main (x.py:3);dedent (textwrap.py:1) 1\n'
+    )
     out = summarise(str(raw), "augment_w2", records=1000)
     assert out["samples"] == 100 and out["processes"] == 2
-    assert out["share"] == {"transform": 0.30, "rng": 0.05, "read": 0.10,
-                            "stack / write slot": 0.04, "wait": 0.50, "other": 0.01}
+    assert out["share"] == {
+        "transform": 0.30,
+        "rng": 0.05,
+        "read": 0.10,
+        "stack / write slot": 0.04,
+        "wait": 0.50,
+        "other": 0.01,
+    }
     assert out["cpu_s_per_1k_records"]["transform"] == 30 / RATE_HZ
 
 
@@ -74,16 +103,37 @@ def test_profile_puts_each_sample_in_one_stage(tmp_path):
 def test_gcs_benchmark_prints_every_row(tmp_path):
     pytest.importorskip("gcp_storage_emulator")
     out = tmp_path / "gcs.json"
-    cmd = [sys.executable, "-m", "benchmarks.gcs", "--records", "800", "--large-records", "16",
-           "--large-kib", "8", "--passes", "1", "--link", "direct", "--link", "5,200",
-           "--data-dir", str(tmp_path / "data"), "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.gcs",
+        "--records",
+        "800",
+        "--large-records",
+        "16",
+        "--large-kib",
+        "8",
+        "--passes",
+        "1",
+        "--link",
+        "direct",
+        "--link",
+        "5,200",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
     # Exit status 1 says a target was missed, which at this size means nothing.
     assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text())
     assert [(r["dataset"], r["link"].split(",")[0]) for r in results] == [
-        ("W1", "direct to the emulator"), ("8KiB", "direct to the emulator"),
-        ("W1", "5 ms first byte"), ("8KiB", "5 ms first byte")]
+        ("W1", "direct to the emulator"),
+        ("8KiB", "direct to the emulator"),
+        ("W1", "5 ms first byte"),
+        ("8KiB", "5 ms first byte"),
+    ]
     for r in results:
         assert r["records"] == (800 if r["dataset"] == "W1" else 16)
         assert all(s > 0 for s in r["seconds"].values())
@@ -95,10 +145,28 @@ def test_gcs_benchmark_prints_every_row(tmp_path):
 @pytest.mark.slow
 def test_rounds_pool_each_rows_passes(tmp_path):
     out = tmp_path / "out.json"
-    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "compare.py"), "--workload", "W1",
-           "--records", "600", "--passes", "2", "--rounds", "2", "--workers", "2",
-           "--systems", "bare-loop,tpufeed", "--json", str(out),
-           "--data-dir", str(tmp_path / "data"), "--timeout", "120"]
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "benchmarks", "compare.py"),
+        "--workload",
+        "W1",
+        "--records",
+        "600",
+        "--passes",
+        "2",
+        "--rounds",
+        "2",
+        "--workers",
+        "2",
+        "--systems",
+        "bare-loop,tpufeed",
+        "--json",
+        str(out),
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--timeout",
+        "120",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("round ") == 2
@@ -106,7 +174,10 @@ def test_rounds_pool_each_rows_passes(tmp_path):
     assert report["settings"]["rounds"] == 2
     rows = report["workloads"]["W1"]["rows"]
     assert [(r["system"], r["workers"]) for r in rows] == [
-        ("bare-loop", 0), ("tpufeed", 0), ("tpufeed", 2)]
+        ("bare-loop", 0),
+        ("tpufeed", 0),
+        ("tpufeed", 2),
+    ]
     for row in rows:
         assert len(row["rates"]) == 4 and len(row["rounds"]) == 2
         assert sorted(row["rates"]) == sorted(x for r in row["rounds"] for x in r["rates"])
@@ -117,6 +188,7 @@ def test_rounds_pool_each_rows_passes(tmp_path):
 def w2_tiny(tmp_path_factory):
     from benchmarks.datafiles import prepare
     from benchmarks.workloads import SEED, WORKLOADS
+
     root = str(tmp_path_factory.mktemp("w2"))
     prepare(WORKLOADS["W2"], 600, root, SEED)
     return root
@@ -124,6 +196,7 @@ def w2_tiny(tmp_path_factory):
 
 def _torch_options(**kwargs):
     from benchmarks.systems.torch_system import TorchOptions
+
     return TorchOptions(**kwargs)
 
 
@@ -150,19 +223,29 @@ print("same records, same order")
 """
 
 
-@pytest.mark.parametrize("workers, options", [
-    (0, {}), (0, {"reads": "batch"}), (0, {"collate": "default"}),
-    pytest.param(2, {}, marks=pytest.mark.multiprocess),
-    pytest.param(2, {"sampler": "index", "collate": "numpy"}, marks=pytest.mark.multiprocess),
-    pytest.param(2, {"epochs": "per-epoch", "persistent_workers": True},
-                 marks=pytest.mark.multiprocess),
-])
+@pytest.mark.parametrize(
+    "workers, options",
+    [
+        (0, {}),
+        (0, {"reads": "batch"}),
+        (0, {"collate": "default"}),
+        pytest.param(2, {}, marks=pytest.mark.multiprocess),
+        pytest.param(2, {"sampler": "index", "collate": "numpy"}, marks=pytest.mark.multiprocess),
+        pytest.param(
+            2, {"epochs": "per-epoch", "persistent_workers": True}, marks=pytest.mark.multiprocess
+        ),
+    ],
+)
 def test_torch_row_yields_the_bare_loops_records_in_its_order(w2_tiny, workers, options):
     """Every torch set-up the sweep tries delivers the bare loop's values, record for record."""
     pytest.importorskip("torch")
-    proc = subprocess.run([sys.executable, "-c", _SAME_RECORDS,
-                           json.dumps([workers, options, w2_tiny])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [sys.executable, "-c", _SAME_RECORDS, json.dumps([workers, options, w2_tiny])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "same records, same order" in proc.stdout
 
@@ -178,15 +261,37 @@ def test_anchor_variants_sweep_pools_each_variant(tmp_path):
 
     assert pick("grain-loader") == [v for v in VARIANTS if v.startswith("grain-loader-")]
     out = tmp_path / "variants.json"
-    cmd = [sys.executable, "-m", "benchmarks.anchor_variants", "--workload", "W1", "--variants",
-           "torch-row,torch-prefetch2,grain-map-row", "--workers", "0", "--records", "600",
-           "--passes", "1", "--rounds", "2", "--data-dir", str(tmp_path / "data"),
-           "--json", str(out), "--timeout", "120"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.anchor_variants",
+        "--workload",
+        "W1",
+        "--variants",
+        "torch-row,torch-prefetch2,grain-map-row",
+        "--workers",
+        "0",
+        "--records",
+        "600",
+        "--passes",
+        "1",
+        "--rounds",
+        "2",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--json",
+        str(out),
+        "--timeout",
+        "120",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     pooled = json.loads(out.read_text())["variants"]
     # torch-prefetch2 changes nothing without workers: not run at 0 workers.
-    assert [(p["variant"], p["workers"]) for p in pooled] == [("torch-row", 0), ("grain-map-row", 0)]
+    assert [(p["variant"], p["workers"]) for p in pooled] == [
+        ("torch-row", 0),
+        ("grain-map-row", 0),
+    ]
     for p in pooled:
         assert not p["errors"] and len(p["rates"]) == 2 and p["rate"] > 0
     assert "| torch-row | 0 |" in proc.stdout

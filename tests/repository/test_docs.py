@@ -23,18 +23,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 # A fenced block: ```lang or ```lang {.skip}, up to the closing fence at the same indentation.
-FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<code>.*?)^(?P=indent)```[ ]*$",
-                   re.M | re.S)
+FENCE = re.compile(
+    r"^(?P<indent>[ ]*)```(?P<lang>[\w-]*)(?P<attrs>[^\n]*)\n(?P<code>.*?)^(?P=indent)```[ ]*$",
+    re.M | re.S,
+)
 RUN = {"python", "bash"}
 
-GUIDES = sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")
-                if p.relative_to(DOCS).parts[0] != "reference")
+GUIDES = sorted(
+    str(p.relative_to(DOCS))
+    for p in DOCS.rglob("*.md")
+    if p.relative_to(DOCS).parts[0] != "reference"
+)
 
 # (page, n-th fenced block of the page, counting from 1): why it is shown but not run.
 SKIPPED = {
     ("multi-host.md", 1): "starts a multi-host run: jax.distributed.initialize() needs every "
-                          "host of a pod slice (the rest of the page runs the hosts as shards "
-                          "and threads of one process)",
+    "host of a pod slice (the rest of the page runs the hosts as shards "
+    "and threads of one process)",
     ("offline-build.md", 6): "runs the build on Dataflow: needs a Google Cloud project and bucket",
 }
 
@@ -61,15 +66,31 @@ def blocks(page: str) -> list[dict]:
     for number, m in enumerate(FENCE.finditer(text), 1):
         line = text.count("\n", 0, m.start()) + 2
         code = re.sub(rf"^{m['indent']}", "", m["code"], flags=re.M)
-        out.append({"number": number, "lang": m["lang"], "skip": ".skip" in m["attrs"],
-                    "code": code, "where": f"docs/{page}:{line}"})
+        out.append(
+            {
+                "number": number,
+                "lang": m["lang"],
+                "skip": ".skip" in m["attrs"],
+                "code": code,
+                "where": f"docs/{page}:{line}",
+            }
+        )
     return out
 
 
 def test_pages_found():
-    assert {"quickstart.md", "multi-host.md", "gcs.md", "language-models.md", "checkpoints.md",
-            "offline-build.md", "tuning.md", "coming-from/grain.md", "coming-from/tf-data.md",
-            "coming-from/pytorch.md"} <= set(GUIDES)
+    assert {
+        "quickstart.md",
+        "multi-host.md",
+        "gcs.md",
+        "language-models.md",
+        "checkpoints.md",
+        "offline-build.md",
+        "tuning.md",
+        "coming-from/grain.md",
+        "coming-from/tf-data.md",
+        "coming-from/pytorch.md",
+    } <= set(GUIDES)
 
 
 def test_skipped_blocks_are_the_listed_ones():
@@ -84,8 +105,12 @@ def runnable(page: str) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [page for page in GUIDES if runnable(page)])
 def test_guide_code_runs(page, tmp_path, request):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TPUFEED_CACHE_DIR": str(tmp_path / "cache"),
-           "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TPUFEED_CACHE_DIR": str(tmp_path / "cache"),
+        "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     env.pop("XLA_FLAGS", None)  # a page that wants fake devices sets them itself
     if page in GCS_PAGES:
         emulator = request.getfixturevalue("emulator")
@@ -97,8 +122,14 @@ def test_guide_code_runs(page, tmp_path, request):
     (tmp_path / "run_page.py").write_text(RUNNER)
     work = tmp_path / "work"
     work.mkdir()
-    result = subprocess.run([sys.executable, str(tmp_path / "run_page.py"), str(tmp_path / "blocks.json")],
-                            cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "run_page.py"), str(tmp_path / "blocks.json")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, f"{page}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
 
 
@@ -106,9 +137,14 @@ def test_guide_code_runs(page, tmp_path, request):
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python", reason="pip install -e '.[dev]'")
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                            cwd=ROOT, capture_output=True, text=True, timeout=240,
-                            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert result.returncode == 0, result.stderr[-6000:]
     reference = (tmp_path / "site" / "reference" / "dataset" / "index.html").read_text()
     assert "from_array_record" in reference and "&gt;&gt;&gt;" in reference  # rendered docstrings

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 # Each reveal_type line says the type it must reveal; each misuse line the error code it must get.
-USER_SCRIPT = '''
+USER_SCRIPT = """
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,7 @@ ds.batch("8")  # error: arg-type
 ds.shuffle(seed=0, window="all")  # error: arg-type
 tpufeed.codec.encode({1: b"x"})  # error: dict-item
 it.get_state().missing  # error: attr-defined
-'''
+"""
 
 _NOTE = re.compile(r"^user_script\.py:(\d+): note: Revealed type is \"(.*)\"$")
 _ERROR = re.compile(r"^user_script\.py:(\d+): error: .*\[([a-z-]+)\]$")
@@ -96,16 +96,30 @@ def run_mypy(cache: Path, site: Path, *targets: str) -> str:
     """mypy's output with pyproject's settings, from the installed layout `site` (pyproject's
     `files` when no target is given)."""
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-         "--cache-dir", str(cache), "--show-error-codes", *targets],
-        cwd=site, capture_output=True, text=True, timeout=280)
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--cache-dir",
+            str(cache),
+            "--show-error-codes",
+            *targets,
+        ],
+        cwd=site,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     return done.stdout + done.stderr
 
 
 def test_mypy_finds_no_error_in_tpufeed(mypy_cache: Path, installed_layout: Path) -> None:
     output = run_mypy(mypy_cache, installed_layout)
     assert output.startswith("Success: no issues found"), (
-        f"mypy reports errors in tpufeed (tpufeed/transforms/ is transforms/ here):\n{output}")
+        f"mypy reports errors in tpufeed (tpufeed/transforms/ is transforms/ here):\n{output}"
+    )
 
 
 def test_users_see_the_public_api_types(mypy_cache: Path, installed_layout: Path) -> None:
@@ -113,10 +127,14 @@ def test_users_see_the_public_api_types(mypy_cache: Path, installed_layout: Path
     script.write_text(textwrap.dedent(USER_SCRIPT))
     output = run_mypy(mypy_cache, installed_layout, script.name)
     lines = script.read_text().splitlines()
-    expected_types = {i: line.split("# ")[-1] for i, line in enumerate(lines, 1)
-                      if line.lstrip().startswith("reveal_type(")}
-    expected_errors = {i: line.split("# error: ")[-1] for i, line in enumerate(lines, 1)
-                       if "# error: " in line}
+    expected_types = {
+        i: line.split("# ")[-1]
+        for i, line in enumerate(lines, 1)
+        if line.lstrip().startswith("reveal_type(")
+    }
+    expected_errors = {
+        i: line.split("# error: ")[-1] for i, line in enumerate(lines, 1) if "# error: " in line
+    }
     revealed = {int(m[1]): m[2] for m in map(_NOTE.match, output.splitlines()) if m}
     errors = {int(m[1]): m[2] for m in map(_ERROR.match, output.splitlines()) if m}
     assert revealed == expected_types, f"revealed types differ from the expected ones:\n{output}"

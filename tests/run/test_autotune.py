@@ -17,6 +17,7 @@ def costly():
     def work(i):
         time.sleep(0.0005)  # 16 ms a batch: long enough for a worker on every core
         return np.full(64, i, np.float32)
+
     return tpufeed.Dataset.from_sequence(list(range(600))).map(work).batch(32)
 
 

@@ -14,8 +14,12 @@ from tests.processes import default_ctrl_c, wait_for_workers, worker_processes
 
 
 def test_close_does_not_wait_for_a_slow_transform_on_the_prefetch_thread():
-    it = tpufeed.Dataset.from_sequence(list(range(10))).map(
-        lambda i: time.sleep(30)).prefetch(2).iterator()
+    it = (
+        tpufeed.Dataset.from_sequence(list(range(10)))
+        .map(lambda i: time.sleep(30))
+        .prefetch(2)
+        .iterator()
+    )
     time.sleep(0.3)  # the thread is inside the first call
     started = time.monotonic()
     it.close()
@@ -47,15 +51,22 @@ def test_a_pure_python_transform_stops_when_the_iterator_closes():
 @pytest.mark.multiprocess
 def test_ctrl_c_stops_a_pipeline_whose_prefetch_thread_is_in_a_slow_transform(tmp_path):
     script = tmp_path / "loop.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import time, tpufeed
         it = tpufeed.Dataset.from_sequence(list(range(100))).map(
             lambda i: time.sleep(120)).prefetch(2).iterator()
         print("running", flush=True)
         next(it)
-    """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=default_ctrl_c)
+    """)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_ctrl_c,
+    )
     try:
         assert proc.stdout.readline().strip() == "running"
         time.sleep(0.5)  # the consumer waits, the prefetch thread sleeps in the transform
@@ -79,8 +90,14 @@ def hang_on_17(i):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_timeout_names_the_stage_and_the_record_and_stops_the_workers(workers):
 
-    ds = (tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: i + 0).map(hang_on_17)
-          .batch(4).workers(workers).options(timeout_s=2))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(40)))
+        .map(lambda i: i + 0)
+        .map(hang_on_17)
+        .batch(4)
+        .workers(workers)
+        .options(timeout_s=2)
+    )
     it = ds.iterator()
     got = []
     started = time.monotonic()
@@ -104,8 +121,13 @@ def test_a_timeout_names_the_stage_and_the_record_and_stops_the_workers(workers)
 @pytest.mark.multiprocess
 def test_a_stopped_worker_is_caught_by_the_timeout():
 
-    ds = (tpufeed.Dataset.from_sequence(list(range(100_000))).map(lambda i: i * 2).batch(8)
-          .workers(1).options(timeout_s=2))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(100_000)))
+        .map(lambda i: i * 2)
+        .batch(8)
+        .workers(1)
+        .options(timeout_s=2)
+    )
     it = ds.iterator()
     next(it)
     worker = wait_for_workers(1)[0]
@@ -138,7 +160,8 @@ def test_a_bad_timeout_is_refused(bad):
 def test_a_native_crash_in_a_transform_spares_the_caller_only_when_isolated(tmp_path, isolate):
     """README: while workers start, the first chunks run in the caller; isolate=True runs none."""
     script = tmp_path / "crash.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import ctypes, tpufeed
         def crash(i):
             if i == 0:
@@ -149,9 +172,11 @@ def test_a_native_crash_in_a_transform_spares_the_caller_only_when_isolated(tmp_
             list(ds.workers(2, isolate={isolate}))
         except tpufeed.WorkerError as error:
             print("caught", error)
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
     if isolate:
         assert proc.returncode == 0, proc.stderr
         assert "caught tpufeed worker" in proc.stdout and "signal 11" in proc.stdout
@@ -175,8 +200,11 @@ def test_a_timeout_watches_the_auto_warm_up_too(auto):
     ds = tpufeed.Dataset.from_sequence(list(range(20))).map(lambda i: i).map(hang_on_1).batch(4)
     ds = (ds.workers("auto") if auto == "workers" else ds.prefetch("auto")).options(timeout_s=2)
     started = time.monotonic()
-    with pytest.raises(tpufeed.InputTimeoutError, match=r"warm-up has been in map\(hang_on_1\) "
-                                                         r"on record 1 "):
+    with pytest.raises(
+        tpufeed.InputTimeoutError,
+        match=r"warm-up has been in map\(hang_on_1\) "
+        r"on record 1 ",
+    ):
         list(ds)
     assert time.monotonic() - started < 10
 
@@ -211,15 +239,18 @@ def test_threads_sharing_one_iterator_each_get_whole_items_and_all_end(setting):
 @pytest.mark.multiprocess
 def test_a_timeout_covers_workers_that_never_start(tmp_path):
     """A function whose module blocks on import in the workers: no worker ever starts."""
-    (tmp_path / "blocks_on_import.py").write_text(textwrap.dedent("""
+    (tmp_path / "blocks_on_import.py").write_text(
+        textwrap.dedent("""
         import os, time
         if os.environ.get("TPUFEED_TEST_PARENT") != str(os.getpid()):
             time.sleep(60)  # in a worker: never gets going
         def double(i):
             return 2 * i
-    """))
+    """)
+    )
     script = tmp_path / "run.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, sys, time
         os.environ["TPUFEED_TEST_PARENT"] = str(os.getpid())
         sys.path.insert(0, {str(tmp_path)!r})
@@ -231,8 +262,10 @@ def test_a_timeout_covers_workers_that_never_start(tmp_path):
             list(ds)
         except tpufeed.InputTimeoutError as error:
             print(round(time.monotonic() - started), error)
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
     assert "none of 1 worker(s)" in proc.stdout and "started" in proc.stdout, proc.stderr[-2000:]
     assert int(proc.stdout.split()[0]) < 10

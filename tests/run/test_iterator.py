@@ -15,7 +15,9 @@ from tpufeed.run.uneven import ThreadAgreement
 
 
 def source(n=120):
-    return tpufeed.Dataset.from_sequence([{"id": np.int64(i), "x": np.full(3, i)} for i in range(n)])
+    return tpufeed.Dataset.from_sequence(
+        [{"id": np.int64(i), "x": np.full(3, i)} for i in range(n)]
+    )
 
 
 def ids(items):
@@ -30,14 +32,24 @@ PIPELINES = {
     "batch": lambda ds: ds.shuffle(3).batch(7).repeat(2),
     "filter": lambda ds: ds.shuffle(3).filter(lambda e: e["id"] % 3 != 1).batch(5).repeat(2),
     "flat_map": lambda ds: ds.flat_map(lambda e: [e] * int(e["id"] % 3)).batch(4),
-    "pack": lambda ds: ds.map(lambda e: {"tokens": np.arange(1 + e["id"] % 9)})
-    .pack({"tokens": 16}).batch(2),
-    "mix": lambda ds: tpufeed.Dataset.mix([ds.shuffle(1), ds.filter(lambda e: e["id"] % 2)],
-                                          weights=[2, 1], seed=4, on_end="stop").batch(3),
-    "mix_pack": lambda ds: tpufeed.Dataset.mix(
-        [ds.map(lambda e: {"tokens": np.arange(1 + e["id"] % 9)}),
-         ds.shuffle(2).map(lambda e: {"tokens": np.arange(1 + e["id"] % 5)})],
-        seed=1, on_end="stop").pack({"tokens": 16}).batch(2),
+    "pack": lambda ds: (
+        ds.map(lambda e: {"tokens": np.arange(1 + e["id"] % 9)}).pack({"tokens": 16}).batch(2)
+    ),
+    "mix": lambda ds: tpufeed.Dataset.mix(
+        [ds.shuffle(1), ds.filter(lambda e: e["id"] % 2)], weights=[2, 1], seed=4, on_end="stop"
+    ).batch(3),
+    "mix_pack": lambda ds: (
+        tpufeed.Dataset.mix(
+            [
+                ds.map(lambda e: {"tokens": np.arange(1 + e["id"] % 9)}),
+                ds.shuffle(2).map(lambda e: {"tokens": np.arange(1 + e["id"] % 5)}),
+            ],
+            seed=1,
+            on_end="stop",
+        )
+        .pack({"tokens": 16})
+        .batch(2)
+    ),
 }
 
 
@@ -161,8 +173,10 @@ def test_set_state_takes_every_hosts_states_for_another_host_count():
 
 def test_set_state_with_hosts_ending_together():
     ds = source(40).filter(lambda e: e["id"] % 5 != 0)  # host 0 keeps fewer
-    hosts = [ds.shard(h, 2).batch(4).iterator(uneven="pad", agreement=a)
-             for h, a in enumerate(ThreadAgreement.group(2))]
+    hosts = [
+        ds.shard(h, 2).batch(4).iterator(uneven="pad", agreement=a)
+        for h, a in enumerate(ThreadAgreement.group(2))
+    ]
     import threading
 
     out = [None, None]

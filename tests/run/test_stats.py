@@ -15,9 +15,15 @@ def slow(e):
 
 
 def pipeline(workers):
-    return (tpufeed.Dataset.from_sequence(list(range(400))).shuffle(1)
-            .map(lambda i: {"x": np.full(8, i)}).map(slow).filter(lambda e: e["x"][0] % 4 != 0)
-            .batch(10, drop_remainder=True).workers(workers))
+    return (
+        tpufeed.Dataset.from_sequence(list(range(400)))
+        .shuffle(1)
+        .map(lambda i: {"x": np.full(8, i)})
+        .map(slow)
+        .filter(lambda e: e["x"][0] % 4 != 0)
+        .batch(10, drop_remainder=True)
+        .workers(workers)
+    )
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -20,8 +20,12 @@ PIPELINES = {
 
 
 def make(kind, hosts, host, n=53, batch=4, drop=False, epochs=1, workers=0):
-    ds = (tpufeed.Dataset.from_sequence(list(range(n))).shuffle(7).shard(host, hosts)
-          .map(lambda i: {"id": np.int64(i)}))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(n)))
+        .shuffle(7)
+        .shard(host, hosts)
+        .map(lambda i: {"id": np.int64(i)})
+    )
     return PIPELINES[kind](ds).batch(batch, drop_remainder=drop).repeat(epochs).workers(workers)
 
 
@@ -72,7 +76,7 @@ def test_shortest_ends_every_epoch_at_the_first_host_to_run_out(kind, hosts):
         for epoch in (0, 1):  # each epoch handed out is a prefix of what the host makes alone
             got = [b["id"].tolist() for b, e in zip(batches, epochs) if e == epoch]
             mine = [ids for ids, e in own if e == epoch]
-            assert got == mine[:len(got)]
+            assert got == mine[: len(got)]
         cut = sum(len(ids) for ids, _ in own) - sum(len(b["id"]) for b in batches)
         assert stats.dropped_records == cut and stats.cut_batches >= (1 if cut else 0)
 
@@ -90,8 +94,13 @@ def test_pad_delivers_every_record_once_in_steps_of_one_shape(kind, hosts):
                 assert b["id"].shape == (4,) and b["mask"].dtype == bool
                 if e == epoch:
                     real += b["id"][b["mask"]].tolist()
-        everything = [i for h in range(hosts) for ids, e in alone(kind, hosts, h, epochs=2)
-                      if e == epoch for i in ids]
+        everything = [
+            i
+            for h in range(hosts)
+            for ids, e in alone(kind, hosts, h, epochs=2)
+            if e == epoch
+            for i in ids
+        ]
         assert sorted(real) == sorted(everything)
     padded = sum(r[2].padded_rows for r in results)
     real_rows = sum(int(b["mask"].sum()) for r in results for b in r[0])

@@ -13,14 +13,18 @@ import tpufeed
 def records(n=20):
     """Records that say where they come from."""
     return tpufeed.Dataset.from_sequence(
-        [{"id": np.int64(i), "x": np.arange(3, dtype=np.int32) + 10 * i} for i in range(n)])
+        [{"id": np.int64(i), "x": np.arange(3, dtype=np.int32) + 10 * i} for i in range(n)]
+    )
 
 
 def sequences(n=20):
     """Records whose tokens vary in length (1 to 5) and say where they come from."""
     return tpufeed.Dataset.from_sequence(
-        [{"id": np.int64(i), "tokens": np.arange(1 + i % 5, dtype=np.int32) + 100 * i}
-         for i in range(n)])
+        [
+            {"id": np.int64(i), "tokens": np.arange(1 + i % 5, dtype=np.int32) + 100 * i}
+            for i in range(n)
+        ]
+    )
 
 
 def noise(e, rng):
@@ -54,16 +58,30 @@ PIPELINES = {
     "batch": lambda: records().shuffle(1).batch(3).repeat(2),
     "batch-drop_remainder": lambda: records().shuffle(1).batch(3, drop_remainder=True).repeat(2),
     "batch-pad": lambda: sequences().shuffle(1).batch(3, pad={"tokens": [2, 4, 8]}).repeat(2),
-    "pack-batch": lambda: sequences(24).map(tokens_only).pack({"tokens": 8}, open_rows=3)
-    .batch(2).repeat(2),
+    "pack-batch": lambda: (
+        sequences(24).map(tokens_only).pack({"tokens": 8}, open_rows=3).batch(2).repeat(2)
+    ),
     "mix": lambda: mixture(),
     "mix-batch": lambda: mixture().batch(3),
-    "mix-pack-batch": lambda: tpufeed.Dataset.mix(
-        [sequences(30).map(tokens_only), sequences(25).shuffle(2).map(tokens_only)],
-        seed=1, on_end="stop").pack({"tokens": 8}, open_rows=2).batch(2),
+    "mix-pack-batch": lambda: (
+        tpufeed.Dataset.mix(
+            [sequences(30).map(tokens_only), sequences(25).shuffle(2).map(tokens_only)],
+            seed=1,
+            on_end="stop",
+        )
+        .pack({"tokens": 8}, open_rows=2)
+        .batch(2)
+    ),
     "repeat-across-epochs": lambda: records(7).shuffle(6).batch(3).repeat(3),
     "ignore_errors": lambda: records().map(fails_on_sevens).ignore_errors(10).batch(3).repeat(2),
-    "everything": lambda: records(16).shuffle(9).map(lambda e: {**e, "id": e["id"] + 1})
-    .random_map(noise).filter(lambda e: e["id"] % 4 != 0)
-    .flat_map(lambda e: [e] * (1 + int(e["id"] % 2))).batch(4).repeat(2),
+    "everything": lambda: (
+        records(16)
+        .shuffle(9)
+        .map(lambda e: {**e, "id": e["id"] + 1})
+        .random_map(noise)
+        .filter(lambda e: e["id"] % 4 != 0)
+        .flat_map(lambda e: [e] * (1 + int(e["id"] % 2)))
+        .batch(4)
+        .repeat(2)
+    ),
 }

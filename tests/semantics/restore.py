@@ -68,5 +68,6 @@ def assert_equal_output_after_checkpoint(ds: tpufeed.Dataset) -> list:
         assert rest == straight[step:], (
             f"restored at step {step} of {len(straight)}: {len(rest)} items follow, "
             f"{len(straight) - step} expected; first difference at item "
-            f"{next((i for i, (a, b) in enumerate(zip(rest, straight[step:])) if a != b), None)}")
+            f"{next((i for i, (a, b) in enumerate(zip(rest, straight[step:])) if a != b), None)}"
+        )
     return straight

@@ -59,8 +59,9 @@ def write_shards(folder):
     paths = []
     for shard in range(3):
         path = os.path.join(folder, f"saved-{shard}.array_record")
-        write_array_records(path, (tpufeed.codec.encode(element(10 * shard + i))
-                                   for i in range(10)))
+        write_array_records(
+            path, (tpufeed.codec.encode(element(10 * shard + i)) for i in range(10))
+        )
         paths.append(path)
     return paths
 
@@ -74,19 +75,40 @@ def pipelines(folder):
         return seq(elements()).shuffle(seed=3).shard(host, hosts).map(first_x).batch(4).repeat(3)
 
     def random(host, hosts):
-        return (seq(elements()).shuffle(seed=5).shard(host, hosts).random_map(noisy)
-                .map(first_x).batch(3, drop_remainder=True).repeat(2))
+        return (
+            seq(elements())
+            .shuffle(seed=5)
+            .shard(host, hosts)
+            .random_map(noisy)
+            .map(first_x)
+            .batch(3, drop_remainder=True)
+            .repeat(2)
+        )
 
     def filtered(host, hosts):
-        return (seq(elements()).shuffle(seed=7).shard(host, hosts).filter(not_multiple_of_three)
-                .map(first_x).batch(4).repeat(2))
+        return (
+            seq(elements())
+            .shuffle(seed=7)
+            .shard(host, hosts)
+            .filter(not_multiple_of_three)
+            .map(first_x)
+            .batch(4)
+            .repeat(2)
+        )
 
     def flat(host, hosts):
         return seq(elements()).shuffle(seed=11).shard(host, hosts).flat_map(halves).repeat(2)
 
     def packed(host, hosts):
-        return (seq(elements()).shuffle(seed=13).shard(host, hosts).map(tokens)
-                .pack({"tokens": 8}, open_rows=3).batch(2).repeat(2))
+        return (
+            seq(elements())
+            .shuffle(seed=13)
+            .shard(host, hosts)
+            .map(tokens)
+            .pack({"tokens": 8}, open_rows=3)
+            .batch(2)
+            .repeat(2)
+        )
 
     def mixed(host, hosts):
         a = seq(elements()).shuffle(seed=17).map(first_x)
@@ -94,11 +116,25 @@ def pipelines(folder):
         return tpufeed.Dataset.mix([a, b], weights=[0.6, 0.4], seed=1).shard(host, hosts).batch(5)
 
     def windowed(host, hosts):
-        return (files(os.path.join(folder, "saved-*.array_record")).shuffle(seed=19, window=2)
-                .shard(host, hosts).map(tpufeed.codec.decode).map(first_x).batch(4).repeat(2))
+        return (
+            files(os.path.join(folder, "saved-*.array_record"))
+            .shuffle(seed=19, window=2)
+            .shard(host, hosts)
+            .map(tpufeed.codec.decode)
+            .map(first_x)
+            .batch(4)
+            .repeat(2)
+        )
 
-    return {"plain": plain, "random": random, "filtered": filtered, "flat": flat,
-            "packed": packed, "mixed": mixed, "windowed": windowed}
+    return {
+        "plain": plain,
+        "random": random,
+        "filtered": filtered,
+        "flat": flat,
+        "packed": packed,
+        "mixed": mixed,
+        "windowed": windowed,
+    }
 
 
 # (pipeline, hosts that saved, items each host had taken, hosts that resume, items to record);
@@ -151,10 +187,10 @@ def saved_case(build, hosts, steps, resumed_hosts, count):
                 next(it)
             states.append(it.get_state())
         saved = states[0] if hosts == 1 else states
-    following = [take(build(host, resumed_hosts).iterator(saved), count)
-                 for host in range(resumed_hosts)]
-    return {"saved": saved, "resumed_hosts": resumed_hosts, "count": count,
-            "following": following}
+    following = [
+        take(build(host, resumed_hosts).iterator(saved), count) for host in range(resumed_hosts)
+    ]
+    return {"saved": saved, "resumed_hosts": resumed_hosts, "count": count, "following": following}
 
 
 def main(out_dir):

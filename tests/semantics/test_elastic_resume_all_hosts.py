@@ -28,12 +28,19 @@ def fails_on_sevens(e):
 
 
 STAGES = {
-    "filter": lambda ds: ds.filter(lambda e: e["id"] % 3 != 1).map(lambda e: {**e, "piece": np.int64(0)}),
+    "filter": lambda ds: ds.filter(lambda e: e["id"] % 3 != 1).map(
+        lambda e: {**e, "piece": np.int64(0)}
+    ),
     "flat_map": lambda ds: ds.flat_map(pieces),
-    "ignore_errors": lambda ds: ds.map(fails_on_sevens).ignore_errors(10**6).map(
-        lambda e: {**e, "piece": np.int64(0)}),
-    "all": lambda ds: ds.filter(lambda e: e["id"] % 5 != 2).map(fails_on_sevens).flat_map(pieces)
-    .ignore_errors(10**6),
+    "ignore_errors": lambda ds: (
+        ds.map(fails_on_sevens).ignore_errors(10**6).map(lambda e: {**e, "piece": np.int64(0)})
+    ),
+    "all": lambda ds: (
+        ds.filter(lambda e: e["id"] % 5 != 2)
+        .map(fails_on_sevens)
+        .flat_map(pieces)
+        .ignore_errors(10**6)
+    ),
 }
 
 
@@ -51,8 +58,12 @@ def expected(n, kind):
 
 
 def make(n, kind, hosts, host, batch, workers, epochs=1):
-    ds = (tpufeed.Dataset.from_sequence(list(range(n))).shuffle(11).shard(host, hosts)
-          .map(lambda i: {"id": np.int64(i)}))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(n)))
+        .shuffle(11)
+        .shard(host, hosts)
+        .map(lambda i: {"id": np.int64(i)})
+    )
     ds = STAGES[kind](ds)
     if batch:
         ds = ds.batch(batch)
@@ -84,10 +95,14 @@ def stop_and_resume(n, kind, old_hosts, new_hosts, steps, batch, workers):
 @st.composite
 def stops(draw):
     old_hosts = draw(st.integers(1, 8))
-    return (draw(st.integers(0, 50)), draw(st.sampled_from(sorted(STAGES))), old_hosts,
-            draw(st.integers(1, 8)), draw(st.lists(st.integers(0, 12), min_size=old_hosts,
-                                                   max_size=old_hosts)),
-            draw(st.sampled_from([None, 1, 3, 4])))
+    return (
+        draw(st.integers(0, 50)),
+        draw(st.sampled_from(sorted(STAGES))),
+        old_hosts,
+        draw(st.integers(1, 8)),
+        draw(st.lists(st.integers(0, 12), min_size=old_hosts, max_size=old_hosts)),
+        draw(st.sampled_from([None, 1, 3, 4])),
+    )
 
 
 @settings(max_examples=120, deadline=None)

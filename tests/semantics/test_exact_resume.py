@@ -57,14 +57,25 @@ def test_a_version_1_state_still_resumes():
 
 def test_state_from_another_dataset_is_rejected():
     state = make().iterator().get_state()
-    for other in [make(seed=8), make(n=N + 1), make(batch=4), tpufeed.Dataset.from_sequence(list(range(N)))]:
+    for other in [
+        make(seed=8),
+        make(n=N + 1),
+        make(batch=4),
+        tpufeed.Dataset.from_sequence(list(range(N))),
+    ]:
         with pytest.raises(StateError, match="another dataset"):
             other.iterator(state)
 
 
-@pytest.mark.parametrize("bad", [
-    "not json", [], {"version": 99}, {"version": 1},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not json",
+        [],
+        {"version": 99},
+        {"version": 1},
+    ],
+)
 def test_malformed_state_is_rejected(bad):
     with pytest.raises(StateError):
         make().iterator(bad)
@@ -77,13 +88,16 @@ def test_state_with_bad_fields_is_rejected():
             make().iterator({**state, key: value})
 
 
-@pytest.mark.parametrize("field,value,match", [
-    ("consumed", 38, "37 in an epoch"),
-    ("base", 40, "past the 37 positions"),
-    ("epoch", 2, "runs 2 epoch"),
-    ("carries", [[37, 0]], "past the 37 records"),
-    ("layers", [[0, 2, 0, [20, 0]]], "does not fit this dataset"),
-])
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("consumed", 38, "37 in an epoch"),
+        ("base", 40, "past the 37 positions"),
+        ("epoch", 2, "runs 2 epoch"),
+        ("carries", [[37, 0]], "past the 37 records"),
+        ("layers", [[0, 2, 0, [20, 0]]], "does not fit this dataset"),
+    ],
+)
 def test_a_state_whose_numbers_do_not_fit_the_dataset_is_refused(field, value, match):
     ds = make(epochs=2)
     state = {**ds.iterator().get_state(), field: value}

@@ -44,7 +44,7 @@ def test_shuffle_changes_order_each_epoch_and_without_shuffle_order_is_stored():
     it = make(epochs=3).iterator()
     all_records = flat(list(it))
     assert all_records[:N] == epochs[0]
-    assert all_records[:N] != all_records[N:2 * N] != all_records[2 * N:]
+    assert all_records[:N] != all_records[N : 2 * N] != all_records[2 * N :]
     assert flat(make(seed=None).iterator()) == list(range(N))
 
 

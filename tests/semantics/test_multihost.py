@@ -33,6 +33,7 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 # -- the launcher -----------------------------------------------------------------------------
 
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -55,25 +56,43 @@ def launch(processes: int, out: Path, **spec) -> list[dict]:
 
 def _launch_once(processes: int, out: Path, spec: dict) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ,
-           "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES_PER_PROCESS}",
-           "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES_PER_PROCESS}",
+        "JAX_PLATFORMS": "cpu",
+        "PYTHONUNBUFFERED": "1",
+    }
     port = _free_port()
     children = []
     for pid in range(processes):
-        args = [sys.executable, __file__, "worker", str(pid), str(processes), str(port), str(out),
-                json.dumps(spec, default=str)]
+        args = [
+            sys.executable,
+            __file__,
+            "worker",
+            str(pid),
+            str(processes),
+            str(port),
+            str(out),
+            json.dumps(spec, default=str),
+        ]
         log = open(out / f"log-{pid}.txt", "w")
-        children.append((subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+        children.append(
+            (subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT), log)
+        )
     deadline = time.monotonic() + TIMEOUT_S
     try:
         while True:
             codes = [p.poll() for p, _ in children]
             failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if failed or time.monotonic() > deadline:
-                why = f"process {failed[0]} exited with {codes[failed[0]]}" if failed else \
-                    f"timed out after {TIMEOUT_S} s"
-                raise AssertionError(f"{processes}-process run failed: {why}\n" + _logs(out, processes))
+                why = (
+                    f"process {failed[0]} exited with {codes[failed[0]]}"
+                    if failed
+                    else f"timed out after {TIMEOUT_S} s"
+                )
+                raise AssertionError(
+                    f"{processes}-process run failed: {why}\n" + _logs(out, processes)
+                )
             if all(c == 0 for c in codes):
                 break
             time.sleep(0.1)
@@ -96,6 +115,7 @@ def _logs(out: Path, processes: int) -> str:
 
 
 # -- the tests --------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def four_processes(tmp_path_factory) -> list[dict]:
@@ -181,8 +201,9 @@ def _assert_ended_together(results: list[dict], processes: int, mode: str) -> No
 
 @pytest.fixture(scope="module")
 def three_uneven(tmp_path_factory) -> list[dict]:
-    return launch(3, tmp_path_factory.mktemp("uneven3"), run="uneven",
-                  checkpoint_at=UNEVEN_CHECKPOINT)
+    return launch(
+        3, tmp_path_factory.mktemp("uneven3"), run="uneven", checkpoint_at=UNEVEN_CHECKPOINT
+    )
 
 
 @pytest.mark.parametrize("mode", ["shortest", "pad"])
@@ -210,12 +231,17 @@ def test_all_states_of_three_uneven_processes_resume_exactly_on_two(three_uneven
 
 # -- the worker -------------------------------------------------------------------------------
 
+
 def _worker(pid: int, processes: int, port: int, out: Path, spec: dict) -> None:
     import jax
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=processes,
-                               process_id=pid, initialization_timeout=60)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=processes,
+        process_id=pid,
+        initialization_timeout=60,
+    )
     result = {"checks": _checks, "train": _train, "uneven": _uneven}[spec["run"]](spec)
     (out / f"result-{pid}.json").write_text(json.dumps(result))
     jax.distributed.shutdown()
@@ -230,8 +256,14 @@ def _train(spec: dict) -> dict:
     import tpufeed
 
     checkpoint_at, resume = spec.get("checkpoint_at", 0), spec.get("resume")
-    ds = (tpufeed.Dataset.from_sequence(list(range(N))).shuffle(SEED).shard()
-          .map(lambda r: {"id": np.int32(r)}).batch(BATCH, drop_remainder=True).repeat(EPOCHS))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(N)))
+        .shuffle(SEED)
+        .shard()
+        .map(lambda r: {"id": np.int32(r)})
+        .batch(BATCH, drop_remainder=True)
+        .repeat(EPOCHS)
+    )
     it = ds.to_jax(prefetch=2)
     if resume:
         it.set_state(json.loads(Path(resume).read_text()))
@@ -248,9 +280,13 @@ def _train(spec: dict) -> dict:
         result["steps"] += 1
         result["global_shape"] = list(batch["id"].shape)
         if result["steps"] == checkpoint_at:
-            result["checkpoint"] = {"state": it.get_state(),
-                                    "counts": np.asarray(counts[epoch].addressable_data(0)).tolist()}
-    result["counts"] = {str(e): np.asarray(c.addressable_data(0)).tolist() for e, c in counts.items()}
+            result["checkpoint"] = {
+                "state": it.get_state(),
+                "counts": np.asarray(counts[epoch].addressable_data(0)).tolist(),
+            }
+    result["counts"] = {
+        str(e): np.asarray(c.addressable_data(0)).tolist() for e, c in counts.items()
+    }
     result["wait_fraction"] = it.wait_fraction
     return result
 
@@ -270,8 +306,13 @@ def _checks(spec: dict) -> dict:
         result["misfit"] = "no error"
     except InvalidArgumentError as e:
         result["misfit"] = str(e)
-    it = (tpufeed.Dataset.from_sequence(list(range(21))).shard()
-          .map(lambda r: {"id": np.int32(r)}).batch(2).to_jax())
+    it = (
+        tpufeed.Dataset.from_sequence(list(range(21)))
+        .shard()
+        .map(lambda r: {"id": np.int32(r)})
+        .batch(2)
+        .to_jax()
+    )
     result["uneven_shard_steps"] = sum(1 for _ in it)
     result["uneven_shard_cut"] = it.stats().cut_batches
     return result
@@ -287,9 +328,15 @@ def _uneven(spec: dict) -> dict:
 
     import tpufeed
 
-    ds = (tpufeed.Dataset.from_sequence(list(range(UNEVEN_N))).shuffle(SEED).shard()
-          .map(lambda r: {"id": np.int32(r)}).filter(lambda e: kept(int(e["id"])))
-          .batch(BATCH).repeat(UNEVEN_EPOCHS))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(UNEVEN_N)))
+        .shuffle(SEED)
+        .shard()
+        .map(lambda r: {"id": np.int32(r)})
+        .filter(lambda e: kept(int(e["id"])))
+        .batch(BATCH)
+        .repeat(UNEVEN_EPOCHS)
+    )
     own = ds.iterator()
     result: dict = {"own_batches": [0] * UNEVEN_EPOCHS, "own_full_batches": [0] * UNEVEN_EPOCHS}
     for batch in own:
@@ -307,17 +354,26 @@ def _uneven(spec: dict) -> dict:
             acc = counts.get(epoch)
             if acc is None:
                 acc = jax.device_put(jnp.zeros(UNEVEN_N, jnp.int32), replicated)
-            weight = batch["mask"].astype(jnp.int32) if mode == "pad" else jnp.ones_like(batch["id"])
+            weight = (
+                batch["mask"].astype(jnp.int32) if mode == "pad" else jnp.ones_like(batch["id"])
+            )
             counts[epoch] = count(acc, batch["id"], weight)
             run["steps"] += 1
             if run["steps"] == spec.get("checkpoint_at"):
-                run["checkpoint"] = {"state": it.get_state(),
-                                     "counts": np.asarray(counts[epoch].addressable_data(0)).tolist()}
+                run["checkpoint"] = {
+                    "state": it.get_state(),
+                    "counts": np.asarray(counts[epoch].addressable_data(0)).tolist(),
+                }
         stats = it.stats()
-        run["counts"] = {str(e): np.asarray(c.addressable_data(0)).tolist() for e, c in counts.items()}
-        run.update(cut_records=stats.dropped_records, padded_rows=stats.padded_rows,
-                   agreements=stats.agreements,
-                   agreement_ms=1e3 * stats.agreement_seconds / max(1, stats.agreements))
+        run["counts"] = {
+            str(e): np.asarray(c.addressable_data(0)).tolist() for e, c in counts.items()
+        }
+        run.update(
+            cut_records=stats.dropped_records,
+            padded_rows=stats.padded_rows,
+            agreements=stats.agreements,
+            agreement_ms=1e3 * stats.agreement_seconds / max(1, stats.agreements),
+        )
         result[mode] = run
     return result
 

@@ -27,6 +27,10 @@ def test_random_map_depends_only_on_seed_epoch_and_record():
 
 
 def test_two_random_maps_get_independent_streams():
-    ds = make(extra=lambda ds: noisy(ds).random_map(lambda e, rng: {**e, "second": rng.integers(0, 2**62)}))
+    ds = make(
+        extra=lambda ds: noisy(ds).random_map(
+            lambda e, rng: {**e, "second": rng.integers(0, 2**62)}
+        )
+    )
     for item in ds:
         assert item["noise"] != item["second"]

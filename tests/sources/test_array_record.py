@@ -52,6 +52,7 @@ def read_all(path) -> list[bytes]:
 
 # --- round trips -----------------------------------------------------------------------------
 
+
 # "" is the writer's default; in array-record 0.8.6 that is group_size:1, despite the docs'
 # 65536, so 65536 is listed explicitly.
 @pytest.mark.parametrize("options", ["group_size:1", "", "group_size:65536", "group_size:7"])
@@ -100,6 +101,7 @@ def test_empty_valid_file_has_zero_records(tmp_path):
 
 # --- path forms ------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def three_files(tmp_path):
     rng = random.Random(3)
@@ -139,6 +141,7 @@ def test_empty_glob_and_missing_file_name_the_path(tmp_path):
 
 
 # --- damaged files ---------------------------------------------------------------------------
+
 
 def varint(buf: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
@@ -206,7 +209,7 @@ def flip(data: bytes, pos: int) -> bytes:
 # Each damaged variant of the valid file, and where the damage must be reported.
 DAMAGE_AT_OPEN = {
     "zero-length": lambda d: b"",
-    "cut in half": lambda d: d[:len(d) // 2],
+    "cut in half": lambda d: d[: len(d) // 2],
     "cut at a block boundary": lambda d: d[:-BLOCK],
     "minus 1 byte": lambda d: d[:-1],
     "header only": lambda d: d[:64],
@@ -238,8 +241,11 @@ def test_damaged_file_raises_at_open_naming_the_path(tmp_path, valid_file, case)
 @pytest.mark.parametrize("cut", ["half", "half + 1000", "one block short"])
 def test_cut_file_is_reported_as_truncated(tmp_path, valid_file, cut):
     data = valid_file[0]
-    size = {"half": len(data) // 2, "half + 1000": len(data) // 2 + 1000,
-            "one block short": len(data) - BLOCK}[cut]
+    size = {
+        "half": len(data) // 2,
+        "half + 1000": len(data) // 2 + 1000,
+        "one block short": len(data) - BLOCK,
+    }[cut]
     path = tmp_path / "cut.array_record"
     path.write_bytes(data[:size])
     # The hazard this module exists for: array_record itself reports an empty file, no error.
@@ -306,8 +312,9 @@ def test_undetectable_harmless_damage_is_documented(tmp_path, valid_file):
 
 def test_structure_problem_without_io():
     signature = bytes.fromhex("83af70d10d884a3f00000000000000004000000000000000")
-    head = signature + bytes.fromhex("91bac23c9287e1a90000000000000000e19f13c0e9b1c372"
-                                     "73000000000000000000000000000000")
+    head = signature + bytes.fromhex(
+        "91bac23c9287e1a90000000000000000e19f13c0e9b1c37273000000000000000000000000000000"
+    )
     assert structure_problem(2 * BLOCK, head) is None
     assert "empty" in structure_problem(0, b"")
     assert "truncated" in structure_problem(30, head[:30])
@@ -328,6 +335,7 @@ def test_file_changed_after_pickling_is_reported(tmp_path):
 
 
 # --- indices, pickling, writer ---------------------------------------------------------------
+
 
 def test_index_out_of_range(three_files):
     paths, _ = three_files
@@ -382,6 +390,7 @@ def test_write_array_records_is_atomic(tmp_path):
 
 
 # --- Grain interop ---------------------------------------------------------------------------
+
 
 def test_grain_reads_the_same_records(tmp_path):
     rng = random.Random(11)

@@ -18,6 +18,7 @@ RECORDS = [codec.encode({"id": i, "x": np.full(i % 7, i, np.int16)}) for i in ra
 
 def write_array_record_files(root):
     from array_record.python.array_record_module import ArrayRecordWriter
+
     paths = []
     for shard, part in enumerate(np.array_split(np.arange(N), 3)):
         path = os.path.join(root, f"part-{shard}.array_record")
@@ -45,6 +46,7 @@ def write_parquet_files(root):
     """The records as a binary column beside others; read back with columns=["record"]."""
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
+
     paths = []
     for shard, part in enumerate(np.array_split(np.arange(N), 3)):
         path = os.path.join(root, f"part-{shard}.parquet")
@@ -82,8 +84,9 @@ def dataset_factory(request, tmp_path):
         return lambda: tpufeed.Dataset.from_tfrecord(paths)
     if kind == "parquet":
         write_parquet_files(tmp_path)
-        return lambda: tpufeed.Dataset.from_parquet(str(tmp_path / "part-*.parquet"),
-                                                    columns=["record"])
+        return lambda: tpufeed.Dataset.from_parquet(
+            str(tmp_path / "part-*.parquet"), columns=["record"]
+        )
     if kind == "sequence":
         return lambda: tpufeed.Dataset.from_sequence(RECORDS)
     return lambda: tpufeed.Dataset.from_source(UserSource())
@@ -105,8 +108,15 @@ def test_source_protocol(dataset_factory):
 @pytest.mark.parametrize("hosts", [1, 2, 3, 8])
 def test_exactly_once_deterministic_and_per_record_random(dataset_factory, hosts):
     def pipeline(host, host_count):
-        return (dataset_factory().shuffle(11).shard(host, host_count).map(decode)
-                .random_map(lambda e, rng: {"id": e["id"], "r": rng.random()}).batch(4).repeat(2))
+        return (
+            dataset_factory()
+            .shuffle(11)
+            .shard(host, host_count)
+            .map(decode)
+            .random_map(lambda e, rng: {"id": e["id"], "r": rng.random()})
+            .batch(4)
+            .repeat(2)
+        )
 
     def run(host_count):
         per_epoch, noise = {0: [], 1: []}, {}
@@ -115,7 +125,9 @@ def test_exactly_once_deterministic_and_per_record_random(dataset_factory, hosts
             for batch in it:
                 epoch = it.get_state()["epoch"]
                 per_epoch[epoch] += batch["id"].tolist()
-                noise.update({(epoch, i): r for i, r in zip(batch["id"].tolist(), batch["r"].tolist())})
+                noise.update(
+                    {(epoch, i): r for i, r in zip(batch["id"].tolist(), batch["r"].tolist())}
+                )
         return per_epoch, noise
 
     per_epoch, noise = run(hosts)
@@ -133,9 +145,18 @@ def test_resume_at_arbitrary_steps_and_elastic(dataset_factory):
         state = json.loads(json.dumps(it.get_state()))
         assert [b.tolist() for b in ds.iterator(state)] == full[step:]
         next(it)
+
     # 4 hosts in lockstep for 2 steps, then 2 hosts finish the epoch.
     def sharded(host, hosts):
-        return dataset_factory().shuffle(5).shard(host, hosts).map(decode).map(lambda e: e["id"]).batch(7)
+        return (
+            dataset_factory()
+            .shuffle(5)
+            .shard(host, hosts)
+            .map(decode)
+            .map(lambda e: e["id"])
+            .batch(7)
+        )
+
     seen, state = [], None
     for host in range(4):
         it = sharded(host, 4).iterator()
@@ -146,7 +167,8 @@ def test_resume_at_arbitrary_steps_and_elastic(dataset_factory):
     assert sorted(seen) == list(range(N))
     with pytest.raises(StateError):
         tpufeed.Dataset.from_sequence(RECORDS[:-1]).shuffle(5).map(codec.decode).map(
-            lambda e: e["id"]).batch(7).repeat(2).iterator(state)
+            lambda e: e["id"]
+        ).batch(7).repeat(2).iterator(state)
 
 
 def test_the_same_records_through_every_file_format(tmp_path):
@@ -179,10 +201,19 @@ def test_bad_files_through_the_dataset_api(tmp_path):
 @pytest.mark.parametrize("hosts,workers", [(1, 0), (3, 0), (2, 2)])
 def test_windowed_shuffle_is_exactly_once_and_resumable(tmp_path, hosts, workers):
     write_array_record_files(tmp_path)
+
     def make(host):
-        return (tpufeed.Dataset.from_array_record(str(tmp_path / "*.array_record"))
-                .shuffle(2, window=2).shard(host, hosts).map(codec.decode).map(lambda e: e["id"])
-                .batch(8).repeat(2).workers(workers))
+        return (
+            tpufeed.Dataset.from_array_record(str(tmp_path / "*.array_record"))
+            .shuffle(2, window=2)
+            .shard(host, hosts)
+            .map(codec.decode)
+            .map(lambda e: e["id"])
+            .batch(8)
+            .repeat(2)
+            .workers(workers)
+        )
+
     seen = {0: [], 1: []}
     for host in range(hosts):
         it = make(host).iterator()

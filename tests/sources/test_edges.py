@@ -43,6 +43,7 @@ def in_forked_child(fn, timeout: float = 60.0):
 
 def _array_record_files(tmp_path, records, shards=2, options="group_size:1"):
     from array_record.python.array_record_module import ArrayRecordWriter
+
     paths = []
     for s in range(shards):
         path = str(tmp_path / f"part-{s}.array_record")
@@ -56,6 +57,7 @@ def _array_record_files(tmp_path, records, shards=2, options="group_size:1"):
 
 # --- readers never cross a fork ---------------------------------------------------------------
 
+
 def test_a_forked_child_reads_array_record_through_its_own_helper_exactly(tmp_path):
     records = [b"%d" % i for i in range(50)]
     _array_record_files(tmp_path, records)
@@ -64,6 +66,7 @@ def test_a_forked_child_reads_array_record_through_its_own_helper_exactly(tmp_pa
 
     def child():
         from tpufeed.sources._reader_process import ReaderProcess
+
         got = source.__getitems__([7, 3, 44, 3])
         fresh = ArrayRecordSource(str(tmp_path / "part-*.array_record"))  # counted in the helper
         return got, len(fresh), fresh.__getitems__([0, 49]), ReaderProcess._shared is not None
@@ -78,8 +81,12 @@ def test_a_forked_child_reads_array_record_through_its_own_helper_exactly(tmp_pa
 def _how_read(record):
     """Where a worker read `record`: (its pid, whether through a helper process)."""
     from tpufeed.sources._reader_process import ReaderProcess, native_state_inherited
-    return {"pid": os.getpid(), "helped": native_state_inherited() or ReaderProcess.running() is not None,
-            "record": record}
+
+    return {
+        "pid": os.getpid(),
+        "helped": native_state_inherited() or ReaderProcess.running() is not None,
+        "record": record,
+    }
 
 
 def test_workers_forked_by_the_fork_server_read_array_record_themselves(tmp_path):
@@ -130,13 +137,21 @@ def test_a_damaged_record_read_by_a_worker_names_the_file_and_record(tmp_path):
         list(ds)
     assert (caught.value.path, caught.value.record) == (path, 0)
     assert f"{path} record 0 " in str(caught.value) and "in tpufeed worker 0" in str(caught.value)
-    assert list(tpufeed.Dataset.from_array_record(path).map(len).ignore_errors(1)
-                .workers(1, isolate=True)) == [1000] * 19
+    assert (
+        list(
+            tpufeed.Dataset.from_array_record(path)
+            .map(len)
+            .ignore_errors(1)
+            .workers(1, isolate=True)
+        )
+        == [1000] * 19
+    )
 
 
 @pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
 def test_a_read_in_progress_in_another_thread_at_fork_time_does_not_block_the_child(
-        tmp_path, file_format):
+    tmp_path, file_format
+):
     records = [b"r%d" % i for i in range(10)]
     if file_format == "array_record":
         write_array_records(tmp_path / "a.array_record", records)
@@ -153,16 +168,18 @@ def test_a_read_in_progress_in_another_thread_at_fork_time_does_not_block_the_ch
     holder.join()
     try:
         assert in_forked_child(lambda: source.__getitems__([9, 4]), timeout=30) == [
-            records[9], records[4]]
+            records[9],
+            records[4],
+        ]
     finally:
         held.release()
 
 
 # --- files changed while they are read ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("options", ["group_size:1", "group_size:10"])
-def test_an_array_record_file_truncated_while_read_raises_naming_file_and_record(
-        tmp_path, options):
+def test_an_array_record_file_truncated_while_read_raises_naming_file_and_record(tmp_path, options):
     rng = random.Random(0)
     records = [b"%04d" % i + rng.randbytes(500) for i in range(300)]  # 150 KB, uncompressible
     (path,) = _array_record_files(tmp_path, records, shards=1, options=options)
@@ -204,6 +221,7 @@ def test_a_tfrecord_file_truncated_while_read_raises_naming_file_and_record(tmp_
 
 # --- damaged TFRecord records are found when read, so ignore_errors can skip them ---------------
 
+
 def _tfrecord_with_damage(tmp_path, damage: str):
     records = [b"%03d" % i + bytes(20) for i in range(30)]
     path = str(tmp_path / "d.tfrecord")
@@ -234,8 +252,9 @@ def test_ignore_errors_skips_a_damaged_tfrecord_record(tmp_path, damage, workers
 @pytest.mark.emulator
 @pytest.mark.parametrize("cache_bytes", [None, 0])  # through the shard cache, or ranged reads
 @pytest.mark.parametrize("damage", ["data", "length"])
-def test_ignore_errors_skips_a_damaged_tfrecord_record_on_gcs(gcs, bucket, upload, tmp_path,
-                                                              damage, cache_bytes):
+def test_ignore_errors_skips_a_damaged_tfrecord_record_on_gcs(
+    gcs, bucket, upload, tmp_path, damage, cache_bytes
+):
     path, records = _tfrecord_with_damage(tmp_path, damage)
     url = upload(bucket, "d.tfrecord", path)
     ds = tpufeed.Dataset.from_tfrecord(url, cache_dir=tmp_path / "c", cache_bytes=cache_bytes)
@@ -247,6 +266,7 @@ def test_ignore_errors_skips_a_damaged_tfrecord_record_on_gcs(gcs, bucket, uploa
 
 # --- only regular files are read ------------------------------------------------------------------
 
+
 @pytest.fixture
 def fifo(tmp_path):
     """A named pipe nobody writes to: opening it for reading the ordinary way blocks forever."""
@@ -256,15 +276,25 @@ def fifo(tmp_path):
 
 
 @pytest.mark.timeout(60)  # before the fix each of these blocked forever
-@pytest.mark.parametrize("open_it", [
-    lambda p: tpufeed.Dataset.from_array_record(p),
-    lambda p: tpufeed.Dataset.from_tfrecord(p),
-    lambda p: tpufeed.Dataset.from_array_record(os.path.join(os.path.dirname(p), "*")),
-    lambda p: len(ArrayRecordFile(p)),
-    lambda p: TFRecordFile(p),
-    lambda p: TFRecordSource(os.path.join(os.path.dirname(p), "*.array_record")),
-], ids=["from_array_record", "from_tfrecord", "glob", "ArrayRecordFile", "TFRecordFile",
-        "TFRecordSource"])
+@pytest.mark.parametrize(
+    "open_it",
+    [
+        lambda p: tpufeed.Dataset.from_array_record(p),
+        lambda p: tpufeed.Dataset.from_tfrecord(p),
+        lambda p: tpufeed.Dataset.from_array_record(os.path.join(os.path.dirname(p), "*")),
+        lambda p: len(ArrayRecordFile(p)),
+        lambda p: TFRecordFile(p),
+        lambda p: TFRecordSource(os.path.join(os.path.dirname(p), "*.array_record")),
+    ],
+    ids=[
+        "from_array_record",
+        "from_tfrecord",
+        "glob",
+        "ArrayRecordFile",
+        "TFRecordFile",
+        "TFRecordSource",
+    ],
+)
 def test_a_fifo_is_refused_by_name_without_blocking(fifo, open_it):
     with pytest.raises(SourceError, match="is a FIFO \\(named pipe\\), not a regular file") as e:
         open_it(fifo)
@@ -275,6 +305,7 @@ def test_a_fifo_is_refused_by_name_without_blocking(fifo, open_it):
 @pytest.mark.parametrize("what", ["shard", "manifest"])
 def test_a_dataset_folder_with_a_fifo_is_refused_by_name(tmp_path, what):
     from tests.dataset_folder import make_dataset
+
     root = tmp_path / "ds"
     manifest = make_dataset(root, [[b"a", b"b"], [b"c"]])
     path = root / (manifest["shards"][1]["path"] if what == "shard" else "manifest.json")
@@ -285,9 +316,15 @@ def test_a_dataset_folder_with_a_fifo_is_refused_by_name(tmp_path, what):
     assert e.value.path == str(path)
 
 
-@pytest.mark.parametrize("open_it", [tpufeed.Dataset.from_array_record,
-                                     tpufeed.Dataset.from_tfrecord, ArrayRecordFile,
-                                     TFRecordFile])
+@pytest.mark.parametrize(
+    "open_it",
+    [
+        tpufeed.Dataset.from_array_record,
+        tpufeed.Dataset.from_tfrecord,
+        ArrayRecordFile,
+        TFRecordFile,
+    ],
+)
 def test_a_device_is_refused_by_name(open_it):
     with pytest.raises(SourceError, match="/dev/zero is a character device, not a regular file"):
         len(open_it("/dev/zero"))
@@ -300,11 +337,13 @@ def test_closing_in_a_forked_child_starts_no_helper(tmp_path):
 
     def child():
         from tpufeed.sources._reader_process import ReaderProcess
+
         assert source[0] == b"x" and ReaderProcess.running() is not None  # its own helper
 
         def grandchild():
             source.close()  # the parent's helper is not this process's: nothing to tell
             return ReaderProcess.running()
+
         return in_forked_child(grandchild)
 
     assert in_forked_child(child) is None

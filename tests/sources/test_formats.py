@@ -27,30 +27,52 @@ from tpufeed.sources.manifest_fields import check_manifest
 RECORDS = [b"", b"a", b"bc" * 100, bytes(range(256))]
 
 
-@pytest.mark.parametrize("name, path", [
-    ("array_record", "d/train.array_record"), ("array_record", "d/x.ar"),
-    ("array_record", "train.array_record-00003-of-00016"), ("array_record", "X.AR"),
-    ("tfrecord", "d/train.tfrecord"), ("tfrecord", "x.tfr"), ("tfrecord", "x.tfrecords"),
-    ("tfrecord", "gs://b/train.tfrecord-00000-of-00002"),
-    ("parquet", "d/train.parquet"), ("parquet", "gs://b/X.PARQUET"),
-])
+@pytest.mark.parametrize(
+    "name, path",
+    [
+        ("array_record", "d/train.array_record"),
+        ("array_record", "d/x.ar"),
+        ("array_record", "train.array_record-00003-of-00016"),
+        ("array_record", "X.AR"),
+        ("tfrecord", "d/train.tfrecord"),
+        ("tfrecord", "x.tfr"),
+        ("tfrecord", "x.tfrecords"),
+        ("tfrecord", "gs://b/train.tfrecord-00000-of-00002"),
+        ("parquet", "d/train.parquet"),
+        ("parquet", "gs://b/X.PARQUET"),
+    ],
+)
 def test_names_tell_the_format(name, path):
     assert format_for_path(path) is FORMATS[name]
     assert guess_format(path).name == name
 
 
-@pytest.mark.parametrize("path", ["x.parquet.crc", "x.arx", "x.tfrecord.tpufeed-index",
-                                  "a-train.tfrecord-00000-of-00002.tpufeed-index", "x.json"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "x.parquet.crc",
+        "x.arx",
+        "x.tfrecord.tpufeed-index",
+        "a-train.tfrecord-00000-of-00002.tpufeed-index",
+        "x.json",
+    ],
+)
 def test_other_names_belong_to_no_format(path):
     assert format_for_path(path) is None
-    with pytest.raises(InvalidArgumentError, match=rf"cannot tell the format of {path}.*\.tfr "
-                                                   r"\(tfrecord\).*pass --format"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=rf"cannot tell the format of {path}.*\.tfr "
+        r"\(tfrecord\).*pass --format",
+    ):
         guess_format(path)
 
 
 def test_unknown_format_names_are_refused_with_the_choices():
-    with pytest.raises(InvalidArgumentError, match=r"--format must be one of \['array_record', "
-                                                   r"'parquet', 'tfrecord'\], got 'csv'"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"--format must be one of \['array_record', "
+        r"'parquet', 'tfrecord'\], got 'csv'",
+    ):
         get_format("csv", "--format")
 
 
@@ -81,20 +103,33 @@ def test_counts_a_manifest_promises_must_fit_the_file():
 
 
 def test_the_manifest_check_takes_formats_from_the_registry():
-    manifest = {"format": "tpufeed-dataset", "format_version": 1, "file_format": "tfrecord",
-                "record_format": "bytes", "num_records": 3,
-                "shards": [{"path": "a.tfrecord", "num_records": 3, "num_bytes": 40,
-                            "crc32c": "00000000"}]}
-    with pytest.raises(CorruptDataError, match=r"shards\[0\].num_records is 3: a TFRecord file "
-                                               "of 40 bytes cannot hold 3 records"):
+    manifest = {
+        "format": "tpufeed-dataset",
+        "format_version": 1,
+        "file_format": "tfrecord",
+        "record_format": "bytes",
+        "num_records": 3,
+        "shards": [{"path": "a.tfrecord", "num_records": 3, "num_bytes": 40, "crc32c": "00000000"}],
+    }
+    with pytest.raises(
+        CorruptDataError,
+        match=r"shards\[0\].num_records is 3: a TFRecord file "
+        "of 40 bytes cannot hold 3 records",
+    ):
         check_manifest(manifest, "m.json")
     manifest["file_format"] = "parquet"
-    with pytest.raises(CorruptDataError, match=r"'file_format' is 'parquet', expected one of "
-                                               r"\['array_record', 'tfrecord'\]"):
+    with pytest.raises(
+        CorruptDataError,
+        match=r"'file_format' is 'parquet', expected one of "
+        r"\['array_record', 'tfrecord'\]",
+    ):
         check_manifest(manifest, "m.json")
     manifest.update(file_format="array_record", record_format="pickle")
-    with pytest.raises(CorruptDataError, match="'record_format' is 'pickle', expected one of "
-                                               r"\['bytes', 'tf.train.Example', 'tpufeed.codec'\]"):
+    with pytest.raises(
+        CorruptDataError,
+        match="'record_format' is 'pickle', expected one of "
+        r"\['bytes', 'tf.train.Example', 'tpufeed.codec'\]",
+    ):
         check_manifest(manifest, "m.json")
 
 
@@ -105,8 +140,10 @@ def test_a_gs_url_of_any_registered_extension_is_a_file_not_a_dataset():
     assert is_dataset_path("gs://b/datasets/train")
 
 
-@pytest.mark.parametrize("name, fmt", [("data.tfr", "tfrecord"), ("data.ar", "array_record"),
-                                       ("data.tfrecords", "tfrecord")])
+@pytest.mark.parametrize(
+    "name, fmt",
+    [("data.tfr", "tfrecord"), ("data.ar", "array_record"), ("data.tfrecords", "tfrecord")],
+)
 def test_inspect_and_bench_agree_on_the_format(tmp_path, name, fmt):
     """Before the registry, bench read every name without `.tfrecord` as ArrayRecord."""
     from tpufeed.cli.bench import make_target
@@ -131,14 +168,22 @@ def test_parquet_is_read_not_written_and_inspect_and_bench_read_its_rows(tmp_pat
     from tpufeed.cli.inspection import inspect_paths
 
     path = str(tmp_path / "rows.parquet")
-    pq.write_table(pa.table({"id": list(range(10)), "text": [f"t{i}" for i in range(10)],
-                             "v": [[1.0, 2.0]] * 10}), path, row_group_size=3)
+    pq.write_table(
+        pa.table(
+            {"id": list(range(10)), "text": [f"t{i}" for i in range(10)], "v": [[1.0, 2.0]] * 10}
+        ),
+        path,
+        row_group_size=3,
+    )
     assert "parquet" not in writable_formats()
     with pytest.raises(InvalidArgumentError, match="reads Parquet files but does not write"):
         FORMATS["parquet"].write(str(tmp_path / "out.parquet"), [b"x"])
     lines, failures = inspect_paths([path], verify=True)
     assert not failures and lines[0].splitlines()[:3] == [
-        "1 file, 10 records", f"  {path}: 10 records", "record 0: 3 fields"]
+        "1 file, 10 records",
+        f"  {path}: 10 records",
+        "record 0: 3 fields",
+    ]
     assert "  text: str = 't0'" in lines[0] and "  v: float64[2]" in lines[0]
     assert FORMATS["parquet"].count_records(path) == 10
     ds = make_target(argparse.Namespace(target=path, transform=[], batch_size=4))
@@ -153,11 +198,16 @@ def test_a_plain_folder_of_short_names_is_recognised(tmp_path):
 
     for i in range(2):
         FORMATS["tfrecord"].write(str(tmp_path / f"p{i}.tfr"), [b"x"])
-    assert folder_shards(str(tmp_path)) == ("tfrecord", [str(tmp_path / "p0.tfr"),
-                                                         str(tmp_path / "p1.tfr")])
+    assert folder_shards(str(tmp_path)) == (
+        "tfrecord",
+        [str(tmp_path / "p0.tfr"), str(tmp_path / "p1.tfr")],
+    )
     FORMATS["array_record"].write(str(tmp_path / "q.ar"), [b"y"], None)
-    with pytest.raises(InvalidArgumentError, match=r"holds ArrayRecord and TFRecord files .*"
-                                                   r"\*\.array_record"):
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"holds ArrayRecord and TFRecord files .*"
+        r"\*\.array_record",
+    ):
         folder_shards(str(tmp_path))
 
 
@@ -183,8 +233,11 @@ def test_tfrecord_framing_lives_in_one_module(tmp_path):
     path.write_bytes(bytes(data))
     records = inputs.read_input(inputs.InputFile(str(path), "tfrecord"))
     assert next(records)[2]["a"].tolist() == [1]
-    with pytest.raises(CorruptDataError, match=r"in.tfrecord: record 1 at byte offset \d+: data "
-                                               "CRC mismatch"):
+    with pytest.raises(
+        CorruptDataError,
+        match=r"in.tfrecord: record 1 at byte offset \d+: data "
+        "CRC mismatch",
+    ):
         next(records)
 
 
@@ -192,8 +245,10 @@ def test_cli_choices_come_from_the_registry():
     from tpufeed.cli.program import build_parser
 
     commands = build_parser()._subparsers._group_actions[0].choices
+
     def choices(command, option):
         return next(a.choices for a in commands[command]._actions if option in a.option_strings)
+
     assert choices("inspect", "--format") == sorted(FORMATS)
     assert choices("bench", "--format") == sorted(FORMATS)
     assert choices("build", "--format") == writable_formats()

@@ -17,12 +17,14 @@ N = 60
 
 
 def build(n: int = N):
-    return datasets.Dataset.from_dict({
-        "id": list(range(n)),
-        "text": [None if i % 7 == 0 else f"doc {i}" for i in range(n)],
-        "count": [None if i % 5 == 0 else i for i in range(n)],
-        "tokens": [list(range(i % 4)) for i in range(n)],
-    })
+    return datasets.Dataset.from_dict(
+        {
+            "id": list(range(n)),
+            "text": [None if i % 7 == 0 else f"doc {i}" for i in range(n)],
+            "count": [None if i % 5 == 0 else i for i in range(n)],
+            "tokens": [list(range(i % 4)) for i in range(n)],
+        }
+    )
 
 
 def ids(ds) -> list[list[int]]:
@@ -39,19 +41,24 @@ def test_from_source_reads_through_getitems(monkeypatch):
     hf = build()
     calls = []
     batched = hf.__getitems__
-    monkeypatch.setattr(hf, "__getitems__", lambda keys: calls.append(len(keys)) or batched(keys),
-                        raising=False)
+    monkeypatch.setattr(
+        hf, "__getitems__", lambda keys: calls.append(len(keys)) or batched(keys), raising=False
+    )
     got = list(tpufeed.Dataset.from_source(hf).map(lambda e: e["id"]).batch(16))
     assert calls == [16, 16, 16, 12]  # one batched read per chunk, no per-row __getitem__
     assert got[0].tolist() == list(range(16))
-    assert tpufeed.Dataset.from_source(hf).source[8] == {"id": 8, "text": "doc 8", "count": 8,
-                                                         "tokens": []}
+    assert tpufeed.Dataset.from_source(hf).source[8] == {
+        "id": 8,
+        "text": "doc 8",
+        "count": 8,
+        "tokens": [],
+    }
 
 
 def test_shuffle_batch_and_exact_resume(make):
     ds = make(build()).shuffle(3).map(lambda e: e["id"]).batch(8).repeat(2)
     full = ids(ds)
-    assert sorted(sum(full[:len(full) // 2], [])) == list(range(N))
+    assert sorted(sum(full[: len(full) // 2], [])) == list(range(N))
     it = ds.iterator()
     for step in range(len(full)):
         state = json.loads(json.dumps(it.get_state()))
@@ -62,6 +69,7 @@ def test_shuffle_batch_and_exact_resume(make):
 def test_elastic_resume_from_every_hosts_state(make):
     def host(h, hosts):
         return make(build()).shuffle(4).shard(h, hosts).map(lambda e: e["id"]).batch(5)
+
     seen, states = [], []
     for h in range(3):
         it = host(h, 3).iterator()
@@ -92,16 +100,22 @@ def test_from_huggingface_types_rows_like_parquet(tmp_path):
     assert source[5]["count"] is None and type(source[6]["count"]) is np.int64  # no float NaN
     assert source[0]["text"] is None and source[8]["text"] == "doc 8"
     assert isinstance(source[3]["tokens"], np.ndarray) and source[3]["tokens"].tolist() == [0, 1, 2]
-    batch = next(iter(tpufeed.Dataset.from_huggingface(hf, columns=["count", "id"]).filter(
-        lambda e: e["count"] is not None).batch(4)))
+    batch = next(
+        iter(
+            tpufeed.Dataset.from_huggingface(hf, columns=["count", "id"])
+            .filter(lambda e: e["count"] is not None)
+            .batch(4)
+        )
+    )
     assert list(batch) == ["count", "id"] and batch["count"].dtype == np.int64
     hf.to_parquet(str(tmp_path / "same.parquet"))
     parquet = tpufeed.Dataset.from_parquet(str(tmp_path / "same.parquet")).source
     for i in (0, 5, 13, 59):
         a, b = source[i], parquet[i]
         assert a.keys() == b.keys()
-        assert all(np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k]
-                   for k in a)
+        assert all(
+            np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k] for k in a
+        )
 
 
 def test_from_huggingface_errors():

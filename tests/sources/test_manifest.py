@@ -16,8 +16,10 @@ from tpufeed.sources.manifest import FORMAT_VERSION, ManifestSource, load_manife
 
 
 def _records(n: int, start: int = 0) -> list[dict]:
-    return [{"x": np.arange(i % 4, dtype=np.int32), "label": i, "name": f"r{i}"}
-            for i in range(start, start + n)]
+    return [
+        {"x": np.arange(i % 4, dtype=np.int32), "label": i, "name": f"r{i}"}
+        for i in range(start, start + n)
+    ]
 
 
 @pytest.fixture
@@ -96,9 +98,19 @@ def test_record_count_disagreeing_with_the_file(dataset):
         source[0]
 
 
-@pytest.mark.parametrize("name", ["/etc/passwd", "../outside.array_record",
-                                  "sub/../../outside.array_record", "a\\..\\b", "",
-                                  "gs://bucket/x", "sub//x", 7])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "/etc/passwd",
+        "../outside.array_record",
+        "sub/../../outside.array_record",
+        "a\\..\\b",
+        "",
+        "gs://bucket/x",
+        "sub//x",
+        7,
+    ],
+)
 def test_paths_escaping_the_root_are_refused(dataset, name):
     manifest = json.loads((dataset / "manifest.json").read_text())
     manifest["shards"][1]["path"] = name
@@ -121,20 +133,23 @@ def test_symlinks_out_of_the_root_are_refused_and_inside_allowed(dataset, tmp_pa
     assert ManifestSource(dataset, verify=True)[0]["label"] == 0
 
 
-@pytest.mark.parametrize("change, match", [
-    (lambda m: m.update(format="other"), "'format'"),
-    (lambda m: m.update(format_version=FORMAT_VERSION + 1), "newer tpufeed"),
-    (lambda m: m.update(file_format="parquet"), "'file_format'"),
-    (lambda m: m.update(record_format="pickle"), "'record_format'"),
-    (lambda m: m.update(shards=[]), "'shards'"),
-    (lambda m: m["shards"][0].update(crc32c="xyz"), r"shards\[0\].crc32c"),
-    (lambda m: m["shards"][2].update(num_records=-1), r"shards\[2\].num_records"),
-    (lambda m: m.update(num_records=99), "'num_records'"),
-    (lambda m: m["shards"][1].update(path=m["shards"][0]["path"]), "same file twice"),
-    (lambda m: m["shards"][1].update(path="./" + m["shards"][0]["path"]), "same file twice"),
-    (lambda m: m["shards"][1].pop("path"), r"shards\[1\].path is missing"),
-    (lambda m: m.update(build={"deep": json.loads("[" * 900 + "]" * 900)}), "nested more than"),
-])
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (lambda m: m.update(format="other"), "'format'"),
+        (lambda m: m.update(format_version=FORMAT_VERSION + 1), "newer tpufeed"),
+        (lambda m: m.update(file_format="parquet"), "'file_format'"),
+        (lambda m: m.update(record_format="pickle"), "'record_format'"),
+        (lambda m: m.update(shards=[]), "'shards'"),
+        (lambda m: m["shards"][0].update(crc32c="xyz"), r"shards\[0\].crc32c"),
+        (lambda m: m["shards"][2].update(num_records=-1), r"shards\[2\].num_records"),
+        (lambda m: m.update(num_records=99), "'num_records'"),
+        (lambda m: m["shards"][1].update(path=m["shards"][0]["path"]), "same file twice"),
+        (lambda m: m["shards"][1].update(path="./" + m["shards"][0]["path"]), "same file twice"),
+        (lambda m: m["shards"][1].pop("path"), r"shards\[1\].path is missing"),
+        (lambda m: m.update(build={"deep": json.loads("[" * 900 + "]" * 900)}), "nested more than"),
+    ],
+)
 def test_malformed_manifests_name_the_field(dataset, change, match):
     manifest = json.loads((dataset / "manifest.json").read_text())
     change(manifest)
@@ -199,8 +214,7 @@ def test_two_entries_naming_one_file_through_a_link_are_refused(dataset, alias):
 
 @pytest.mark.parametrize("file_format", ["array_record", "tfrecord"])
 @pytest.mark.parametrize("verify", [False, True])
-def test_a_shard_said_to_hold_no_records_that_holds_some_is_refused(tmp_path, file_format,
-                                                                      verify):
+def test_a_shard_said_to_hold_no_records_that_holds_some_is_refused(tmp_path, file_format, verify):
     root = tmp_path / "ds"
     manifest = make_dataset(root, [_records(3), _records(4, start=3)], file_format)
     manifest["shards"][1]["num_records"] = 0
@@ -224,8 +238,11 @@ def test_verify_checks_every_shards_record_count(dataset):
     manifest["num_records"] = 14
     write_manifest(dataset, manifest)
     ManifestSource(dataset)  # lazy: checked on the shard's first read
-    with pytest.raises(CorruptDataError, match=r"data-00002-of-00003.* holds 6 records, the "
-                                               r"manifest says 5"):
+    with pytest.raises(
+        CorruptDataError,
+        match=r"data-00002-of-00003.* holds 6 records, the "
+        r"manifest says 5",
+    ):
         ManifestSource(dataset, verify=True)
 
 

@@ -38,11 +38,15 @@ def built(tmp_path_factory):
     def build(file_format: str = "array_record"):
         if file_format not in folders:
             folder = tmp_path_factory.mktemp(file_format) / "ds"
-            records = [{"x": np.full(i % 5, i, np.int64), "label": i, "name": f"r{i}"}
-                       for i in range(N)]
+            records = [
+                {"x": np.full(i % 5, i, np.int64), "label": i, "name": f"r{i}"} for i in range(N)
+            ]
             with beam.Pipeline(runner=in_process_runner()) as p:
-                (p | beam.Create(records, reshuffle=False)
-                   | WriteShards(str(folder), num_shards=SHARDS, format=file_format))
+                (
+                    p
+                    | beam.Create(records, reshuffle=False)
+                    | WriteShards(str(folder), num_shards=SHARDS, format=file_format)
+                )
             folders[file_format] = folder
         return folders[file_format]
 
@@ -74,10 +78,12 @@ def _assert_same_records(got: list[dict], expected: list[dict]) -> None:
                 assert a[key] == b[key]
 
 
-@pytest.mark.parametrize("file_format,cache_bytes", [
-    ("array_record", None), ("tfrecord", None), ("tfrecord", 0)])
-def test_a_gcs_dataset_reads_as_its_local_copy(gcs, bucket, upload, built, tmp_path,
-                                              file_format, cache_bytes):
+@pytest.mark.parametrize(
+    "file_format,cache_bytes", [("array_record", None), ("tfrecord", None), ("tfrecord", 0)]
+)
+def test_a_gcs_dataset_reads_as_its_local_copy(
+    gcs, bucket, upload, built, tmp_path, file_format, cache_bytes
+):
     folder = built(file_format)
     url = _upload_dataset(upload, bucket, folder)
     local = tpufeed.Dataset.open(folder)
@@ -86,13 +92,18 @@ def test_a_gcs_dataset_reads_as_its_local_copy(gcs, bucket, upload, built, tmp_p
         remote = tpufeed.Dataset.open(path, cache_dir=tmp_path / "c", cache_bytes=cache_bytes)
         assert remote.source.manifest_path == f"{url}/manifest.json"
         assert [f.path for f in remote.source.files] == [
-            f"{url}/{s['path']}" for s in _manifest(folder)["shards"]]
+            f"{url}/{s['path']}" for s in _manifest(folder)["shards"]
+        ]
         assert remote.schema == local.schema and remote.schema["x"]["dtype"] == "int64"
         assert remote.fingerprint() == local.fingerprint()  # states move between the two
         _assert_same_records(remote.source.__getitems__(range(N)), expected)
     # A windowed shuffle (read-ahead in plan order) gives the local order; a local state resumes.
-    pipeline = [tpufeed.Dataset.open(p, cache_dir=tmp_path / "c", cache_bytes=cache_bytes)
-                .shuffle(seed=3, window=2).map(lambda r: r["label"]) for p in (folder, url)]
+    pipeline = [
+        tpufeed.Dataset.open(p, cache_dir=tmp_path / "c", cache_bytes=cache_bytes)
+        .shuffle(seed=3, window=2)
+        .map(lambda r: r["label"])
+        for p in (folder, url)
+    ]
     order = list(pipeline[0])
     assert sorted(order) == list(range(N)) and list(pipeline[1]) == order
     it = iter(pipeline[0])
@@ -108,8 +119,13 @@ def test_a_second_epoch_downloads_nothing(gcs, bucket, upload, built, tmp_path, 
     folder = built()
     url = _upload_dataset(upload, bucket, folder)
     gcs.reset()
-    ds = (tpufeed.Dataset.open(url, cache_dir=tmp_path / "c").shuffle(seed=2, window=2)
-          .map(lambda r: r["label"]).repeat(2).workers(workers))
+    ds = (
+        tpufeed.Dataset.open(url, cache_dir=tmp_path / "c")
+        .shuffle(seed=2, window=2)
+        .map(lambda r: r["label"])
+        .repeat(2)
+        .workers(workers)
+    )
     it = iter(ds)
     first = [next(it) for _ in range(N)]
     assert sorted(first) == list(range(N))
@@ -117,7 +133,10 @@ def test_a_second_epoch_downloads_nothing(gcs, bucket, upload, built, tmp_path, 
     gcs.reset()
     second = list(it)
     assert sorted(second) == list(range(N)) and second != first
-    assert (gcs.counters.only(bucket).media_requests, gcs.counters.only(bucket).media_bytes) == (0, 0)
+    assert (gcs.counters.only(bucket).media_requests, gcs.counters.only(bucket).media_bytes) == (
+        0,
+        0,
+    )
     # A restarted job (new source, same cache directory) downloads the manifest alone.
     again = tpufeed.Dataset.open(url, cache_dir=tmp_path / "c").shuffle(seed=2, window=2)
     assert [r["label"] for r in again] == first
@@ -125,8 +144,9 @@ def test_a_second_epoch_downloads_nothing(gcs, bucket, upload, built, tmp_path, 
     assert gcs.counters.only(bucket).media_bytes == os.path.getsize(folder / "manifest.json")
 
 
-def test_a_replaced_shard_is_refused_naming_its_url_and_both_checksums(gcs, bucket, upload,
-                                                                       built, tmp_path):
+def test_a_replaced_shard_is_refused_naming_its_url_and_both_checksums(
+    gcs, bucket, upload, built, tmp_path
+):
     folder = built()
     url = _upload_dataset(upload, bucket, folder)
     entry = _manifest(folder)["shards"][1]
@@ -136,10 +156,14 @@ def test_a_replaced_shard_is_refused_naming_its_url_and_both_checksums(gcs, buck
     upload(bucket, f"ds/{entry['path']}", bytes(data))
     crc = f"{google_crc32c.value(bytes(data)):08x}"
     gcs.reset()
-    with pytest.raises(CorruptDataError, match=re.escape(
-            f"{shard_url}: CRC32C is {crc}, the manifest says {entry['crc32c']}")):
+    with pytest.raises(
+        CorruptDataError,
+        match=re.escape(f"{shard_url}: CRC32C is {crc}, the manifest says {entry['crc32c']}"),
+    ):
         tpufeed.Dataset.open(url, verify=True, cache_dir=tmp_path / "c")
-    assert gcs.counters.only(bucket).media_requests == 1  # the manifest: shards are checked by metadata
+    assert (
+        gcs.counters.only(bucket).media_requests == 1
+    )  # the manifest: shards are checked by metadata
     source = tpufeed.Dataset.open(url, cache_dir=tmp_path / "c").source  # checks on first read
     local = tpufeed.Dataset.open(folder).source
     first = _manifest(folder)["shards"][0]["num_records"]
@@ -148,14 +172,17 @@ def test_a_replaced_shard_is_refused_naming_its_url_and_both_checksums(gcs, buck
         source[first]
     assert info.value.path == shard_url
     upload(bucket, f"ds/{entry['path']}", bytes(data[:-1000]))
-    with pytest.raises(CorruptDataError, match=re.escape(
+    with pytest.raises(
+        CorruptDataError,
+        match=re.escape(
             f"{shard_url}: shard is {len(data) - 1000:,} bytes, the manifest says "
-            f"{entry['num_bytes']:,}")):
+            f"{entry['num_bytes']:,}"
+        ),
+    ):
         tpufeed.Dataset.open(url, verify=True, cache_dir=tmp_path / "c")
 
 
-def test_a_record_count_disagreeing_with_the_shard_is_refused(gcs, bucket, upload, built,
-                                                             tmp_path):
+def test_a_record_count_disagreeing_with_the_shard_is_refused(gcs, bucket, upload, built, tmp_path):
     folder = built()
     url = _upload_dataset(upload, bucket, folder)
     manifest = _manifest(folder)
@@ -170,8 +197,17 @@ def test_a_record_count_disagreeing_with_the_shard_is_refused(gcs, bucket, uploa
         source[0]
 
 
-@pytest.mark.parametrize("name", ["../x.array_record", "/x.array_record", "a/../../x.array_record",
-                                  "gs://other/x.array_record", "sub//x.array_record", ""])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../x.array_record",
+        "/x.array_record",
+        "a/../../x.array_record",
+        "gs://other/x.array_record",
+        "sub//x.array_record",
+        "",
+    ],
+)
 def test_shard_paths_leaving_the_dataset_prefix_are_refused(gcs, bucket, upload, built, name):
     folder = built()
     url = _upload_dataset(upload, bucket, folder)
@@ -191,31 +227,41 @@ def test_a_missing_shard_or_manifest_is_not_found(gcs, emulator, bucket, upload,
     url = _upload_dataset(upload, bucket, folder)
     name = _manifest(folder)["shards"][2]["path"]
     emulator.client().bucket(bucket).blob(f"ds/{name}").delete()
-    with pytest.raises(SourceNotFoundError, match=re.escape(f"{url}/{name}: shard named in the "
-                                                            f"manifest {url}/manifest.json")):
+    with pytest.raises(
+        SourceNotFoundError,
+        match=re.escape(f"{url}/{name}: shard named in the manifest {url}/manifest.json"),
+    ):
         tpufeed.Dataset.open(url)
-    with pytest.raises(SourceNotFoundError, match=re.escape(
-            f"gs://{bucket}/nothing/manifest.json (the folder has no manifest")):
+    with pytest.raises(
+        SourceNotFoundError,
+        match=re.escape(f"gs://{bucket}/nothing/manifest.json (the folder has no manifest"),
+    ):
         tpufeed.Dataset.open(f"gs://{bucket}/nothing")
     with pytest.raises(SourceNotFoundError, match=f"gs://{bucket}/ds/other.json$"):
         tpufeed.Dataset.open(f"gs://{bucket}/ds/other.json")
 
 
-@pytest.mark.parametrize("content,match", [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "JSON object"),
-    (json.dumps({"format": "other"}).encode(), "'format'"),
-    (b"x" * 2000, "2,000 bytes, larger than 1,000 bytes"),
-])
-def test_malformed_manifests_are_refused_naming_the_url(gcs, bucket, upload, monkeypatch,
-                                                        content, match):
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (json.dumps({"format": "other"}).encode(), "'format'"),
+        (b"x" * 2000, "2,000 bytes, larger than 1,000 bytes"),
+    ],
+)
+def test_malformed_manifests_are_refused_naming_the_url(
+    gcs, bucket, upload, monkeypatch, content, match
+):
     monkeypatch.setattr(manifest_module, "_MAX_MANIFEST_BYTES", 1000)
     url = upload(bucket, "ds/manifest.json", content)
     gcs.reset()
     with pytest.raises(CorruptDataError, match=match) as info:
         tpufeed.Dataset.open(f"gs://{bucket}/ds")
     assert info.value.path == url
-    assert gcs.counters.only(bucket).media_requests == (0 if len(content) > 1000 else 1)  # too big: not fetched
+    assert gcs.counters.only(bucket).media_requests == (
+        0 if len(content) > 1000 else 1
+    )  # too big: not fetched
 
 
 def test_array_record_shards_need_a_cache(gcs, bucket, upload, built, tmp_path):
@@ -225,25 +271,29 @@ def test_array_record_shards_need_a_cache(gcs, bucket, upload, built, tmp_path):
 
 
 @pytest.mark.parametrize("cache_bytes", [None, 0])
-def test_objects_without_a_crc32c_in_their_metadata_are_summed(gcs, bucket, upload, built,
-                                                               tmp_path, cache_bytes):
+def test_objects_without_a_crc32c_in_their_metadata_are_summed(
+    gcs, bucket, upload, built, tmp_path, cache_bytes
+):
     folder = built()
     url = _upload_dataset(upload, bucket, folder)
     entry = _manifest(folder)["shards"][0]
     shard = ManifestSource(url, cache=ShardCache(tmp_path / "c")).files[0]
-    remote = RemoteFile(dataclasses.replace(shard.remote.obj, crc32c=None),
-                        ShardCache(tmp_path / "c", cache_bytes))
+    remote = RemoteFile(
+        dataclasses.replace(shard.remote.obj, crc32c=None), ShardCache(tmp_path / "c", cache_bytes)
+    )
     gcs.reset()
     VerifiedShard(shard.path, entry, "array_record", remote).verify()
     assert gcs.counters.only(bucket).media_bytes == entry["num_bytes"]  # read whole, once
     wrong = VerifiedShard(shard.path, {**entry, "crc32c": "00000000"}, "array_record", remote)
-    with pytest.raises(CorruptDataError, match=f"CRC32C is {entry['crc32c']}, the manifest says "
-                                               "00000000"):
+    with pytest.raises(
+        CorruptDataError, match=f"CRC32C is {entry['crc32c']}, the manifest says 00000000"
+    ):
         wrong.verify()
 
 
-def test_inspect_describes_a_gcs_dataset_by_its_folder(gcs, bucket, upload, built, tmp_path,
-                                                       capsys, monkeypatch):
+def test_inspect_describes_a_gcs_dataset_by_its_folder(
+    gcs, bucket, upload, built, tmp_path, capsys, monkeypatch
+):
     from tpufeed import cli
 
     folder = built()
@@ -268,6 +318,8 @@ def test_bench_runs_a_gcs_dataset_by_its_folder(gcs, bucket, upload, built, tmp_
     assert not is_dataset_path(url + "/data-00000-of-00004.array_record")
     monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "c"))
     ds = make_target(argparse.Namespace(target=url, transform=[], batch_size=8))
-    assert isinstance(ds.source, ManifestSource) and ds.source.manifest_path == f"{url}/manifest.json"
+    assert (
+        isinstance(ds.source, ManifestSource) and ds.source.manifest_path == f"{url}/manifest.json"
+    )
     assert len(ds.source) == N
     assert ds.source[5]["label"] == tpufeed.Dataset.open(folder).source[5]["label"]

@@ -50,22 +50,32 @@ def grid(i: int):
     return rows if len(rows) > 1 else np.array(rows, np.int16).reshape(len(rows), len(rows))
 
 
-def write_files(root, files: int = FILES, rows: int = ROWS, group: int = GROUP, **options) -> list[str]:
+def write_files(
+    root, files: int = FILES, rows: int = ROWS, group: int = GROUP, **options
+) -> list[str]:
     paths = []
     for f in range(files):
         ids = range(f * rows, (f + 1) * rows)
-        table = pa.table({
-            "id": pa.array(ids, pa.int64()),
-            "score": pa.array([None if i % 5 == 0 else i / 2 for i in ids], pa.float32()),
-            "count": pa.array([None if i % 6 == 0 else i for i in ids], pa.int32()),
-            "text": pa.array([None if i % 7 == 0 else f"row {i} \u00e9" for i in ids]),
-            "tokens": pa.array([None if i % 11 == 0 else list(range(i % 4)) for i in ids],
-                               pa.list_(pa.int64())),
-            "grid": pa.array([[list(range(j + 1)) for j in range(i % 3)] if i % 2 else
-                              [[i] * 3, [i] * 3] for i in ids], pa.list_(pa.list_(pa.int16()))),
-            "meta": pa.array([{"a": i, "b": f"m{i}"} for i in ids]),
-            "blob": pa.array([bytes([i % 256]) * (i % 3) for i in ids], pa.binary()),
-        })
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "score": pa.array([None if i % 5 == 0 else i / 2 for i in ids], pa.float32()),
+                "count": pa.array([None if i % 6 == 0 else i for i in ids], pa.int32()),
+                "text": pa.array([None if i % 7 == 0 else f"row {i} \u00e9" for i in ids]),
+                "tokens": pa.array(
+                    [None if i % 11 == 0 else list(range(i % 4)) for i in ids], pa.list_(pa.int64())
+                ),
+                "grid": pa.array(
+                    [
+                        [list(range(j + 1)) for j in range(i % 3)] if i % 2 else [[i] * 3, [i] * 3]
+                        for i in ids
+                    ],
+                    pa.list_(pa.list_(pa.int16())),
+                ),
+                "meta": pa.array([{"a": i, "b": f"m{i}"} for i in ids]),
+                "blob": pa.array([bytes([i % 256]) * (i % 3) for i in ids], pa.binary()),
+            }
+        )
         path = os.path.join(root, f"part-{f}.parquet")
         pq.write_table(table, path, row_group_size=group, **options)
         paths.append(path)
@@ -74,8 +84,11 @@ def write_files(root, files: int = FILES, rows: int = ROWS, group: int = GROUP, 
 
 def same(got, want) -> bool:
     if isinstance(want, dict):
-        return isinstance(got, dict) and got.keys() == want.keys() and all(
-            same(got[k], want[k]) for k in want)
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(same(got[k], want[k]) for k in want)
+        )
     if isinstance(want, list):
         return isinstance(got, list) and len(got) == len(want) and all(map(same, got, want))
     if isinstance(want, np.ndarray):
@@ -124,8 +137,11 @@ def test_columns_selects_and_orders_keys(paths):
 
 
 def test_batches_stack_and_pad(paths):
-    ds = tpufeed.Dataset.from_parquet(paths, columns=["id", "tokens"]).filter(
-        lambda e: e["tokens"] is not None).batch(4, pad={"tokens": 4})
+    ds = (
+        tpufeed.Dataset.from_parquet(paths, columns=["id", "tokens"])
+        .filter(lambda e: e["tokens"] is not None)
+        .batch(4, pad={"tokens": 4})
+    )
     batch = next(iter(ds))
     assert batch["id"].tolist() == [1, 2, 3, 4]
     assert batch["tokens"].tolist() == [[0, 0, 0, 0], [0, 1, 0, 0], [0, 1, 2, 0], [0, 0, 0, 0]]
@@ -136,9 +152,15 @@ def ids(ds) -> list[int]:
 
 
 def pipeline(paths, host=0, hosts=1, workers=0, epochs=2, window=None, decoded_bytes=256 << 20):
-    return (tpufeed.Dataset.from_parquet(paths, columns=["id", "text"], decoded_bytes=decoded_bytes)
-            .shuffle(7, window=window).shard(host, hosts).map(lambda e: e["id"]).batch(6)
-            .repeat(epochs).workers(workers))
+    return (
+        tpufeed.Dataset.from_parquet(paths, columns=["id", "text"], decoded_bytes=decoded_bytes)
+        .shuffle(7, window=window)
+        .shard(host, hosts)
+        .map(lambda e: e["id"])
+        .batch(6)
+        .repeat(epochs)
+        .workers(workers)
+    )
 
 
 @pytest.mark.parametrize("hosts", [1, 2, 3])
@@ -239,14 +261,18 @@ def test_a_file_that_is_not_parquet_is_named(paths, tmp_path):
 
 def test_schemas_differing_between_files_are_named(paths, tmp_path):
     pq.write_table(pa.table({"id": pa.array([1], pa.int32())}), tmp_path / "other.parquet")
-    with pytest.raises(SourceError, match=r"other.parquet: column 'id' is int32 here but int64 "
-                                          r"in .*part-0.parquet"):
+    with pytest.raises(
+        SourceError,
+        match=r"other.parquet: column 'id' is int32 here but int64 "
+        r"in .*part-0.parquet",
+    ):
         tpufeed.Dataset.from_parquet([paths[0], str(tmp_path / "other.parquet")], columns=["id"])
     with pytest.raises(SourceError, match=r"other.parquet: its schema differs .*only there"):
         tpufeed.Dataset.from_parquet([paths[0], str(tmp_path / "other.parquet")])
     with pytest.raises(InvalidArgumentError, match=r"other.parquet has no column 'text'"):
-        tpufeed.Dataset.from_parquet([paths[0], str(tmp_path / "other.parquet")],
-                                     columns=["id", "text"])
+        tpufeed.Dataset.from_parquet(
+            [paths[0], str(tmp_path / "other.parquet")], columns=["id", "text"]
+        )
 
 
 def test_damaged_data_names_file_row_and_cause(tmp_path):
@@ -260,8 +286,11 @@ def test_damaged_data_names_file_row_and_cause(tmp_path):
         f.seek(-4, os.SEEK_CUR)
         f.write(flipped)
     ds = tpufeed.Dataset.from_parquet(path, columns=["id"])
-    with pytest.raises(CorruptDataError, match=r"part-0.parquet row 16 \(row group 2, rows "
-                                               r"16-23\) cannot be decoded"):
+    with pytest.raises(
+        CorruptDataError,
+        match=r"part-0.parquet row 16 \(row group 2, rows "
+        r"16-23\) cannot be decoded",
+    ):
         list(ds)
     assert len(list(ds.ignore_errors(8))) == ROWS - 8
     with pytest.raises(RecordIndexError, match="out of range"):
@@ -278,20 +307,28 @@ def test_a_file_changed_after_opening_is_refused(tmp_path):
 
 @pytest.mark.emulator
 @pytest.mark.parametrize("cache_bytes,workers", [(None, 0), (0, 0), (None, 2)])
-def test_gs_files_through_the_shard_cache_or_by_ranges(gcs, bucket, upload, paths, tmp_path,
-                                                       cache_bytes, workers):
+def test_gs_files_through_the_shard_cache_or_by_ranges(
+    gcs, bucket, upload, paths, tmp_path, cache_bytes, workers
+):
     for path in paths:
         upload(bucket, f"pq/{os.path.basename(path)}", path)
     gcs.set_faults(error_503=0.05, seed=3)  # retried away
-    ds = tpufeed.Dataset.from_parquet(f"gs://{bucket}/pq/part-*.parquet", columns=["id", "text"],
-                                      cache_dir=tmp_path / "c", cache_bytes=cache_bytes)
+    ds = tpufeed.Dataset.from_parquet(
+        f"gs://{bucket}/pq/part-*.parquet",
+        columns=["id", "text"],
+        cache_dir=tmp_path / "c",
+        cache_bytes=cache_bytes,
+    )
     assert len(ds) == N
     assert same(ds.source[77], {k: expected_row(77)[k] for k in ("id", "text")})
     local = pipeline(paths, epochs=1)
-    remote = (ds.shuffle(7).map(lambda e: e["id"]).batch(6).workers(workers))
+    remote = ds.shuffle(7).map(lambda e: e["id"]).batch(6).workers(workers)
     assert [b.tolist() for b in remote] == [b.tolist() for b in local]
     cached = os.path.isdir(tmp_path / "c") and any(
-        f.endswith(".parquet") or "part-" in f for _, _, fs in os.walk(tmp_path / "c") for f in fs)
+        f.endswith(".parquet") or "part-" in f for _, _, fs in os.walk(tmp_path / "c") for f in fs
+    )
     assert cached == (cache_bytes is None)
     url = f"gs://{bucket}/pq/part-1.parquet"
-    assert [int(r["id"]) for r in iter_parquet_rows(url, columns=["id"])] == list(range(ROWS, 2 * ROWS))
+    assert [int(r["id"]) for r in iter_parquet_rows(url, columns=["id"])] == list(
+        range(ROWS, 2 * ROWS)
+    )

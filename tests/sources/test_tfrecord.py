@@ -249,8 +249,7 @@ def test_unwritable_dir_falls_back_to_index_dir(read_only_dir, tmp_path, count_s
     assert len(count_scans) == 1
 
 
-def test_unwritable_dir_falls_back_to_cache_dir(read_only_dir, tmp_path, monkeypatch,
-                                                count_scans):
+def test_unwritable_dir_falls_back_to_cache_dir(read_only_dir, tmp_path, monkeypatch, count_scans):
     monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))
     assert default_index_dir() == str(tmp_path / "cache" / "tfrecord-index")
     f = TFRecordFile(read_only_dir)
@@ -273,8 +272,12 @@ def test_uncachable_index_warns_and_still_reads(read_only_dir, tmp_path):
 
 
 # A byte inside each field of a record with 10 bytes of data: (offset in the record, error).
-_FIELDS = {"length": (0, "length CRC"), "length_crc": (9, "length CRC"),
-           "data": (17, "data CRC"), "data_crc": (24, "data CRC")}
+_FIELDS = {
+    "length": (0, "length CRC"),
+    "length_crc": (9, "length CRC"),
+    "data": (17, "data CRC"),
+    "data_crc": (24, "data CRC"),
+}
 
 
 @pytest.mark.parametrize("field", sorted(_FIELDS))

@@ -34,9 +34,15 @@ def test_the_cache_dir_is_the_argument_else_the_variable_else_home(monkeypatch, 
     assert not (tmp_path / "env").exists()  # opening a cache creates nothing yet
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    ({"max_bytes": -1}, "cache_bytes"), ({"max_bytes": 1.5}, "cache_bytes"),
-    ({"downloads": 0}, "downloads"), ({"part_bytes": 100}, "part_bytes")])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"max_bytes": -1}, "cache_bytes"),
+        ({"max_bytes": 1.5}, "cache_bytes"),
+        ({"downloads": 0}, "downloads"),
+        ({"part_bytes": 100}, "part_bytes"),
+    ],
+)
 def test_bad_settings_are_refused(tmp_path, kwargs, match):
     with pytest.raises(InvalidArgumentError, match=match):
         ShardCache(tmp_path, **kwargs)
@@ -74,8 +80,11 @@ def test_readers_follow_posted_plans_and_ignore_dead_ones(tmp_path):
     read_after_posting = [("a", 1, 1.0), ("b", 1, time.time() + 1), ("d", 1, 4.0)]
     assert board.chooser()(read_after_posting, 1) == ["d", "a", "b"]  # b is in use now
     from tpufeed.storage.cache_layout import write_json
-    write_json(os.path.join(cache.layout.plans, "dead.json"),
-               {"pid": 2 ** 22 + 12345, "posted": time.time(), "next": {"d": 0.0}})
+
+    write_json(
+        os.path.join(cache.layout.plans, "dead.json"),
+        {"pid": 2**22 + 12345, "posted": time.time(), "next": {"d": 0.0}},
+    )
     assert board.chooser()(entries, 1)[0] == "d"
     assert not os.path.exists(os.path.join(cache.layout.plans, "dead.json"))
     board.withdraw("live")
@@ -117,7 +126,8 @@ def test_a_damaged_object_is_named_at_count_time(gcs, bucket, upload, tmp_path):
 
 @emulated
 def test_objects_larger_than_the_cache_and_array_records_without_one_are_refused(
-        gcs, bucket, upload, tmp_path):
+    gcs, bucket, upload, tmp_path
+):
     url, _ = upload_shards(upload, bucket, "big", 1, 150)
     obj = list_objects(url)[0]
     source = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c", 1000))  # counting still works
@@ -166,8 +176,9 @@ def test_downloads_left_by_a_dead_process_are_removed(gcs, bucket, upload, tmp_p
 
 
 @emulated
-def test_after_a_reboot_files_are_checked_again_not_fetched(gcs, bucket, upload, tmp_path,
-                                                            monkeypatch):
+def test_after_a_reboot_files_are_checked_again_not_fetched(
+    gcs, bucket, upload, tmp_path, monkeypatch
+):
     url, records = upload_shards(upload, bucket, "boot", 2, 150)
     source = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
     assert source.__getitems__(np.arange(len(source))) == records

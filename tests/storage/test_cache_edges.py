@@ -95,16 +95,23 @@ def _dataset(url: str, cache_dir, cache_bytes: int, file_format: str) -> tpufeed
 
 
 @pytest.mark.emulator
-@pytest.mark.parametrize("file_format,workers", [
-    ("array_record", 0), ("array_record", 2), ("tfrecord", 0)])
+@pytest.mark.parametrize(
+    "file_format,workers", [("array_record", 0), ("array_record", 2), ("tfrecord", 0)]
+)
 def test_disk_used_by_a_streaming_epoch_stays_within_cache_bytes(
-        gcs, bucket, upload, tmp_path, file_format, workers):
+    gcs, bucket, upload, tmp_path, file_format, workers
+):
     url, records = upload_shards(upload, bucket, "w", 8, RECORDS, file_format)
     shard_bytes = max(o.size for o in list_objects(url))
     limit = 3 * shard_bytes  # 8 shards; a window of 2 needs 2 or 3 at a time
     cache_dir = str(tmp_path / "c")
-    ds = (_dataset(url, cache_dir, limit, file_format)
-          .shuffle(seed=5, window=2).batch(1).prefetch(2).workers(workers))
+    ds = (
+        _dataset(url, cache_dir, limit, file_format)
+        .shuffle(seed=5, window=2)
+        .batch(1)
+        .prefetch(2)
+        .workers(workers)
+    )
     with DiskWatch(ShardCache(cache_dir, limit)) as watch:
         got = [bytes(b[0]) for b in ds]
     assert sorted(got) == sorted(records)
@@ -114,7 +121,8 @@ def test_disk_used_by_a_streaming_epoch_stays_within_cache_bytes(
 
 @pytest.mark.emulator
 def test_an_evicted_copy_still_open_counts_until_its_reader_closes_it(
-        gcs, bucket, upload, tmp_path):
+    gcs, bucket, upload, tmp_path
+):
     url, _ = upload_shards(upload, bucket, "open", 3, RECORDS)
     a, b, c = list_objects(url)
     room = ShardCache(tmp_path / "c", 0).footprint(a.size)  # room for one shard
@@ -152,7 +160,8 @@ def test_an_evicted_copy_still_open_counts_until_its_reader_closes_it(
 @pytest.mark.emulator
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_batch_across_more_shards_than_fit_is_read_within_the_limit(
-        gcs, bucket, upload, tmp_path, workers):
+    gcs, bucket, upload, tmp_path, workers
+):
     url, records = upload_shards(upload, bucket, "wide", 3, RECORDS)
     room = ShardCache(tmp_path / "c", 0).footprint(max(o.size for o in list_objects(url)))
     ds = tpufeed.Dataset.from_array_record(url, cache_dir=tmp_path / "c", cache_bytes=2 * room)
@@ -164,7 +173,8 @@ def test_a_batch_across_more_shards_than_fit_is_read_within_the_limit(
 
 @pytest.mark.emulator
 def test_a_process_reading_more_shards_at_once_than_fit_fails_naming_the_fix(
-        gcs, bucket, upload, tmp_path, monkeypatch):
+    gcs, bucket, upload, tmp_path, monkeypatch
+):
     monkeypatch.setattr(cache_space, "STUCK_S", 0.5)
     url, _ = upload_shards(upload, bucket, "two", 2, RECORDS)
     a, b = list_objects(url)
@@ -172,11 +182,14 @@ def test_a_process_reading_more_shards_at_once_than_fit_fails_naming_the_fix(
     with cache.pinned(a) as path:
         copy = open(path, "rb")
         hold = cache.hold(a, on_evicted=lambda: None)  # a reader that never lets go of it
-    with pytest.raises(SourceError, match=rf"{b.url}: no room in the shard cache at "
-                                          rf"{cache.root} .* this process keeps reading 1 "
-                                          r"evicted shard\(s\) \(.*part-00000.array_record\) "
-                                          r"while it waits for this one, so it reads more shards "
-                                          r"at once than the cache holds; raise cache_bytes"):
+    with pytest.raises(
+        SourceError,
+        match=rf"{b.url}: no room in the shard cache at "
+        rf"{cache.root} .* this process keeps reading 1 "
+        r"evicted shard\(s\) \(.*part-00000.array_record\) "
+        r"while it waits for this one, so it reads more shards "
+        r"at once than the cache holds; raise cache_bytes",
+    ):
         with cache.pinned(b):
             pass
     copy.close()
@@ -196,7 +209,9 @@ def tmpfs_ok(tmp_path_factory) -> None:
         pytest.skip("needs unshare(1) to mount a small tmpfs")
     probe = subprocess.run(
         ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k none {mount}"],
-        capture_output=True, text=True)
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs in a user namespace: {probe.stderr.strip()}")
 
@@ -209,18 +224,35 @@ def run_on_tmpfs(mount, size_kib: int, script: str, *args: str, remount_ro: bool
         setup += f" && mount -o remount,ro {mount}"
     run = 'script="$1" && shift && exec "$0" -c "$script" "$@"'  # $0: python; then its argv
     child = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", f"{setup} && {run}", sys.executable,
-         textwrap.dedent(script), str(mount), *args], capture_output=True, text=True, timeout=120)
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            f"{setup} && {run}",
+            sys.executable,
+            textwrap.dedent(script),
+            str(mount),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return child.stdout + child.stderr
 
 
 @pytest.mark.emulator
 def test_a_full_disk_names_the_cache_directory_and_the_shard(
-        gcs, bucket, upload, tmp_path, tmpfs_ok):
+    gcs, bucket, upload, tmp_path, tmpfs_ok
+):
     url, _ = upload_shards(upload, bucket, "full", 1, RECORDS)
     mount = tmp_path / "disk"
     mount.mkdir()
-    out = run_on_tmpfs(mount, 1024, """
+    out = run_on_tmpfs(
+        mount,
+        1024,
+        """
         import os, sys
         from tpufeed.errors import SourceError
         from tpufeed.sources.array_record import ArrayRecordSource
@@ -234,10 +266,14 @@ def test_a_full_disk_names_the_cache_directory_and_the_shard(
             source.__getitems__([0])
         except SourceError as e:
             print("raised", type(e).__name__, e, "| from", repr(e.__cause__))
-        """, url)
+        """,
+        url,
+    )
     cache_dir = mount / "c"
-    assert f"raised SourceError {source_url(url)}: no space left on the disk of the shard cache " \
-           f"at {cache_dir} while writing it" in out, out
+    assert (
+        f"raised SourceError {source_url(url)}: no space left on the disk of the shard cache "
+        f"at {cache_dir} while writing it" in out
+    ), out
     assert "free disk space, lower cache_bytes, or point cache_dir= (or $TPUFEED_CACHE_DIR)" in out
     assert "No space left on device" in out  # the OSError it comes from
 
@@ -247,12 +283,14 @@ def source_url(glob: str) -> str:
 
 
 @pytest.mark.emulator
-def test_a_read_only_cache_directory_is_named_with_the_fix(
-        gcs, bucket, upload, tmp_path, tmpfs_ok):
+def test_a_read_only_cache_directory_is_named_with_the_fix(gcs, bucket, upload, tmp_path, tmpfs_ok):
     url, records = upload_shards(upload, bucket, "ro", 1, RECORDS)
     mount = tmp_path / "ro"
     mount.mkdir()
-    out = run_on_tmpfs(mount, 1024, """
+    out = run_on_tmpfs(
+        mount,
+        1024,
+        """
         import os, sys
         import tpufeed
         from tpufeed.errors import TpufeedError
@@ -265,18 +303,28 @@ def test_a_read_only_cache_directory_is_named_with_the_fix(
                 attempt()
             except TpufeedError as e:
                 print("raised", type(e).__name__, e)
-        """, url, remount_ro=True)
-    assert f"raised SourceError cannot write to the shard cache directory {mount / 'c'} " \
-           f"({mount / 'c' / 'tmp'}): Read-only file system; make it writable, or point " \
-           "cache_dir= (or $TPUFEED_CACHE_DIR) at a writable directory" in out, out
-    assert f"raised SourceError cannot write to the shard cache directory {mount / 'c'} " \
-           f"({mount / 'c' / 'shards'}): Read-only file system" in out, out
+        """,
+        url,
+        remount_ro=True,
+    )
+    assert (
+        f"raised SourceError cannot write to the shard cache directory {mount / 'c'} "
+        f"({mount / 'c' / 'tmp'}): Read-only file system; make it writable, or point "
+        "cache_dir= (or $TPUFEED_CACHE_DIR) at a writable directory" in out
+    ), out
+    assert (
+        f"raised SourceError cannot write to the shard cache directory {mount / 'c'} "
+        f"({mount / 'c' / 'shards'}): Read-only file system" in out
+    ), out
 
 
 def test_a_cache_directory_without_write_permission_is_named_with_the_fix(tmp_path):
     cache_dir = tmp_path / "c"
     cache_dir.mkdir(mode=0o555)
-    command = [sys.executable, "-c", textwrap.dedent("""
+    command = [
+        sys.executable,
+        "-c",
+        textwrap.dedent("""
         import sys
         from tpufeed.errors import SourceError
         from tpufeed.storage.cache import ShardCache
@@ -286,17 +334,20 @@ def test_a_cache_directory_without_write_permission_is_named_with_the_fix(tmp_pa
                 pass
         except SourceError as e:
             print("raised", e)
-        """), str(cache_dir)]
+        """),
+        str(cache_dir),
+    ]
     if os.geteuid() == 0:  # root writes through permissions unless it gives that up
         if shutil.which("setpriv") is None:
             pytest.skip("needs setpriv(1) to drop root's permission override")
         drop = "-dac_override,-dac_read_search,-fowner"
         command = ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}", *command]
     out = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert f"raised gs://b/x: cannot write to the shard cache directory {cache_dir} " \
-           f"({cache_dir / 'shards'}): Permission denied; make it writable, or point " \
-           "cache_dir= (or $TPUFEED_CACHE_DIR) at a writable directory" in out.stdout, \
-        out.stdout + out.stderr
+    assert (
+        f"raised gs://b/x: cannot write to the shard cache directory {cache_dir} "
+        f"({cache_dir / 'shards'}): Permission denied; make it writable, or point "
+        "cache_dir= (or $TPUFEED_CACHE_DIR) at a writable directory" in out.stdout
+    ), out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("where", ["itself", "a parent"])
@@ -304,8 +355,10 @@ def test_a_cache_directory_that_is_a_file_is_refused_naming_it(tmp_path, monkeyp
     file = tmp_path / "not-a-dir"
     file.write_text("")
     cache_dir = file if where == "itself" else file / "cache"
-    message = (rf"the shard cache directory {cache_dir} cannot be used: {file} is a file, not a "
-               r"directory; point cache_dir= \(or \$TPUFEED_CACHE_DIR\) at a directory")
+    message = (
+        rf"the shard cache directory {cache_dir} cannot be used: {file} is a file, not a "
+        r"directory; point cache_dir= \(or \$TPUFEED_CACHE_DIR\) at a directory"
+    )
     with pytest.raises(InvalidArgumentError, match=message):
         ShardCache(cache_dir)
     with pytest.raises(InvalidArgumentError, match=message):

@@ -36,13 +36,19 @@ def objects(gcs, bucket, upload):
 
 def test_globs_list_one_level_sorted(objects):
     bucket, _ = objects
-    assert expand_paths(f"gs://{bucket}/d/a-*.bin") == [f"gs://{bucket}/d/a-0.bin",
-                                                        f"gs://{bucket}/d/a-1.bin"]
-    assert expand_paths(f"gs://{bucket}/d/?-0.bin") == [f"gs://{bucket}/d/a-0.bin",
-                                                        f"gs://{bucket}/d/b-0.bin"]
+    assert expand_paths(f"gs://{bucket}/d/a-*.bin") == [
+        f"gs://{bucket}/d/a-0.bin",
+        f"gs://{bucket}/d/a-1.bin",
+    ]
+    assert expand_paths(f"gs://{bucket}/d/?-0.bin") == [
+        f"gs://{bucket}/d/a-0.bin",
+        f"gs://{bucket}/d/b-0.bin",
+    ]
     assert expand_paths(f"gs://{bucket}/d/**.bin")[-1] == f"gs://{bucket}/d/sub/a-2.bin"
-    assert expand_paths(f"gs://{bucket}/d/[ab]-0.bin") == [f"gs://{bucket}/d/a-0.bin",
-                                                          f"gs://{bucket}/d/b-0.bin"]
+    assert expand_paths(f"gs://{bucket}/d/[ab]-0.bin") == [
+        f"gs://{bucket}/d/a-0.bin",
+        f"gs://{bucket}/d/b-0.bin",
+    ]
 
 
 def test_lists_mix_objects_globs_and_local_files(objects, tmp_path):
@@ -55,6 +61,7 @@ def test_lists_mix_objects_globs_and_local_files(objects, tmp_path):
     assert isinstance(first, GcsObject) and first.url == f"gs://{bucket}/other.bin"
     assert first.size == len(data["other.bin"]) and first.generation > 0
     import google_crc32c
+
     assert first.crc32c == google_crc32c.value(data["other.bin"])
     assert last.name == "d/b-0.bin"
 
@@ -81,8 +88,10 @@ def test_ranged_reads_are_exact_and_coalesced(objects):
     assert read_ranges(obj, spans, FAST) == [payload[s:e] for s, e in spans]
     with pytest.raises(InvalidArgumentError, match="outside"):
         read_range(obj, 0, obj.size + 1)
-    assert coalesce([(0, 10), (15, 20), (100, 110)], max_gap=5, max_span=1000) == \
-        [(0, 20), (100, 110)]
+    assert coalesce([(0, 10), (15, 20), (100, 110)], max_gap=5, max_span=1000) == [
+        (0, 20),
+        (100, 110),
+    ]
     assert coalesce([(0, 10), (10, 20)], max_gap=5, max_span=15) == [(0, 10), (10, 20)]
 
 
@@ -91,8 +100,10 @@ def test_reads_survive_faults_at_a_high_rate(objects, gcs, tmp_path):
     obj = list_objects(f"gs://{bucket}/d/a-0.bin")[0]
     gcs.set_faults(error_503=0.15, reset=0.1, cut=0.1, slow=0.05, delay_s=0.02, seed=1)
     for start in range(0, obj.size, 97):
-        assert read_range(obj, start, min(obj.size, start + 300), FAST) == \
-            data["d/a-0.bin"][start:start + 300]
+        assert (
+            read_range(obj, start, min(obj.size, start + 300), FAST)
+            == data["d/a-0.bin"][start : start + 300]
+        )
     path = tmp_path / "out"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     try:
@@ -159,6 +170,7 @@ def test_retry_policy_rejects_bad_values():
 
 def test_emulator_host_means_anonymous_credentials(gcs):
     from google.auth.credentials import AnonymousCredentials
+
     assert isinstance(gcs_module.client()._credentials, AnonymousCredentials)
 
 

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.emulator
 SHARDS, RECORDS = 6, 150  # ~100 KiB of records per shard: a 192 KiB ArrayRecord file
 
 
-def _dataset(url: str, cache_dir, cache_bytes: int | None = None,
-             file_format: str = "array_record") -> tpufeed.Dataset:
+def _dataset(
+    url: str, cache_dir, cache_bytes: int | None = None, file_format: str = "array_record"
+) -> tpufeed.Dataset:
     """Through the public constructors and their cache keywords."""
     if file_format == "array_record":
         return tpufeed.Dataset.from_array_record(url, cache_dir=cache_dir, cache_bytes=cache_bytes)
@@ -37,10 +38,13 @@ def _sizes(url: str) -> dict[str, int]:
     return {o.name: o.size for o in list_objects(url)}
 
 
-@pytest.mark.parametrize("file_format,workers,cache_bytes", [
-    ("array_record", 0, None), ("array_record", 2, None), ("tfrecord", 0, 0)])
+@pytest.mark.parametrize(
+    "file_format,workers,cache_bytes",
+    [("array_record", 0, None), ("array_record", 2, None), ("tfrecord", 0, 0)],
+)
 def test_an_epoch_is_exactly_once_with_a_fifth_of_requests_failing(
-        gcs, bucket, upload, tmp_path, caplog, file_format, workers, cache_bytes):
+    gcs, bucket, upload, tmp_path, caplog, file_format, workers, cache_bytes
+):
     url, records = upload_shards(upload, bucket, "ds", SHARDS, RECORDS, file_format)
     gcs.set_faults(error_503=0.10, reset=0.05, cut=0.05, slow=0.05, delay_s=0.02, seed=4)
     ds = _dataset(url, tmp_path / "c", cache_bytes, file_format)
@@ -52,7 +56,8 @@ def test_an_epoch_is_exactly_once_with_a_fifth_of_requests_failing(
 
 
 def test_a_cache_smaller_than_the_dataset_streams_an_epoch_within_its_limit(
-        gcs, bucket, upload, tmp_path):
+    gcs, bucket, upload, tmp_path
+):
     shards = 8
     url, records = upload_shards(upload, bucket, "big", shards, RECORDS)
     shard_bytes = max(_sizes(url).values())
@@ -82,7 +87,8 @@ def test_a_cache_smaller_than_the_dataset_streams_an_epoch_within_its_limit(
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_second_epoch_reads_nothing_from_gcs_once_all_is_cached(
-        gcs, bucket, upload, tmp_path, workers):
+    gcs, bucket, upload, tmp_path, workers
+):
     url, records = upload_shards(upload, bucket, "warm", SHARDS, RECORDS)
     ds = _dataset(url, tmp_path / "c").shuffle(seed=2).repeat(2).workers(workers)
     it = iter(ds)
@@ -92,7 +98,10 @@ def test_a_second_epoch_reads_nothing_from_gcs_once_all_is_cached(
     gcs.reset()
     second = list(it)
     assert sorted(second) == sorted(records) and second != first
-    assert (gcs.counters.only(bucket).media_requests, gcs.counters.only(bucket).media_bytes) == (0, 0)
+    assert (gcs.counters.only(bucket).media_requests, gcs.counters.only(bucket).media_bytes) == (
+        0,
+        0,
+    )
     # A restarted job (new source, same cache directory) downloads nothing either.
     again = list(_dataset(url, tmp_path / "c").shuffle(seed=2))
     assert sorted(again) == sorted(records)
@@ -145,12 +154,19 @@ def test_two_processes_share_one_cache_dir(gcs, bucket, upload, tmp_path):
     cache_dir = str(tmp_path / "shared-cache")
     gcs.reset()
     gcs.set_faults(slow=0.3, delay_s=0.05, seed=2)  # stretch downloads so the two overlap
-    procs = [subprocess.Popen([sys.executable, "-c", _SHARER, url, cache_dir, str(seed)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-             for seed in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SHARER, url, cache_dir, str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        for seed in (1, 2)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     import hashlib
+
     expected = f"{len(records)} {hashlib.sha256(b''.join(sorted(records))).hexdigest()}"
     for proc, (out, err) in zip(procs, outputs):
         assert proc.returncode == 0, err
@@ -172,14 +188,16 @@ def test_a_cold_first_batch_waits_only_for_the_shards_it_needs(gcs, bucket, uplo
     first_s = time.monotonic() - start
     rest = list(it)
     total_s = time.monotonic() - start
-    assert [bytes(r) for r in first] == records[:RECORDS // 2]
+    assert [bytes(r) for r in first] == records[: RECORDS // 2]
     assert first_s < 1.0 <= 1.5 <= total_s
     assert sum(len(b) for b in rest) == len(records) - RECORDS // 2
 
 
-def test_uncached_tfrecord_reads_fetch_only_the_records_asked_for(gcs, bucket, upload, tmp_path,
-                                                                  monkeypatch):
+def test_uncached_tfrecord_reads_fetch_only_the_records_asked_for(
+    gcs, bucket, upload, tmp_path, monkeypatch
+):
     from tpufeed.sources import tfrecord
+
     monkeypatch.setattr(tfrecord, "_MAX_GAP", 4096)  # these files are small: a small gap
     url, records = upload_shards(upload, bucket, "tf", 2, 400, "tfrecord")
     total = sum(_sizes(url).values())

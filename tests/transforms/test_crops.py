@@ -52,13 +52,15 @@ def photos() -> list[bytes]:
         for _ in range(5):
             w = rng.uniform(0.6, 1.0) * 569  # 4:3 inside 640x427
             left, top = rng.uniform(0, 640 - w), rng.uniform(0, 427 - w * 0.75)
-            crop = image.resize((500, 375), Image.Resampling.BILINEAR,
-                                box=(left, top, left + w, top + w * 0.75))
+            crop = image.resize(
+                (500, 375), Image.Resampling.BILINEAR, box=(left, top, left + w, top + w * 0.75)
+            )
             out.append(_jpeg(np.asarray(crop)))
     return out
 
 
 # -- the distribution -------------------------------------------------------------------------
+
 
 def _boxes(height: int, width: int, n: int, **kwargs) -> np.ndarray:
     rng = np.random.default_rng(0)
@@ -106,17 +108,23 @@ def test_no_fitting_attempt_falls_back_to_the_clamped_centre_crop():
     assert sample_crop_box(10, 1000, np.random.default_rng(0)) == (0.0, 493.0, 10.0, 13.0)
     assert sample_crop_box(1000, 10, np.random.default_rng(0)) == (493.0, 0.0, 13.0, 10.0)
     # Narrower than the ratio range: the full width, the height at the lowest ratio.
-    assert sample_crop_box(4, 4, np.random.default_rng(0), scale=(1.0, 1.0),
-                           ratio=(2.0, 3.0)) == (1.0, 0.0, 2.0, 4.0)
+    assert sample_crop_box(4, 4, np.random.default_rng(0), scale=(1.0, 1.0), ratio=(2.0, 3.0)) == (
+        1.0,
+        0.0,
+        2.0,
+        4.0,
+    )
 
 
 def test_the_eval_box_is_the_centre_224_of_256():
     assert center_crop_box(375, 500, (224, 224), 224 / 256) == pytest.approx(
-        (23.4375, 85.9375, 328.125, 328.125))
+        (23.4375, 85.9375, 328.125, 328.125)
+    )
     assert center_crop_box(300, 300, (224, 224), 1.0) == (0.0, 0.0, 300.0, 300.0)
 
 
 # -- decoding only what is needed -------------------------------------------------------------
+
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reduced_decoding_matches_full_decoding_within_the_documented_tolerance(photos, backend):
@@ -176,8 +184,9 @@ def test_grey_cmyk_and_exif_rotated_jpegs(photos, backend):
     grey = Image.fromarray(rgb).convert("L")
     buf = io.BytesIO()
     grey.save(buf, format="JPEG", quality=90)
-    out = RandomResizedCrop(32, mode="L", backend=backend)({"image": buf.getvalue()},
-                                                           np.random.default_rng(0))["image"]
+    out = RandomResizedCrop(32, mode="L", backend=backend)(
+        {"image": buf.getvalue()}, np.random.default_rng(0)
+    )["image"]
     assert out.shape == (32, 32, 1)
     cmyk = io.BytesIO()
     Image.fromarray(rgb).convert("CMYK").save(cmyk, format="JPEG", quality=95)
@@ -190,7 +199,11 @@ def test_grey_cmyk_and_exif_rotated_jpegs(photos, backend):
     exif[0x0112] = 6
     Image.fromarray(rgb).save(rotated, format="JPEG", quality=90, exif=exif)
     assert image_size(rotated.getvalue()) == (375, 500)
-    assert decode_region(rotated.getvalue(), box, (375, 500), backend=backend).shape == (375, 500, 3)
+    assert decode_region(rotated.getvalue(), box, (375, 500), backend=backend).shape == (
+        375,
+        500,
+        3,
+    )
 
 
 def test_bad_input_is_named():
@@ -204,8 +217,13 @@ def test_bad_input_is_named():
         RandomResizedCrop(8)({"image": np.zeros((9, 9, 3), np.float32)}, np.random.default_rng(0))
     with pytest.raises(KeyError, match="'image' is missing"):
         ResizedCenterCrop(8)({"img": b""})
-    for bad in (dict(scale=(0.5, 0.1)), dict(scale=(0.1, 2.0)), dict(ratio=(0, 1)),
-                dict(backend="simd"), dict(size=0)):
+    for bad in (
+        dict(scale=(0.5, 0.1)),
+        dict(scale=(0.1, 2.0)),
+        dict(ratio=(0, 1)),
+        dict(backend="simd"),
+        dict(size=0),
+    ):
         with pytest.raises(InvalidArgumentError):
             RandomResizedCrop(**{"size": 8, **bad})
     with pytest.raises(InvalidArgumentError, match="crop_fraction"):
@@ -217,24 +235,30 @@ def test_bad_input_is_named():
 
 # -- colour jitter -----------------------------------------------------------------------------
 
+
 def test_color_jitter_ranges_and_identities(photos):
     image = RandomResizedCrop(32)({"image": photos[0]}, np.random.default_rng(0))["image"]
     element = {"image": image, "label": 2}
     assert ColorJitter()(element, np.random.default_rng(0)) is element
     grey = np.repeat(image[:, :, :1], 3, axis=2)
     np.testing.assert_array_equal(
-        ColorJitter(saturation=0.9)({"image": grey}, np.random.default_rng(1))["image"], grey)
+        ColorJitter(saturation=0.9)({"image": grey}, np.random.default_rng(1))["image"], grey
+    )
     mid = (image // 2 + 40).astype(np.uint8)  # below 255 / 1.4: no clipping
-    means = [ColorJitter(brightness=0.4)({"image": mid}, np.random.default_rng(s))["image"].mean()
-             for s in range(200)]
+    means = [
+        ColorJitter(brightness=0.4)({"image": mid}, np.random.default_rng(s))["image"].mean()
+        for s in range(200)
+    ]
     ratio = np.array(means) / mid.mean()
     assert 0.55 < ratio.min() < 0.7 and 1.25 < ratio.max() < 1.45  # factors in [0.6, 1.4]
     a = ColorJitter(0.4, 0.4, 0.4)(element, np.random.default_rng(5))
     b = ColorJitter(0.4, 0.4, 0.4)(element, np.random.default_rng(5))
     np.testing.assert_array_equal(a["image"], b["image"])
     assert a["label"] == 2 and a["image"].dtype == np.uint8
-    spread = [ColorJitter(contrast=1.0)(element, np.random.default_rng(s))["image"].std()
-              for s in range(100)]
+    spread = [
+        ColorJitter(contrast=1.0)(element, np.random.default_rng(s))["image"].std()
+        for s in range(100)
+    ]
     assert min(spread) < 0.2 * image.std() and max(spread) > 1.4 * image.std()  # factors [0, 2]
     with pytest.raises(InvalidArgumentError, match="brightness"):
         ColorJitter(brightness=-1)
@@ -244,12 +268,19 @@ def test_color_jitter_ranges_and_identities(photos):
 
 # -- in a pipeline -----------------------------------------------------------------------------
 
+
 def _pipeline(photos: list[bytes], workers: int) -> list[dict]:
     records = [{"image": photos[i % len(photos)], "label": i} for i in range(24)]
-    ds = (tpufeed.Dataset.from_sequence(records).shuffle(seed=3)
-          .random_map(RandomResizedCrop(48)).random_map(RandomFlip())
-          .random_map(ColorJitter(0.4, 0.4, 0.4)).map(Normalize(mean=0.5, std=0.25))
-          .batch(8).workers(workers))
+    ds = (
+        tpufeed.Dataset.from_sequence(records)
+        .shuffle(seed=3)
+        .random_map(RandomResizedCrop(48))
+        .random_map(RandomFlip())
+        .random_map(ColorJitter(0.4, 0.4, 0.4))
+        .map(Normalize(mean=0.5, std=0.25))
+        .batch(8)
+        .workers(workers)
+    )
     return list(ds)
 
 
@@ -267,8 +298,11 @@ def test_the_jpeg_header_walk_agrees_with_pillow(photos):
     """Baseline, progressive, 4:4:4 and EXIF-carrying JPEGs; a truncated one falls to Pillow."""
     rgb = decode_image(photos[0])
     variants = list(photos)
-    for options in (dict(progressive=True), dict(quality=50, subsampling=0),
-                    dict(exif=Image.Exif())):
+    for options in (
+        dict(progressive=True),
+        dict(quality=50, subsampling=0),
+        dict(exif=Image.Exif()),
+    ):
         buf = io.BytesIO()
         Image.fromarray(rgb).save(buf, format="JPEG", **options)
         variants.append(buf.getvalue())

@@ -13,8 +13,10 @@ from tpufeed.transforms import ParseExample, encode_example, parse_example
 
 _names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8)
 _values = st.one_of(
-    st.lists(st.integers(-2**63, 2**63 - 1), max_size=6).map(lambda v: np.array(v, np.int64)),
-    st.lists(st.floats(width=32, allow_nan=False), max_size=6).map(lambda v: np.array(v, np.float32)),
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=6).map(lambda v: np.array(v, np.int64)),
+    st.lists(st.floats(width=32, allow_nan=False), max_size=6).map(
+        lambda v: np.array(v, np.float32)
+    ),
     st.binary(max_size=20),
     st.lists(st.binary(max_size=5), min_size=2, max_size=4),
 )
@@ -40,23 +42,29 @@ def test_encoding_is_deterministic_and_key_order_free():
 
 def test_unpacked_encodings_parse_too():
     # Hand-built: feature "n" as two unpacked varints, "f" as one unpacked fixed32.
-    int64_list = b"\x08\x05\x08\x96\x01"              # values 5 and 150, unpacked
+    int64_list = b"\x08\x05\x08\x96\x01"  # values 5 and 150, unpacked
     float_list = b"\x0d" + np.float32(0.5).tobytes()  # one fixed32
+
     def entry(name: bytes, feature: bytes) -> bytes:
         body = b"\x0a" + bytes([len(name)]) + name + b"\x12" + bytes([len(feature)]) + feature
         return b"\x0a" + bytes([len(body)]) + body
-    features = entry(b"n", b"\x1a" + bytes([len(int64_list)]) + int64_list) + \
-        entry(b"f", b"\x12" + bytes([len(float_list)]) + float_list)
+
+    features = entry(b"n", b"\x1a" + bytes([len(int64_list)]) + int64_list) + entry(
+        b"f", b"\x12" + bytes([len(float_list)]) + float_list
+    )
     parsed = parse_example(b"\x0a" + bytes([len(features)]) + features)
     assert parsed["n"].tolist() == [5, 150] and parsed["f"].tolist() == [0.5]
 
 
-@pytest.mark.parametrize("data, match", [
-    (b"\x0a\x05abc", "claims 5 bytes"),
-    (b"\x0a\x02\x0a\x80", "truncated varint|claims"),
-    (b"\x0b", "wire type 3"),
-    (b"\x0a\x04\x0a\x02\x12\x00", "has no name"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (b"\x0a\x05abc", "claims 5 bytes"),
+        (b"\x0a\x02\x0a\x80", "truncated varint|claims"),
+        (b"\x0b", "wire type 3"),
+        (b"\x0a\x04\x0a\x02\x12\x00", "has no name"),
+    ],
+)
 def test_malformed_examples_raise_value_error(data, match):
     with pytest.raises(ValueError, match=match):
         parse_example(data)
@@ -75,10 +83,15 @@ def test_parse_example_shapes_and_missing_features():
 
 
 def test_parse_example_in_dataset_map(tmp_path):
-    write_tfrecords(tmp_path / "ex.tfrecord",
-                    [encode_example({"label": i, "x": [float(i)] * 3}) for i in range(10)])
-    ds = (tpufeed.Dataset.from_tfrecord(str(tmp_path / "ex.tfrecord"))
-          .map(ParseExample({"label": (), "x": (3,)})).batch(5))
+    write_tfrecords(
+        tmp_path / "ex.tfrecord",
+        [encode_example({"label": i, "x": [float(i)] * 3}) for i in range(10)],
+    )
+    ds = (
+        tpufeed.Dataset.from_tfrecord(str(tmp_path / "ex.tfrecord"))
+        .map(ParseExample({"label": (), "x": (3,)}))
+        .batch(5)
+    )
     batches = list(ds)
     assert batches[1]["label"].tolist() == [5, 6, 7, 8, 9]
     assert batches[0]["x"].shape == (5, 3) and batches[0]["x"].dtype == np.float32
@@ -102,8 +115,11 @@ def test_interoperates_with_tensorflow():
     assert parsed["ids"].tolist() == [1, -7, 2**40] and parsed["s"] == b"hello"
     assert parsed["f"].tolist() == [0.25, -1.5]
     ours = encode_example({"ids": [3, -1], "f": [0.5], "s": "x"})
-    spec = {"ids": tf.io.FixedLenFeature([2], tf.int64), "f": tf.io.FixedLenFeature([1], tf.float32),
-            "s": tf.io.FixedLenFeature([], tf.string)}
+    spec = {
+        "ids": tf.io.FixedLenFeature([2], tf.int64),
+        "f": tf.io.FixedLenFeature([1], tf.float32),
+        "s": tf.io.FixedLenFeature([], tf.string),
+    }
     got = tf.io.parse_single_example(ours, spec)
     assert got["ids"].numpy().tolist() == [3, -1] and got["s"].numpy() == b"x"
     assert tf.train.Example.FromString(ours).features.feature["f"].float_list.value[0] == 0.5

@@ -34,7 +34,8 @@ def test_rename_and_clashes():
 
 def test_cast_parses_strings_and_converts_arrays():
     out = Cast({"i": "int64", "f": np.float32, "b": "bool", "arr": "float16"})(
-        {"i": "42", "f": b"2.5", "b": "Yes", "arr": [1, 2], "other": "kept"})
+        {"i": "42", "f": b"2.5", "b": "Yes", "arr": [1, 2], "other": "kept"}
+    )
     assert out["i"].dtype == np.int64 and int(out["i"]) == 42
     assert out["f"].dtype == np.float32 and float(out["f"]) == 2.5
     assert bool(out["b"]) is True and out["arr"].dtype == np.float16 and out["other"] == "kept"
@@ -53,8 +54,13 @@ def test_transforms_pickle_for_worker_processes():
 
 def test_feature_transforms_in_a_dataset():
     rows = [{"label": str(i), "text": f"t{i}", "junk": 0} for i in range(6)]
-    ds = (tpufeed.Dataset.from_sequence(rows).map(Select(["label", "text"]))
-          .map(Rename({"label": "y"})).map(Cast({"y": "int32"})).batch(3))
+    ds = (
+        tpufeed.Dataset.from_sequence(rows)
+        .map(Select(["label", "text"]))
+        .map(Rename({"label": "y"}))
+        .map(Cast({"y": "int32"}))
+        .batch(3)
+    )
     first = next(iter(ds))
     assert first["y"].tolist() == [0, 1, 2] and first["y"].dtype == np.int32
     assert set(first) == {"y", "text"}

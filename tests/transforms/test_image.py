@@ -86,9 +86,15 @@ def test_normalize():
 
 def test_image_pipeline_in_dataset_is_deterministic_per_record():
     records = [{"image": _encoded(_gradient() + i), "label": i} for i in range(8)]
-    ds = (tpufeed.Dataset.from_sequence(records).shuffle(seed=1)
-          .map(DecodeImage()).random_map(RandomCrop((8, 8))).random_map(RandomFlip())
-          .map(Normalize()).batch(4))
+    ds = (
+        tpufeed.Dataset.from_sequence(records)
+        .shuffle(seed=1)
+        .map(DecodeImage())
+        .random_map(RandomCrop((8, 8)))
+        .random_map(RandomFlip())
+        .map(Normalize())
+        .batch(4)
+    )
     first, again = list(ds), list(ds)
     assert first[0]["image"].shape == (4, 8, 8, 3) and first[0]["image"].dtype == np.float32
     for a, b in zip(first, again):
@@ -110,10 +116,12 @@ def test_random_image_transforms_in_a_build(tmp_path):
         (tmp_path / "img" / f"{i}.png").write_bytes(_encoded(_gradient() + i))
     (tmp_path / "t.py").write_text(
         "from tpufeed.transforms import DecodeImage, RandomCrop, RandomFlip\n"
-        "decode = DecodeImage()\ncrop = RandomCrop((5, 5))\nflip = RandomFlip()\n")
+        "decode = DecodeImage()\ncrop = RandomCrop((5, 5))\nflip = RandomFlip()\n"
+    )
     specs = tuple(f"{tmp_path}/t.py:{name}" for name in ("decode", "crop", "flip"))
-    build(BuildConfig(inputs=(str(tmp_path / "img"),), output=str(tmp_path / "ds"),
-                      transforms=specs))
+    build(
+        BuildConfig(inputs=(str(tmp_path / "img"),), output=str(tmp_path / "ds"), transforms=specs)
+    )
     source = tpufeed.Dataset.open(tmp_path / "ds").source
     images = [source[i]["image"] for i in range(4)]
     assert all(im.shape == (5, 5, 3) for im in images)

@@ -61,7 +61,8 @@ def test_packing_invariants(seqs, length, max_open):
     # every piece of every sequence arrives exactly once
     whole = [s for s in seqs if s]
     assert sorted(map(tuple, pieces)) == sorted(
-        tuple(s[i:i + length]) for s in whole for i in range(0, len(s), length))
+        tuple(s[i : i + length]) for s in whole for i in range(0, len(s), length)
+    )
 
 
 def test_rows_come_in_the_order_they_fill():
@@ -88,8 +89,12 @@ def test_pack_sequences_forms():
 
 def test_tokenize_batch_pack_in_a_dataset():
     texts = [{"text": "x" * n} for n in (3, 9, 1, 4, 7, 2, 5, 6)]
-    ds = (tpufeed.Dataset.from_sequence(texts).map(ByteTokenizer(pad_to=10)).batch(4)
-          .map(PackSequences(10, num_rows=4)))
+    ds = (
+        tpufeed.Dataset.from_sequence(texts)
+        .map(ByteTokenizer(pad_to=10))
+        .batch(4)
+        .map(PackSequences(10, num_rows=4))
+    )
     batches = list(ds)
     assert [b["tokens"].shape for b in batches] == [(4, 10), (4, 10)]
     real = sum(int((b["segment_ids"] > 0).sum()) for b in batches)
@@ -105,10 +110,16 @@ def test_tokenize_and_pack_in_a_build(tmp_path):
             f.write(json.dumps({"text": text}) + "\n")
     (tmp_path / "t.py").write_text(
         "from tpufeed.transforms import ByteTokenizer, PackSequences\n"
-        "tokenize = ByteTokenizer()\npack = PackSequences(8, as_records=True)\n")
-    summary = build(BuildConfig(inputs=(str(tmp_path / "docs.jsonl"),),
-                                output=str(tmp_path / "ds"), num_shards=2,
-                                transforms=(f"{tmp_path}/t.py:tokenize", f"{tmp_path}/t.py:pack")))
+        "tokenize = ByteTokenizer()\npack = PackSequences(8, as_records=True)\n"
+    )
+    summary = build(
+        BuildConfig(
+            inputs=(str(tmp_path / "docs.jsonl"),),
+            output=str(tmp_path / "ds"),
+            num_shards=2,
+            transforms=(f"{tmp_path}/t.py:tokenize", f"{tmp_path}/t.py:pack"),
+        )
+    )
     assert summary["records_out"] == 2 + 1 + 5
     ds = tpufeed.Dataset.open(tmp_path / "ds")
     assert ds.schema["tokens"]["shape"] == [8] and ds.schema["segment_ids"]["dtype"] == "int32"
@@ -119,6 +130,7 @@ def test_tokenize_and_pack_in_a_build(tmp_path):
 
 # -- Tokenize: any tokenizer, whole chunks at a time -------------------------------------------
 
+
 def trained_bpe():
     """A small BPE trained here on local text: nothing is downloaded."""
     tokenizers = pytest.importorskip("tokenizers")
@@ -128,8 +140,9 @@ def trained_bpe():
     tokenizer = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300,
-                                                              special_tokens=["[UNK]", "[EOS]"]))
+    tokenizer.train_from_iterator(
+        corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "[EOS]"])
+    )
     return tokenizer
 
 
@@ -177,7 +190,10 @@ def test_tokenize_takes_plain_callables_and_the_byte_tokenizer():
     by_char = Tokenize(lambda text: [ord(c) for c in text], key="body", output="ids")
     assert by_char({"body": "ab"})["ids"].tolist() == [97, 98]
     batched = Tokenize(lambda texts: {"input_ids": [[len(t)] for t in texts]}, batched=True)
-    assert [e["tokens"].tolist() for e in batched.map_batch([{"text": "abc"}, {"text": ""}])] == [[3], [0]]
+    assert [e["tokens"].tolist() for e in batched.map_batch([{"text": "abc"}, {"text": ""}])] == [
+        [3],
+        [0],
+    ]
     assert Tokenize(ByteTokenizer(add_eos=False))({"text": "a"})["tokens"].tolist() == [100]
     with pytest.raises(KeyError, match="'text' is missing"):
         Tokenize(ByteTokenizer())({"body": "x"})

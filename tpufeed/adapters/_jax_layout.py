@@ -35,7 +35,8 @@ def check_sharding(sharding: Any) -> NamedSharding:
     if not isinstance(sharding, NamedSharding):
         raise InvalidArgumentError(
             f"to_jax needs a jax.sharding.NamedSharding (or None for a 1-D data-parallel mesh), "
-            f"got {sharding!r}")
+            f"got {sharding!r}"
+        )
     return sharding
 
 
@@ -60,8 +61,10 @@ class BatchLayout:
 
         map_leaves(check, batch)
         self._check_same_shapes({path: leaf[0].shape for path, leaf in leaves.items()}, index)
-        return map_leaves(lambda path, _: jax.make_array_from_process_local_data(
-            self.sharding, *leaves[path]), batch)
+        return map_leaves(
+            lambda path, _: jax.make_array_from_process_local_data(self.sharding, *leaves[path]),
+            batch,
+        )
 
     def _global_shape(self, path: str, shape: tuple[int, ...], index: int) -> tuple[int, ...]:
         key = (path, shape)
@@ -75,7 +78,8 @@ class BatchLayout:
             raise InvalidArgumentError(
                 f"to_jax: batch leaf {name} has shape {shape}, but the sharding's "
                 f"{_spec_text(self._spec)} names {len(self._spec)} dimension(s); every leaf needs "
-                "at least that many (a batch dimension first)")
+                "at least that many (a batch dimension first)"
+            )
         out = list(shape)
         for dim, (parts, local) in enumerate(zip(self._parts, self._local_parts)):
             if parts == 1:
@@ -85,20 +89,28 @@ class BatchLayout:
             out[dim] = shape[dim] // local * parts
         return tuple(out)
 
-    def _misfit(self, name: str, shape: tuple[int, ...], dim: int, parts: int, local: int,
-                index: int) -> str:
+    def _misfit(
+        self, name: str, shape: tuple[int, ...], dim: int, parts: int, local: int, index: int
+    ) -> str:
         size = shape[dim]
-        where = (f"process {jax.process_index()} of {jax.process_count()}, "
-                 if self._multi_process else "")
+        where = (
+            f"process {jax.process_index()} of {jax.process_count()}, "
+            if self._multi_process
+            else ""
+        )
         fits = sorted({m for m in (size // local * local, (size // local + 1) * local) if m > 0})
-        fix = ("as an epoch's last batch can: use batch(..., drop_remainder=True)" if index > 0 else
-               f"Use a per-process batch size such as {' or '.join(map(str, fits))}")
-        return (f"to_jax: batch leaf {name} has local shape {shape} ({where}batch {index}), but "
-                f"the sharding {_spec_text(self._spec)} over mesh {dict(self.sharding.mesh.shape)} "
-                f"splits dimension {dim} into {parts} parts, {local} of them on this process's "
-                f"devices, so that dimension of the local batch must be a multiple of {local}; "
-                f"{size} is not. " + ("This batch differs from the first, " if index > 0 else "")
-                + fix)
+        fix = (
+            "as an epoch's last batch can: use batch(..., drop_remainder=True)"
+            if index > 0
+            else f"Use a per-process batch size such as {' or '.join(map(str, fits))}"
+        )
+        return (
+            f"to_jax: batch leaf {name} has local shape {shape} ({where}batch {index}), but "
+            f"the sharding {_spec_text(self._spec)} over mesh {dict(self.sharding.mesh.shape)} "
+            f"splits dimension {dim} into {parts} parts, {local} of them on this process's "
+            f"devices, so that dimension of the local batch must be a multiple of {local}; "
+            f"{size} is not. " + ("This batch differs from the first, " if index > 0 else "") + fix
+        )
 
     def _check_same_shapes(self, shapes: dict[str, tuple[int, ...]], index: int) -> None:
         if self._first_shapes is None:
@@ -113,9 +125,12 @@ class BatchLayout:
                     f"to_jax: batch {index} leaf {describe_path(path)} has local shape {shape} but "
                     f"the first batch had {first}; in a {jax.process_count()}-process run every "
                     "batch must have the same shape on every process: use "
-                    "batch(..., drop_remainder=True) and pad variable-length leaves in a map()")
-        raise BatchError(f"to_jax: batch {index} has leaves {sorted(shapes)} but the first batch "
-                         f"had {sorted(self._first_shapes)}")
+                    "batch(..., drop_remainder=True) and pad variable-length leaves in a map()"
+                )
+        raise BatchError(
+            f"to_jax: batch {index} has leaves {sorted(shapes)} but the first batch "
+            f"had {sorted(self._first_shapes)}"
+        )
 
 
 def _split_counts(sharding: NamedSharding, ndim: int) -> tuple[list[int], list[int]]:
@@ -129,9 +144,10 @@ def _split_counts(sharding: NamedSharding, ndim: int) -> tuple[list[int], list[i
     indices = sharding.devices_indices_map(tuple(parts))
     here = jax.process_index()
     # jaxlib's Device is compiled without a stub, so its attributes are unknown to type checkers.
-    local = [len({idx[d].start or 0 for dev, idx in indices.items()
-                  if dev.process_index == here})  # type: ignore[attr-defined]
-             for d in range(ndim)]
+    local = [
+        len({idx[d].start or 0 for dev, idx in indices.items() if dev.process_index == here})  # type: ignore[attr-defined]
+        for d in range(ndim)
+    ]
     return parts, [max(1, k) for k in local]
 
 

@@ -40,7 +40,8 @@ def numeric_array(path: str, leaf: Any, target: str) -> np.ndarray:
         raise BatchError(
             f"{target} cannot hold batch leaf {path or '(the batch itself)'}: it holds {what} "
             f"values (numpy dtype {array.dtype}); only numbers and booleans can go there. Drop "
-            "the leaf, or turn it into numbers (token ids, a label index) in a map() before batch()")
+            "the leaf, or turn it into numbers (token ids, a label index) in a map() before batch()"
+        )
     return array
 
 

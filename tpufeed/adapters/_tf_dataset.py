@@ -30,7 +30,8 @@ CHECKPOINT_REFUSED = (
     "instead: `tf_ds.get_state()` (JSON-able; `tf_ds.tpufeed.state_after(batches)` when "
     "TensorFlow pulls ahead) next to your checkpoint, and `tf_ds.set_state(state)` before the "
     "next pass; with Keras, the callback `tpufeed.adapters.keras.BackupAndRestore(tf_ds, dir)` "
-    "does both. Leave the iterator out of tf.train.Checkpoint.")
+    "does both. Leave the iterator out of tf.train.Checkpoint."
+)
 
 
 class TfDataset(dataset_ops.UnaryUnchangedStructureDataset):
@@ -43,7 +44,9 @@ class TfDataset(dataset_ops.UnaryUnchangedStructureDataset):
     def __init__(self, generate: Callable[[], Iterator[Any]], spec: Any, tracker: TfInput):
         options = tf.data.Options()
         options.experimental_optimization.inject_prefetch = False  # so nothing is taken ahead
-        inner = tf.data.Dataset.from_generator(generate, output_signature=spec).with_options(options)
+        inner = tf.data.Dataset.from_generator(generate, output_signature=spec).with_options(
+            options
+        )
         super().__init__(inner, inner._variant_tensor)
         self.tpufeed = tracker
 

@@ -48,8 +48,11 @@ class TfInput:
     def stats(self) -> Any:
         """The pipeline statistics of the latest pass, with this wait as the consumer's."""
         stats = self.iterator.stats()
-        return dataclasses.replace(stats, wait_seconds=self.clock.wait_seconds,
-                                   wall_seconds=self.clock.wall_seconds or stats.wall_seconds)
+        return dataclasses.replace(
+            stats,
+            wait_seconds=self.clock.wait_seconds,
+            wall_seconds=self.clock.wall_seconds or stats.wall_seconds,
+        )
 
     @property
     def passes(self) -> int:
@@ -87,9 +90,11 @@ class TfInput:
                     if count == batches:
                         return dict(state)
             kept = f"{self._states[0][0]}..{self._states[-1][0]}" if self._states else "none"
-            raise StateError(f"to_tf: no state after batch {batches!r} of pass {self._passes}; "
-                             f"the states kept are those after batches {kept} (up to the last "
-                             f"{self._history} TensorFlow took)")
+            raise StateError(
+                f"to_tf: no state after batch {batches!r} of pass {self._passes}; "
+                f"the states kept are those after batches {kept} (up to the last "
+                f"{self._history} TensorFlow took)"
+            )
 
     def set_state(self, state: Any) -> None:
         """The next pass starts right after `state` (one host's state, or every host's); the
@@ -112,7 +117,9 @@ class TfInput:
         if pending is None:
             it = self._ds.iterator(self._base)
             pending = _Pending(it, it.get_state())
-        items = pending.iterator if pending.head is _NOTHING else _chain(pending.head, pending.iterator)
+        items = (
+            pending.iterator if pending.head is _NOTHING else _chain(pending.head, pending.iterator)
+        )
         with self._lock:
             self._passes += 1
             self._finished = False
@@ -141,6 +148,7 @@ _NOTHING = object()
 @dataclasses.dataclass
 class _Pending:
     """An iterator made ahead of the pass it starts: its start state and a batch it peeked."""
+
     iterator: Any
     start: dict[str, Any]
     head: Any = _NOTHING

@@ -52,13 +52,16 @@ def _split(state: Any, worker: int, workers: int) -> tuple[int, Any]:
         return worker, state
     mine = state.get(WORKER_KEY)
     if mine != [worker, workers]:
-        raise StateError(f"this state is DataLoader worker {mine!r}'s ([worker, workers]), not "
-                         f"worker {worker} of {workers}'s: restore a DataLoader with "
-                         "StatefulDataLoader.load_state_dict and the same num_workers")
+        raise StateError(
+            f"this state is DataLoader worker {mine!r}'s ([worker, workers]), not "
+            f"worker {worker} of {workers}'s: restore a DataLoader with "
+            "StatefulDataLoader.load_state_dict and the same num_workers"
+        )
     skip = state.get("skip")
     if not isinstance(skip, int) or isinstance(skip, bool) or not 0 <= skip < workers:
-        raise StateError(f"DataLoader worker state field 'skip' must be an int in [0, "
-                         f"{workers}), got {skip!r}")
+        raise StateError(
+            f"DataLoader worker state field 'skip' must be an int in [0, {workers}), got {skip!r}"
+        )
     if "state" not in state:
         raise StateError("DataLoader worker state has no 'state' field (the tpufeed state)")
     return skip, state["state"]
@@ -73,6 +76,7 @@ class StridedRun(Iterator[Any]):
 
         def strided(counters: Counters, clock: StageClock) -> Executor:
             return InProcessExecutor(plan, start.position, clock, every=(skip, workers))
+
         self._run = PipelineRun(plan, start, strided)
 
     def __iter__(self) -> StridedRun:
@@ -84,8 +88,11 @@ class StridedRun(Iterator[Any]):
         return item
 
     def get_state(self) -> dict[str, Any]:
-        return {WORKER_KEY: [self._worker, self._workers], "skip": self._skip,
-                "state": self._run.get_state()}
+        return {
+            WORKER_KEY: [self._worker, self._workers],
+            "skip": self._skip,
+            "state": self._run.get_state(),
+        }
 
     def stats(self) -> PipelineStats:
         return self._run.stats()

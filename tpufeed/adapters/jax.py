@@ -29,9 +29,14 @@ from tpufeed.run.uneven import HostAgreement, check_uneven
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 
 
-def to_jax(ds: Any, sharding: NamedSharding | None = None, prefetch: int = 2,
-           state: Any = None, uneven: str = "shortest",
-           agreement: HostAgreement | None = None) -> JaxIterator:
+def to_jax(
+    ds: Any,
+    sharding: NamedSharding | None = None,
+    prefetch: int = 2,
+    state: Any = None,
+    uneven: str = "shortest",
+    agreement: HostAgreement | None = None,
+) -> JaxIterator:
     """Iterates `ds` as pytrees of global jax.Arrays placed by `sharding`.
 
     sharding: a NamedSharding applied to every leaf; None is a 1-D mesh over all devices of all
@@ -51,8 +56,10 @@ def to_jax(ds: Any, sharding: NamedSharding | None = None, prefetch: int = 2,
     if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
         raise InvalidArgumentError(f"to_jax prefetch must be a non-negative int, got {prefetch!r}")
     if check_uneven(uneven) is None:
-        raise InvalidArgumentError("to_jax needs uneven='shortest' or 'pad': a process that runs "
-                                   "out of batches early would stall the others")
+        raise InvalidArgumentError(
+            "to_jax needs uneven='shortest' or 'pad': a process that runs "
+            "out of batches early would stall the others"
+        )
     return JaxIterator(ds, check_sharding(sharding), prefetch, state, uneven, agreement)
 
 
@@ -61,8 +68,15 @@ class JaxIterator(Iterator[Any]):
     never the ones still waiting in the prefetch buffer; `wait_fraction` says how much of the
     loop's time went to waiting for them."""
 
-    def __init__(self, ds: Any, sharding: NamedSharding, prefetch: int, state: Any = None,
-                 uneven: str = "shortest", agreement: HostAgreement | None = None):
+    def __init__(
+        self,
+        ds: Any,
+        sharding: NamedSharding,
+        prefetch: int,
+        state: Any = None,
+        uneven: str = "shortest",
+        agreement: HostAgreement | None = None,
+    ):
         self._ds = ds
         self.sharding = sharding
         self._prefetch = prefetch
@@ -126,8 +140,12 @@ class JaxIterator(Iterator[Any]):
         stages = dict(inner.stages)
         for name, seconds in list(self._device_clock.seconds.items()):
             stages[name] = StageStats(seconds, self._device_clock.records[name], 1)
-        return dataclasses.replace(inner, stages=stages, wait_seconds=self._clock.wait_seconds,
-                                   wall_seconds=self._clock.wall_seconds or inner.wall_seconds)
+        return dataclasses.replace(
+            inner,
+            stages=stages,
+            wait_seconds=self._clock.wait_seconds,
+            wall_seconds=self._clock.wall_seconds or inner.wall_seconds,
+        )
 
     @property
     def wait_fraction(self) -> float:
@@ -179,8 +197,9 @@ class JaxIterator(Iterator[Any]):
             pass
 
 
-def _transferred(inner: DatasetIterator, layout: BatchLayout,
-                 clock: StageClock) -> Generator[tuple[Any, dict], None, None]:
+def _transferred(
+    inner: DatasetIterator, layout: BatchLayout, clock: StageClock
+) -> Generator[tuple[Any, dict], None, None]:
     """(global arrays, state after them), the arrays ready on their devices; the transfer is
     timed as the "to_device" stage."""
     for index, batch in enumerate(inner):

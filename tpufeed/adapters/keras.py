@@ -56,14 +56,26 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     `Dataset.to_tf()` dataset), so a resumed `fit` trains on exactly the batches it would
     have trained on."""
 
-    def __init__(self, dataset: Any, backup_dir: str, save_freq: str | int = "epoch",
-                 double_checkpoint: bool = False, delete_checkpoint: bool = True):
+    def __init__(
+        self,
+        dataset: Any,
+        backup_dir: str,
+        save_freq: str | int = "epoch",
+        double_checkpoint: bool = False,
+        delete_checkpoint: bool = True,
+    ):
         tracker = getattr(dataset, "tpufeed", None)
         if tracker is None or not hasattr(tracker, "state_after"):
-            raise InvalidArgumentError(f"BackupAndRestore takes the dataset that Dataset.to_tf() "
-                                       f"returned, not {type(dataset).__name__}")
-        super().__init__(backup_dir, save_freq=save_freq, double_checkpoint=double_checkpoint,
-                         delete_checkpoint=delete_checkpoint)
+            raise InvalidArgumentError(
+                f"BackupAndRestore takes the dataset that Dataset.to_tf() "
+                f"returned, not {type(dataset).__name__}"
+            )
+        super().__init__(
+            backup_dir,
+            save_freq=save_freq,
+            double_checkpoint=double_checkpoint,
+            delete_checkpoint=delete_checkpoint,
+        )
         self._input = tracker
         self._data_path = f"{backup_dir.rstrip('/')}/{DATA_FILE}"
         self._restored: dict[str, Any] | None = None
@@ -78,7 +90,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"BackupAndRestore(save_freq={self.save_freq!r}) backs up mid-epoch, which needs "
                 f"fit(steps_per_epoch=...) here: without it Keras takes the length of every "
                 f"epoch from the first one it runs, which after a restart mid-epoch is only the "
-                f"rest of that epoch. Pass steps_per_epoch, or back up with save_freq='epoch'")
+                f"rest of that epoch. Pass steps_per_epoch, or back up with save_freq='epoch'"
+            )
         super().on_train_begin(logs)  # weights, optimizer and epoch, if a backup is there
         self._pass, self._pass_batches, self._epoch_steps = None, 0, 0
         self._restored = None
@@ -88,18 +101,25 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         records = self._records()
         match = [r for r in records if r["step"] == step]
         if not match:
-            held = (f"holds data states for steps {[r['step'] for r in records]} only" if records
-                    else "does not exist: keras.callbacks.BackupAndRestore, which does not save "
-                         "the data position, probably wrote this backup")
-            raise StateError(f"BackupAndRestore: the backup in {self.backup_dir} restored the "
-                             f"model at optimizer step {step}, but {self._data_path} {held}; "
-                             f"resuming would train on other batches. Delete the backup to "
-                             f"start afresh")
+            held = (
+                f"holds data states for steps {[r['step'] for r in records]} only"
+                if records
+                else "does not exist: keras.callbacks.BackupAndRestore, which does not save "
+                "the data position, probably wrote this backup"
+            )
+            raise StateError(
+                f"BackupAndRestore: the backup in {self.backup_dir} restored the "
+                f"model at optimizer step {step}, but {self._data_path} {held}; "
+                f"resuming would train on other batches. Delete the backup to "
+                f"start afresh"
+            )
         self._restored = match[-1]
         if self._restored["data"] is not None:
             self._input.set_state(self._restored["data"])
         self._epoch_steps = self._restored["epoch_steps"]
-        self.model._initial_epoch = self._restored["epoch"]  # Keras' own field, as its parent sets it
+        self.model._initial_epoch = self._restored[
+            "epoch"
+        ]  # Keras' own field, as its parent sets it
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._current_epoch = epoch  # Keras only sets it at an epoch's end: wrong after a restart
@@ -114,8 +134,12 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self._pass_batches += steps
         self._epoch_steps += steps
         per_epoch = self.params.get("steps")
-        if per_epoch and self._epoch_steps >= per_epoch and batch + 1 < per_epoch \
-                and not self.model.stop_training:
+        if (
+            per_epoch
+            and self._epoch_steps >= per_epoch
+            and batch + 1 < per_epoch
+            and not self.model.stop_training
+        ):
             self.model.stop_training = _END_OF_EPOCH
         super().on_train_batch_end(batch, logs)
 
@@ -128,8 +152,12 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     def _save_model(self) -> None:
         """The data state first, then Keras' weights and epoch: a backup's step always has
         its data state, even when the process dies between the two."""
-        record = {"step": self._step(), "epoch": self._current_epoch,
-                  "epoch_steps": self._epoch_steps, "data": self._data_state()}
+        record = {
+            "step": self._step(),
+            "epoch": self._current_epoch,
+            "epoch_steps": self._epoch_steps,
+            "data": self._data_state(),
+        }
         records = [r for r in self._records() if r["step"] != record["step"]]
         tf.io.gfile.makedirs(self.backup_dir)
         temporary = f"{self._data_path}.tmp"

@@ -53,13 +53,18 @@ def to_tf(ds: Any, state: Any = None) -> Any:
         first = next(first_iterator)
     except StopIteration:
         first_iterator.close()
-        raise BatchError(f"to_tf: the pipeline yields nothing, so it has no element_spec: {ds!r}") from None
+        raise BatchError(
+            f"to_tf: the pipeline yields nothing, so it has no element_spec: {ds!r}"
+        ) from None
     except BaseException:
         first_iterator.close()
         raise
     plan = ds._plan()
-    fixed_batch = plan.batch.batch_size if plan.batch is not None and plan.batch.drop_remainder \
-        and not plan.tail else None
+    fixed_batch = (
+        plan.batch.batch_size
+        if plan.batch is not None and plan.batch.drop_remainder and not plan.tail
+        else None
+    )
     spec = element_spec(first, fixed_batch)
     tracker = TfInput(ds, state)
     tracker.hold(first_iterator, start, first)  # the first pass goes on from here: no work redone
@@ -79,6 +84,7 @@ def to_tf(ds: Any, state: Any = None) -> Any:
             it.close()
 
     from tpufeed.adapters._tf_dataset import TfDataset
+
     return TfDataset(generate, spec, tracker)
 
 
@@ -96,14 +102,18 @@ def element_spec(batch: Any, batch_size: int | None = None) -> Any:
         if array.dtype.kind in "OSU":
             if array.dtype.kind == "O" and not all(isinstance(v, (bytes, str)) for v in array.flat):
                 kinds = sorted({type(v).__name__ for v in array.flat})
-                raise BatchError(f"to_tf: batch leaf {describe_path(path)} holds Python objects of "
-                                 f"types {kinds}; tf.data takes numbers, booleans, bytes and str")
+                raise BatchError(
+                    f"to_tf: batch leaf {describe_path(path)} holds Python objects of "
+                    f"types {kinds}; tf.data takes numbers, booleans, bytes and str"
+                )
             return tf.TensorSpec(shape, tf.string)
         try:
             return tf.TensorSpec(shape, tf.as_dtype(array.dtype))
         except TypeError:
-            raise BatchError(f"to_tf: batch leaf {describe_path(path)} has numpy dtype "
-                             f"{array.dtype}, which TensorFlow cannot hold") from None
+            raise BatchError(
+                f"to_tf: batch leaf {describe_path(path)} has numpy dtype "
+                f"{array.dtype}, which TensorFlow cannot hold"
+            ) from None
 
     return _tuples(map_leaves(spec, batch))
 
@@ -136,4 +146,3 @@ def _tensorflow() -> Any:
     except ImportError:
         raise missing_dependency("tensorflow", "tf") from None
     return tf
-

@@ -94,12 +94,18 @@ class TorchIterable(IterableDataset):
             return self._iterator.get_state()
         info = get_worker_info()
         if info is None or info.num_workers <= 1 or not self._strided:
-            plan = (self._ds if info is None or info.num_workers <= 1
-                    else self._worker_share(info.id, info.num_workers))._plan()
+            plan = (
+                self._ds
+                if info is None or info.num_workers <= 1
+                else self._worker_share(info.id, info.num_workers)
+            )._plan()
             return plan.state_of(plan.start(), None)
         plan = self._ds._plan()
-        return {WORKER_KEY: [info.id, info.num_workers], "skip": info.id,
-                "state": plan.state_of(plan.start(), None)}
+        return {
+            WORKER_KEY: [info.id, info.num_workers],
+            "skip": info.id,
+            "state": plan.state_of(plan.start(), None),
+        }
 
     def set_state(self, state: Any) -> None:
         """The next `iter()` continues right after `state`: one `get_state()`, or the list of
@@ -120,7 +126,9 @@ class TorchIterable(IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """`set_state(state)`, under torch's name."""
         if not isinstance(state, dict):
-            raise StateError(f"load_state_dict needs a dict from state_dict(), got {type(state).__name__}")
+            raise StateError(
+                f"load_state_dict needs a dict from state_dict(), got {type(state).__name__}"
+            )
         self.set_state(state)
 
     @property
@@ -188,18 +196,22 @@ class TorchIterator(Iterator[Any]):
         array = leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf)
         if array.dtype.kind in "OSU":
             return array.tolist()
-        tensor = torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())
+        tensor = (
+            torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())
+        )
         return tensor.pin_memory() if self._pin else tensor
 
 
 def _plain(state: Any) -> Any:
     """`state` unless it is a DataLoader worker's, which only that worker can continue."""
     if is_worker_state(state):
-        raise StateError(f"this state is DataLoader worker {state[WORKER_KEY]!r}'s ([worker, "
-                         "workers]): only that "
-                         "worker continues it. Restore the DataLoader with torchdata's "
-                         "StatefulDataLoader.load_state_dict (same num_workers), which hands "
-                         "each worker its own")
+        raise StateError(
+            f"this state is DataLoader worker {state[WORKER_KEY]!r}'s ([worker, "
+            "workers]): only that "
+            "worker continues it. Restore the DataLoader with torchdata's "
+            "StatefulDataLoader.load_state_dict (same num_workers), which hands "
+            "each worker its own"
+        )
     return state
 
 
@@ -207,11 +219,16 @@ def _pinning(requested: bool, in_worker: bool) -> bool:
     if not requested:
         return False
     if in_worker:
-        warnings.warn("to_torch(pin_memory=True) pins in the main process only; inside DataLoader "
-                      "workers pass pin_memory=True to the DataLoader instead", stacklevel=3)
+        warnings.warn(
+            "to_torch(pin_memory=True) pins in the main process only; inside DataLoader "
+            "workers pass pin_memory=True to the DataLoader instead",
+            stacklevel=3,
+        )
         return False
     if not torch.accelerator.is_available():
-        warnings.warn("to_torch(pin_memory=True) but no accelerator is available: tensors are "
-                      "not pinned", stacklevel=3)
+        warnings.warn(
+            "to_torch(pin_memory=True) but no accelerator is available: tensors are not pinned",
+            stacklevel=3,
+        )
         return False
     return True

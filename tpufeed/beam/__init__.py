@@ -18,13 +18,23 @@ from typing import Any
 
 from tpufeed.errors import missing_dependency
 
-__all__ = ["BuildConfig", "WriteShards", "beam_option_names", "build", "in_process_runner",
-           "unknown_beam_args"]
+__all__ = [
+    "BuildConfig",
+    "WriteShards",
+    "beam_option_names",
+    "build",
+    "in_process_runner",
+    "unknown_beam_args",
+]
 
-_LAZY = {"WriteShards": "tpufeed.beam.write_shards", "BuildConfig": "tpufeed.beam.build_pipeline",
-         "build": "tpufeed.beam.build_pipeline", "in_process_runner": "tpufeed.beam.build_runner",
-         "beam_option_names": "tpufeed.beam.pipeline_args",
-         "unknown_beam_args": "tpufeed.beam.pipeline_args"}
+_LAZY = {
+    "WriteShards": "tpufeed.beam.write_shards",
+    "BuildConfig": "tpufeed.beam.build_pipeline",
+    "build": "tpufeed.beam.build_pipeline",
+    "in_process_runner": "tpufeed.beam.build_runner",
+    "beam_option_names": "tpufeed.beam.pipeline_args",
+    "unknown_beam_args": "tpufeed.beam.pipeline_args",
+}
 
 
 class _DropApitoolsWarning(logging.Filter):

@@ -75,6 +75,7 @@ class BlockStart:
 def _size(path: str) -> int:
     if "://" in path:
         from apache_beam.io.filesystems import FileSystems
+
         return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
     return os.path.getsize(path)
 
@@ -88,8 +89,9 @@ def _images(folder: str) -> tuple[list[str], list[int]]:
                 names.append(os.path.relpath(path, folder))
                 sizes.append(os.path.getsize(path))
     if not names:
-        raise SourceNotFoundError(f"{folder}: folder holds no image files "
-                                  f"({', '.join(IMAGE_EXTENSIONS)})", path=folder)
+        raise SourceNotFoundError(
+            f"{folder}: folder holds no image files ({', '.join(IMAGE_EXTENSIONS)})", path=folder
+        )
     order = sorted(range(len(names)), key=names.__getitem__)
     return [names[i] for i in order], [sizes[i] for i in order]
 
@@ -103,8 +105,9 @@ def _file_blocks(index: int, item: InputFile, block_bytes: int) -> list[dict[str
         if len(cuts) < 2:  # an empty file: one empty block
             cuts = [0, 0]
         single = len(cuts) == 2
-        return [dict(base, start=a, end=b, single=single, size=b - a)
-                for a, b in zip(cuts, cuts[1:])]
+        return [
+            dict(base, start=a, end=b, single=single, size=b - a) for a, b in zip(cuts, cuts[1:])
+        ]
     if item.kind == "array_record" and "://" not in item.path:
         from tpufeed.sources.array_record import ArrayRecordFile
 
@@ -116,8 +119,17 @@ def _file_blocks(index: int, item: InputFile, block_bytes: int) -> list[dict[str
         size = _size(item.path)
         per_block = max(1, block_bytes * n // max(size, 1))  # records in about block_bytes
         cuts = list(range(0, n, per_block)) + [n] if n else [0, 0]
-        return [dict(base, start=a, end=b, count=b - a, single=len(cuts) == 2,
-                     size=size * (b - a) // max(n, 1)) for a, b in zip(cuts, cuts[1:])]
+        return [
+            dict(
+                base,
+                start=a,
+                end=b,
+                count=b - a,
+                single=len(cuts) == 2,
+                size=size * (b - a) // max(n, 1),
+            )
+            for a, b in zip(cuts, cuts[1:])
+        ]
     if item.kind == "images":
         names, sizes = _images(item.path)
         labelled = all(name.count(os.sep) == 1 for name in names)
@@ -129,10 +141,22 @@ def _file_blocks(index: int, item: InputFile, block_bytes: int) -> list[dict[str
                 cuts.append(i + 1)
                 total = 0
         cuts.append(len(names))
-        return [dict(base, start=a, end=b, count=b - a, single=len(cuts) == 2,
-                     size=sum(sizes[a:b]), names=tuple(names[a:b]), classes=classes)
-                for a, b in zip(cuts, cuts[1:])]
-    return [dict(base, start=0, end=-1, single=True, size=_size(item.path))]  # TFRecord, Parquet: read whole
+        return [
+            dict(
+                base,
+                start=a,
+                end=b,
+                count=b - a,
+                single=len(cuts) == 2,
+                size=sum(sizes[a:b]),
+                names=tuple(names[a:b]),
+                classes=classes,
+            )
+            for a, b in zip(cuts, cuts[1:])
+        ]
+    return [
+        dict(base, start=0, end=-1, single=True, size=_size(item.path))
+    ]  # TFRecord, Parquet: read whole
 
 
 def plan_blocks(files: Sequence[InputFile], block_bytes: int = DEFAULT_BLOCK_BYTES) -> list[Block]:
@@ -144,7 +168,9 @@ def plan_blocks(files: Sequence[InputFile], block_bytes: int = DEFAULT_BLOCK_BYT
     return blocks
 
 
-def file_starts(blocks: Sequence[Block], counts: dict[int, tuple[int, int]]) -> dict[int, BlockStart]:
+def file_starts(
+    blocks: Sequence[Block], counts: dict[int, tuple[int, int]]
+) -> dict[int, BlockStart]:
     """Each block's start in its file from the (records, lines) of the blocks before it
     (`counts` needs every block but the last of each file)."""
     starts: dict[int, BlockStart] = {}
@@ -163,7 +189,7 @@ def file_starts(blocks: Sequence[Block], counts: dict[int, tuple[int, int]]) -> 
 
 def needs_count(block: Block, next_block: Block | None) -> bool:
     """Whether a later block of the same file needs this block's counts read from the data."""
-    return (next_block is not None and next_block.file_index == block.file_index)
+    return next_block is not None and next_block.file_index == block.file_index
 
 
 class _Lines:
@@ -221,8 +247,9 @@ def _text_lines(lines: _Lines, block: Block, start: BlockStart | None) -> Iterat
         try:
             yield line.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise SourceError(f"{_where(block, start, lines.count)}: not UTF-8: {e}",
-                              path=block.path) from e
+            raise SourceError(
+                f"{_where(block, start, lines.count)}: not UTF-8: {e}", path=block.path
+            ) from e
 
 
 def _csv_header(path: str) -> list[str]:
@@ -231,13 +258,15 @@ def _csv_header(path: str) -> list[str]:
         whole = Block(id=0, file_index=0, kind="csv", path=path, start=0, end=-1, single=True)
         header = next(csv.reader(_text_lines(lines, whole, BlockStart())), None)
     if header is not None and (len(set(header)) != len(header) or not all(header)):
-        raise SourceError(f"{path} line 1: the header {header} has empty or repeated "
-                          "column names", path=path)
+        raise SourceError(
+            f"{path} line 1: the header {header} has empty or repeated column names", path=path
+        )
     return header or []
 
 
-def _csv(block: Block, start: BlockStart | None,
-         tally: list[int] | None = None) -> Iterator[tuple[int, str, Any]]:
+def _csv(
+    block: Block, start: BlockStart | None, tally: list[int] | None = None
+) -> Iterator[tuple[int, str, Any]]:
     """The rows of a CSV block; with `start` None, the count pass: no records made."""
     path = block.path
     header = _csv_header(path)
@@ -253,13 +282,16 @@ def _csv(block: Block, start: BlockStart | None,
             except StopIteration:
                 break
             except csv.Error as e:
-                raise SourceError(f"{_where(block, start, lines.count)}: malformed CSV: {e}",
-                                  path=path) from e
+                raise SourceError(
+                    f"{_where(block, start, lines.count)}: malformed CSV: {e}", path=path
+                ) from e
             if lines.count - before > 1 and not block.single:
                 raise SourceError(
                     f"{_where(block, start, lines.count)}: a quoted field holds a line break; a "
                     "CSV file read in several blocks must have one record a line (pass a "
-                    "--block-mb larger than the file to read it whole)", path=path)
+                    "--block-mb larger than the file to read it whole)",
+                    path=path,
+                )
             if first:  # block 0 owns the header line
                 first = False
                 continue
@@ -272,12 +304,16 @@ def _csv(block: Block, start: BlockStart | None,
             origin = _where(block, start, lines.count)
             record: Any
             if len(row) != len(header):
-                missing = header[len(row):]
-                why = (f"missing column{'s' if len(missing) > 1 else ''} "
-                       f"{', '.join(map(repr, missing))}" if missing else
-                       f"{len(row) - len(header)} extra field(s)")
-                record = Malformed(origin, f"row has {len(row)} fields, the header has "
-                                           f"{len(header)} ({why})")
+                missing = header[len(row) :]
+                why = (
+                    f"missing column{'s' if len(missing) > 1 else ''} "
+                    f"{', '.join(map(repr, missing))}"
+                    if missing
+                    else f"{len(row) - len(header)} extra field(s)"
+                )
+                record = Malformed(
+                    origin, f"row has {len(row)} fields, the header has {len(header)} ({why})"
+                )
             else:
                 record = dict(zip(header, row))
             yield index, origin, record

@@ -104,8 +104,9 @@ class BuildConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str) or not self.inputs:
-            raise InvalidArgumentError(f"inputs must be a non-empty list of paths or globs, "
-                                       f"got {self.inputs!r}")
+            raise InvalidArgumentError(
+                f"inputs must be a non-empty list of paths or globs, got {self.inputs!r}"
+            )
         if self.num_shards is not None:
             _positive_int(self.num_shards, "--num-shards")
         _positive_int(self.workers, "--workers")
@@ -115,7 +116,9 @@ class BuildConfig:
             raise InvalidArgumentError(f"--format {self.file_format}: tpufeed does not write it")
         get_record_format(self.record_format, "--record-format")
         if not isinstance(self.max_bad, int) or self.max_bad < 0:
-            raise InvalidArgumentError(f"--max-bad must be a non-negative int, got {self.max_bad!r}")
+            raise InvalidArgumentError(
+                f"--max-bad must be a non-negative int, got {self.max_bad!r}"
+            )
         if not isinstance(self.overwrite, bool):
             raise InvalidArgumentError(f"overwrite must be True or False, got {self.overwrite!r}")
         object.__setattr__(self, "inputs", tuple(self.inputs))
@@ -130,8 +133,14 @@ class _ReadBlock(beam.DoFn):
     this worker read of all), and every few seconds the records done, with this worker's share
     of the input bytes and an ETA."""
 
-    def __init__(self, transforms: tuple[str, ...], fail_fast: bool, record_format: RecordFormat,
-                 total_bytes: int, total_blocks: int):
+    def __init__(
+        self,
+        transforms: tuple[str, ...],
+        fail_fast: bool,
+        record_format: RecordFormat,
+        total_bytes: int,
+        total_blocks: int,
+    ):
         self._total_blocks = total_blocks
         self._specs, self._fail_fast = transforms, fail_fast
         self._record_format, self._total_bytes = record_format, total_bytes
@@ -153,8 +162,12 @@ class _ReadBlock(beam.DoFn):
         if error is None:
             raise SourceError(f"{message}{hint}", path=path, record=index)
         tb = getattr(error, "traceback_text", None) or ""
-        raise TransformError(f"{message}{hint}{chr(10) + tb if tb else ''}", record=index,
-                             path=path, traceback_text=tb or None) from error
+        raise TransformError(
+            f"{message}{hint}{chr(10) + tb if tb else ''}",
+            record=index,
+            path=path,
+            traceback_text=tb or None,
+        ) from error
 
     def process(self, block: Block, starts: dict[int, BlockStart]) -> Iterator[Any]:
         if self._chain is None:
@@ -171,8 +184,9 @@ class _ReadBlock(beam.DoFn):
                 yield self._bad(str(record), None, block.path, index)
                 continue
             try:
-                outputs = [normalize_record(r)
-                           for r in self._chain(record, block.file_index, index)]
+                outputs = [
+                    normalize_record(r) for r in self._chain(record, block.file_index, index)
+                ]
                 encoded = [encode_record(r, origin, self._record_format) for r in outputs]
             except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
                 yield self._bad(f"{origin}: {e}", e, block.path, index)
@@ -199,12 +213,22 @@ class _ReadBlock(beam.DoFn):
         self._blocks += 1
         self._records_done += read
         self._bytes_done += block.size
-        log.info("read %s: %s (input %d of %d; %s)", block.describe(), plural(read, "record"),
-                 self._blocks, self._total_blocks, self._share())
+        log.info(
+            "read %s: %s (input %d of %d; %s)",
+            block.describe(),
+            plural(read, "record"),
+            self._blocks,
+            self._total_blocks,
+            self._share(),
+        )
 
     def _share(self) -> str:
-        return progress(self._bytes_done, self._total_bytes, time.monotonic() - (self._start or 0),
-                        " of the input bytes")
+        return progress(
+            self._bytes_done,
+            self._total_bytes,
+            time.monotonic() - (self._start or 0),
+            " of the input bytes",
+        )
 
     def _log_progress(self, read: int) -> None:
         now = time.monotonic()
@@ -250,43 +274,79 @@ class _CheckBad(beam.DoFn):
         (read, filtered), (count, examples) = stats, bad
         if count > self._max_bad:
             listed = "\n  ".join(examples)
-            raise SourceError(f"{count} bad records, more than --max-bad {self._max_bad}; the "
-                              f"first {len(examples)}:\n  {listed}")
+            raise SourceError(
+                f"{count} bad records, more than --max-bad {self._max_bad}; the "
+                f"first {len(examples)}:\n  {listed}"
+            )
         for line in examples:
             log.warning("skipped %s", line)
-        yield {"records_in": read, "skipped": count, "skipped_examples": examples,
-               "filtered": filtered}
+        yield {
+            "records_in": read,
+            "skipped": count,
+            "skipped_examples": examples,
+            "filtered": filtered,
+        }
 
 
-def _block_starts(counts: list[tuple[int, tuple[int, int]]], blocks: list[Block]) -> dict[int, BlockStart]:
+def _block_starts(
+    counts: list[tuple[int, tuple[int, int]]], blocks: list[Block]
+) -> dict[int, BlockStart]:
     known = {b.id: (b.count, 0) for b in blocks if b.count is not None}
     return file_starts(blocks, {**known, **dict(counts)})
 
 
-def _pipeline_parts(p: beam.Pipeline, config: BuildConfig, blocks: list[Block],
-                    num_shards: int) -> ShardChunks:
+def _pipeline_parts(
+    p: beam.Pipeline, config: BuildConfig, blocks: list[Block], num_shards: int
+) -> ShardChunks:
     fail_fast = config.max_bad == 0
-    to_count = [b for b, after in zip(blocks, blocks[1:] + [None])
-                if b.count is None and needs_count(b, after)]
-    starts = (p | "BlocksToCount" >> beam.Create(to_count)
-              | "CountBlock" >> beam.Map(lambda b: (b.id, count_block(b)))
-              | "AllCounts" >> beam.combiners.ToList()
-              | "FileStarts" >> beam.Map(_block_starts, blocks))
-    read = (p | "Blocks" >> beam.Create(blocks)
-            | "ReadBlock" >> beam.ParDo(
-                _ReadBlock(config.transforms, fail_fast, get_record_format(config.record_format),
-                           sum(b.size for b in blocks), len(blocks)), AsSingleton(starts))
-            .with_outputs("bad", "stats", "summary", main="chunks"))
+    to_count = [
+        b
+        for b, after in zip(blocks, blocks[1:] + [None])
+        if b.count is None and needs_count(b, after)
+    ]
+    starts = (
+        p
+        | "BlocksToCount" >> beam.Create(to_count)
+        | "CountBlock" >> beam.Map(lambda b: (b.id, count_block(b)))
+        | "AllCounts" >> beam.combiners.ToList()
+        | "FileStarts" >> beam.Map(_block_starts, blocks)
+    )
+    read = (
+        p
+        | "Blocks" >> beam.Create(blocks)
+        | "ReadBlock"
+        >> beam.ParDo(
+            _ReadBlock(
+                config.transforms,
+                fail_fast,
+                get_record_format(config.record_format),
+                sum(b.size for b in blocks),
+                len(blocks),
+            ),
+            AsSingleton(starts),
+        ).with_outputs("bad", "stats", "summary", main="chunks")
+    )
     bad = read.bad | "CountBad" >> beam.CombineGlobally(_BadRecords())
     stats = read.stats | "CountRead" >> beam.CombineGlobally(_sum_stats)
-    info = (p | "Check" >> beam.Create([None])
-            | "CheckBad" >> beam.ParDo(_CheckBad(config.max_bad), AsSingleton(stats),
-                                       AsSingleton(bad)))
+    info = (
+        p
+        | "Check" >> beam.Create([None])
+        | "CheckBad" >> beam.ParDo(_CheckBad(config.max_bad), AsSingleton(stats), AsSingleton(bad))
+    )
     writer = ShardChunks(
-        config.output, num_shards, config.file_format, record_format=config.record_format,
-        build={"order": "input", "inputs": list(config.inputs),
-               "transforms": list(config.transforms), "max_bad": config.max_bad},
-        info=info, summaries=read.summary)
+        config.output,
+        num_shards,
+        config.file_format,
+        record_format=config.record_format,
+        build={
+            "order": "input",
+            "inputs": list(config.inputs),
+            "transforms": list(config.transforms),
+            "max_bad": config.max_bad,
+        },
+        info=info,
+        summaries=read.summary,
+    )
     read.chunks | "WriteShards" >> writer
     return writer
 
@@ -296,8 +356,10 @@ def _noting_interrupts() -> Iterator[threading.Event]:
     """An event set by Ctrl-C while the pipeline runs: Beam re-raises a KeyboardInterrupt in a
     step as a RuntimeError, which must not read as a failed build."""
     interrupted = threading.Event()
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    ):
         yield interrupted  # signals go to the main thread; a caller's own handler stays
         return
 
@@ -329,9 +391,12 @@ def _disk_failure(output: str, error: OSError, outer: str) -> SourceError:
     step = re.search(r"\[while running '([^']+)'\]", outer)
     where = f" (in step {step.group(1)})" if step else ""
     path = error.filename or output
-    return SourceError(f"the build into {output} failed at {path}: {error.strerror or error}"
-                       f"{where}; no manifest was written. Check that the disk is writable "
-                       "and has room, and run it again", path=str(path))
+    return SourceError(
+        f"the build into {output} failed at {path}: {error.strerror or error}"
+        f"{where}; no manifest was written. Check that the disk is writable "
+        "and has room, and run it again",
+        path=str(path),
+    )
 
 
 def build(config: BuildConfig) -> dict[str, Any]:
@@ -349,12 +414,21 @@ def build(config: BuildConfig) -> dict[str, Any]:
     size = input_bytes(blocks)
     num_shards = config.num_shards or suggest_num_shards(size)
     check_shard_size(size, num_shards, config.max_shard_bytes, config.output)
-    shard_files.check_output(config.output, num_shards, config.file_format,
-                             overwrite=config.overwrite)
-    log.info("building %s from %s into %s", config.output, plural(len(files), "input file"),
-             plural(num_shards, f"{config.file_format} shard"))
-    log.info("reading %s in %s of up to %s bytes", plural(len(files), "input file"),
-             plural(len(blocks), "block"), f"{config.block_bytes:,}")
+    shard_files.check_output(
+        config.output, num_shards, config.file_format, overwrite=config.overwrite
+    )
+    log.info(
+        "building %s from %s into %s",
+        config.output,
+        plural(len(files), "input file"),
+        plural(num_shards, f"{config.file_format} shard"),
+    )
+    log.info(
+        "reading %s in %s of up to %s bytes",
+        plural(len(files), "input file"),
+        plural(len(blocks), "block"),
+        f"{config.block_bytes:,}",
+    )
     pipeline = beam.Pipeline(runner=runner, options=options)
     writer = _pipeline_parts(pipeline, config, blocks, num_shards)
     with _noting_interrupts() as interrupted:
@@ -364,8 +438,10 @@ def build(config: BuildConfig) -> dict[str, Any]:
         except BaseException as e:
             writer.remove_partial_files()
             if interrupted.is_set():
-                raise KeyboardInterrupt(f"the build's half-written shards in {config.output} "
-                                        "were removed; no new manifest was written") from None
+                raise KeyboardInterrupt(
+                    f"the build's half-written shards in {config.output} "
+                    "were removed; no new manifest was written"
+                ) from None
             disk = _os_error_in(e)
             if disk is not None:
                 raise _disk_failure(config.output, disk, str(e)) from e
@@ -374,12 +450,20 @@ def build(config: BuildConfig) -> dict[str, Any]:
     if text is None:
         raise TpufeedError(f"{config.output}: the pipeline finished but wrote no manifest")
     manifest = json.loads(text)
-    check_counts(result, manifest, writer.output,
-                 options.view_as(StandardOptions).runner or "FnApiRunner")
+    check_counts(
+        result, manifest, writer.output, options.view_as(StandardOptions).runner or "FnApiRunner"
+    )
     seconds = time.monotonic() - start
     info = manifest["build"]
-    return {"output": writer.output, "records_in": info["records_in"],
-            "records_out": manifest["num_records"], "skipped": info["skipped"],
-            "filtered": info["filtered"], "shards": len(manifest["shards"]),
-            "bytes": sum(s["num_bytes"] for s in manifest["shards"]), "seconds": seconds,
-            "blocks": len(blocks), "workers": config.workers}
+    return {
+        "output": writer.output,
+        "records_in": info["records_in"],
+        "records_out": manifest["num_records"],
+        "skipped": info["skipped"],
+        "filtered": info["filtered"],
+        "shards": len(manifest["shards"]),
+        "bytes": sum(s["num_bytes"] for s in manifest["shards"]),
+        "seconds": seconds,
+        "blocks": len(blocks),
+        "workers": config.workers,
+    }

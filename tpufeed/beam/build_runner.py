@@ -29,27 +29,36 @@ from tpufeed.sources.manifest import MANIFEST_NAME
 __all__ = ["COUNTERS", "check_counts", "in_process_runner", "runner_for", "worker_args"]
 
 COUNTERS = ("records_in", "records_out", "records_written")
-_IN_PROCESS_RUNNERS = {None, "directrunner", "direct", "fnapirunner", "switchingdirectrunner",
-                       "apache_beam.runners.portability.fn_api_runner.fnapirunner",
-                       "apache_beam.runners.portability.fn_api_runner.fn_runner.fnapirunner",
-                       "apache_beam.runners.direct.direct_runner.directrunner"}
+_IN_PROCESS_RUNNERS = {
+    None,
+    "directrunner",
+    "direct",
+    "fnapirunner",
+    "switchingdirectrunner",
+    "apache_beam.runners.portability.fn_api_runner.fnapirunner",
+    "apache_beam.runners.portability.fn_api_runner.fn_runner.fnapirunner",
+    "apache_beam.runners.direct.direct_runner.directrunner",
+}
 _REFUSED_RUNNERS = {
     "daskrunner": "it does not separate a step's tagged outputs and runs only the last branch "
-                  "of a graph with several, so records go missing and shards differ between "
-                  "runs (seen with apache-beam 2.77); build with --workers N locally or on "
-                  "Dataflow, Flink or Spark",
+    "of a graph with several, so records go missing and shards differ between "
+    "runs (seen with apache-beam 2.77); build with --workers N locally or on "
+    "Dataflow, Flink or Spark",
     "bundlebaseddirectrunner": "a side input made from a step with tagged outputs arrives "
-                               "empty there (apache-beam 2.77), so the record summaries and "
-                               "counts would be lost; leave --runner out (Beam's in-process "
-                               "FnApiRunner) or pass --runner FnApiRunner",
+    "empty there (apache-beam 2.77), so the record summaries and "
+    "counts would be lost; leave --runner out (Beam's in-process "
+    "FnApiRunner) or pass --runner FnApiRunner",
 }
-_LOSES_RECORDS = ("Beam's multi_threading mode loses records (apache-beam 2.77: a plain "
-                  "Create | Map | Reshuffle | Count lost records in 5 of 6 runs)")
+_LOSES_RECORDS = (
+    "Beam's multi_threading mode loses records (apache-beam 2.77: a plain "
+    "Create | Map | Reshuffle | Count lost records in 5 of 6 runs)"
+)
 
 
 def in_process_runner() -> beam.runners.PipelineRunner:
     """Beam's in-process runner; unlike the plain DirectRunner it never downloads Prism."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
     return FnApiRunner()
 
 
@@ -71,12 +80,14 @@ def worker_args(workers: int, beam_args: tuple[str, ...]) -> tuple[str, ...]:
     if name is not None and name.lower() not in _IN_PROCESS_RUNNERS:
         raise InvalidArgumentError(
             f"--workers {workers} is for the local runner; --runner {name} has its own "
-            "worker options (Dataflow: --num_workers, --max_num_workers)")
+            "worker options (Dataflow: --num_workers, --max_num_workers)"
+        )
     direct = options.view_as(DirectOptions)
     if direct.direct_num_workers not in (None, 1) or direct.direct_running_mode != "in_memory":
         raise InvalidArgumentError(
             f"--workers {workers} sets Beam's --direct_num_workers and runs worker processes; "
-            "pass --workers or the --direct_* options, not both")
+            "pass --workers or the --direct_* options, not both"
+        )
     return (*beam_args, f"--direct_num_workers={workers}")
 
 
@@ -89,8 +100,11 @@ def _worker_processes() -> beam.runners.PipelineRunner:
     from tpufeed.beam.worker_process import command
 
     level = logging.getLogger("tpufeed").getEffectiveLevel()
-    return FnApiRunner(default_environment=SubprocessSDKEnvironment.from_command_string(
-        command_string=command(level)))
+    return FnApiRunner(
+        default_environment=SubprocessSDKEnvironment.from_command_string(
+            command_string=command(level)
+        )
+    )
 
 
 def runner_for(options: PipelineOptions, workers: int = 1) -> beam.runners.PipelineRunner | None:
@@ -100,7 +114,9 @@ def runner_for(options: PipelineOptions, workers: int = 1) -> beam.runners.Pipel
     key = None if name is None else name.lower()
     short = None if key is None else key.rsplit(".", 1)[-1]
     if short in _REFUSED_RUNNERS:
-        raise InvalidArgumentError(f"--runner {name}: tpufeed refuses it: {_REFUSED_RUNNERS[short]}")
+        raise InvalidArgumentError(
+            f"--runner {name}: tpufeed refuses it: {_REFUSED_RUNNERS[short]}"
+        )
     if key not in _IN_PROCESS_RUNNERS:
         return None
     direct = options.view_as(DirectOptions)
@@ -108,14 +124,16 @@ def runner_for(options: PipelineOptions, workers: int = 1) -> beam.runners.Pipel
     if mode == "multi_threading":
         raise InvalidArgumentError(
             f"--direct_running_mode=multi_threading: {_LOSES_RECORDS}; use --workers N "
-            "(worker processes) instead")
+            "(worker processes) instead"
+        )
     if workers > 1:
         return _worker_processes()
     if direct.direct_num_workers not in (None, 1) and mode != "multi_processing":
         raise InvalidArgumentError(
             f"--direct_num_workers={direct.direct_num_workers} without --direct_running_mode=multi_processing: "
             f"Beam's in-process runner would run its bundles on threads, and {_LOSES_RECORDS}; "
-            "use --workers N (worker processes)")
+            "use --workers N (worker processes)"
+        )
     return in_process_runner()  # it reads the direct options itself
 
 
@@ -148,14 +166,20 @@ def check_counts(result: Any, manifest: dict[str, Any], output: str, runner: str
             f"{output}: the runner {runner} reported no {' or '.join(missing)} counter, so "
             "tpufeed cannot check that no record was lost or repeated; the manifest was "
             "removed, so the dataset does not open. Build on a runner that reports metrics "
-            "(the local runner, Dataflow, Flink, Spark)")
-    expected = {"records_in": manifest["build"]["records_in"],
-                "records_out": manifest["num_records"],
-                "records_written": manifest["num_records"]}
+            "(the local runner, Dataflow, Flink, Spark)"
+        )
+    expected = {
+        "records_in": manifest["build"]["records_in"],
+        "records_out": manifest["num_records"],
+        "records_written": manifest["num_records"],
+    }
     wrong = {k: (totals[k], v) for k, v in expected.items() if totals[k] != v}
     if wrong:
         shard_files.delete_paths([shard_files.join(output, MANIFEST_NAME)])
-        details = ", ".join(f"{k}: steps counted {a}, the manifest has {b}"
-                            for k, (a, b) in wrong.items())
-        raise TpufeedError(f"{output}: the runner lost or repeated records ({details}); the "
-                           "manifest was removed, so the dataset does not open")
+        details = ", ".join(
+            f"{k}: steps counted {a}, the manifest has {b}" for k, (a, b) in wrong.items()
+        )
+        raise TpufeedError(
+            f"{output}: the runner lost or repeated records ({details}); the "
+            "manifest was removed, so the dataset does not open"
+        )

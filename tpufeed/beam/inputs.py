@@ -35,8 +35,15 @@ from tpufeed.sources.formats import FORMATS, format_for_path
 from tpufeed.sources.tfrecord_format import read_stream
 from tpufeed.transforms.example import parse_example
 
-__all__ = ["InputFile", "Malformed", "expand_inputs", "image_record", "jsonl_record", "open_input",
-           "read_input"]
+__all__ = [
+    "InputFile",
+    "Malformed",
+    "expand_inputs",
+    "image_record",
+    "jsonl_record",
+    "open_input",
+    "read_input",
+]
 
 _TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff")
@@ -67,16 +74,19 @@ def _kind_of(path: str) -> str:
     fmt = format_for_path(name)
     if fmt is not None and fmt.name in _READERS:
         return fmt.name
-    known = list(_TEXT_KINDS) + [e for f in FORMATS.values() if f.name in _READERS
-                                 for e in f.extensions]
+    known = list(_TEXT_KINDS) + [
+        e for f in FORMATS.values() if f.name in _READERS for e in f.extensions
+    ]
     raise InvalidArgumentError(
         f"{path}: cannot tell the input format from the extension; expected one of "
-        f"{sorted(known)} or a folder of images")
+        f"{sorted(known)} or a folder of images"
+    )
 
 
 def _match(pattern: str) -> list[str]:
     if "://" in pattern:
         from apache_beam.io.filesystems import FileSystems
+
         found = FileSystems.match([pattern])[0].metadata_list
         return sorted(m.path for m in found)
     if any(c in pattern for c in "*?["):
@@ -103,6 +113,7 @@ def open_input(path: str) -> BinaryIO:
     try:
         if "://" in path:
             from apache_beam.io.filesystems import FileSystems
+
             return FileSystems.open(path)
         return open(path, "rb")
     except FileNotFoundError:
@@ -148,30 +159,38 @@ def _csv(path: str) -> Iterator[tuple[int, str, Any]]:
             if header is None:
                 return
             if len(set(header)) != len(header) or not all(header):
-                raise SourceError(f"{path} line 1: the header {header} has empty or repeated "
-                                  "column names", path=path)
+                raise SourceError(
+                    f"{path} line 1: the header {header} has empty or repeated column names",
+                    path=path,
+                )
             index = 0
             for row in reader:
                 if not row:
                     continue
                 origin = f"{path} line {reader.line_num}"
                 if len(row) != len(header):
-                    missing = header[len(row):]
-                    why = (f"missing column{'s' if len(missing) > 1 else ''} "
-                           f"{', '.join(map(repr, missing))}" if missing else
-                           f"{len(row) - len(header)} extra field(s)")
-                    record: Any = Malformed(origin, f"row has {len(row)} fields, the header has "
-                                                    f"{len(header)} ({why})")
+                    missing = header[len(row) :]
+                    why = (
+                        f"missing column{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(map(repr, missing))}"
+                        if missing
+                        else f"{len(row) - len(header)} extra field(s)"
+                    )
+                    record: Any = Malformed(
+                        origin, f"row has {len(row)} fields, the header has {len(header)} ({why})"
+                    )
                 else:
                     record = dict(zip(header, row))
                 yield index, origin, record
                 index += 1
         except UnicodeDecodeError as e:
-            raise SourceError(f"{path} line {reader.line_num + 1}: not UTF-8: {e}",
-                              path=path) from e
+            raise SourceError(
+                f"{path} line {reader.line_num + 1}: not UTF-8: {e}", path=path
+            ) from e
         except csv.Error as e:
-            raise SourceError(f"{path} line {reader.line_num}: malformed CSV: {e}",
-                              path=path) from e
+            raise SourceError(
+                f"{path} line {reader.line_num}: malformed CSV: {e}", path=path
+            ) from e
 
 
 def _tfrecord(path: str) -> Iterator[tuple[int, str, Any]]:
@@ -187,8 +206,9 @@ def _tfrecord(path: str) -> Iterator[tuple[int, str, Any]]:
 
 def _array_record(path: str) -> Iterator[tuple[int, str, Any]]:
     if "://" in path:
-        raise SourceError(f"{path}: ArrayRecord inputs must be local files; copy them first",
-                          path=path)
+        raise SourceError(
+            f"{path}: ArrayRecord inputs must be local files; copy them first", path=path
+        )
     from tpufeed.sources.array_record import ArrayRecordFile
 
     shard = ArrayRecordFile(path)
@@ -219,11 +239,14 @@ def _images(folder: str) -> Iterator[tuple[int, str, Any]]:
     image_module = load_pillow()
     files = sorted(
         os.path.relpath(os.path.join(root, name), folder)
-        for root, _, names in os.walk(folder) for name in names
-        if name.lower().endswith(IMAGE_EXTENSIONS))
+        for root, _, names in os.walk(folder)
+        for name in names
+        if name.lower().endswith(IMAGE_EXTENSIONS)
+    )
     if not files:
-        raise SourceNotFoundError(f"{folder}: folder holds no image files "
-                                  f"({', '.join(IMAGE_EXTENSIONS)})", path=folder)
+        raise SourceNotFoundError(
+            f"{folder}: folder holds no image files ({', '.join(IMAGE_EXTENSIONS)})", path=folder
+        )
     labelled = all(rel.count(os.sep) == 1 for rel in files)
     classes = {name: i for i, name in enumerate(sorted({rel.split(os.sep)[0] for rel in files}))}
     for index, rel in enumerate(files):
@@ -248,8 +271,14 @@ def image_record(image_module: Any, path: str, rel: str, classes: dict[str, int]
     return record
 
 
-_READERS = {"jsonl": _jsonl, "csv": _csv, "parquet": _parquet, "tfrecord": _tfrecord,
-            "array_record": _array_record, "images": _images}
+_READERS = {
+    "jsonl": _jsonl,
+    "csv": _csv,
+    "parquet": _parquet,
+    "tfrecord": _tfrecord,
+    "array_record": _array_record,
+    "images": _images,
+}
 
 
 def read_input(item: InputFile) -> Iterator[tuple[int, str, Any]]:

@@ -38,11 +38,13 @@ def order_key(key: object) -> bytes:
         return key
     if isinstance(key, int) and not isinstance(key, bool):
         key = (key,)
-    if isinstance(key, tuple) and all(isinstance(k, int) and not isinstance(k, bool)
-                                      and 0 <= k < 2**64 for k in key):
+    if isinstance(key, tuple) and all(
+        isinstance(k, int) and not isinstance(k, bool) and 0 <= k < 2**64 for k in key
+    ):
         return b"".join(_U64.pack(k) for k in key)
-    raise InvalidArgumentError(f"an order key must be bytes or a tuple of non-negative ints "
-                               f"below 2**64, got {key!r}")
+    raise InvalidArgumentError(
+        f"an order key must be bytes or a tuple of non-negative ints below 2**64, got {key!r}"
+    )
 
 
 def bucket_of(key: bytes, splitters: Sequence[bytes]) -> int:

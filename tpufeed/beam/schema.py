@@ -56,16 +56,28 @@ class LengthStats:
 
     def to_json(self) -> dict[str, Any]:
         """Histogram rows are [lowest, highest, count] for the non-empty ranges, in order."""
-        histogram = [[0 if b == 0 else 1 << (b - 1), 0 if b == 0 else (1 << b) - 1, n]
-                     for b, n in sorted(self.buckets.items())]
-        return {"count": self.count, "min": self.min, "max": self.max, "sum": self.total,
-                "mean": round(self.total / self.count, 6) if self.count else None,
-                "histogram": histogram}
+        histogram = [
+            [0 if b == 0 else 1 << (b - 1), 0 if b == 0 else (1 << b) - 1, n]
+            for b, n in sorted(self.buckets.items())
+        ]
+        return {
+            "count": self.count,
+            "min": self.min,
+            "max": self.max,
+            "sum": self.total,
+            "mean": round(self.total / self.count, 6) if self.count else None,
+            "histogram": histogram,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LengthStats:
         out = cls()
-        out.count, out.total, out.min, out.max = data["count"], data["sum"], data["min"], data["max"]
+        out.count, out.total, out.min, out.max = (
+            data["count"],
+            data["sum"],
+            data["min"],
+            data["max"],
+        )
         out.buckets = {int(lo).bit_length(): n for lo, _, n in data["histogram"]}
         return out
 
@@ -129,8 +141,13 @@ class _KeySummary:
         self.length.merge(other.length)
 
     def to_json(self) -> dict[str, Any]:
-        return {"types": sorted(self.types), "shape": self.shape, "ndims": sorted(self.ndims),
-                "present": self.present, "length": self.length.to_json()}
+        return {
+            "types": sorted(self.types),
+            "shape": self.shape,
+            "ndims": sorted(self.ndims),
+            "present": self.present,
+            "length": self.length.to_json(),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> _KeySummary:
@@ -188,8 +205,11 @@ class RecordSummary:
                 self.keys[key] = _KeySummary.from_json(summary.to_json())
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "record_bytes": self.record_bytes.to_json(),
-                "keys": {k: s.to_json() for k, s in sorted(self.keys.items())}}
+        return {
+            "count": self.count,
+            "record_bytes": self.record_bytes.to_json(),
+            "keys": {k: s.to_json() for k, s in sorted(self.keys.items())},
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RecordSummary:
@@ -205,7 +225,13 @@ class RecordSummary:
 
     def statistics(self) -> dict[str, Any]:
         """Record sizes in bytes, and per key its presence count and length statistics."""
-        keys = {key: {"present": s.present, "length": s.length.to_json()}
-                for key, s in sorted(self.keys.items()) if s.length.count}
-        return {"num_records": self.count, "record_bytes": self.record_bytes.to_json(),
-                "keys": keys}
+        keys = {
+            key: {"present": s.present, "length": s.length.to_json()}
+            for key, s in sorted(self.keys.items())
+            if s.length.count
+        }
+        return {
+            "num_records": self.count,
+            "record_bytes": self.record_bytes.to_json(),
+            "keys": keys,
+        }

@@ -26,9 +26,22 @@ from tpufeed.errors import InvalidArgumentError, SourceError, plural
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.manifest import MANIFEST_NAME, file_crc32c, safe_shard_path
 
-__all__ = ["check_output", "delete_paths", "exists", "finalize", "is_remote", "join",
-           "manifest_text", "old_shard_names", "read_text", "remove_partial", "shard_name",
-           "temp_dir", "write_shard_file", "write_shard_in_place"]
+__all__ = [
+    "check_output",
+    "delete_paths",
+    "exists",
+    "finalize",
+    "is_remote",
+    "join",
+    "manifest_text",
+    "old_shard_names",
+    "read_text",
+    "remove_partial",
+    "shard_name",
+    "temp_dir",
+    "write_shard_file",
+    "write_shard_in_place",
+]
 
 log = logging.getLogger("tpufeed.build")
 _UPLOAD_CHUNK = 8 << 20
@@ -39,7 +52,9 @@ def is_remote(path: str) -> bool:
 
 
 def join(directory: str, name: str) -> str:
-    return f"{directory.rstrip('/')}/{name}" if is_remote(directory) else os.path.join(directory, name)
+    return (
+        f"{directory.rstrip('/')}/{name}" if is_remote(directory) else os.path.join(directory, name)
+    )
 
 
 def shard_name(prefix: str, index: int, num_shards: int, file_format: str) -> str:
@@ -60,13 +75,15 @@ def remove_partial(output: str, build_id: str) -> None:
         delete_paths([folder])
         return
     from apache_beam.io.filesystems import FileSystems
+
     found = [m.path for m in FileSystems.match([f"{folder}/*"])[0].metadata_list]
     if found:
         FileSystems.delete(found)
 
 
-def check_output(output: str, num_shards: int, file_format: str, *, overwrite: bool,
-                 prefix: str = "data") -> None:
+def check_output(
+    output: str, num_shards: int, file_format: str, *, overwrite: bool, prefix: str = "data"
+) -> None:
     """Refuses, before any work, an output that cannot be a folder, one that already holds a
     dataset (or files this build would replace) unless `overwrite`, and a local one that
     cannot be made or written."""
@@ -76,8 +93,9 @@ def check_output(output: str, num_shards: int, file_format: str, *, overwrite: b
             probe = os.path.dirname(probe)  # the nearest part of the path that exists
         if os.path.exists(probe) and not os.path.isdir(probe):
             where = "is a file" if probe == path else f"cannot be made: {probe} is a file"
-            raise InvalidArgumentError(f"--output {output} {where}; the output is a dataset "
-                                       "folder: name a new folder")
+            raise InvalidArgumentError(
+                f"--output {output} {where}; the output is a dataset folder: name a new folder"
+            )
     if not overwrite:
         _check_not_replacing(output, num_shards, file_format, prefix)
     if not is_remote(output):  # a remote probe would cost requests, and may need a bucket role
@@ -87,8 +105,10 @@ def check_output(output: str, num_shards: int, file_format: str, *, overwrite: b
 def _check_not_replacing(output: str, num_shards: int, file_format: str, prefix: str) -> None:
     manifest = join(output, MANIFEST_NAME)
     if exists(manifest):
-        raise InvalidArgumentError(f"--output {output} already holds a dataset ({manifest}); "
-                                   "pass --overwrite to replace it, or name another folder")
+        raise InvalidArgumentError(
+            f"--output {output} already holds a dataset ({manifest}); "
+            "pass --overwrite to replace it, or name another folder"
+        )
     if not is_remote(output):  # a remote check would cost a request per shard
         names = [shard_name(prefix, i, num_shards, file_format) for i in range(num_shards)]
         clash = [n for n in names if os.path.lexists(os.path.join(output, n))]
@@ -96,7 +116,8 @@ def _check_not_replacing(output: str, num_shards: int, file_format: str, prefix:
             raise InvalidArgumentError(
                 f"--output {output} already holds {plural(len(clash), 'file')} this build "
                 f"would replace ({clash[0]}{', ...' if len(clash) > 1 else ''}); pass "
-                "--overwrite to replace them, or name another folder")
+                "--overwrite to replace them, or name another folder"
+            )
 
 
 def _check_writable(output: str) -> None:
@@ -117,8 +138,10 @@ def _check_writable(output: str) -> None:
         os.remove(probe)
     except OSError as e:
         where = f" ({e.filename})" if e.filename and e.filename != output else ""
-        raise InvalidArgumentError(f"--output {output} cannot be {step}: {e.strerror or e}"
-                                   f"{where}; name a folder on a writable disk") from e
+        raise InvalidArgumentError(
+            f"--output {output} cannot be {step}: {e.strerror or e}"
+            f"{where}; name a folder on a writable disk"
+        ) from e
     finally:
         for folder in made:
             try:
@@ -127,8 +150,9 @@ def _check_writable(output: str) -> None:
                 break
 
 
-def write_shard_file(path: str, records: Iterable[bytes], file_format: str,
-                     options: str | None) -> tuple[int, int, str]:
+def write_shard_file(
+    path: str, records: Iterable[bytes], file_format: str, options: str | None
+) -> tuple[int, int, str]:
     """Writes one shard at `path` (local or remote); returns (records, bytes, CRC32C hex)."""
     write = get_format(file_format).write
     if not is_remote(path):
@@ -149,8 +173,14 @@ def write_shard_file(path: str, records: Iterable[bytes], file_format: str,
     return count, size, crc
 
 
-def write_shard_in_place(output: str, name: str, build_id: str, records: Iterable[bytes],
-                         file_format: str, options: str | None) -> tuple[int, int, str]:
+def write_shard_in_place(
+    output: str,
+    name: str,
+    build_id: str,
+    records: Iterable[bytes],
+    file_format: str,
+    options: str | None,
+) -> tuple[int, int, str]:
     """Writes shard `name` into `output`: locally under a temporary name then renamed in the
     same folder, remotely uploaded under its name. Returns (records, bytes, CRC32C hex)."""
     final = join(output, name)
@@ -170,6 +200,7 @@ def exists(path: str) -> bool:
     if not is_remote(path):
         return os.path.exists(path)
     from apache_beam.io.filesystems import FileSystems
+
     return FileSystems.exists(path)
 
 
@@ -182,6 +213,7 @@ def delete_paths(paths: list[str]) -> None:
                 os.remove(path)
         else:
             from apache_beam.io.filesystems import FileSystems
+
             if FileSystems.exists(path):
                 FileSystems.delete([path])
 
@@ -193,6 +225,7 @@ def read_text(path: str) -> str | None:
         with open(path, encoding="utf-8") as f:
             return f.read()
     from apache_beam.io.filesystems import FileSystems
+
     with FileSystems.open(path) as f:
         return f.read().decode("utf-8")
 
@@ -201,6 +234,7 @@ def _write_text(path: str, text: str) -> None:
     data = text.encode("utf-8")
     if is_remote(path):
         from apache_beam.io.filesystems import FileSystems
+
         with FileSystems.create(path, mime_type="application/json") as f:
             f.write(data)
         return
@@ -230,8 +264,15 @@ def old_shard_names(output: str) -> list[str]:
         names = [s["path"] for s in old.get("shards", [])]
     except (ValueError, TypeError, KeyError, AttributeError):
         return []  # unreadable: leave its files alone
-    return [n for n in names if isinstance(n, str) and n and "/" not in n and "\\" not in n
-            and n not in (".", "..", MANIFEST_NAME)]
+    return [
+        n
+        for n in names
+        if isinstance(n, str)
+        and n
+        and "/" not in n
+        and "\\" not in n
+        and n not in (".", "..", MANIFEST_NAME)
+    ]
 
 
 def finalize(output: str, manifest: dict[str, Any], old_names: Iterable[str] = ()) -> None:
@@ -246,5 +287,9 @@ def finalize(output: str, manifest: dict[str, Any], old_names: Iterable[str] = (
     stale = [n for n in old_names if n not in names]
     delete_paths([join(output, n) for n in stale])
     _write_text(manifest_path, manifest_text(manifest))
-    log.info("manifest %s: %s, %s", manifest_path, plural(len(names), "shard"),
-             plural(manifest["num_records"], "record"))
+    log.info(
+        "manifest %s: %s, %s",
+        manifest_path,
+        plural(len(names), "shard"),
+        plural(manifest["num_records"], "record"),
+    )

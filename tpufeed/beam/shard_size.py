@@ -16,8 +16,13 @@ from collections.abc import Sequence
 
 from tpufeed.errors import InvalidArgumentError
 
-__all__ = ["DEFAULT_MAX_SHARD_BYTES", "TARGET_SHARD_BYTES", "check_shard_size", "input_bytes",
-           "suggest_num_shards"]
+__all__ = [
+    "DEFAULT_MAX_SHARD_BYTES",
+    "TARGET_SHARD_BYTES",
+    "check_shard_size",
+    "input_bytes",
+    "suggest_num_shards",
+]
 
 TARGET_SHARD_BYTES = 256 << 20
 DEFAULT_MAX_SHARD_BYTES = 2 << 30
@@ -48,4 +53,5 @@ def check_shard_size(total_bytes: int, num_shards: int, max_shard_bytes: int, ou
             f"{_mb(per_shard)} a shard, more than the {_mb(max_shard_bytes)} one worker may hold "
             f"while it writes a shard (--max-shard-mb); pass --num-shards {suggested} (about "
             f"{_mb(total_bytes / suggested)} each), or omit --num-shards to get that count, or "
-            "raise --max-shard-mb on workers with the memory")
+            "raise --max-shard-mb on workers with the memory"
+        )

@@ -33,16 +33,18 @@ _HEAD = len(MAGIC) + 8
 
 def chunk_path(output: str, build_id: str, block: int, position: int) -> str:
     """Where the chunk of `block` that starts at `position` in it is spilled."""
-    return shard_files.join(shard_files.temp_dir(output, build_id),
-                            f"chunk-{block:07d}-{position:012d}")
+    return shard_files.join(
+        shard_files.temp_dir(output, build_id), f"chunk-{block:07d}-{position:012d}"
+    )
 
 
 def _encode(datas: Sequence[bytes], kinds: bytes) -> bytes:
     if len(datas) != len(kinds):
         raise ValueError(f"{len(datas)} records with {len(kinds)} kinds")
     lengths = np.fromiter((len(d) for d in datas), dtype="<u8", count=len(datas))
-    return b"".join([MAGIC, len(datas).to_bytes(8, "little"), bytes(kinds), lengths.tobytes(),
-                     *datas])
+    return b"".join(
+        [MAGIC, len(datas).to_bytes(8, "little"), bytes(kinds), lengths.tobytes(), *datas]
+    )
 
 
 def write_chunk(path: str, datas: Sequence[bytes], kinds: bytes) -> None:
@@ -51,6 +53,7 @@ def write_chunk(path: str, datas: Sequence[bytes], kinds: bytes) -> None:
     data = _encode(datas, kinds)
     if shard_files.is_remote(path):
         from apache_beam.io.filesystems import FileSystems
+
         with FileSystems.create(path, mime_type="application/octet-stream") as f:
             f.write(data)
         return
@@ -71,29 +74,40 @@ def _read_bytes(path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
     from apache_beam.io.filesystems import FileSystems
+
     with FileSystems.open(path) as f:
         return f.read()
 
 
-def read_chunk(path: str, count: int, start: int = 0,
-               stop: int | None = None) -> tuple[list[bytes], bytes]:
+def read_chunk(
+    path: str, count: int, start: int = 0, stop: int | None = None
+) -> tuple[list[bytes], bytes]:
     """Records `start:stop` of the chunk at `path`, which must hold `count` records, and
     their kinds."""
     try:
         data = _read_bytes(path)
     except OSError as e:
-        raise SourceError(f"cannot read the spilled chunk {path}: {e} (the build's temporary "
-                          "folder was removed or its disk failed mid-build)", path=path) from e
-    n = int.from_bytes(data[len(MAGIC):_HEAD], "little") if len(data) >= _HEAD else -1
+        raise SourceError(
+            f"cannot read the spilled chunk {path}: {e} (the build's temporary "
+            "folder was removed or its disk failed mid-build)",
+            path=path,
+        ) from e
+    n = int.from_bytes(data[len(MAGIC) : _HEAD], "little") if len(data) >= _HEAD else -1
     if not data.startswith(MAGIC) or n != count:
-        raise SourceError(f"spilled chunk {path}: expected {count} records, the file "
-                          f"{'holds ' + str(n) if data.startswith(MAGIC) else 'is not a chunk'}"
-                          " (overwritten or truncated mid-build)", path=path)
+        raise SourceError(
+            f"spilled chunk {path}: expected {count} records, the file "
+            f"{'holds ' + str(n) if data.startswith(MAGIC) else 'is not a chunk'}"
+            " (overwritten or truncated mid-build)",
+            path=path,
+        )
     lengths = np.frombuffer(data, dtype="<u8", count=n, offset=_HEAD + n)
     ends = np.cumsum(lengths) + (_HEAD + 9 * n)
     if (int(ends[-1]) if n else _HEAD) != len(data):
-        raise SourceError(f"spilled chunk {path}: {len(data)} bytes, its lengths add up to "
-                          f"{int(ends[-1]) if n else _HEAD} (truncated mid-build)", path=path)
+        raise SourceError(
+            f"spilled chunk {path}: {len(data)} bytes, its lengths add up to "
+            f"{int(ends[-1]) if n else _HEAD} (truncated mid-build)",
+            path=path,
+        )
     stop = n if stop is None else stop
     view = memoryview(data)
     begin = int(ends[start - 1]) if start else _HEAD + 9 * n
@@ -101,7 +115,7 @@ def read_chunk(path: str, count: int, start: int = 0,
     for end in ends[start:stop].tolist():
         records.append(bytes(view[begin:end]))
         begin = end
-    return records, data[_HEAD + start:_HEAD + stop]
+    return records, data[_HEAD + start : _HEAD + stop]
 
 
 def delete_chunks(paths: Sequence[str]) -> None:
@@ -116,6 +130,7 @@ def delete_chunks(paths: Sequence[str]) -> None:
                 pass
         return
     from apache_beam.io.filesystems import FileSystems
+
     found = [m.path for result in FileSystems.match(list(paths)) for m in result.metadata_list]
     if found:
         FileSystems.delete(found)

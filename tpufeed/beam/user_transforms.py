@@ -31,8 +31,9 @@ def resolve_spec(spec: str) -> str:
     """`spec` with a file path made absolute, so that workers find it whatever their cwd."""
     module, sep, name = spec.rpartition(":")
     if not sep or not module or not name:
-        raise InvalidArgumentError(f"--transform {spec!r}: expected module:function or "
-                                   "path/to/file.py:function")
+        raise InvalidArgumentError(
+            f"--transform {spec!r}: expected module:function or path/to/file.py:function"
+        )
     return f"{os.path.abspath(module)}:{name}" if module.endswith(".py") else spec
 
 
@@ -51,8 +52,9 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
     """
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise InvalidArgumentError(f"{option} {spec!r}: expected module:function or "
-                                   "path/to/file.py:function")
+        raise InvalidArgumentError(
+            f"{option} {spec!r}: expected module:function or path/to/file.py:function"
+        )
     try:
         if module_name.endswith(".py"):
             if not os.path.isfile(module_name):
@@ -63,8 +65,9 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
                 _on_path(os.path.dirname(os.path.abspath(module_name)))
                 loader_spec = importlib.util.spec_from_file_location(unique, module_name)
                 if loader_spec is None or loader_spec.loader is None:
-                    raise InvalidArgumentError(f"{option} {spec!r}: cannot load {module_name} "
-                                               "as a Python module")
+                    raise InvalidArgumentError(
+                        f"{option} {spec!r}: cannot load {module_name} as a Python module"
+                    )
                 module = importlib.util.module_from_spec(loader_spec)
                 sys.modules[unique] = module
                 try:
@@ -78,10 +81,14 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
     except InvalidArgumentError:
         raise
     except Exception as e:
-        where = (f" (looked in the current directory {os.getcwd()} too)"
-                 if isinstance(e, ModuleNotFoundError) else "")
-        raise InvalidArgumentError(f"{option} {spec!r}: cannot import {module_name}: "
-                                   f"{type(e).__name__}: {e}{where}") from e
+        where = (
+            f" (looked in the current directory {os.getcwd()} too)"
+            if isinstance(e, ModuleNotFoundError)
+            else ""
+        )
+        raise InvalidArgumentError(
+            f"{option} {spec!r}: cannot import {module_name}: {type(e).__name__}: {e}{where}"
+        ) from e
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise InvalidArgumentError(f"{option} {spec!r}: {module_name} has no callable {attr!r}")
@@ -93,8 +100,11 @@ def _takes_rng(fn: Callable[..., Any]) -> bool:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return False
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-                  and p.default is p.empty]
+    positional = [
+        p
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
     return len(positional) >= 2
 
 
@@ -107,13 +117,17 @@ def _to_value(key: str, value: Any) -> Any:
         except ValueError as e:
             raise ValueError(f"key {key!r}: a ragged nested list cannot be stored: {e}") from None
         if arr.dtype.kind not in "biuf":
-            raise ValueError(f"key {key!r}: lists must hold numbers or bools to be stored as an "
-                             f"array, got {str(value)[:60]} (dtype {arr.dtype})")
+            raise ValueError(
+                f"key {key!r}: lists must hold numbers or bools to be stored as an "
+                f"array, got {str(value)[:60]} (dtype {arr.dtype})"
+            )
         return arr
     if value is None:
         raise ValueError(f"key {key!r} is null; drop it or give it a value in a --transform")
-    raise ValueError(f"key {key!r}: a {type(value).__name__} cannot be stored (use numbers, "
-                     "str, bytes, bools, lists of numbers or numpy arrays)")
+    raise ValueError(
+        f"key {key!r}: a {type(value).__name__} cannot be stored (use numbers, "
+        "str, bytes, bools, lists of numbers or numpy arrays)"
+    )
 
 
 def normalize_record(record: Any) -> Any:
@@ -129,8 +143,9 @@ class TransformChain:
     def __init__(self, specs: Sequence[str]):
         self.specs = tuple(specs)
         self._fns = [load_transform(spec) for spec in self.specs]
-        self._rngs = [RecordRngs(0, stream) if _takes_rng(fn) else None
-                      for stream, fn in enumerate(self._fns)]
+        self._rngs = [
+            RecordRngs(0, stream) if _takes_rng(fn) else None for stream, fn in enumerate(self._fns)
+        ]
 
     def __call__(self, record: Any, file_index: int, index: int) -> list[Any]:
         """The records out; a transform that raises gives a TransformError with its traceback."""
@@ -143,8 +158,9 @@ class TransformChain:
                     result = fn(item, rng) if rng is not None else fn(item)
                 except Exception as e:
                     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-                    raise TransformError(f"--transform {spec} raised {type(e).__name__}: {e}",
-                                         traceback_text=tb) from e
+                    raise TransformError(
+                        f"--transform {spec} raised {type(e).__name__}: {e}", traceback_text=tb
+                    ) from e
                 if isinstance(result, (list, tuple)):
                     out.extend(result)
                 elif result is not None:

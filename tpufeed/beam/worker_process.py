@@ -24,8 +24,11 @@ def main(argv: list[str]) -> None:
     handler.setFormatter(logging.Formatter("tpufeed: %(message)s"))
     # Beam's warnings here are about its start-up (no BigQuery client, no cache folder); a
     # failed step is reported by the runner in the parent process.
-    handler.addFilter(lambda record: record.levelno >= (level if record.name.startswith("tpufeed")
-                                                        else logging.ERROR))
+    handler.addFilter(
+        lambda record: (
+            record.levelno >= (level if record.name.startswith("tpufeed") else logging.ERROR)
+        )
+    )
     # Installed before Beam configures logging, so that its default handler is not added.
     logging.getLogger().addHandler(handler)
     from apache_beam.runners.worker import sdk_worker_main

@@ -59,8 +59,9 @@ _NAMESPACE = "tpufeed"
 log = logging.getLogger("tpufeed.build")
 
 
-def encode_record(record: object, where: str,
-                  record_format: RecordFormat = CODEC_FORMAT) -> tuple[bytes, int]:
+def encode_record(
+    record: object, where: str, record_format: RecordFormat = CODEC_FORMAT
+) -> tuple[bytes, int]:
     """(bytes, kind) of a dict (encoded with tpufeed.codec, after `record_format` checked that
     it can store it) or bytes record (which only the codec record format passes on)."""
     if isinstance(record, dict):
@@ -71,18 +72,22 @@ def encode_record(record: object, where: str,
             raise InvalidArgumentError(
                 f"{where}: record format {record_format.name!r} stores dict records, got bytes "
                 f"({bytes(record)[:40]!r}); bytes are written as they are by the default "
-                "record format, codec")
+                "record format, codec"
+            )
         return bytes(record), RAW
-    raise InvalidArgumentError(f"{where}: WriteShards writes dicts or bytes, got "
-                               f"{type(record).__name__}: {record!r:.80}")
+    raise InvalidArgumentError(
+        f"{where}: WriteShards writes dicts or bytes, got {type(record).__name__}: {record!r:.80}"
+    )
 
 
-def _keyed_record(element: Any, keyed: bool,
-                  record_format: RecordFormat) -> tuple[bytes, tuple[bytes, int]]:
+def _keyed_record(
+    element: Any, keyed: bool, record_format: RecordFormat
+) -> tuple[bytes, tuple[bytes, int]]:
     if keyed:
         if not (isinstance(element, tuple) and len(element) == 2):
-            raise InvalidArgumentError(f"WriteShards(keyed=True) needs (order key, record) "
-                                       f"pairs, got {element!r:.80}")
+            raise InvalidArgumentError(
+                f"WriteShards(keyed=True) needs (order key, record) pairs, got {element!r:.80}"
+            )
         key, record = element
         data, kind = encode_record(record, f"record with order key {key!r}", record_format)
         return ranking.order_key(key), (data, kind)
@@ -95,7 +100,9 @@ def _hash_bucket(item: tuple[bytes, Any], buckets: int) -> tuple[int, tuple[byte
     return int.from_bytes(item[0][:8], "big") * buckets >> 64, item
 
 
-def _quantile_bucket(item: tuple[bytes, Any], quantiles: list[bytes]) -> tuple[int, tuple[bytes, Any]]:
+def _quantile_bucket(
+    item: tuple[bytes, Any], quantiles: list[bytes]
+) -> tuple[int, tuple[bytes, Any]]:
     return ranking.bucket_of(item[0], quantiles[1:-1]), item
 
 
@@ -115,8 +122,9 @@ def _block_starts(counts: list[tuple[int, int]]) -> dict[str, Any]:
     return {"starts": starts, "total": total}
 
 
-def _spill_chunk(chunk: tuple[int, int, list[bytes], bytes], output: str,
-                 build_id: str) -> tuple[int, int, str, int]:
+def _spill_chunk(
+    chunk: tuple[int, int, list[bytes], bytes], output: str, build_id: str
+) -> tuple[int, int, str, int]:
     """Writes a chunk to a file (see `spill`): (block, position, file, records)."""
     block, position, datas, kinds = chunk
     path = spill.chunk_path(output, build_id, block, position)
@@ -131,8 +139,9 @@ class _SplitChunk(beam.DoFn):
     def __init__(self, num_shards: int):
         self._num_shards = num_shards
 
-    def process(self, chunk: tuple[int, int, str, int], ranks: dict[str, Any]
-                ) -> Iterator[tuple[int, tuple[int, str, int, int, int]]]:
+    def process(
+        self, chunk: tuple[int, int, str, int], ranks: dict[str, Any]
+    ) -> Iterator[tuple[int, tuple[int, str, int, int, int]]]:
         block, position, path, count = chunk
         total, first = ranks["total"], ranks["starts"][block] + position
         done = 0
@@ -166,8 +175,17 @@ class _WriteShard(beam.DoFn):
     """Writes one shard in place; yields its manifest entry and summary. Logs each shard
     written, with the shards this worker wrote so far and an ETA."""
 
-    def __init__(self, output: str, build_id: str, prefix: str, num_shards: int,
-                 file_format: str, options: str | None, record_format: str, summarize: bool):
+    def __init__(
+        self,
+        output: str,
+        build_id: str,
+        prefix: str,
+        num_shards: int,
+        file_format: str,
+        options: str | None,
+        record_format: str,
+        summarize: bool,
+    ):
         self._output, self._build_id, self._prefix = output, build_id, prefix
         self._summarize = summarize
         self._num_shards, self._format, self._options = num_shards, file_format, options
@@ -179,8 +197,9 @@ class _WriteShard(beam.DoFn):
         self._written = 0
         self._start: float | None = None
 
-    def _stored(self, spans: list[tuple[int, str, int, int, int]], summary: RecordSummary,
-                kinds: set[int]) -> Iterator[bytes]:
+    def _stored(
+        self, spans: list[tuple[int, str, int, int, int]], summary: RecordSummary, kinds: set[int]
+    ) -> Iterator[bytes]:
         for _rank, path, count, start, stop in spans:  # one chunk in memory at a time
             datas, span_kinds = spill.read_chunk(path, count, start, stop)
             kinds.update(set(span_kinds))
@@ -194,8 +213,9 @@ class _WriteShard(beam.DoFn):
                 summary.add(record, len(data))
                 yield data
 
-    def process(self, element: tuple[int, dict[str, list]], ranks: dict[str, Any],
-                _cleared: list[str]) -> Iterator[dict[str, Any]]:
+    def process(
+        self, element: tuple[int, dict[str, list]], ranks: dict[str, Any], _cleared: list[str]
+    ) -> Iterator[dict[str, Any]]:
         index, groups = element
         if self._start is None:
             self._start = time.monotonic()
@@ -204,73 +224,108 @@ class _WriteShard(beam.DoFn):
         name = shard_files.shard_name(self._prefix, index, self._num_shards, self._format)
         spans = sorted(groups["records"], key=lambda span: span[0])
         count, size, crc = shard_files.write_shard_in_place(
-            self._output, name, self._build_id, self._stored(spans, summary, kinds),
-            self._format, self._options)
+            self._output,
+            name,
+            self._build_id,
+            self._stored(spans, summary, kinds),
+            self._format,
+            self._options,
+        )
         if count != expected:
-            raise TpufeedError(f"{self._output}: shard {name} got {count} records, its rank range "
-                               f"holds {expected} (the runner lost or repeated records)")
+            raise TpufeedError(
+                f"{self._output}: shard {name} got {count} records, its rank range "
+                f"holds {expected} (the runner lost or repeated records)"
+            )
         self._records.inc(count)
         self._bytes.inc(size)
         self._written += 1
-        log.info("wrote %s: %s, %s bytes (%s written, %s)", name, plural(count, "record"),
-                 f"{size:,}", plural(self._written, "shard"),
-                 progress(self._written, self._num_shards, time.monotonic() - self._start))
-        yield {"index": index, "path": name, "num_records": count, "num_bytes": size,
-               "crc32c": crc, "kinds": sorted(kinds), "summary": summary.to_json(),
-               "whole_chunks": [path for _, path, n, start, stop in spans
-                                if start == 0 and stop == n]}
+        log.info(
+            "wrote %s: %s, %s bytes (%s written, %s)",
+            name,
+            plural(count, "record"),
+            f"{size:,}",
+            plural(self._written, "shard"),
+            progress(self._written, self._num_shards, time.monotonic() - self._start),
+        )
+        yield {
+            "index": index,
+            "path": name,
+            "num_records": count,
+            "num_bytes": size,
+            "crc32c": crc,
+            "kinds": sorted(kinds),
+            "summary": summary.to_json(),
+            "whole_chunks": [path for _, path, n, start, stop in spans if start == 0 and stop == n],
+        }
 
 
 class _Finalize(beam.DoFn):
     """Merges the shard summaries, deletes the replaced dataset's other shards and writes
     the manifest, last."""
 
-    def __init__(self, output: str, build_id: str, num_shards: int, build: dict[str, Any],
-                 upstream: bool):
+    def __init__(
+        self, output: str, build_id: str, num_shards: int, build: dict[str, Any], upstream: bool
+    ):
         self._output, self._num_shards, self._build = output, num_shards, build
         self._build_id, self._upstream = build_id, upstream  # summaries from upstream, or shards
 
-    def process(self, _: Any, shards: list[dict], infos: list[dict], old: list[str],
-                summaries: list[tuple[int, dict]]) -> Iterator[dict[str, Any]]:
+    def process(
+        self,
+        _: Any,
+        shards: list[dict],
+        infos: list[dict],
+        old: list[str],
+        summaries: list[tuple[int, dict]],
+    ) -> Iterator[dict[str, Any]]:
         shards = sorted(shards, key=lambda s: s["index"])
         if [s["index"] for s in shards] != list(range(self._num_shards)):
-            raise TpufeedError(f"{self._output}: expected shards 0..{self._num_shards - 1}, got "
-                               f"{[s['index'] for s in shards]} (a runner bug or a retried step)")
+            raise TpufeedError(
+                f"{self._output}: expected shards 0..{self._num_shards - 1}, got "
+                f"{[s['index'] for s in shards]} (a runner bug or a retried step)"
+            )
         kinds = set().union(*(s["kinds"] for s in shards))
         if kinds == {CODEC, RAW}:
             raise InvalidArgumentError(
                 f"{self._output}: the records are a mix of dicts (tpufeed.codec) and raw bytes; "
-                "a dataset holds one kind")
+                "a dataset holds one kind"
+            )
         summary = RecordSummary()
         if not self._upstream:
             summaries = [(s["index"], s["summary"]) for s in shards]
-        elif not all(isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], dict)
-                     for s in summaries):
-            raise TpufeedError(f"{self._output}: the runner passed other outputs of a step as its "
-                               "record summaries (it does not keep a step's tagged outputs "
-                               "apart); build on the in-process runner, Dataflow, Flink or Spark")
+        elif not all(
+            isinstance(s, tuple) and len(s) == 2 and isinstance(s[1], dict) for s in summaries
+        ):
+            raise TpufeedError(
+                f"{self._output}: the runner passed other outputs of a step as its "
+                "record summaries (it does not keep a step's tagged outputs "
+                "apart); build on the in-process runner, Dataflow, Flink or Spark"
+            )
         # In the dataset's order, so that the result does not depend on how work was split.
         for _, part in sorted(summaries, key=lambda s: s[0]):
             summary.merge(RecordSummary.from_json(part))
         written = sum(s["num_records"] for s in shards)
         if summary.count != written:
-            raise TpufeedError(f"{self._output}: the record summaries cover {summary.count} "
-                               f"records, the shards hold {written} (the runner lost or repeated "
-                               "a step's outputs); no manifest was written")
+            raise TpufeedError(
+                f"{self._output}: the record summaries cover {summary.count} "
+                f"records, the shards hold {written} (the runner lost or repeated "
+                "a step's outputs); no manifest was written"
+            )
         raw = kinds == {RAW}
         build = dict(self._build)
         for info in infos:
             build.update(info)
         records = RAW_BYTES if raw else get_record_format(build["record_format"])
         manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
             "tpufeed_version": tpufeed.__version__,
             "file_format": build["format"],
             "record_format": records.manifest_name,
             "codec_version": codec.FORMAT_VERSION if records is CODEC_FORMAT else None,
             "num_records": summary.count,
-            "shards": [{k: s[k] for k in ("path", "num_records", "num_bytes", "crc32c")}
-                       for s in shards],
+            "shards": [
+                {k: s[k] for k in ("path", "num_records", "num_bytes", "crc32c")} for s in shards
+            ],
             "schema": None if raw else summary.schema(),
             "statistics": summary.statistics(),
             "build": build,
@@ -289,10 +344,19 @@ class ShardChunks(beam.PTransform):
     of the codec records, spare the shard writers from decoding every record to summarize it
     (ignored for another record format, whose writer decodes to re-encode anyway)."""
 
-    def __init__(self, output: str, num_shards: int, file_format: str, *, prefix: str = "data",
-                 writer_options: str = "group_size:1", record_format: str = "codec",
-                 build: dict[str, Any] | None = None, info: beam.PCollection | None = None,
-                 summaries: beam.PCollection | None = None):
+    def __init__(
+        self,
+        output: str,
+        num_shards: int,
+        file_format: str,
+        *,
+        prefix: str = "data",
+        writer_options: str = "group_size:1",
+        record_format: str = "codec",
+        build: dict[str, Any] | None = None,
+        info: beam.PCollection | None = None,
+        summaries: beam.PCollection | None = None,
+    ):
         super().__init__()
         _check_args(output, num_shards, file_format, prefix)
         get_record_format(record_format)
@@ -300,9 +364,14 @@ class ShardChunks(beam.PTransform):
         self._num_shards, self._format, self._prefix = num_shards, file_format, prefix
         self._options = writer_options if get_format(file_format).writer_options else None
         self._record_format = record_format
-        self._build = {"num_shards": num_shards, "format": file_format, "shard_prefix": prefix,
-                       "writer_options": self._options, "record_format": record_format,
-                       **(build or {})}
+        self._build = {
+            "num_shards": num_shards,
+            "format": file_format,
+            "shard_prefix": prefix,
+            "writer_options": self._options,
+            "record_format": record_format,
+            **(build or {}),
+        }
         self._info = info
         self._summaries = summaries if record_format == "codec" else None
         self.build_id = uuid.uuid4().hex[:12]
@@ -318,29 +387,64 @@ class ShardChunks(beam.PTransform):
     def expand(self, chunks: beam.PCollection) -> beam.PCollection:
         p = chunks.pipeline
         spilled = chunks | "SpillChunks" >> beam.Map(_spill_chunk, self._output, self.build_id)
-        ranks = (spilled | "BlockSizes" >> beam.Map(lambda chunk: (chunk[0], chunk[3]))
-                 | "CountBlocks" >> beam.CombinePerKey(sum)
-                 | "AllBlocks" >> beam.combiners.ToList()
-                 | "BlockStarts" >> beam.Map(_block_starts))
-        spans = spilled | "SplitChunks" >> beam.ParDo(_SplitChunk(self._num_shards),
-                                                       AsSingleton(ranks))
-        old = (p | "Start" >> beam.Create([None])
-               | "RemoveOldManifest" >> beam.FlatMap(_old_shards, self._output))
+        ranks = (
+            spilled
+            | "BlockSizes" >> beam.Map(lambda chunk: (chunk[0], chunk[3]))
+            | "CountBlocks" >> beam.CombinePerKey(sum)
+            | "AllBlocks" >> beam.combiners.ToList()
+            | "BlockStarts" >> beam.Map(_block_starts)
+        )
+        spans = spilled | "SplitChunks" >> beam.ParDo(
+            _SplitChunk(self._num_shards), AsSingleton(ranks)
+        )
+        old = (
+            p
+            | "Start" >> beam.Create([None])
+            | "RemoveOldManifest" >> beam.FlatMap(_old_shards, self._output)
+        )
         ids = p | "ShardIds" >> beam.Create([(i, None) for i in range(self._num_shards)])
-        shards = ({"ids": ids, "records": spans} | "GroupShards" >> beam.CoGroupByKey()
-                  | "WriteShard" >> beam.ParDo(_WriteShard(
-                      self._output, self.build_id, self._prefix, self._num_shards, self._format,
-                      self._options, self._record_format, self._summaries is None),
-                      AsSingleton(ranks), AsSingleton(old))
-                  | "DropChunks" >> beam.Map(_drop_chunks))
+        shards = (
+            {"ids": ids, "records": spans}
+            | "GroupShards" >> beam.CoGroupByKey()
+            | "WriteShard"
+            >> beam.ParDo(
+                _WriteShard(
+                    self._output,
+                    self.build_id,
+                    self._prefix,
+                    self._num_shards,
+                    self._format,
+                    self._options,
+                    self._record_format,
+                    self._summaries is None,
+                ),
+                AsSingleton(ranks),
+                AsSingleton(old),
+            )
+            | "DropChunks" >> beam.Map(_drop_chunks)
+        )
         info = self._info if self._info is not None else p | "NoInfo" >> beam.Create([{}])
-        summaries = (self._summaries if self._summaries is not None
-                     else p | "NoSummaries" >> beam.Create([]))
-        return (p | "Finalize" >> beam.Create([None])
-                | "WriteManifest" >> beam.ParDo(
-                    _Finalize(self._output, self.build_id, self._num_shards, self._build,
-                              self._summaries is not None),
-                    AsList(shards), AsList(info), AsSingleton(old), AsList(summaries)))
+        summaries = (
+            self._summaries if self._summaries is not None else p | "NoSummaries" >> beam.Create([])
+        )
+        return (
+            p
+            | "Finalize" >> beam.Create([None])
+            | "WriteManifest"
+            >> beam.ParDo(
+                _Finalize(
+                    self._output,
+                    self.build_id,
+                    self._num_shards,
+                    self._build,
+                    self._summaries is not None,
+                ),
+                AsList(shards),
+                AsList(info),
+                AsSingleton(old),
+                AsList(summaries),
+            )
+        )
 
 
 class WriteShards(beam.PTransform):
@@ -354,28 +458,49 @@ class WriteShards(beam.PTransform):
     manifest dict once it is written.
     """
 
-    def __init__(self, output: str, num_shards: int, format: str = "array_record", *,
-                 keyed: bool = False, prefix: str = "data", writer_options: str = "group_size:1",
-                 build_options: dict[str, Any] | None = None, record_format: str = "codec"):
+    def __init__(
+        self,
+        output: str,
+        num_shards: int,
+        format: str = "array_record",
+        *,
+        keyed: bool = False,
+        prefix: str = "data",
+        writer_options: str = "group_size:1",
+        build_options: dict[str, Any] | None = None,
+        record_format: str = "codec",
+    ):
         super().__init__()
         self._keyed = keyed
         self._record_format = get_record_format(record_format)
         self._buckets = num_shards * _BUCKETS_PER_SHARD
-        self._shard = ShardChunks(output, num_shards, format, prefix=prefix,
-                                  writer_options=writer_options, record_format=record_format,
-                                  build={"order": "key" if keyed else "content",
-                                         **(build_options or {})})
+        self._shard = ShardChunks(
+            output,
+            num_shards,
+            format,
+            prefix=prefix,
+            writer_options=writer_options,
+            record_format=record_format,
+            build={"order": "key" if keyed else "content", **(build_options or {})},
+        )
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         items = records | "Encode" >> beam.Map(_keyed_record, self._keyed, self._record_format)
         if self._keyed:  # keys of any distribution: cut at approximate quantiles
-            quantiles = (items | "SortKeys" >> beam.Keys()
-                         | "Quantiles" >> beam.ApproximateQuantiles.Globally(self._buckets + 1))
+            quantiles = (
+                items
+                | "SortKeys" >> beam.Keys()
+                | "Quantiles" >> beam.ApproximateQuantiles.Globally(self._buckets + 1)
+            )
             bucketed = items | "Bucket" >> beam.Map(_quantile_bucket, AsSingleton(quantiles))
         else:
             bucketed = items | "Bucket" >> beam.Map(_hash_bucket, self._buckets)
-        return (bucketed | "GroupBuckets" >> beam.GroupByKey()
-                | "SortBuckets" >> beam.Map(_sorted_chunk) | "Shard" >> self._shard)
+        return (
+            bucketed
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "SortBuckets" >> beam.Map(_sorted_chunk)
+            | "Shard" >> self._shard
+        )
 
 
 def _check_args(output: object, num_shards: object, file_format: object, prefix: object) -> None:

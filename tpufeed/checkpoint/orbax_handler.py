@@ -18,22 +18,25 @@ class CheckpointHandler(ocp.CheckpointHandler):
     """Saves each process's iterator state as its own JSON file in the item's directory, and
     restores it on any process count (see tpufeed.checkpoint)."""
 
-    def save(self, directory: epath.Path, item: Any = None,
-             args: CheckpointSave | None = None) -> None:
+    def save(
+        self, directory: epath.Path, item: Any = None, args: CheckpointSave | None = None
+    ) -> None:
         """Writes this process's `get_state()`; `item` is Orbax's older calling convention."""
         iterator = item if item is not None else _item_of(args, "save")
         write_state(directory, iterator.get_state(), jax.process_index(), jax.process_count())
 
-    def restore(self, directory: epath.Path, item: Any = None,
-                args: CheckpointRestore | None = None) -> Any:
+    def restore(
+        self, directory: epath.Path, item: Any = None, args: CheckpointRestore | None = None
+    ) -> Any:
         """Moves the iterator to the saved position and returns it."""
         iterator = item if item is not None else _item_of(args, "restore")
         state = states_to_restore(directory, jax.process_index(), jax.process_count())
         try:
             iterator.set_state(state)
         except StateError as e:
-            raise StateError(f"the iterator state saved in {directory} does not fit this "
-                             f"iterator: {e}") from e
+            raise StateError(
+                f"the iterator state saved in {directory} does not fit this iterator: {e}"
+            ) from e
         return iterator
 
     def metadata(self, directory: epath.Path) -> None:
@@ -77,13 +80,16 @@ class CheckpointRestore(ocp.args.CheckpointArgs):
 
 def _check_has(item: Any, method: str, name: str) -> None:
     if not callable(getattr(item, method, None)):
-        raise InvalidArgumentError(f"{name} needs an iterator with {method}() (a tpufeed "
-                                   f"iterator, from iter(ds), ds.iterator() or ds.to_jax()), "
-                                   f"got {type(item).__name__}: {item!r:.80}")
+        raise InvalidArgumentError(
+            f"{name} needs an iterator with {method}() (a tpufeed "
+            f"iterator, from iter(ds), ds.iterator() or ds.to_jax()), "
+            f"got {type(item).__name__}: {item!r:.80}"
+        )
 
 
 def _item_of(args: Any, action: str) -> Any:
     if args is None:
-        raise InvalidArgumentError(f"CheckpointHandler.{action} needs args=Checkpoint"
-                                   f"{action.capitalize()}(iterator)")
+        raise InvalidArgumentError(
+            f"CheckpointHandler.{action} needs args=Checkpoint{action.capitalize()}(iterator)"
+        )
     return args.item

@@ -33,9 +33,11 @@ def write_state(directory: Any, state: Any, index: int, count: int) -> Any:
     try:
         text = json.dumps(state, sort_keys=True)
     except (TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"the iterator's get_state() returned {type(state).__name__} "
-                                   f"that JSON cannot hold, so it cannot be saved to {directory}: "
-                                   f"{e}") from e
+        raise InvalidArgumentError(
+            f"the iterator's get_state() returned {type(state).__name__} "
+            f"that JSON cannot hold, so it cannot be saved to {directory}: "
+            f"{e}"
+        ) from e
     path = directory / state_file_name(index, count)
     temporary = directory / f".{path.name}.tmp"
     temporary.write_text(text)
@@ -51,20 +53,26 @@ def saved_count(directory: Any) -> int:
         if match:
             found.setdefault(int(match[2]), set()).add(int(match[1]))
     if not found:
-        raise StateError(f"no tpufeed iterator state in {directory}: expected files "
-                         "process_<index>-of-<count>.json written by tpufeed.checkpoint."
-                         "CheckpointSave (was this item saved by another handler?)")
+        raise StateError(
+            f"no tpufeed iterator state in {directory}: expected files "
+            "process_<index>-of-<count>.json written by tpufeed.checkpoint."
+            "CheckpointSave (was this item saved by another handler?)"
+        )
     if len(found) > 1:
-        raise StateError(f"{directory} holds iterator states of runs with "
-                         f"{' and '.join(map(str, sorted(found)))} processes: save each "
-                         "checkpoint to a directory of its own")
-    (count, indices), = found.items()
+        raise StateError(
+            f"{directory} holds iterator states of runs with "
+            f"{' and '.join(map(str, sorted(found)))} processes: save each "
+            "checkpoint to a directory of its own"
+        )
+    ((count, indices),) = found.items()
     missing = sorted(set(range(count)) - indices)
     if missing:
-        raise StateError(f"{directory} lacks the iterator states of process(es) "
-                         f"{', '.join(map(str, missing))} of {count} "
-                         f"(e.g. {state_file_name(missing[0], count)}): the checkpoint is "
-                         "incomplete")
+        raise StateError(
+            f"{directory} lacks the iterator states of process(es) "
+            f"{', '.join(map(str, missing))} of {count} "
+            f"(e.g. {state_file_name(missing[0], count)}): the checkpoint is "
+            "incomplete"
+        )
     return count
 
 
@@ -74,8 +82,9 @@ def read_state(directory: Any, index: int, count: int) -> Any:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise StateError(f"no iterator state {path}: process {index} of {count} did not save "
-                         "one here") from None
+        raise StateError(
+            f"no iterator state {path}: process {index} of {count} did not save one here"
+        ) from None
     try:
         return json.loads(text)
     except ValueError as e:

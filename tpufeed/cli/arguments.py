@@ -13,17 +13,26 @@ import math
 from collections.abc import Callable
 from typing import TypeAlias
 
-__all__ = ["HelpFormatter", "Subcommands", "non_negative_int", "non_negative_seconds",
-           "number_type", "positive_int", "positive_seconds"]
+__all__ = [
+    "HelpFormatter",
+    "Subcommands",
+    "non_negative_int",
+    "non_negative_seconds",
+    "number_type",
+    "positive_int",
+    "positive_seconds",
+]
 
 # What `ArgumentParser.add_subparsers` returns: each command module adds its parser to it.
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def number_type(parse: Callable[[str], float], accept: Callable[[float], bool],
-                wanted: str) -> Callable[[str], float]:
+def number_type(
+    parse: Callable[[str], float], accept: Callable[[float], bool], wanted: str
+) -> Callable[[str], float]:
     """An argparse `type=` that refuses, as a usage error quoting the value, what `accept`
     does not take (NaN and infinities included, where `accept` says so)."""
+
     def convert(text: str) -> float:
         try:
             value = parse(text)
@@ -32,16 +41,19 @@ def number_type(parse: Callable[[str], float], accept: Callable[[float], bool],
         if value is None or not accept(value):
             raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
         return value
+
     convert.__name__ = wanted  # argparse names the type by it in some messages
     return convert
 
 
 positive_int = number_type(int, lambda v: v >= 1, "a whole number >= 1")
 non_negative_int = number_type(int, lambda v: v >= 0, "a whole number >= 0")
-positive_seconds = number_type(float, lambda v: math.isfinite(v) and v > 0,
-                               "a finite number of seconds > 0")
-non_negative_seconds = number_type(float, lambda v: math.isfinite(v) and v >= 0,
-                                   "a finite number of seconds >= 0")
+positive_seconds = number_type(
+    float, lambda v: math.isfinite(v) and v > 0, "a finite number of seconds > 0"
+)
+non_negative_seconds = number_type(
+    float, lambda v: math.isfinite(v) and v >= 0, "a finite number of seconds >= 0"
+)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

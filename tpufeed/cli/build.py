@@ -25,41 +25,83 @@ __all__ = ["add_parser", "run_command"]
 def add_parser(sub: Subcommands) -> None:
     """`tpufeed build --input ... --output DIR [options] [Beam options]`."""
     build = sub.add_parser(
-        "build", help="preprocess raw files into verified shards and a manifest (Apache Beam)",
+        "build",
+        help="preprocess raw files into verified shards and a manifest (Apache Beam)",
         description="Reads --input files, applies --transform functions and writes balanced "
-                    "shards plus manifest.json. Other --options are Beam pipeline options "
-                    "(e.g. --runner DataflowRunner --project P --region R --temp_location "
-                    "gs://...); the default runner is in-process. An option that neither "
-                    "tpufeed nor Beam knows is refused. ArrayRecord shards are at least 128 KiB "
-                    "long (the format pads its footer to 64 KiB blocks); small local shards "
-                    "keep that padding as holes, which take no disk space.")
-    build.add_argument("--input", action="extend", nargs="+", required=True,
-                       help="paths or globs: .jsonl, .csv, .tfrecord/.tfr (tf.train.Example), "
-                            ".array_record/.ar, or a folder of images")
+        "shards plus manifest.json. Other --options are Beam pipeline options "
+        "(e.g. --runner DataflowRunner --project P --region R --temp_location "
+        "gs://...); the default runner is in-process. An option that neither "
+        "tpufeed nor Beam knows is refused. ArrayRecord shards are at least 128 KiB "
+        "long (the format pads its footer to 64 KiB blocks); small local shards "
+        "keep that padding as holes, which take no disk space.",
+    )
+    build.add_argument(
+        "--input",
+        action="extend",
+        nargs="+",
+        required=True,
+        help="paths or globs: .jsonl, .csv, .tfrecord/.tfr (tf.train.Example), "
+        ".array_record/.ar, or a folder of images",
+    )
     build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
-    build.add_argument("--overwrite", action="store_true",
-                       help="replace the dataset already in --output (refused otherwise)")
-    build.add_argument("--num-shards", type=positive_int, default=None,
-                       help="shards to write (default: one per ~256 MB of input)")
-    build.add_argument("--workers", type=positive_int, default=1,
-                       help="local worker processes (Beam's multi_processing mode); the "
-                            "shards are byte-identical for any count")
-    build.add_argument("--max-shard-mb", type=positive_int, default=2048,
-                       help="refuse a --num-shards that makes a shard larger than this (one "
-                            "worker holds a shard while writing it)")
-    build.add_argument("--block-mb", type=positive_int, default=64,
-                       help="inputs are read in blocks of about this size, in parallel")
-    build.add_argument("--format", choices=writable_formats(), default=None,
-                       help="shard file format (default: tfrecord with --record-format "
-                            "tf_example, which tf.data reads; else array_record)")
-    build.add_argument("--record-format", choices=sorted(RECORD_FORMATS), default="codec",
-                       help="how dict records are stored: codec (tpufeed's, exact dtypes and "
-                            "shapes) or tf_example (tf.train.Example, readable without "
-                            "tpufeed; arrays flattened with a <key>/shape feature)")
-    build.add_argument("--transform", action="append", default=[],
-                       help="module:function or path/to/file.py:function; repeat to chain")
-    build.add_argument("--max-bad", type=non_negative_int, default=0,
-                       help="skip (and count) up to N malformed records instead of failing")
+    build.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the dataset already in --output (refused otherwise)",
+    )
+    build.add_argument(
+        "--num-shards",
+        type=positive_int,
+        default=None,
+        help="shards to write (default: one per ~256 MB of input)",
+    )
+    build.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="local worker processes (Beam's multi_processing mode); the "
+        "shards are byte-identical for any count",
+    )
+    build.add_argument(
+        "--max-shard-mb",
+        type=positive_int,
+        default=2048,
+        help="refuse a --num-shards that makes a shard larger than this (one "
+        "worker holds a shard while writing it)",
+    )
+    build.add_argument(
+        "--block-mb",
+        type=positive_int,
+        default=64,
+        help="inputs are read in blocks of about this size, in parallel",
+    )
+    build.add_argument(
+        "--format",
+        choices=writable_formats(),
+        default=None,
+        help="shard file format (default: tfrecord with --record-format "
+        "tf_example, which tf.data reads; else array_record)",
+    )
+    build.add_argument(
+        "--record-format",
+        choices=sorted(RECORD_FORMATS),
+        default="codec",
+        help="how dict records are stored: codec (tpufeed's, exact dtypes and "
+        "shapes) or tf_example (tf.train.Example, readable without "
+        "tpufeed; arrays flattened with a <key>/shape feature)",
+    )
+    build.add_argument(
+        "--transform",
+        action="append",
+        default=[],
+        help="module:function or path/to/file.py:function; repeat to chain",
+    )
+    build.add_argument(
+        "--max-bad",
+        type=non_negative_int,
+        default=0,
+        help="skip (and count) up to N malformed records instead of failing",
+    )
     build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     build.set_defaults(run=run_command, parser=build)
 
@@ -69,16 +111,24 @@ def run_command(args: argparse.Namespace) -> int:
     from tpufeed.beam import BuildConfig, build
 
     _refuse_unknown_options(args)
-    file_format = args.format or ("tfrecord" if args.record_format == "tf_example"
-                                  else "array_record")
+    file_format = args.format or (
+        "tfrecord" if args.record_format == "tf_example" else "array_record"
+    )
     with _progress_to_stderr(args.quiet):
-        config = BuildConfig(inputs=tuple(args.input), output=args.output,
-                             num_shards=args.num_shards, file_format=file_format,
-                             workers=args.workers, block_bytes=args.block_mb << 20,
-                             max_shard_bytes=args.max_shard_mb << 20,
-                             record_format=args.record_format,
-                             transforms=tuple(args.transform), max_bad=args.max_bad,
-                             beam_args=tuple(args.beam_args), overwrite=args.overwrite)
+        config = BuildConfig(
+            inputs=tuple(args.input),
+            output=args.output,
+            num_shards=args.num_shards,
+            file_format=file_format,
+            workers=args.workers,
+            block_bytes=args.block_mb << 20,
+            max_shard_bytes=args.max_shard_mb << 20,
+            record_format=args.record_format,
+            transforms=tuple(args.transform),
+            max_bad=args.max_bad,
+            beam_args=tuple(args.beam_args),
+            overwrite=args.overwrite,
+        )
         summary = build(config)
     _print_summary(summary, args, file_format)
     return 0
@@ -94,8 +144,9 @@ def _refuse_unknown_options(args: argparse.Namespace) -> None:
     unknown = unknown_beam_args(args.beam_args)
     if not unknown:
         return
-    ours = [o for action in args.parser._actions for o in action.option_strings
-            if o.startswith("--")]
+    ours = [
+        o for action in args.parser._actions for o in action.option_strings if o.startswith("--")
+    ]
     problems, previous_was_option = [], False
     for token in unknown:
         if not token.startswith("-"):
@@ -105,13 +156,20 @@ def _refuse_unknown_options(args: argparse.Namespace) -> None:
             continue
         name = token.split("=", 1)[0]
         dashed = "--" + name.lstrip("-").replace("_", "-")
-        close = ([dashed] if dashed in ours
-                 else difflib.get_close_matches(name, ours, n=1, cutoff=0.7)
-                 or difflib.get_close_matches(name, beam_option_names(), n=1, cutoff=0.8))
-        problems.append(f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+        close = (
+            [dashed]
+            if dashed in ours
+            else difflib.get_close_matches(name, ours, n=1, cutoff=0.7)
+            or difflib.get_close_matches(name, beam_option_names(), n=1, cutoff=0.8)
+        )
+        problems.append(
+            f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else "")
+        )
         previous_was_option = "=" not in token
-    args.parser.error("; ".join(problems) + ". Options that are not tpufeed build's go to Apache "
-                      "Beam, and Beam has none of these names either")
+    args.parser.error(
+        "; ".join(problems) + ". Options that are not tpufeed build's go to Apache "
+        "Beam, and Beam has none of these names either"
+    )
 
 
 @contextlib.contextmanager
@@ -134,7 +192,8 @@ def _progress_to_stderr(quiet: bool) -> Iterator[None]:
     # --workers N passes Beam --direct_num_workers=N with tpufeed's own worker processes, which
     # Beam's runner takes for a mode without parallelism and warns about.
     logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").setLevel(
-        logging.ERROR)
+        logging.ERROR
+    )
     try:
         yield
     finally:

@@ -24,10 +24,16 @@ __all__ = ["add_parser", "run_command"]
 def add_parser(sub: Subcommands) -> None:
     """`tpufeed cache {ls,clear} [--dir DIR]`."""
     cache = sub.add_parser("cache", help="show or empty the local shard cache of gs:// files")
-    cache.add_argument("action", choices=["ls", "clear"],
-                       help="ls: cached shards, sizes, last reads; clear: remove all not in use")
-    cache.add_argument("--dir", default=None,
-                       help="cache directory (default: $TPUFEED_CACHE_DIR, else ~/.cache/tpufeed)")
+    cache.add_argument(
+        "action",
+        choices=["ls", "clear"],
+        help="ls: cached shards, sizes, last reads; clear: remove all not in use",
+    )
+    cache.add_argument(
+        "--dir",
+        default=None,
+        help="cache directory (default: $TPUFEED_CACHE_DIR, else ~/.cache/tpufeed)",
+    )
     cache.set_defaults(run=run_command)
 
 
@@ -41,15 +47,22 @@ def run_command(args: argparse.Namespace) -> int:
         return _clear(cache) if args.action == "clear" else _list(cache)
     except OSError as e:  # e.g. /proc, where nothing can be made: one line, not a traceback
         where = f" ({e.filename})" if e.filename and e.filename != cache.root else ""
-        raise SourceError(f"cannot {args.action} the shard cache directory {cache.root}{where}: "
-                          f"{e.strerror or e}; pass --dir (or set $TPUFEED_CACHE_DIR to) a "
-                          "directory tpufeed can create and write", path=cache.root) from e
+        raise SourceError(
+            f"cannot {args.action} the shard cache directory {cache.root}{where}: "
+            f"{e.strerror or e}; pass --dir (or set $TPUFEED_CACHE_DIR to) a "
+            "directory tpufeed can create and write",
+            path=cache.root,
+        ) from e
 
 
 def _clear(cache: ShardCache) -> int:
     removed, freed, skipped = cache.clear()
-    kept = (f"; {plural(skipped, 'entry', 'entries')} in use by a running job "
-            f"{'was' if skipped == 1 else 'were'} kept" if skipped else "")
+    kept = (
+        f"; {plural(skipped, 'entry', 'entries')} in use by a running job "
+        f"{'was' if skipped == 1 else 'were'} kept"
+        if skipped
+        else ""
+    )
     print(f"removed {plural(removed, 'file')} ({freed:,} bytes of shards) from {cache.root}{kept}")
     return 0
 
@@ -57,8 +70,11 @@ def _clear(cache: ShardCache) -> int:
 def _list(cache: ShardCache) -> int:
     entries = cache.entries()
     for e in entries:
-        read = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_read)) \
-            if e.last_read else "never read"
+        read = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_read))
+            if e.last_read
+            else "never read"
+        )
         state = "cached" if e.complete else "partial"
         print(f"{e.size:>15,}  {state:<8} {read:<19}  {e.url or e.key}")
     total = sum(e.size for e in entries)

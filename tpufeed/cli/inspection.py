@@ -32,8 +32,15 @@ from tpufeed.storage.local import expand_paths
 if TYPE_CHECKING:
     from tpufeed.sources.sharded import ShardedSource
 
-__all__ = ["add_parser", "describe", "describe_dataset", "folder_shards", "inspect_paths",
-           "open_source", "run_command"]
+__all__ = [
+    "add_parser",
+    "describe",
+    "describe_dataset",
+    "folder_shards",
+    "inspect_paths",
+    "open_source",
+    "run_command",
+]
 
 _VERIFY_BATCH = 1024
 
@@ -52,7 +59,11 @@ def folder_shards(path: str) -> tuple[str, list[str]] | None:
     of one format (as `tpufeed quickstart` writes); None for anything else."""
     from tpufeed.sources.manifest import MANIFEST_NAME
 
-    if "://" in path or not os.path.isdir(path) or os.path.exists(os.path.join(path, MANIFEST_NAME)):
+    if (
+        "://" in path
+        or not os.path.isdir(path)
+        or os.path.exists(os.path.join(path, MANIFEST_NAME))
+    ):
         return None
     found: dict[str, list[str]] = {}
     for name in sorted(os.listdir(path)):
@@ -63,7 +74,8 @@ def folder_shards(path: str) -> tuple[str, list[str]] | None:
         kinds = [fmt for fmt in FORMATS.values() if fmt.name in found]
         raise InvalidArgumentError(
             f"{path} holds {' and '.join(f.title for f in kinds)} files and no {MANIFEST_NAME}; "
-            f"name one kind by a glob, e.g. {os.path.join(path, '*' + kinds[0].extension)}")
+            f"name one kind by a glob, e.g. {os.path.join(path, '*' + kinds[0].extension)}"
+        )
     return next(iter(found.items()), None)
 
 
@@ -97,13 +109,18 @@ def describe_dataset(source: Any, sample: bool = True) -> str:
     checks shard 0) if `sample`."""
     m = source.manifest
     total_bytes = sum(s["num_bytes"] for s in m["shards"])
-    lines = [f"{source.manifest_path}: {plural(m['num_records'], 'record')} in "
-             f"{plural(len(m['shards']), m['file_format'] + ' shard')}, "
-             f"{plural(total_bytes, 'byte')} ({m['record_format']} records, built by tpufeed "
-             f"{m.get('tpufeed_version')}); counts and crc32c as the manifest lists them "
-             "(--verify checks them)"]
-    lines += [f"  {s['path']}: {plural(s['num_records'], 'record')}, "
-              f"{plural(s['num_bytes'], 'byte')}, crc32c {s['crc32c']}" for s in m["shards"]]
+    lines = [
+        f"{source.manifest_path}: {plural(m['num_records'], 'record')} in "
+        f"{plural(len(m['shards']), m['file_format'] + ' shard')}, "
+        f"{plural(total_bytes, 'byte')} ({m['record_format']} records, built by tpufeed "
+        f"{m.get('tpufeed_version')}); counts and crc32c as the manifest lists them "
+        "(--verify checks them)"
+    ]
+    lines += [
+        f"  {s['path']}: {plural(s['num_records'], 'record')}, "
+        f"{plural(s['num_bytes'], 'byte')}, crc32c {s['crc32c']}"
+        for s in m["shards"]
+    ]
     for key, spec in (source.schema or {}).items():
         lines.append(f"  schema {key}: {json.dumps(spec, sort_keys=True)}")
     if sample and len(source):
@@ -133,7 +150,10 @@ def _verify_dataset(source: Any) -> tuple[str, list[str]]:
         except TpufeedError as e:
             failures.append(str(e))
     checked = plural(len(source.files), "shard")
-    return f"verify: {checked}: size, crc32c and record count checked against the manifest", failures
+    return (
+        f"verify: {checked}: size, crc32c and record count checked against the manifest",
+        failures,
+    )
 
 
 def _verify_files(source: Any) -> tuple[str, list[str]]:
@@ -149,8 +169,9 @@ def _verify_files(source: Any) -> tuple[str, list[str]]:
     return f"verify: {checked}: every record read (no manifest, so no crc32c to compare)", failures
 
 
-def inspect_paths(paths: list[str], fmt: str | None = None,
-                  verify: bool = False) -> tuple[list[str], list[str]]:
+def inspect_paths(
+    paths: list[str], fmt: str | None = None, verify: bool = False
+) -> tuple[list[str], list[str]]:
     """(lines to print, verification failures) for `tpufeed inspect PATHS`."""
     from tpufeed.sources.manifest import MANIFEST_NAME, ManifestSource, is_dataset_path
 
@@ -160,9 +181,11 @@ def inspect_paths(paths: list[str], fmt: str | None = None,
         file_format, files = plain
         found = FORMATS[file_format]
         glob = os.path.join(paths[0], f"*{found.extension}")
-        header = [f"{paths[0]}: a plain folder of {plural(len(files), found.title + ' file')} "
-                  f"with no {MANIFEST_NAME} (not written by `tpufeed build`); open it with "
-                  f"Dataset.{found.constructor}({glob!r})"]
+        header = [
+            f"{paths[0]}: a plain folder of {plural(len(files), found.title + ' file')} "
+            f"with no {MANIFEST_NAME} (not written by `tpufeed build`); open it with "
+            f"Dataset.{found.constructor}({glob!r})"
+        ]
         source = open_source(files, file_format)
     elif len(paths) == 1 and is_dataset_path(paths[0]):
         _refuse_unfinished(paths[0])
@@ -181,31 +204,47 @@ def _refuse_unfinished(path: str) -> None:
     """A local folder with no manifest and no record files: what it is, not a bare not-found."""
     from tpufeed.sources.manifest import MANIFEST_NAME
 
-    if "://" in path or not os.path.isdir(path) or os.path.exists(os.path.join(path, MANIFEST_NAME)):
+    if (
+        "://" in path
+        or not os.path.isdir(path)
+        or os.path.exists(os.path.join(path, MANIFEST_NAME))
+    ):
         return
     temporary = sorted(n for n in os.listdir(path) if n.startswith(".tpufeed-tmp-"))
     if temporary:
-        raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME}, and a build's temporary folder "
-                                  f"{temporary[0]} is there: a build into it did not finish",
-                                  path=path)
+        raise SourceNotFoundError(
+            f"{path}: no {MANIFEST_NAME}, and a build's temporary folder "
+            f"{temporary[0]} is there: a build into it did not finish",
+            path=path,
+        )
     extensions = " or ".join(ext for fmt in FORMATS.values() for ext in fmt.extensions)
-    raise SourceNotFoundError(f"{path}: no {MANIFEST_NAME} and no {extensions} files: not a "
-                              "dataset", path=path)
+    raise SourceNotFoundError(
+        f"{path}: no {MANIFEST_NAME} and no {extensions} files: not a dataset", path=path
+    )
 
 
 def add_parser(sub: Subcommands) -> None:
     """`tpufeed inspect PATHS [--format F] [--verify]`."""
     inspect = sub.add_parser(
-        "inspect", help="what a dataset or record files hold: counts, schema, a sample record",
+        "inspect",
+        help="what a dataset or record files hold: counts, schema, a sample record",
         description="Describes a dataset built by `tpufeed build` (a folder or gs:// prefix), a "
-                    "plain folder of shards, or record files; --verify checks them.")
+        "plain folder of shards, or record files; --verify checks them.",
+    )
     inspect.add_argument("paths", nargs="+", help="a dataset folder, or record files or globs")
-    inspect.add_argument("--format", choices=sorted(FORMATS), default=None,
-                         help="of record files (default: from the file extension)")
-    inspect.add_argument("--verify", action="store_true",
-                         help="check every shard (a dataset's: size, crc32c and record count "
-                              "against its manifest; plain files: every record read); exit 1 "
-                              "naming the shards that fail")
+    inspect.add_argument(
+        "--format",
+        choices=sorted(FORMATS),
+        default=None,
+        help="of record files (default: from the file extension)",
+    )
+    inspect.add_argument(
+        "--verify",
+        action="store_true",
+        help="check every shard (a dataset's: size, crc32c and record count "
+        "against its manifest; plain files: every record read); exit 1 "
+        "naming the shards that fail",
+    )
     inspect.set_defaults(run=run_command)
 
 
@@ -217,7 +256,10 @@ def run_command(args: argparse.Namespace) -> int:
     for failure in failures:
         print(f"  FAILED {failure}")
     if failures:
-        print(f"tpufeed: error: {plural(len(failures), 'shard')} failed verification (listed "
-              "above as FAILED)", file=sys.stderr)
+        print(
+            f"tpufeed: error: {plural(len(failures), 'shard')} failed verification (listed "
+            "above as FAILED)",
+            file=sys.stderr,
+        )
         return 1
     return 0

@@ -26,8 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tpufeed.cli import bench, build, cache, inspection, quickstart
     from tpufeed.cli.arguments import HelpFormatter
 
-    parser = argparse.ArgumentParser(prog="tpufeed", description="The `tpufeed` command.",
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="tpufeed", description="The `tpufeed` command.", formatter_class=HelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"tpufeed {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in (quickstart, inspection, bench, build, cache):

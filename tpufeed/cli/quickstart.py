@@ -32,11 +32,13 @@ BATCH = 64
 def build(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     """Writes the training split as ArrayRecord shards; returns the paths and the test split."""
     from tpufeed.sources.array_record import write_array_records
+
     try:
         from sklearn.datasets import load_digits
     except ImportError:
         raise MissingDependencyError(
-            "the quickstart uses scikit-learn's bundled digits; `pip install tpufeed[all]`") from None
+            "the quickstart uses scikit-learn's bundled digits; `pip install tpufeed[all]`"
+        ) from None
     digits = load_digits()
     images = (digits.images * (255 / 16)).astype(np.uint8)
     labels = digits.target.astype(np.int64)
@@ -46,8 +48,10 @@ def build(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     paths = []
     for shard, part in enumerate(np.array_split(train, NUM_SHARDS)):
         path = root / f"digits-train-{shard:05d}-of-{NUM_SHARDS:05d}.array_record"
-        write_array_records(str(path), (codec.encode({"image": images[i], "label": labels[i],
-                                                      "id": int(i)}) for i in part))
+        write_array_records(
+            str(path),
+            (codec.encode({"image": images[i], "label": labels[i], "id": int(i)}) for i in part),
+        )
         paths.append(str(path))
     return paths, {"image": images[test], "label": labels[test]}
 
@@ -56,8 +60,11 @@ def augment(element: dict, rng: np.random.Generator) -> dict:
     """Shift the digit by up to one pixel; the shift depends only on (seed, epoch, record)."""
     dy, dx = rng.integers(-1, 2, size=2)
     image = np.roll(element["image"], (int(dy), int(dx)), axis=(0, 1))
-    return {"image": features(image[None])[0], "label": element["label"].astype(np.int32),
-            "id": np.int32(element["id"])}
+    return {
+        "image": features(image[None])[0],
+        "label": element["label"].astype(np.int32),
+        "id": np.int32(element["id"]),
+    }
 
 
 def features(images: np.ndarray) -> np.ndarray:
@@ -65,8 +72,16 @@ def features(images: np.ndarray) -> np.ndarray:
 
 
 def make_dataset(paths: list[str], epochs: int) -> Dataset:
-    return (Dataset.from_array_record(paths).shuffle(seed=0).shard().map(codec.decode)
-            .random_map(augment).batch(BATCH, drop_remainder=True).repeat(epochs).prefetch(2))
+    return (
+        Dataset.from_array_record(paths)
+        .shuffle(seed=0)
+        .shard()
+        .map(codec.decode)
+        .random_map(augment)
+        .batch(BATCH, drop_remainder=True)
+        .repeat(epochs)
+        .prefetch(2)
+    )
 
 
 class Model:
@@ -75,11 +90,18 @@ class Model:
     def __init__(self, jax: Any, sharding: Any):
         jnp = jax.numpy
         from jax.sharding import NamedSharding, PartitionSpec
+
         self.jax, self.replicated = jax, NamedSharding(sharding.mesh, PartitionSpec())
         k1, k2 = jax.random.split(jax.random.key(0))
-        self.params = jax.device_put({
-            "w1": jax.random.normal(k1, (64, 64)) * 0.25, "b1": jnp.zeros(64),
-            "w2": jax.random.normal(k2, (64, 10)) * 0.25, "b2": jnp.zeros(10)}, self.replicated)
+        self.params = jax.device_put(
+            {
+                "w1": jax.random.normal(k1, (64, 64)) * 0.25,
+                "b1": jnp.zeros(64),
+                "w2": jax.random.normal(k2, (64, 10)) * 0.25,
+                "b2": jnp.zeros(10),
+            },
+            self.replicated,
+        )
 
         def logits(params: dict, x: Any) -> Any:
             return jax.nn.relu(x @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"]
@@ -94,7 +116,9 @@ class Model:
 
         self.step = jax.jit(step)
         self.logits = jax.jit(logits)
-        self.count = jax.jit(lambda counts, ids: counts.at[ids].add(1), out_shardings=self.replicated)
+        self.count = jax.jit(
+            lambda counts, ids: counts.at[ids].add(1), out_shardings=self.replicated
+        )
 
     def zeros(self, n: int) -> Any:
         return self.jax.device_put(self.jax.numpy.zeros(n, self.jax.numpy.int32), self.replicated)
@@ -106,7 +130,9 @@ def run(root: str = "tpufeed-quickstart", epochs: int = 20) -> dict:
     try:
         import jax
     except ImportError:
-        raise MissingDependencyError("the quickstart trains with JAX; `pip install tpufeed[jax]`") from None
+        raise MissingDependencyError(
+            "the quickstart trains with JAX; `pip install tpufeed[jax]`"
+        ) from None
 
     started = time.perf_counter()
     paths, test = build(Path(root))
@@ -127,7 +153,8 @@ def run(root: str = "tpufeed-quickstart", epochs: int = 20) -> dict:
         "devices": jax.device_count(),
         "epochs": len(seen),
         "records_per_s": it.window_batches * BATCH * jax.process_count() / it.wall_seconds
-                         if it.wall_seconds > 0 else 0.0,
+        if it.wall_seconds > 0
+        else 0.0,
         "input_wait_fraction": it.wait_fraction,
         "exactly_once_every_epoch": exactly_once,
         "resume_matches": bool(after_checkpoint) and resumed == after_checkpoint,
@@ -136,8 +163,9 @@ def run(root: str = "tpufeed-quickstart", epochs: int = 20) -> dict:
     }
 
 
-def _train(jax: Any, model: Model, it: Any, epochs: int,
-           n: int) -> tuple[dict[int, np.ndarray], dict | None, list[int]]:
+def _train(
+    jax: Any, model: Model, it: Any, epochs: int, n: int
+) -> tuple[dict[int, np.ndarray], dict | None, list[int]]:
     """The training loop, one step in flight, counting each epoch's record ids on the devices.
     Returns those counts, the state taken mid-way through epoch 1, and the ids of the batch
     that came right after it."""
@@ -150,8 +178,11 @@ def _train(jax: Any, model: Model, it: Any, epochs: int,
     checkpoint: dict | None = None
     after_checkpoint: list[int] = []
     loss, previous = None, None
-    with tqdm(total=epochs * steps_per_epoch, desc=f"training on {jax.device_count()} device(s)",
-              unit="batch") as bar:
+    with tqdm(
+        total=epochs * steps_per_epoch,
+        desc=f"training on {jax.device_count()} device(s)",
+        unit="batch",
+    ) as bar:
         for step, batch in enumerate(it, start=1):
             epoch = it.get_state()["epoch"]
             model.params, loss = model.step(model.params, batch)
@@ -182,7 +213,9 @@ def _first_ids_after(ds: Dataset, state: dict) -> list[int]:
 
 def add_parser(sub: Subcommands) -> None:
     """`tpufeed quickstart [--output DIR] [--epochs N]`."""
-    quick = sub.add_parser("quickstart", help="build a small real dataset locally and train from it")
+    quick = sub.add_parser(
+        "quickstart", help="build a small real dataset locally and train from it"
+    )
     quick.add_argument("--output", default="tpufeed-quickstart", help="folder for its shards")
     quick.add_argument("--epochs", type=positive_int, default=20, help="training epochs")
     quick.set_defaults(run=run_command)
@@ -191,14 +224,22 @@ def add_parser(sub: Subcommands) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Runs the quickstart and prints its findings; exit 1 if exactly-once or resume failed."""
     result = run(args.output, epochs=args.epochs)
-    print(f"dataset        {result['dataset']} ({result['shards']} ArrayRecord shards, "
-          f"{result['train_records']} training records: scikit-learn digits)")
-    print(f"epochs         {result['epochs']}, every record exactly once per epoch: "
-          f"{result['exactly_once_every_epoch']}")
-    print(f"resume         iterator rebuilt from a mid-epoch state continues exactly: "
-          f"{result['resume_matches']}")
-    print(f"throughput     {result['records_per_s']:,.0f} records/s (pipeline + jitted JAX train "
-          f"step on {result['devices']} device(s))")
+    print(
+        f"dataset        {result['dataset']} ({result['shards']} ArrayRecord shards, "
+        f"{result['train_records']} training records: scikit-learn digits)"
+    )
+    print(
+        f"epochs         {result['epochs']}, every record exactly once per epoch: "
+        f"{result['exactly_once_every_epoch']}"
+    )
+    print(
+        f"resume         iterator rebuilt from a mid-epoch state continues exactly: "
+        f"{result['resume_matches']}"
+    )
+    print(
+        f"throughput     {result['records_per_s']:,.0f} records/s (pipeline + jitted JAX train "
+        f"step on {result['devices']} device(s))"
+    )
     print(f"input wait     {result['input_wait_fraction']:.1%} of the loop's time")
     print(f"test accuracy  {result['test_accuracy']:.3f}")
     print(f"total          {result['seconds']:.1f} s")

@@ -177,14 +177,18 @@ def check_callable(fn: Any, stage: str) -> Any:
     return fn
 
 
-def transform_error(stage: str, exc: BaseException, record: int | None,
-                    names: RecordNames) -> TransformError:
+def transform_error(
+    stage: str, exc: BaseException, record: int | None, names: RecordNames
+) -> TransformError:
     """A TransformError naming the stage, the record and its file, with the traceback."""
     where = names.describe(record) if record is not None else "a batch"
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return TransformError(f"{stage} raised {type(exc).__name__}: {exc} (on {where})\n{tb}",
-                          record=record, path=names.path_of(record) if record is not None else None,
-                          traceback_text=tb)
+    return TransformError(
+        f"{stage} raised {type(exc).__name__}: {exc} (on {where})\n{tb}",
+        record=record,
+        path=names.path_of(record) if record is not None else None,
+        traceback_text=tb,
+    )
 
 
 def stage_names(stages: Sequence[RecordStage], suffix: str = "") -> list[str]:

@@ -83,9 +83,16 @@ class Batcher:
         raise StateError(f"batch holds nothing between items, but the state gives it {saved!r}")
 
     def _cut(self, cursor: Any) -> Item:
-        parts = [p.payload if (lo, hi) == (0, p.size) else take(p.payload, lo, hi)
-                 for p, lo, hi in self._pending]
+        parts = [
+            p.payload if (lo, hi) == (0, p.size) else take(p.payload, lo, hi)
+            for p, lo, hi in self._pending
+        ]
         first_piece, first = self._pending[0][0], self._pending[0][1]
         self._pending, self._count = [], 0
         batch = concat(parts)
-        return trim(batch, self.pad) if self.pad else batch, cursor, first_piece.record_of(first), None
+        return (
+            trim(batch, self.pad) if self.pad else batch,
+            cursor,
+            first_piece.record_of(first),
+            None,
+        )

@@ -21,8 +21,11 @@ class Filter(RecordStage):
         if len(keep) == len(elements.values):
             return elements
         values, units, ids = elements.values, elements.units, elements.ids
-        return Elements([values[i] for i in keep], [units[i] for i in keep],
-                        None if ids is None else [ids[i] for i in keep])
+        return Elements(
+            [values[i] for i in keep],
+            [units[i] for i in keep],
+            None if ids is None else [ids[i] for i in keep],
+        )
 
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
         return [value] if self.fn(value) else []

@@ -109,8 +109,9 @@ class RowPacker:
         return closed
 
 
-def split(arrays: tuple[np.ndarray, ...], lengths: Sequence[int],
-          cut: bool) -> list[tuple[np.ndarray, ...]]:
+def split(
+    arrays: tuple[np.ndarray, ...], lengths: Sequence[int], cut: bool
+) -> list[tuple[np.ndarray, ...]]:
     """The segments of one sequence tuple: piece c holds tokens [c * L, (c + 1) * L) of each
     key (L its length); with `cut`, only the first piece."""
     if all(len(a) <= length for a, length in zip(arrays, lengths)):
@@ -118,12 +119,19 @@ def split(arrays: tuple[np.ndarray, ...], lengths: Sequence[int],
     pieces = max([-(-len(a) // length) for a, length in zip(arrays, lengths)] + [1])
     if cut:
         pieces = 1
-    return [tuple(a[c * length:(c + 1) * length] for a, length in zip(arrays, lengths))
-            for c in range(pieces)]
+    return [
+        tuple(a[c * length : (c + 1) * length] for a, length in zip(arrays, lengths))
+        for c in range(pieces)
+    ]
 
 
-def write_rows(rows: Sequence[Row], keys: Sequence[str], lengths: Sequence[int],
-               dtypes: Sequence[np.dtype], count: int) -> dict[str, np.ndarray]:
+def write_rows(
+    rows: Sequence[Row],
+    keys: Sequence[str],
+    lengths: Sequence[int],
+    dtypes: Sequence[np.dtype],
+    count: int,
+) -> dict[str, np.ndarray]:
     """`count` rows of packed arrays (rows past `rows` are empty): for each key its tokens,
     `{key}_segment_ids` (1, 2, ... per segment, 0 on padding) and `{key}_positions` (0, 1, ...
     restarting at every segment)."""
@@ -153,7 +161,7 @@ def write_rows(rows: Sequence[Row], keys: Sequence[str], lengths: Sequence[int],
                 end = offset + len(array)
                 tokens[r, offset:end] = array
                 segment_ids[r, offset:end] = s
-                positions[r, offset:end] = ramp[:end - offset]
+                positions[r, offset:end] = ramp[: end - offset]
                 offset = end
         out[key] = tokens
         out[f"{key}_segment_ids"] = segment_ids
@@ -171,13 +179,16 @@ def _ramp(length: int) -> np.ndarray:
 def check_lengths(lengths: Any, open_rows: Any) -> tuple[tuple[str, int], ...]:
     """`{key: length}` as (key, length) pairs in order; raises naming the bad value."""
     if not isinstance(lengths, dict) or not lengths:
-        raise InvalidArgumentError(f"pack needs a dict of key -> row length, such as "
-                                   f"{{'tokens': 1024}}; got {lengths!r}")
+        raise InvalidArgumentError(
+            f"pack needs a dict of key -> row length, such as {{'tokens': 1024}}; got {lengths!r}"
+        )
     for key, length in lengths.items():
         if not isinstance(key, str):
             raise InvalidArgumentError(f"pack keys must be str, got {key!r}")
         if not isinstance(length, int) or isinstance(length, bool) or length < 1:
-            raise InvalidArgumentError(f"pack length of {key!r} must be a positive int, got {length!r}")
+            raise InvalidArgumentError(
+                f"pack length of {key!r} must be a positive int, got {length!r}"
+            )
     if not isinstance(open_rows, int) or isinstance(open_rows, bool) or open_rows < 1:
         raise InvalidArgumentError(f"pack open_rows must be a positive int, got {open_rows!r}")
     return tuple(lengths.items())

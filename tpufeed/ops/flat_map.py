@@ -41,6 +41,8 @@ class FlatMap(RecordStage):
     def _outputs(self, value: Any) -> list[Any]:
         outs = self.fn(value)
         if isinstance(outs, (dict, str, bytes)) or not isinstance(outs, Iterable):
-            raise TypeError(f"flat_map's function must return an iterable of elements (a list, "
-                            f"a generator, ...), got a {type(outs).__name__}")
+            raise TypeError(
+                f"flat_map's function must return an iterable of elements (a list, "
+                f"a generator, ...), got a {type(outs).__name__}"
+            )
         return list(outs)

@@ -19,8 +19,15 @@ from tpufeed.order.rng import RecordRngs
 class ItemStages:
     """Runs `stages` on whole items; `names` names the records in errors."""
 
-    def __init__(self, stages: Sequence[RecordStage], names: RecordNames, rng_seed: int,
-                 clock: StageClock, tolerant: bool = False, beacon: Any = None):
+    def __init__(
+        self,
+        stages: Sequence[RecordStage],
+        names: RecordNames,
+        rng_seed: int,
+        clock: StageClock,
+        tolerant: bool = False,
+        beacon: Any = None,
+    ):
         self.stages = tuple(stages)
         self.labels = stage_names(self.stages, " on batches")
         self.names, self.rng_seed, self.clock = names, rng_seed, clock
@@ -32,8 +39,16 @@ class ItemStages:
         errors of a tolerant pipeline go to `skipped`."""
         if not self.stages:
             return item
-        context = Context(epoch, [record], self.names, self.rng_seed, self.clock,
-                          [] if self.tolerant else None, self._rngs, self.beacon)
+        context = Context(
+            epoch,
+            [record],
+            self.names,
+            self.rng_seed,
+            self.clock,
+            [] if self.tolerant else None,
+            self._rngs,
+            self.beacon,
+        )
         elements = Elements([item], [0])
         for stage, label in zip(self.stages, self.labels):
             elements = stage.run(elements, context, label)

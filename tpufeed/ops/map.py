@@ -26,8 +26,10 @@ class Map(RecordStage):
         else:
             values = list(map_batch(elements.values))
             if len(values) != len(elements.values):
-                raise ValueError(f"{self.name}.map_batch returned {len(values)} elements for "
-                                 f"{len(elements.values)}")
+                raise ValueError(
+                    f"{self.name}.map_batch returned {len(values)} elements for "
+                    f"{len(elements.values)}"
+                )
         return Elements(values, elements.units, elements.ids)
 
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
@@ -44,11 +46,15 @@ class RandomMap(RecordStage):
         fn, for_record = self.fn, context.rngs(self.stream).for_record
         epoch, records = context.epoch, context.records
         if elements.ids is None:
-            values = [fn(value, for_record(epoch, records[unit]))
-                      for value, unit in zip(elements.values, elements.units)]
+            values = [
+                fn(value, for_record(epoch, records[unit]))
+                for value, unit in zip(elements.values, elements.units)
+            ]
         else:
-            values = [fn(value, for_record(epoch, records[unit], piece))
-                      for value, unit, piece in zip(elements.values, elements.units, elements.ids)]
+            values = [
+                fn(value, for_record(epoch, records[unit], piece))
+                for value, unit, piece in zip(elements.values, elements.units, elements.ids)
+            ]
         return Elements(values, elements.units, elements.ids)
 
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:

@@ -84,8 +84,9 @@ class MixPiece:
     final = False
     epoch = 0
 
-    def __init__(self, order: np.ndarray, parts: dict[int, Slices],
-                 before: MixCursor, payload: Any):
+    def __init__(
+        self, order: np.ndarray, parts: dict[int, Slices], before: MixCursor, payload: Any
+    ):
         self.order, self.parts, self.before, self.payload = order, parts, before, payload
         self.size = len(order)
         self._last: MixCursor | None = None  # the cursor after the whole piece, once asked
@@ -95,7 +96,7 @@ class MixPiece:
             if self._last is None:
                 self._last = self._cursor_at_end()
             return self._last
-        counts = np.bincount(self.order[:i + 1], minlength=len(self.before.taken))
+        counts = np.bincount(self.order[: i + 1], minlength=len(self.before.taken))
         cursors = list(self.before.cursors)
         for component, count in enumerate(counts.tolist()):
             if count:
@@ -124,8 +125,11 @@ class MixPiece:
         """(component, epoch, epoch position, output of its record) of each output."""
         out: list[tuple[int, ...]] = [()] * self.size
         for component, slices in self.parts.items():
-            theirs = [(component, piece.epoch, *ref) for piece, lo, hi in slices
-                      for ref in piece.refs()[lo:hi]]
+            theirs = [
+                (component, piece.epoch, *ref)
+                for piece, lo, hi in slices
+                for ref in piece.refs()[lo:hi]
+            ]
             for slot, ref in zip(np.flatnonzero(self.order == component).tolist(), theirs):
                 out[slot] = ref
         return out
@@ -145,8 +149,7 @@ class MixPiece:
 class MixedPieces:
     """The components' pieces, interleaved by the schedule into pieces of the mixture."""
 
-    def __init__(self, mix: Mix, batch: Batch | None, start: MixCursor,
-                 feeds: Sequence[Feed]):
+    def __init__(self, mix: Mix, batch: Batch | None, start: MixCursor, feeds: Sequence[Feed]):
         """`batch`: the batch each mixed piece is stacked into (None: pieces of elements)."""
         self.mix, self.batch, self.start, self.feeds = mix, batch, start, feeds
         self.phase = phases(mix.seed, len(feeds))
@@ -158,20 +161,28 @@ class MixedPieces:
         ahead = np.empty(0, np.int64)  # the schedule's next outputs, computed many at once
         while any(cursor.active):
             if len(ahead) < self.block:
-                ahead = next_components(cursor.taken, self.mix.weights, self.phase,
-                                        cursor.active, self.block * _BLOCKS_AHEAD)
-            order, ahead = ahead[:self.block], ahead[self.block:]
+                ahead = next_components(
+                    cursor.taken,
+                    self.mix.weights,
+                    self.phase,
+                    cursor.active,
+                    self.block * _BLOCKS_AHEAD,
+                )
+            order, ahead = ahead[: self.block], ahead[self.block :]
             wanted = np.bincount(order, minlength=len(self.feeds))
-            short = [i for i, n in enumerate(wanted.tolist())
-                     if n and self.feeds[i].fill(n) < n]
+            short = [i for i, n in enumerate(wanted.tolist()) if n and self.feeds[i].fill(n) < n]
             if short:  # a component ended: mix up to its first missing output, then decide
-                missing = {i: int(np.flatnonzero(order == i)[self.feeds[i].available]) for i in short}
+                missing = {
+                    i: int(np.flatnonzero(order == i)[self.feeds[i].available]) for i in short
+                }
                 cut = min(missing.values())
                 short = [i for i in short if missing[i] == cut]
                 order = order[:cut]
-            parts = {i: self.feeds[i].take(int(n))
-                     for i, n in enumerate(np.bincount(order, minlength=len(self.feeds)).tolist())
-                     if n}
+            parts = {
+                i: self.feeds[i].take(int(n))
+                for i, n in enumerate(np.bincount(order, minlength=len(self.feeds)).tolist())
+                if n
+            }
             if len(order):
                 piece = MixPiece(order, parts, cursor, self._payload(order, parts))
                 cursor = piece.cursor_after(len(order) - 1)
@@ -181,8 +192,9 @@ class MixedPieces:
                 if self.mix.on_end == "stop":
                     cursor = cursor._replace(active=(False,) * len(cursor.active))
                 else:  # "drop" ("restart" components never end: their epochs repeat)
-                    cursor = cursor._replace(active=tuple(
-                        a and i not in short for i, a in enumerate(cursor.active)))
+                    cursor = cursor._replace(
+                        active=tuple(a and i not in short for i, a in enumerate(cursor.active))
+                    )
         yield MixEnd(cursor)
 
     def _payload(self, order: np.ndarray, parts: dict[int, Slices]) -> Any:
@@ -192,21 +204,27 @@ class MixedPieces:
         lists = {c: slices for c, slices in parts.items() if isinstance(slices[0][0].payload, list)}
         if not self.stacked or len(lists) == len(parts):
             if len(parts) == 1:
-                values = [v for piece, lo, hi in next(iter(parts.values()))
-                          for v in piece.payload[lo:hi]]
+                values = [
+                    v for piece, lo, hi in next(iter(parts.values())) for v in piece.payload[lo:hi]
+                ]
             else:  # each output the next element of its component
                 takes: dict[int, Callable[[], Any]] = {
-                    component: iter([v for piece, lo, hi in slices
-                                     for v in piece.payload[lo:hi]]).__next__
-                    for component, slices in parts.items()}
+                    component: iter(
+                        [v for piece, lo, hi in slices for v in piece.payload[lo:hi]]
+                    ).__next__
+                    for component, slices in parts.items()
+                }
                 values = [takes[c]() for c in order.tolist()]
             if not self.stacked:
                 return values
             stacked = self._stack(values, order)
             _release(parts)
             return stacked
-        rows = {c: [take(p.payload, lo, hi) for p, lo, hi in slices]
-                for c, slices in parts.items() if c not in lists}
+        rows = {
+            c: [take(p.payload, lo, hi) for p, lo, hi in slices]
+            for c, slices in parts.items()
+            if c not in lists
+        }
         for c, slices in lists.items():
             values = [v for piece, lo, hi in slices for v in piece.payload[lo:hi]]
             rows[c] = [self._stack(values, np.full(len(values), c))]
@@ -227,27 +245,32 @@ class MixedPieces:
             components = sorted(set(order.tolist()))
             if len(components) > 1:
                 names = " and ".join(self.mix.labels[c] for c in components)
-                raise BatchError(f"mixture components {names} make elements that do not batch "
-                                 f"together: {error}; make them alike in each component's map") from None
+                raise BatchError(
+                    f"mixture components {names} make elements that do not batch "
+                    f"together: {error}; make them alike in each component's map"
+                ) from None
             raise
 
     def _scatter(self, order: np.ndarray, rows: dict[int, list[Any]]) -> Any:
         """One stacked batch whose row i is the next row of component order[i]."""
         first = min(rows)
         treedef, leaves = flatten(rows[first][0])
-        outs = [np.empty((len(order), *np.shape(leaf)[1:]), np.asarray(leaf).dtype)
-                for leaf in leaves]
+        outs = [
+            np.empty((len(order), *np.shape(leaf)[1:]), np.asarray(leaf).dtype) for leaf in leaves
+        ]
         for component, parts in rows.items():
             their_def, their = flatten(concat(parts))
             mismatch = their_def != treedef or any(
                 np.shape(a)[1:] != o.shape[1:] or np.asarray(a).dtype != o.dtype
-                for a, o in zip(their, outs))
+                for a, o in zip(their, outs)
+            )
             if mismatch:
                 raise BatchError(
                     f"mixture components {self.mix.labels[first]} and "
                     f"{self.mix.labels[component]} make elements that do not batch together: "
                     f"{_describe(leaves)} against {_describe(their)}; make them alike in each "
-                    "component's map")
+                    "component's map"
+                )
             slots = np.flatnonzero(order == component)
             for out, leaf in zip(outs, their):
                 out[slots] = leaf

@@ -80,12 +80,17 @@ class Packer:
                         closed.extend(add(new_segment(Segment, ((array,), (*ref, 0)))))
                 else:  # whole rows first, then the rest first-fit
                     wholes = 1 if self.cut else size // limit
-                    views = array[:wholes * limit].reshape(wholes, limit)
-                    closed.extend([Row([new_segment(Segment, ((view,), (*ref, p)))], [0])
-                                   for p, view in enumerate(views)])
+                    views = array[: wholes * limit].reshape(wholes, limit)
+                    closed.extend(
+                        [
+                            Row([new_segment(Segment, ((view,), (*ref, p)))], [0])
+                            for p, view in enumerate(views)
+                        ]
+                    )
                     if wholes * limit < size and not self.cut:
-                        closed.extend(add(new_segment(Segment, ((array[wholes * limit:],),
-                                                                (*ref, wholes)))))
+                        closed.extend(
+                            add(new_segment(Segment, ((array[wholes * limit :],), (*ref, wholes))))
+                        )
             else:
                 self._add(element, ref, piece, i)
             if len(closed) >= per_item:
@@ -118,17 +123,20 @@ class Packer:
         found = reread(wanted) if wanted else {}
         for r, (count, refs) in enumerate(saved.rows):
             if count > 1:  # whole rows, one piece each
-                self.closed.extend(Row([self._segment(piece, found)], [0])
-                                   for piece in run_of(refs[0], count))
+                self.closed.extend(
+                    Row([self._segment(piece, found)], [0]) for piece in run_of(refs[0], count)
+                )
                 continue
             row = Row([], list(self.lengths))
             for ref in refs:
                 segment = self._segment(ref, found)
                 sizes = [len(a) for a in segment.arrays]
                 if any(size > free for size, free in zip(sizes, row.free)):
-                    raise StateError(f"iterator state field pack puts {list(ref)} in a row "
-                                     "without room for it: the state was edited, or the data "
-                                     "or the stages changed")
+                    raise StateError(
+                        f"iterator state field pack puts {list(ref)} in a row "
+                        "without room for it: the state was edited, or the data "
+                        "or the stages changed"
+                    )
                 row.put(segment, sizes)
             (self.closed.append if r < saved.closed else self.packer.reopen)(row)
         for count, refs in saved.loose:
@@ -139,12 +147,16 @@ class Packer:
         record, out, part = ref[:-2], ref[-2], ref[-1]
         outputs = found.get(record, [])
         if out >= len(outputs):
-            raise StateError(f"the state names output {out} of record {list(record)}, which now "
-                             f"makes {len(outputs)}: the data or the stages changed")
+            raise StateError(
+                f"the state names output {out} of record {list(record)}, which now "
+                f"makes {len(outputs)}: the data or the stages changed"
+            )
         pieces = split(self._arrays(outputs[out], lambda: record[-1]), self.lengths, self.cut)
         if part >= len(pieces):
-            raise StateError(f"the state names piece {part} of record {list(record)}, which now "
-                             f"has {len(pieces)}: the data or the stages changed")
+            raise StateError(
+                f"the state names piece {part} of record {list(record)}, which now "
+                f"has {len(pieces)}: the data or the stages changed"
+            )
         return Segment(pieces[part], ref)
 
     def _add(self, element: Any, ref: tuple[int, ...], piece: PieceLike, i: int) -> None:
@@ -163,13 +175,17 @@ class Packer:
             raise TransformError(
                 f"pack({dict(zip(self.keys, self.lengths))}) packs elements that are dicts of "
                 f"exactly those keys; record {record()} gave {got} (select the keys in a map "
-                "before pack)", record=record())
+                "before pack)",
+                record=record(),
+            )
         arrays = tuple(np.asarray(element[key]) for key in self.keys)
         for key, array in zip(self.keys, arrays):
             if array.ndim != 1:
-                raise TransformError(f"pack: {key!r} of record {record()} has shape "
-                                     f"{array.shape}; packing needs 1-D sequences",
-                                     record=record())
+                raise TransformError(
+                    f"pack: {key!r} of record {record()} has shape "
+                    f"{array.shape}; packing needs 1-D sequences",
+                    record=record(),
+                )
         if self.dtypes is None:
             self.dtypes = [a.dtype for a in arrays]
         return arrays

@@ -38,9 +38,15 @@ class PackState(NamedTuple):
         for r, (row, count) in enumerate(zip(self.rows, self.counts)):
             refs = [s.ref for s in row.segments[:count]]
             last = entries[-1] if entries and r <= self.closed else None
-            if (r < self.closed and len(refs) == 1 and not row.free[0] and last is not None
-                    and last[0] >= 1 and len(last) == 1 + len(refs[0])
-                    and _whole_run_follows(last, refs[0])):
+            if (
+                r < self.closed
+                and len(refs) == 1
+                and not row.free[0]
+                and last is not None
+                and last[0] >= 1
+                and len(last) == 1 + len(refs[0])
+                and _whole_run_follows(last, refs[0])
+            ):
                 last[0] += 1
                 continue
             entries.append([1, *(n for ref in refs for n in ref)])
@@ -64,11 +70,13 @@ class SavedPack(NamedTuple):
         loose = tuple(_entry(e, arity) for e in _field(state, "loose", []))
         closed = _field(state, "closed", 0)
         if not 0 <= closed <= len(rows):
-            raise StateError(f"iterator state field pack.closed is {closed}, but it holds "
-                             f"{len(rows)} rows")
+            raise StateError(
+                f"iterator state field pack.closed is {closed}, but it holds {len(rows)} rows"
+            )
         if any(count > 1 for count, _ in rows[closed:]):
-            raise StateError("iterator state field pack holds a run of whole rows among its "
-                             "open rows")
+            raise StateError(
+                "iterator state field pack holds a run of whole rows among its open rows"
+            )
         return cls(closed, rows, loose)
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,10 +119,16 @@ def _entries(entries: Sequence[Entry]) -> list[list[int]]:
 
 def _entry(entry: Any, arity: int) -> Entry:
     """(n, refs) of a state entry `[n, *refs]` (n > 1: one ref, the first of n pieces)."""
-    if (not isinstance(entry, list) or not entry or not isinstance(entry[0], int)
-            or isinstance(entry[0], bool) or entry[0] < 1):
-        raise StateError(f"iterator state field pack holds {entry!r}, not [count, record, "
-                         "output, piece, ...]")
+    if (
+        not isinstance(entry, list)
+        or not entry
+        or not isinstance(entry[0], int)
+        or isinstance(entry[0], bool)
+        or entry[0] < 1
+    ):
+        raise StateError(
+            f"iterator state field pack holds {entry!r}, not [count, record, output, piece, ...]"
+        )
     refs = _refs(entry[1:], arity)
     if entry[0] > 1 and len(refs) != 1:
         raise StateError(f"iterator state field pack holds a run {entry!r} of more than one piece")
@@ -124,14 +138,18 @@ def _entry(entry: Any, arity: int) -> Entry:
 def _field(state: dict[str, Any], key: str, default: Any) -> Any:
     value = state.get(key, default)
     if not isinstance(value, type(default)) or isinstance(value, bool):
-        raise StateError(f"iterator state field pack.{key} must be a {type(default).__name__}, "
-                         f"got {value!r}")
+        raise StateError(
+            f"iterator state field pack.{key} must be a {type(default).__name__}, got {value!r}"
+        )
     return value
 
 
 def _refs(flat: Sequence[Any], arity: int) -> tuple[Ref, ...]:
-    if len(flat) % arity or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                                    for n in flat):
-        raise StateError(f"iterator state field pack holds {list(flat)!r}, not groups of "
-                         f"{arity} non-negative ints (record, output, piece)")
-    return tuple(tuple(flat[i:i + arity]) for i in range(0, len(flat), arity))
+    if len(flat) % arity or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in flat
+    ):
+        raise StateError(
+            f"iterator state field pack holds {list(flat)!r}, not groups of "
+            f"{arity} non-negative ints (record, output, piece)"
+        )
+    return tuple(tuple(flat[i : i + arity]) for i in range(0, len(flat), arity))

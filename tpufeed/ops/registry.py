@@ -27,11 +27,14 @@ def check_next(stages: Sequence[Stage], stage: Stage) -> None:
     batch = any(isinstance(s, Batch) for s in stages)
     pack = any(isinstance(s, Pack) for s in stages)
     if isinstance(stage, FlatMap) and (batch or pack):
-        raise InvalidArgumentError("flat_map must come before pack and batch: it makes "
-                                   "elements, and rows and batches are cut from elements")
+        raise InvalidArgumentError(
+            "flat_map must come before pack and batch: it makes "
+            "elements, and rows and batches are cut from elements"
+        )
     if isinstance(stage, Pack) and (batch or pack):
-        raise InvalidArgumentError("pack comes once, before batch: it makes the rows that "
-                                   "batch stacks")
+        raise InvalidArgumentError(
+            "pack comes once, before batch: it makes the rows that batch stacks"
+        )
     if isinstance(stage, Batch) and batch:
         raise InvalidArgumentError("batch is already set; a pipeline batches once")
     if isinstance(stage, Batch) and stage.pad and pack:
@@ -47,8 +50,9 @@ def stage_label(stage: Stage) -> str:
     return stage.name
 
 
-def split(stages: Sequence[Stage]) -> tuple[tuple[RecordStage, ...], Pack | None, Batch | None,
-                                            tuple[RecordStage, ...]]:
+def split(
+    stages: Sequence[Stage],
+) -> tuple[tuple[RecordStage, ...], Pack | None, Batch | None, tuple[RecordStage, ...]]:
     """(record stages before pack and batch, pack, batch, record stages after them)."""
     pack = next((s for s in stages if isinstance(s, Pack)), None)
     batch = next((s for s in stages if isinstance(s, Batch)), None)
@@ -56,8 +60,10 @@ def split(stages: Sequence[Stage]) -> tuple[tuple[RecordStage, ...], Pack | None
     head_end = at[0] if at else len(stages)
     tail_start = at[-1] + 1 if at else len(stages)
     if pack is not None and tail_start - head_end != len(at):
-        raise InvalidArgumentError("nothing can come between pack and batch: map the rows "
-                                   "after batch, or the elements before pack")
+        raise InvalidArgumentError(
+            "nothing can come between pack and batch: map the rows "
+            "after batch, or the elements before pack"
+        )
     head = tuple(s for s in stages[:head_end] if isinstance(s, RecordStage))
     tail = tuple(s for s in stages[tail_start:] if isinstance(s, RecordStage))
     return head, pack, batch, tail

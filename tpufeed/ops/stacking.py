@@ -35,15 +35,21 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
         for i, e in enumerate(() if same else elements):
             if not isinstance(e, dict) or e.keys() != keys:
                 got = sorted(e.keys()) if isinstance(e, dict) else type(e).__name__
-                raise BatchError(f"cannot batch{_at(where)}: {describe(0)} has keys {sorted(keys)} "
-                                 f"but {describe(i)} has {got}")
+                raise BatchError(
+                    f"cannot batch{_at(where)}: {describe(0)} has keys {sorted(keys)} "
+                    f"but {describe(i)} has {got}"
+                )
         return {k: _stack([e[k] for e in elements], f"{where}[{k!r}]", describe) for k in keys}
     if isinstance(first, (tuple, list)) and not is_leaf_list(first):
         for i, e in enumerate(elements):
             if type(e) is not type(first) or len(e) != len(first):
-                raise BatchError(f"cannot batch{_at(where)}: {describe(0)} is a {type(first).__name__} "
-                                 f"of {len(first)} but {describe(i)} is {_kind(e)}")
-        parts = [_stack([e[j] for e in elements], f"{where}[{j}]", describe) for j in range(len(first))]
+                raise BatchError(
+                    f"cannot batch{_at(where)}: {describe(0)} is a {type(first).__name__} "
+                    f"of {len(first)} but {describe(i)} is {_kind(e)}"
+                )
+        parts = [
+            _stack([e[j] for e in elements], f"{where}[{j}]", describe) for j in range(len(first))
+        ]
         return type(first)(parts) if isinstance(first, list) else _same_tuple(first, parts)
     if isinstance(first, (bytes, str)):
         base = str if isinstance(first, str) else bytes
@@ -60,9 +66,12 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
             if shape != shapes[0]:
                 raise BatchError(
                     f"cannot batch{_at(where)}: {describe(0)} has shape {shapes[0]} but "
-                    f"{describe(i)} has shape {shape}; pad or resize in a map before batch") from None
-        raise BatchError(f"cannot batch{_at(where)}: values of types "
-                         f"{sorted({type(e).__name__ for e in elements})} do not stack") from None
+                    f"{describe(i)} has shape {shape}; pad or resize in a map before batch"
+                ) from None
+        raise BatchError(
+            f"cannot batch{_at(where)}: values of types "
+            f"{sorted({type(e).__name__ for e in elements})} do not stack"
+        ) from None
     if out.dtype.kind in "USO" and np.asarray(first).dtype.kind != out.dtype.kind:
         _mixed_types(elements, where, describe)  # numpy would turn numbers into strings
     return out
@@ -70,14 +79,23 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
 
 def _mixed_types(elements: Sequence[Any], where: str, describe: Describe) -> None:
     """Raises naming the first element whose kind of value differs from element 0's."""
+
     def kind(e: Any) -> str:
-        return "text" if isinstance(e, str) else "bytes" if isinstance(e, bytes) else \
-            np.asarray(e).dtype.kind
+        return (
+            "text"
+            if isinstance(e, str)
+            else "bytes"
+            if isinstance(e, bytes)
+            else np.asarray(e).dtype.kind
+        )
+
     first = kind(elements[0])
     i = next((i for i, e in enumerate(elements) if kind(e) != first), 0)
-    raise BatchError(f"cannot batch{_at(where)}: {describe(0)} is {type(elements[0]).__name__} "
-                     f"{elements[0]!r:.40} but {describe(i)} is {type(elements[i]).__name__} "
-                     f"{elements[i]!r:.40}; make the key one type in a map before batch")
+    raise BatchError(
+        f"cannot batch{_at(where)}: {describe(0)} is {type(elements[0]).__name__} "
+        f"{elements[0]!r:.40} but {describe(i)} is {type(elements[i]).__name__} "
+        f"{elements[i]!r:.40}; make the key one type in a map before batch"
+    )
 
 
 def _same_keys(elements: Sequence[Any], keys: Any) -> bool:
@@ -97,7 +115,11 @@ def _same_tuple(first: tuple, parts: list) -> tuple:
 
 
 def _kind(value: Any) -> str:
-    return f"a {type(value).__name__} of {len(value)}" if isinstance(value, (tuple, list)) else type(value).__name__
+    return (
+        f"a {type(value).__name__} of {len(value)}"
+        if isinstance(value, (tuple, list))
+        else type(value).__name__
+    )
 
 
 def _at(where: str) -> str:

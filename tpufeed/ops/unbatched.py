@@ -24,5 +24,6 @@ class Unbatched:
         return None
 
     def set_state(self, saved: object, reread: Reread) -> None:
-        raise StateError(f"an unbatched pipeline holds nothing between items, but the state "
-                         f"gives it {saved!r}")
+        raise StateError(
+            f"an unbatched pipeline holds nothing between items, but the state gives it {saved!r}"
+        )

@@ -50,8 +50,10 @@ class Layer:
 
     def size(self, parent: int) -> int:
         """Indices of the parent space of size `parent` that nobody consumed."""
-        return sum(max(0, share_size(parent, self.base, h, self.hosts) - c)
-                   for h, c in enumerate(self.consumed))
+        return sum(
+            max(0, share_size(parent, self.base, h, self.hosts) - c)
+            for h, c in enumerate(self.consumed)
+        )
 
     def parent_indices(self, indices: np.ndarray, parent: int) -> np.ndarray:
         """The parent-space index of each of this layer's `indices` (its i-th unconsumed index)."""
@@ -85,8 +87,12 @@ def _bands(layer: Layer, parent: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
         total += (high - low) * len(live)
     if not starts:
         return (np.zeros(1, np.int64),) * 3 + (np.zeros((1, 1), np.int64),)
-    return (np.array(starts, np.int64), np.array(rows, np.int64), np.array(widths, np.int64),
-            np.array(columns, np.int64).reshape(len(starts), hosts))
+    return (
+        np.array(starts, np.int64),
+        np.array(rows, np.int64),
+        np.array(widths, np.int64),
+        np.array(columns, np.int64).reshape(len(starts), hosts),
+    )
 
 
 class Cursor(NamedTuple):
@@ -118,9 +124,11 @@ class Cursor(NamedTuple):
     def positions(self, n: int, start: int, count: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Epoch positions of units [start, start + count) of the stream, and the outputs to
         skip in each (None: none), which is how a stop in the middle of a unit resumes."""
-        carried = self.carries[start:start + count]
+        carried = self.carries[start : start + count]
         stride_start = max(0, start - len(self.carries))
-        stride = host_positions(self.base, self.host, self.hosts, stride_start, count - len(carried))
+        stride = host_positions(
+            self.base, self.host, self.hosts, stride_start, count - len(carried)
+        )
         if self.layers and len(stride):
             sizes = self.space_sizes(n)
             for layer, parent in zip(reversed(self.layers), reversed(sizes[:-1])):
@@ -128,7 +136,7 @@ class Cursor(NamedTuple):
         skips = None
         if carried or start <= self.consumed < start + count and self.emitted:
             skips = np.zeros(count, np.int64)
-            skips[:len(carried)] = [skip for _, skip in carried]
+            skips[: len(carried)] = [skip for _, skip in carried]
             if start <= self.consumed < start + count:
                 skips[self.consumed - start] = max(skips[self.consumed - start], self.emitted)
         if carried:
@@ -137,8 +145,16 @@ class Cursor(NamedTuple):
 
     def after(self, consumed: int, emitted: int = 0) -> Cursor:
         """This cursor moved on to `consumed` whole units and `emitted` outputs of the next."""
-        return Cursor(self.epoch, self.base, self.hosts, self.host, consumed, emitted,
-                      self.layers, self.carries)
+        return Cursor(
+            self.epoch,
+            self.base,
+            self.hosts,
+            self.host,
+            consumed,
+            emitted,
+            self.layers,
+            self.carries,
+        )
 
 
 def check_in_range(cursor: Cursor, n: int) -> Cursor:
@@ -148,23 +164,30 @@ def check_in_range(cursor: Cursor, n: int) -> Cursor:
     for depth, layer in enumerate(cursor.layers):
         for h, done in enumerate(layer.consumed):
             if layer.base > size or done > share_size(size, layer.base, h, layer.hosts):
-                raise StateError(f"iterator state layer {depth} says host {h} consumed {done} of "
-                                 f"an index space of {size} from {layer.base}: it does not fit "
-                                 f"this dataset ({n} records per epoch)")
+                raise StateError(
+                    f"iterator state layer {depth} says host {h} consumed {done} of "
+                    f"an index space of {size} from {layer.base}: it does not fit "
+                    f"this dataset ({n} records per epoch)"
+                )
         size = layer.size(size)
     if cursor.base > size:
-        raise StateError(f"iterator state starts its segment at {cursor.base}, past the "
-                         f"{size} positions it has ({n} records per epoch)")
+        raise StateError(
+            f"iterator state starts its segment at {cursor.base}, past the "
+            f"{size} positions it has ({n} records per epoch)"
+        )
     for position, _ in cursor.carries:
         if position >= n:
-            raise StateError(f"iterator state carries position {position}, past the {n} "
-                             "records of an epoch")
+            raise StateError(
+                f"iterator state carries position {position}, past the {n} records of an epoch"
+            )
     units = cursor.stream_size(n)
     if cursor.consumed > units or (cursor.emitted and cursor.consumed >= units):
-        raise StateError(f"iterator state says {cursor.consumed} units consumed"
-                         + (f" and {cursor.emitted} outputs of the next" if cursor.emitted else "")
-                         + f", but host {cursor.host} of {cursor.hosts} has {units} in an epoch "
-                         f"of this dataset ({n} records)")
+        raise StateError(
+            f"iterator state says {cursor.consumed} units consumed"
+            + (f" and {cursor.emitted} outputs of the next" if cursor.emitted else "")
+            + f", but host {cursor.host} of {cursor.hosts} has {units} in an epoch "
+            f"of this dataset ({n} records)"
+        )
     return cursor
 
 

@@ -29,7 +29,8 @@ def resume_one(saved: Cursor, n: int, hosts: int, host: int, counts_depend_on_da
             f"{saved.consumed} positions; the pipeline's counts depend on the data (filter, "
             "flat_map, ignore_errors, ...), so the hosts were not in lockstep and one host's state "
             f"cannot say what the others consumed. To continue as host {host} of {hosts}, pass "
-            "the states of all hosts: ds.iterator([state_host0, state_host1, ...])")
+            "the states of all hosts: ds.iterator([state_host0, state_host1, ...])"
+        )
     top = saved.space_sizes(n)[-1]
     base = min(top, saved.base + saved.consumed * saved.hosts)
     return Cursor(saved.epoch, base, hosts, host, 0, 0, saved.layers)
@@ -48,7 +49,7 @@ def resume_all(saved: Sequence[Cursor], n: int, hosts: int, host: int) -> Cursor
     for cursor in old:
         started = len(cursor.carries)
         if cursor.consumed < started:
-            left = list(cursor.carries[cursor.consumed:])
+            left = list(cursor.carries[cursor.consumed :])
             if cursor.emitted:
                 left[0] = (left[0][0], max(left[0][1], cursor.emitted))
             carries += left
@@ -76,18 +77,26 @@ def check_complete(saved: Sequence[Cursor]) -> list[Cursor]:
     first = old[0]
     for c in old[1:]:
         if c.hosts != first.hosts:
-            raise StateError(f"host {c.host}'s state is of a {c.hosts}-host run, host "
-                             f"{first.host}'s of a {first.hosts}-host run: the states come from "
-                             "different runs")
+            raise StateError(
+                f"host {c.host}'s state is of a {c.hosts}-host run, host "
+                f"{first.host}'s of a {first.hosts}-host run: the states come from "
+                "different runs"
+            )
     hosts = [c.host for c in old]
     if hosts != list(range(first.hosts)):
         missing = sorted(set(range(first.hosts)) - set(hosts))
         repeated = sorted({h for h in hosts if hosts.count(h) > 1})
         raise StateError(
             f"the states must be those of all {first.hosts} hosts of the run, one each; "
-            + "; ".join(part for part in (
-                f"missing host(s) {missing}" if missing else "",
-                f"host(s) {repeated} given more than once" if repeated else "") if part))
+            + "; ".join(
+                part
+                for part in (
+                    f"missing host(s) {missing}" if missing else "",
+                    f"host(s) {repeated} given more than once" if repeated else "",
+                )
+                if part
+            )
+        )
     return old
 
 
@@ -99,18 +108,23 @@ def check_same_stop(old: list[Cursor]) -> None:
             raise StateError(
                 f"host {c.host}'s state is in epoch {c.epoch} and host 0's in epoch "
                 f"{first.epoch}: take the states of all hosts at one step (to_jax and "
-                "iterator(uneven=...) end every epoch on all hosts at the same step)")
+                "iterator(uneven=...) end every epoch on all hosts at the same step)"
+            )
         if (c.base, c.layers) != (first.base, first.layers):
-            raise StateError(f"host {c.host}'s state and host 0's continue different stops of "
-                             "the run (their segments differ): the states come from different steps")
+            raise StateError(
+                f"host {c.host}'s state and host 0's continue different stops of "
+                "the run (their segments differ): the states come from different steps"
+            )
 
 
-def resume_mixture(saved: Sequence[MixCursor], sizes: Sequence[int], hosts: int,
-                   host: int) -> MixCursor:
+def resume_mixture(
+    saved: Sequence[MixCursor], sizes: Sequence[int], hosts: int, host: int
+) -> MixCursor:
     """The mixture cursor for host `host` of `hosts` that continues from all hosts' mixture
     cursors: each component exactly once per its epoch (the schedule restarts its counts)."""
     k = len(sizes)
-    cursors = tuple(resume_all([s.cursors[i] for s in saved], sizes[i], hosts, host)
-                    for i in range(k))
+    cursors = tuple(
+        resume_all([s.cursors[i] for s in saved], sizes[i], hosts, host) for i in range(k)
+    )
     active = tuple(any(s.active[i] for s in saved) for i in range(k))
     return MixCursor(cursors, (0,) * k, active)

@@ -123,10 +123,15 @@ def windowed_permute(positions: np.ndarray, shuffle: Shuffle, epoch: int) -> np.
     out = np.empty_like(positions)
     for w in np.unique(which).tolist():
         selected = which == w
-        members = shard_order[w * window:(w + 1) * window]
+        members = shard_order[w * window : (w + 1) * window]
         member_starts = np.concatenate([[0], np.cumsum(counts[members])])
-        local = permute(positions[selected] - window_starts[w], int(member_starts[-1]),
-                        shuffle.seed, epoch, stream=w + 1)
+        local = permute(
+            positions[selected] - window_starts[w],
+            int(member_starts[-1]),
+            shuffle.seed,
+            epoch,
+            stream=w + 1,
+        )
         j = np.searchsorted(member_starts, local, side="right") - 1
         out[selected] = starts[members[j]] + local - member_starts[j]
     return out

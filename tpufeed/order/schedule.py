@@ -24,8 +24,13 @@ def phases(seed: int, components: int) -> np.ndarray:
     return np.frombuffer(digest, "<u8").astype(np.float64) / 2.0**64
 
 
-def next_components(taken: Sequence[int], weights: Sequence[float], phase: np.ndarray,
-                    active: Sequence[bool], count: int) -> np.ndarray:
+def next_components(
+    taken: Sequence[int],
+    weights: Sequence[float],
+    phase: np.ndarray,
+    active: Sequence[bool],
+    count: int,
+) -> np.ndarray:
     """The components of the next `count` outputs, given how many each has delivered."""
     values, owners = [], []
     for i, (m, weight, live) in enumerate(zip(taken, weights, active)):

@@ -24,7 +24,9 @@ class Sharding:
         if self.index is not None and self.index < 0:
             raise InvalidArgumentError(f"shard index must be >= 0, got {self.index}")
         if self.index is not None and self.count is not None and self.index >= self.count:
-            raise InvalidArgumentError(f"shard index {self.index} is not below shard count {self.count}")
+            raise InvalidArgumentError(
+                f"shard index {self.index} is not below shard count {self.count}"
+            )
 
     def resolve(self) -> tuple[int, int]:
         """(index, count), the missing parts from jax.process_index()/process_count()."""

@@ -42,25 +42,39 @@ def fingerprint(description: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def state_to_dict(cursor: Cursor, fingerprint_: str,
-                  stages: Mapping[str, StageState] | None = None) -> dict[str, Any]:
+def state_to_dict(
+    cursor: Cursor, fingerprint_: str, stages: Mapping[str, StageState] | None = None
+) -> dict[str, Any]:
     """The state of a cursor, and of the stream stages that hold elements (`stages`, by key)."""
-    state: dict[str, Any] = {"version": STATE_VERSION, "fingerprint": fingerprint_,
-                             **cursor_fields(cursor)}
+    state: dict[str, Any] = {
+        "version": STATE_VERSION,
+        "fingerprint": fingerprint_,
+        **cursor_fields(cursor),
+    }
     if stages:
         state.update({key: value.to_dict() for key, value in stages.items()})
     return state
 
 
-def mix_state_to_dict(cursor: MixCursor, fingerprint_: str, components: Sequence[str],
-                      stages: Mapping[str, StageState] | None = None) -> dict[str, Any]:
+def mix_state_to_dict(
+    cursor: MixCursor,
+    fingerprint_: str,
+    components: Sequence[str],
+    stages: Mapping[str, StageState] | None = None,
+) -> dict[str, Any]:
     """The state of a mixture: each component's cursor (with the fingerprint of the component
     it belongs to) and the schedule's counts."""
     state: dict[str, Any] = {
-        "version": STATE_VERSION, "fingerprint": fingerprint_,
-        "mix": {"taken": list(cursor.taken), "active": [int(a) for a in cursor.active],
-                "components": [{"fingerprint": f, **cursor_fields(c)}
-                               for f, c in zip(components, cursor.cursors)]}}
+        "version": STATE_VERSION,
+        "fingerprint": fingerprint_,
+        "mix": {
+            "taken": list(cursor.taken),
+            "active": [int(a) for a in cursor.active],
+            "components": [
+                {"fingerprint": f, **cursor_fields(c)} for f, c in zip(components, cursor.cursors)
+            ],
+        },
+    }
     if stages:
         state.update({key: value.to_dict() for key, value in stages.items()})
     return state
@@ -96,12 +110,14 @@ def check_header(state: Mapping[str, Any], expected_fingerprint: str) -> None:
     if version not in _READABLE:
         raise StateError(
             f"iterator state has version {version!r}; this tpufeed reads versions "
-            f"{', '.join(map(str, _READABLE))}")
+            f"{', '.join(map(str, _READABLE))}"
+        )
     if state.get("fingerprint") != expected_fingerprint:
         raise StateError(
             f"iterator state belongs to another dataset or pipeline (fingerprint "
             f"{state.get('fingerprint')!r}, this dataset's is {expected_fingerprint!r}): "
-            "the source, shuffle seed, transforms and batching must be the same to resume")
+            "the source, shuffle seed, transforms and batching must be the same to resume"
+        )
 
 
 def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:
@@ -126,20 +142,29 @@ def mix_cursor_from_state(state: Mapping[str, Any], components: Sequence[str]) -
     """The mixture cursor of a state (its header already checked), each component's cursor
     checked against that component's fingerprint."""
     mix, k = state.get("mix"), len(components)
-    if not (isinstance(mix, dict) and all(isinstance(mix.get(key), list) and len(mix[key]) == k
-                                          for key in ("components", "taken", "active"))):
-        raise StateError(f"iterator state of a mixture of {k} components needs 'mix' with "
-                         f"'components', 'taken' and 'active' of {k} each; got {mix!r}")
+    if not (
+        isinstance(mix, dict)
+        and all(
+            isinstance(mix.get(key), list) and len(mix[key]) == k
+            for key in ("components", "taken", "active")
+        )
+    ):
+        raise StateError(
+            f"iterator state of a mixture of {k} components needs 'mix' with "
+            f"'components', 'taken' and 'active' of {k} each; got {mix!r}"
+        )
     cursors = []
     for component, expected in zip(mix["components"], components):
         component = load_state(component)
         check_header({"version": state["version"], **component}, expected)
         cursors.append(cursor_from_state(component))
-    taken = tuple(t if isinstance(t, int) and not isinstance(t, bool) and t >= 0 else -1
-                  for t in mix["taken"])
+    taken = tuple(
+        t if isinstance(t, int) and not isinstance(t, bool) and t >= 0 else -1 for t in mix["taken"]
+    )
     if -1 in taken or not all(a in (0, 1) for a in mix["active"]):
-        raise StateError(f"iterator state field mix has bad counts {mix['taken']!r} or flags "
-                         f"{mix['active']!r}")
+        raise StateError(
+            f"iterator state field mix has bad counts {mix['taken']!r} or flags {mix['active']!r}"
+        )
     return MixCursor(tuple(cursors), taken, tuple(bool(a) for a in mix["active"]))
 
 
@@ -150,19 +175,24 @@ def _layer_to_list(layer: Layer) -> list[Any]:
 
 def _layer_from_list(item: Any) -> Layer:
     if not (isinstance(item, list) and len(item) == 4 and isinstance(item[3], list)):
-        raise StateError(f"iterator state field 'layers' holds {item!r}, not "
-                         "[base, hosts, least, [consumed - least, ...]]")
+        raise StateError(
+            f"iterator state field 'layers' holds {item!r}, not "
+            "[base, hosts, least, [consumed - least, ...]]"
+        )
     base, hosts, least = (_count(v, "layers") for v in item[:3])
     consumed = tuple(least + _count(v, "layers") for v in item[3])
     if hosts < 1 or len(consumed) != hosts:
-        raise StateError(f"iterator state field 'layers' holds {len(consumed)} counts for "
-                         f"{hosts} hosts")
+        raise StateError(
+            f"iterator state field 'layers' holds {len(consumed)} counts for {hosts} hosts"
+        )
     return Layer(base, hosts, consumed)
 
 
 def _carry(item: Any) -> tuple[int, int]:
     if not (isinstance(item, list) and len(item) == 2):
-        raise StateError(f"iterator state field 'carries' holds {item!r}, not [position, delivered]")
+        raise StateError(
+            f"iterator state field 'carries' holds {item!r}, not [position, delivered]"
+        )
     return _count(item[0], "carries"), _count(item[1], "carries")
 
 

@@ -42,16 +42,24 @@ class Options:
 
     def __post_init__(self) -> None:
         timeout = self.timeout_s
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not timeout > 0):
-            raise InvalidArgumentError(f"timeout_s must be a positive number of seconds, got "
-                                       f"{timeout!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise InvalidArgumentError(
+                f"timeout_s must be a positive number of seconds, got {timeout!r}"
+            )
         budget = self.ram_budget_bytes
-        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 0):
-            raise InvalidArgumentError(f"ram_budget_bytes must be a non-negative int, got {budget!r}")
+        if budget is not None and (
+            not isinstance(budget, int) or isinstance(budget, bool) or budget < 0
+        ):
+            raise InvalidArgumentError(
+                f"ram_budget_bytes must be a non-negative int, got {budget!r}"
+            )
 
     def budget(self) -> int:
-        return self.ram_budget_bytes if self.ram_budget_bytes is not None else available_memory() // 2
+        return (
+            self.ram_budget_bytes if self.ram_budget_bytes is not None else available_memory() // 2
+        )
 
 
 @dataclass(frozen=True)
@@ -81,8 +89,9 @@ def pipeline_bytes(workers: int, prefetch: int, batch_bytes: int) -> int:
     return (in_flight + slots) * batch_bytes + workers * WORKER_BYTES
 
 
-def measure(plan: Plan, cursor: Cursor,
-            timeout_s: float | None = None) -> tuple[float, int, tuple[Any, ...]]:
+def measure(
+    plan: Plan, cursor: Cursor, timeout_s: float | None = None
+) -> tuple[float, int, tuple[Any, ...]]:
     """(CPU seconds per record, bytes per item, the pieces made) over the first chunks from
     `cursor`.
 
@@ -142,8 +151,7 @@ def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int, tuple
     return (now() - started) / records if records else 0.0, item_bytes, tuple(pieces)
 
 
-def workers_for(task_seconds: float, cores: int, batch_bytes: int,
-                budget: int) -> tuple[int, str]:
+def workers_for(task_seconds: float, cores: int, batch_bytes: int, budget: int) -> tuple[int, str]:
     """(workers, why) for batches of `task_seconds` of record work on `cores` cores: none when
     a batch is cheaper in-process than across processes; one fewer than cores when batches are
     short (the parent keeps a core and steals chunks with what it has left); one a core when
@@ -152,8 +160,10 @@ def workers_for(task_seconds: float, cores: int, batch_bytes: int,
     if task_seconds < _MIN_TASK_SECONDS or cores < 2:
         return 0, f"{work}: cheaper in-process than across workers"
     if task_seconds < _SHORT_TASK_SECONDS:
-        workers, reason = cores - 1, f"{work}: one core left to the parent, which runs chunks " \
-                                     "itself when it would wait"
+        workers, reason = (
+            cores - 1,
+            f"{work}: one core left to the parent, which runs chunks itself when it would wait",
+        )
     else:
         workers, reason = cores, work
     fits = workers
@@ -164,8 +174,9 @@ def workers_for(task_seconds: float, cores: int, batch_bytes: int,
     return fits, reason
 
 
-def choose(plan: Plan, cursor: Cursor, workers: int | str, prefetch: int | str,
-           options: Options) -> Tuning:
+def choose(
+    plan: Plan, cursor: Cursor, workers: int | str, prefetch: int | str, options: Options
+) -> Tuning:
     """Settings for `auto` values; fixed values are kept as given."""
     budget = options.budget()
     per_record, batch_bytes, warm = measure(plan, cursor, options.timeout_s)
@@ -177,7 +188,10 @@ def choose(plan: Plan, cursor: Cursor, workers: int | str, prefetch: int | str,
         chosen_workers, reason = int(workers), "workers set by the user"
     if prefetch == AUTO:
         chosen_prefetch = 2 if chosen_workers == 0 else chosen_workers
-        while chosen_prefetch and pipeline_bytes(chosen_workers, chosen_prefetch, batch_bytes) > budget:
+        while (
+            chosen_prefetch
+            and pipeline_bytes(chosen_workers, chosen_prefetch, batch_bytes) > budget
+        ):
             chosen_prefetch -= 1
     else:
         chosen_prefetch = int(prefetch)

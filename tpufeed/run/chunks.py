@@ -28,8 +28,12 @@ Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describ
 Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
 
 
-def read(source: SourceView, indices: np.ndarray, clock: StageClock,
-         skipped: list[TpufeedError] | None = None) -> tuple[list[Any], list[int]]:
+def read(
+    source: SourceView,
+    indices: np.ndarray,
+    clock: StageClock,
+    skipped: list[TpufeedError] | None = None,
+) -> tuple[list[Any], list[int]]:
     """Reads a chunk of records, timed as the "read" stage: (records, their units).
 
     With `skipped` (a tolerant pipeline), a failing chunk is re-read record by record and the
@@ -44,7 +48,7 @@ def read(source: SourceView, indices: np.ndarray, clock: StageClock,
         records, units = [], []
         for unit in range(len(indices)):
             try:
-                records += source.read(indices[unit:unit + 1])
+                records += source.read(indices[unit : unit + 1])
             except SourceError as error:
                 skipped.append(error)
                 continue
@@ -65,13 +69,22 @@ class ChunkRunner:
         self.labels = stage_names(plan.head)
         self.splits = any(stage.splits for stage in plan.head)
         self.tolerant = plan.max_errors > 0
-        self.after_batch = ItemStages(plan.tail, plan.source, plan.rng_seed, clock,
-                                      self.tolerant, beacon)
+        self.after_batch = ItemStages(
+            plan.tail, plan.source, plan.rng_seed, clock, self.tolerant, beacon
+        )
         self._rngs: dict[int, RecordRngs] = {}
 
     def context(self, epoch: int, records: list[int]) -> Context:
-        return Context(epoch, records, self.plan.source, self.plan.rng_seed, self.clock,
-                       [] if self.tolerant else None, self._rngs, self.beacon)
+        return Context(
+            epoch,
+            records,
+            self.plan.source,
+            self.plan.rng_seed,
+            self.clock,
+            [] if self.tolerant else None,
+            self._rngs,
+            self.beacon,
+        )
 
     def outputs(self, epoch: int, positions: list[int]) -> dict[int, list[Any]]:
         """Every output of the records at epoch `positions`, read and transformed again (what
@@ -91,8 +104,14 @@ class ChunkRunner:
         piece.chunk = chunk
         return piece
 
-    def run(self, epoch: int, indices: np.ndarray, skips: np.ndarray | None,
-            stacker: Stacker = stack, placer: Placer = lambda batch: batch) -> Piece:
+    def run(
+        self,
+        epoch: int,
+        indices: np.ndarray,
+        skips: np.ndarray | None,
+        stacker: Stacker = stack,
+        placer: Placer = lambda batch: batch,
+    ) -> Piece:
         """The piece made from records `indices` of `epoch` (`skips`: outputs of each unit to
         leave out, as delivered before)."""
         plan, beacon = self.plan, self.beacon
@@ -114,22 +133,33 @@ class ChunkRunner:
         if plan.batch is None or plan.pack is not None:
             piece.payload = values  # elements: unbatched, or packed in order by the parent
         elif values:
-            piece.payload = self._stack(plan.batch, values, records, elements.units, epoch,
-                                        piece.skipped, stacker, placer)
+            piece.payload = self._stack(
+                plan.batch, values, records, elements.units, epoch, piece.skipped, stacker, placer
+            )
             piece.final = plan.fused
         if beacon is not None:
             beacon.idle()
         return piece
 
-    def _stack(self, batch: Batch, values: list[Any], records: list[int], units: list[int],
-               epoch: int, skipped: list[TpufeedError], stacker: Stacker, placer: Placer) -> Any:
+    def _stack(
+        self,
+        batch: Batch,
+        values: list[Any],
+        records: list[int],
+        units: list[int],
+        epoch: int,
+        skipped: list[TpufeedError],
+        stacker: Stacker,
+        placer: Placer,
+    ) -> Any:
         """The survivors of a chunk stacked: a piece for the stream stage to cut batches from,
         or (a fused plan) the whole batch, with the stages after batch run on it."""
         plan = self.plan
         describe = lambda i: plan.source.describe(records[units[i]])  # noqa: E731
         if batch.pad:  # to each key's bucket if this is the batch, else the longest
-            values = pad_elements(values, batch.pad, batch.cut, fixed=not plan.fused,
-                                  describe=describe)
+            values = pad_elements(
+                values, batch.pad, batch.cut, fixed=not plan.fused, describe=describe
+            )
         started = now()
         if self.beacon is not None:
             self.beacon.at("batch", records[0])
@@ -150,10 +180,13 @@ def reread(plan: Plan, epoch: int, clock: StageClock) -> Reread:
     def outputs(records: list[tuple[int, ...]]) -> dict[tuple[int, ...], list[Any]]:
         found = runner.outputs(epoch, [r[0] for r in records])
         return {(position,): outs for position, outs in found.items()}
+
     return outputs
 
 
-def _outputs(elements: Elements, skips: np.ndarray | None) -> tuple[Elements, list[int], list[bool]]:
+def _outputs(
+    elements: Elements, skips: np.ndarray | None
+) -> tuple[Elements, list[int], list[bool]]:
     """Numbers each element within its unit's outputs and marks each unit's last; drops the
     outputs a unit delivered before (`skips`)."""
     units = elements.units
@@ -166,8 +199,11 @@ def _outputs(elements: Elements, skips: np.ndarray | None) -> tuple[Elements, li
         last.append(i + 1 == len(units) or units[i + 1] != unit)
     if skips is not None:
         keep = [i for i, (unit, out) in enumerate(zip(units, outs)) if out >= skips[unit]]
-        elements = Elements([elements.values[i] for i in keep], [units[i] for i in keep],
-                            None if elements.ids is None else [elements.ids[i] for i in keep])
+        elements = Elements(
+            [elements.values[i] for i in keep],
+            [units[i] for i in keep],
+            None if elements.ids is None else [elements.ids[i] for i in keep],
+        )
         outs, last = [outs[i] for i in keep], [last[i] for i in keep]
     return elements, outs, last
 

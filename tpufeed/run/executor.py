@@ -50,8 +50,15 @@ class InProcessExecutor:
     the "auto" warm-up; `beacon`: marks the stage and record being run, for a timeout.
     """
 
-    def __init__(self, plan: Plan, cursor: Cursor, clock: StageClock, beacon: Any = None,
-                 warm: tuple[Any, ...] = (), every: tuple[int, int] | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        cursor: Cursor,
+        clock: StageClock,
+        beacon: Any = None,
+        warm: tuple[Any, ...] = (),
+        every: tuple[int, int] | None = None,
+    ):
         self.plan, self.cursor, self.clock = plan, cursor, clock
         self.runner = ChunkRunner(plan, clock, beacon)
         self.warm, self.every = warm, every

@@ -129,10 +129,18 @@ class PipelineRun(Iterator[Any]):
     prefetch thread, `prefetch` ahead, where the executor runs chunks here), and the exact
     position of what `__next__` has returned. Every executor's run is this one."""
 
-    def __init__(self, plan: StreamPlan, start: Start,
-                 executor: Callable[[Counters, StageClock], Executor], prefetch: int = 0,
-                 workers: int = 0, tuning: Tuning | None = None, adapt_prefetch: bool = False,
-                 timeout_s: float | None = None, beacon: Beacon | None = None):
+    def __init__(
+        self,
+        plan: StreamPlan,
+        start: Start,
+        executor: Callable[[Counters, StageClock], Executor],
+        prefetch: int = 0,
+        workers: int = 0,
+        tuning: Tuning | None = None,
+        adapt_prefetch: bool = False,
+        timeout_s: float | None = None,
+        beacon: Beacon | None = None,
+    ):
         self._plan = plan
         self._position, self._stages = start.position, start.stages
         self._counters, self._clock = Counters(), StageClock()
@@ -144,10 +152,12 @@ class PipelineRun(Iterator[Any]):
         self._closed = True  # until construction succeeds
         self._executor = executor(self._counters, self._clock)
         reread = self._executor.reread() if start.stages else None
-        self._items = stream(plan, self._executor.pieces(), self._counters, self._clock,
-                             start.stages, reread)
-        self._prefetcher = ThreadPrefetcher(self._items, prefetch) if prefetch and not workers \
-            else None
+        self._items = stream(
+            plan, self._executor.pieces(), self._counters, self._clock, start.stages, reread
+        )
+        self._prefetcher = (
+            ThreadPrefetcher(self._items, prefetch) if prefetch and not workers else None
+        )
         self._closed = False
 
     def __iter__(self) -> PipelineRun:
@@ -183,8 +193,9 @@ class PipelineRun(Iterator[Any]):
         except queue.Empty:
             if self._timeout_s is None:  # only a wait with a timeout ends empty
                 raise
-            error = timed_out(self._timeout_s, "the prefetch thread", self._beacon,
-                              self._plan.names)
+            error = timed_out(
+                self._timeout_s, "the prefetch thread", self._beacon, self._plan.names
+            )
             self.close()
             raise error from None
 
@@ -203,8 +214,13 @@ class PipelineRun(Iterator[Any]):
         waited, self._window_start, self._window_wait = self._window_wait, now(), 0.0
         tuning = self._tuning
         deeper = self._prefetch + 1
-        if (tuning is None or window <= 0 or waited / window < 0.1 or deeper > MAX_PREFETCH
-                or tuning.buffer_bytes(self._workers, deeper) > tuning.budget_bytes):
+        if (
+            tuning is None
+            or window <= 0
+            or waited / window < 0.1
+            or deeper > MAX_PREFETCH
+            or tuning.buffer_bytes(self._workers, deeper) > tuning.budget_bytes
+        ):
             return
         self._prefetch = deeper
         if self._prefetcher is not None:
@@ -219,21 +235,30 @@ class PipelineRun(Iterator[Any]):
         for name, seconds in list(self._clock.seconds.items()):
             procs = 1 if name == "transfer" or workers == 0 else workers
             stages[name] = StageStats(seconds, self._clock.records[name], procs)
-        depth = (self._prefetcher.depth() if self._prefetcher is not None
-                 else self._executor.queue_depth)
+        depth = (
+            self._prefetcher.depth() if self._prefetcher is not None else self._executor.queue_depth
+        )
         pids = [os.getpid()] + self._executor.worker_pids
         counters = self._counters
         return PipelineStats(
-            wall_seconds=now() - self._started, wait_seconds=self._waited,
-            batches=self._delivered, records=self._records, workers=workers,
-            prefetch=self._prefetch, queue_depth=depth,
+            wall_seconds=now() - self._started,
+            wait_seconds=self._waited,
+            batches=self._delivered,
+            records=self._records,
+            workers=workers,
+            prefetch=self._prefetch,
+            queue_depth=depth,
             memory_bytes=sum(rss_bytes(pid) for pid in pids),
-            dropped_records=counters.dropped_records, errors=counters.errors,
+            dropped_records=counters.dropped_records,
+            errors=counters.errors,
             padded_rows=counters.padded_rows,
-            pack_fill=(counters.pack_tokens / counters.pack_capacity
-                       if counters.pack_capacity else None),
-            stages=stages, tuning=self._tuning.reason if self._tuning is not None else None,
-            mixture=self._mixture_stats())
+            pack_fill=(
+                counters.pack_tokens / counters.pack_capacity if counters.pack_capacity else None
+            ),
+            stages=stages,
+            tuning=self._tuning.reason if self._tuning is not None else None,
+            mixture=self._mixture_stats(),
+        )
 
     def _mixture_stats(self) -> list[dict[str, Any]] | None:
         """Per component of a mixture: elements taken into it, their share, the weight."""
@@ -242,8 +267,10 @@ class PipelineRun(Iterator[Any]):
         taken = self._position.taken
         total = sum(taken) or 1
         mix = self._plan.mix
-        return [{"component": label, "taken": t, "share": t / total, "weight": w}
-                for label, t, w in zip(mix.labels, taken, mix.weights)]
+        return [
+            {"component": label, "taken": t, "share": t / total, "weight": w}
+            for label, t, w in zip(mix.labels, taken, mix.weights)
+        ]
 
     @property
     def records_delivered(self) -> int:

@@ -39,25 +39,40 @@ class RunSettings:
     def __post_init__(self) -> None:
         for name, n in (("workers", self.workers), ("prefetch", self.prefetch)):
             if n != AUTO and (not isinstance(n, int) or isinstance(n, bool) or n < 0):
-                raise InvalidArgumentError(f"{name} must be a non-negative int or 'auto', got "
-                                           f"{n!r}")
+                raise InvalidArgumentError(
+                    f"{name} must be a non-negative int or 'auto', got {n!r}"
+                )
         if not isinstance(self.isolate, bool):
             raise InvalidArgumentError(f"isolate must be True or False, got {self.isolate!r}")
         if self.isolate and self.workers == AUTO:
-            raise InvalidArgumentError("workers('auto') measures a warm-up in this process; with "
-                                       "isolate=True give a number of workers")
+            raise InvalidArgumentError(
+                "workers('auto') measures a warm-up in this process; with "
+                "isolate=True give a number of workers"
+            )
 
 
-def launcher(plan: StreamPlan, settings: RunSettings, uneven: str | None,
-             agreement: HostAgreement | None, template: Callable[[], Any]) -> Launch:
+def launcher(
+    plan: StreamPlan,
+    settings: RunSettings,
+    uneven: str | None,
+    agreement: HostAgreement | None,
+    template: Callable[[], Any],
+) -> Launch:
     """What `DatasetIterator` starts its runs with, from any state of `plan`. `template` makes
     an item to pad from, for `uneven="pad"`."""
     check_uneven(uneven)
 
     def launch(state: Any) -> Callable[[], Run]:
         start = resume(plan, state)  # a bad state fails here, before any work
-        return lambda: end_together(lambda: start_run(plan, start, settings), plan,
-                                    start.position, uneven, agreement, template)
+        return lambda: end_together(
+            lambda: start_run(plan, start, settings),
+            plan,
+            start.position,
+            uneven,
+            agreement,
+            template,
+        )
+
     return launch
 
 
@@ -72,8 +87,7 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
     if isinstance(settings.workers, int) and isinstance(settings.prefetch, int):
         workers, prefetch = settings.workers, settings.prefetch
     else:  # "auto": measured
-        tuning = choose(plan, start.position, settings.workers, settings.prefetch,
-                        settings.options)
+        tuning = choose(plan, start.position, settings.workers, settings.prefetch, settings.options)
         workers, prefetch = tuning.workers, tuning.prefetch
     adapt = settings.prefetch == AUTO
     warm = tuning.warm if tuning is not None else ()
@@ -82,9 +96,18 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
         from tpufeed.run.workers.engine import WorkerExecutor  # imported when workers run
 
         def in_workers(counters: Counters, clock: StageClock) -> Executor:
-            return WorkerExecutor(plan, position, workers, prefetch, clock,
-                                  max_prefetch=MAX_PREFETCH if adapt else prefetch,
-                                  isolate=settings.isolate, timeout_s=timeout_s, warm=warm)
+            return WorkerExecutor(
+                plan,
+                position,
+                workers,
+                prefetch,
+                clock,
+                max_prefetch=MAX_PREFETCH if adapt else prefetch,
+                isolate=settings.isolate,
+                timeout_s=timeout_s,
+                warm=warm,
+            )
+
         return PipelineRun(plan, start, in_workers, prefetch, workers, tuning, adapt, timeout_s)
     beacon = None
     if timeout_s is not None:  # the work leaves this thread, so a wait can end
@@ -93,6 +116,7 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
 
     def here(counters: Counters, clock: StageClock) -> Executor:
         return InProcessExecutor(plan, position, clock, beacon, warm)
+
     return PipelineRun(plan, start, here, prefetch, 0, tuning, adapt, timeout_s, beacon)
 
 
@@ -105,4 +129,5 @@ def _mixture_run(plan: MixPlan, start: Start, settings: RunSettings) -> Pipeline
 
     def mixture(counters: Counters, clock: StageClock) -> Executor:
         return MixtureExecutor(plan, start.position, counters, clock)
+
     return PipelineRun(plan, start, mixture, settings.prefetch)

@@ -39,8 +39,9 @@ class Mixture:
     seed: int
     on_end: str
 
-    def plan(self, host: int, hosts: int, workers: int | str, stages: tuple[Stage, ...],
-             fingerprint: str) -> MixPlan:
+    def plan(
+        self, host: int, hosts: int, workers: int | str, stages: tuple[Stage, ...], fingerprint: str
+    ) -> MixPlan:
         """The runnable mixture for host `host` of `hosts`; `workers` are shared out over the
         components by weight (a component's own `.workers(n)` wins; "auto" shares none out:
         a mixture refuses it when it runs)."""
@@ -49,51 +50,75 @@ class Mixture:
         if head:
             raise InvalidArgumentError(
                 "after mix come pack and batch (and stages on their items); put per-element "
-                "stages (map, filter, ...) in the components, before mix")
+                "stages (map, filter, ...) in the components, before mix"
+            )
         components, labels, shares = [], [], []
         for i, (ds, weight) in enumerate(zip(self.datasets, self.weights)):
             plan = ds.shard(host, hosts)._plan()
             own = ds._settings.workers
             shares.append(own if own else (max(1, round(workers * weight)) if workers else 0))
             # Workers stack their pieces in shared memory; this process hands over elements.
-            components.append(component_plan(plan, batch if pack is None else None,
-                                             stacked=bool(shares[-1]),
-                                             restart=self.on_end == "restart"))
+            components.append(
+                component_plan(
+                    plan,
+                    batch if pack is None else None,
+                    stacked=bool(shares[-1]),
+                    restart=self.on_end == "restart",
+                )
+            )
             labels.append(f"#{i} {ds.source!r}"[:80])
         mix = Mix(self.weights, self.seed, self.on_end, tuple(labels))
-        return MixPlan(tuple(components), mix, tuple(shares), pack, batch, tail, hosts, host,
-                       fingerprint)
+        return MixPlan(
+            tuple(components), mix, tuple(shares), pack, batch, tail, hosts, host, fingerprint
+        )
 
     def describe(self) -> Any:
-        return {"mix": [ds.fingerprint() for ds in self.datasets], "weights": list(self.weights),
-                "seed": self.seed, "on_end": self.on_end}
+        return {
+            "mix": [ds.fingerprint() for ds in self.datasets],
+            "weights": list(self.weights),
+            "seed": self.seed,
+            "on_end": self.on_end,
+        }
 
     def summary(self, stages: tuple[Stage, ...]) -> str:
         """How the mixture, with `stages` after it, shows in a repr."""
-        return (f"Dataset.mix({len(self.datasets)} components, weights="
-                f"{[round(w, 4) for w in self.weights]}, on_end={self.on_end!r}, "
-                f"stages={[s.name for s in stages]})")
+        return (
+            f"Dataset.mix({len(self.datasets)} components, weights="
+            f"{[round(w, 4) for w in self.weights]}, on_end={self.on_end!r}, "
+            f"stages={[s.name for s in stages]})"
+        )
 
     def fingerprint(self, stages: tuple[Stage, ...]) -> str:
         """Identifies the components, weights, seed and `stages` after mix."""
         return fingerprint_of({**self.describe(), "ops": [stage.describe() for stage in stages]})
 
 
-def check_component(i: int, stages: tuple[Stage, ...], sharded: bool, workers: int | str,
-                    prefetch: int | str, timeout_s: float | None) -> None:
+def check_component(
+    i: int,
+    stages: tuple[Stage, ...],
+    sharded: bool,
+    workers: int | str,
+    prefetch: int | str,
+    timeout_s: float | None,
+) -> None:
     """Raises unless a dataset of these stages and settings can be component `i` of a mixture."""
     if any(isinstance(stage, (Batch, Pack)) for stage in stages):
-        raise InvalidArgumentError(f"mix component {i} batches or packs: batch and pack the "
-                                   "mixture, after mix")
+        raise InvalidArgumentError(
+            f"mix component {i} batches or packs: batch and pack the mixture, after mix"
+        )
     if sharded:
-        raise InvalidArgumentError(f"mix component {i} is sharded: shard the mixture, which "
-                                   "shards every component alike")
+        raise InvalidArgumentError(
+            f"mix component {i} is sharded: shard the mixture, which shards every component alike"
+        )
     if AUTO in (workers, prefetch):
-        raise InvalidArgumentError(f"mix component {i} has 'auto' workers or prefetch; give the "
-                                   "mixture or the component a number")
+        raise InvalidArgumentError(
+            f"mix component {i} has 'auto' workers or prefetch; give the "
+            "mixture or the component a number"
+        )
     if timeout_s is not None:
-        raise InvalidArgumentError(f"mix component {i} has options(timeout_s=...), which does "
-                                   "not watch a mixture yet")
+        raise InvalidArgumentError(
+            f"mix component {i} has options(timeout_s=...), which does not watch a mixture yet"
+        )
 
 
 def check_mix(datasets: Any, weights: Any, seed: Any, on_end: Any) -> tuple[tuple[float, ...], str]:
@@ -103,8 +128,9 @@ def check_mix(datasets: Any, weights: Any, seed: Any, on_end: Any) -> tuple[tupl
     if weights is None:
         weights = [1.0] * len(datasets)
     if not isinstance(weights, (list, tuple)) or len(weights) != len(datasets):
-        raise InvalidArgumentError(f"mix needs one weight per dataset ({len(datasets)}), got "
-                                   f"{weights!r}")
+        raise InvalidArgumentError(
+            f"mix needs one weight per dataset ({len(datasets)}), got {weights!r}"
+        )
     for w in weights:
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w <= 0:
             raise InvalidArgumentError(f"mix weights must be positive numbers, got {weights!r}")
@@ -119,8 +145,9 @@ def check_mix(datasets: Any, weights: Any, seed: Any, on_end: Any) -> tuple[tupl
 class ComponentFeed:
     """One component's pieces, handed out an element count at a time, in order."""
 
-    def __init__(self, index: int, plan: MixPlan, pieces: Iterator[PieceLike | End],
-                 counters: Counters):
+    def __init__(
+        self, index: int, plan: MixPlan, pieces: Iterator[PieceLike | End], counters: Counters
+    ):
         self.index, self.label = index, plan.mix.labels[index]
         self.plan = plan.components[index]
         self.pieces = pieces
@@ -138,8 +165,10 @@ class ComponentFeed:
                 self.ended = True
             elif isinstance(step, End):
                 if not self.made_this_epoch and step.whole_epoch and self.plan.epochs is None:
-                    raise TpufeedError(f"mixture component {self.label} made nothing in epoch "
-                                       f"{step.epoch}, so restarting it would loop forever")
+                    raise TpufeedError(
+                        f"mixture component {self.label} made nothing in epoch "
+                        f"{step.epoch}, so restarting it would loop forever"
+                    )
                 self.made_this_epoch = False
             elif isinstance(step, Piece):
                 self.budget.charge(step.skipped)
@@ -170,16 +199,20 @@ class MixtureExecutor:
 
     def __init__(self, plan: MixPlan, cursor: MixCursor, counters: Counters, clock: StageClock):
         from tpufeed.run.workers.engine import WorkerExecutor  # imported when a mixture runs
+
         self.plan, self.cursor, self.counters, self.clock = plan, cursor, counters, clock
         self.components: list[Executor] = [
-            WorkerExecutor(component, position, workers, 0, clock) if workers
+            WorkerExecutor(component, position, workers, 0, clock)
+            if workers
             else InProcessExecutor(component, position, clock)
-            for component, position, workers in zip(plan.components, cursor.cursors,
-                                                    plan.workers)]
+            for component, position, workers in zip(plan.components, cursor.cursors, plan.workers)
+        ]
 
     def pieces(self) -> Iterator[PieceLike | End]:
-        feeds = [ComponentFeed(i, self.plan, executor.pieces(), self.counters)
-                 for i, executor in enumerate(self.components)]
+        feeds = [
+            ComponentFeed(i, self.plan, executor.pieces(), self.counters)
+            for i, executor in enumerate(self.components)
+        ]
         batch = self.plan.batch if self.plan.pack is None else None
         return iter(MixedPieces(self.plan.mix, batch, self.cursor, feeds))
 
@@ -195,6 +228,7 @@ class MixtureExecutor:
                 for position, outs in runner.outputs(epoch, positions).items():
                     found[(component, epoch, position)] = outs
             return found
+
         return outputs
 
     def close(self) -> None:

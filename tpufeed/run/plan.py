@@ -132,8 +132,11 @@ class Plan:
         (a filter, flat_map, pack or skipped bad records). If not, hosts with equal shares stay in
         lockstep, and one host's state tells where every host stands. The one answer that the
         workers, elastic resume and the device adapters all use."""
-        return (self.max_errors > 0 or self.pack is not None
-                or any(stage.changes_count for stage in self.head + self.tail))
+        return (
+            self.max_errors > 0
+            or self.pack is not None
+            or any(stage.changes_count for stage in self.head + self.tail)
+        )
 
     @property
     def fused(self) -> bool:
@@ -214,12 +217,17 @@ class MixPlan:
         return mixture_start(tuple(component.start() for component in self.components))
 
     def state_of(self, position: MixCursor, stages: Stages | None) -> dict[str, Any]:
-        return mix_state_to_dict(position, self.fingerprint,
-                                 [component.fingerprint for component in self.components], stages)
+        return mix_state_to_dict(
+            position,
+            self.fingerprint,
+            [component.fingerprint for component in self.components],
+            stages,
+        )
 
     def position_from(self, state: dict[str, Any]) -> MixCursor:
-        return mix_cursor_from_state(state, [component.fingerprint
-                                             for component in self.components])
+        return mix_cursor_from_state(
+            state, [component.fingerprint for component in self.components]
+        )
 
 
 class _ComponentNames:
@@ -242,43 +250,75 @@ def component_plan(plan: Plan, mixture_batch: Batch | None, stacked: bool, resta
     if stacked and mixture_batch is not None:
         batch = Batch(mixture_batch.batch_size, False, mixture_batch.pad, mixture_batch.cut)
     size = mixture_batch.batch_size if mixture_batch is not None else _MIX_PIECE
-    return dataclasses.replace(plan, batch=batch, tail=(), pieces_only=True, piece_size=size,
-                               epochs=None if restart else plan.epochs)
+    return dataclasses.replace(
+        plan,
+        batch=batch,
+        tail=(),
+        pieces_only=True,
+        piece_size=size,
+        epochs=None if restart else plan.epochs,
+    )
 
 
-def pipeline_plan(source: SourceView, seed: int | None, window: int | None,
-                  stages: tuple[Stage, ...], epochs: int | None, max_errors: int, host: int,
-                  hosts: int) -> Plan:
+def pipeline_plan(
+    source: SourceView,
+    seed: int | None,
+    window: int | None,
+    stages: tuple[Stage, ...],
+    epochs: int | None,
+    max_errors: int,
+    host: int,
+    hosts: int,
+) -> Plan:
     """The plan of one pipeline (not a mixture) for host `host` of `hosts`: what `Dataset`
     holds, in the form that runs (`seed` None: no shuffle)."""
     head, pack, batch, tail = split(stages)
-    return Plan(source=source, shuffle=_shuffle(seed, window, source),
-                rng_seed=seed if seed is not None else 0, head=head, batch=batch, tail=tail,
-                epochs=epochs, hosts=hosts, host=host,
-                fingerprint=pipeline_fingerprint(source, seed, window, stages),
-                max_errors=max_errors, pack=pack)
+    return Plan(
+        source=source,
+        shuffle=_shuffle(seed, window, source),
+        rng_seed=seed if seed is not None else 0,
+        head=head,
+        batch=batch,
+        tail=tail,
+        epochs=epochs,
+        hosts=hosts,
+        host=host,
+        fingerprint=pipeline_fingerprint(source, seed, window, stages),
+        max_errors=max_errors,
+        pack=pack,
+    )
 
 
 def epoch_length(plan: Plan | MixPlan) -> int:
     """Items in one epoch of the plan's host share, where the record count alone decides it
     (what `len()` of a Dataset says); raises TypeError saying why where the data decides it."""
     if not isinstance(plan, Plan) or plan.counts_depend_on_data:
-        raise TypeError("len() of this Dataset is unknown before iterating: its counts "
-                        "depend on the data (filter, flat_map, pack, mix or ignore_errors)")
+        raise TypeError(
+            "len() of this Dataset is unknown before iterating: its counts "
+            "depend on the data (filter, flat_map, pack, mix or ignore_errors)"
+        )
     return plan.items_per_epoch()
 
 
-def pipeline_fingerprint(source: SourceView, seed: int | None, window: int | None,
-                         stages: tuple[Stage, ...]) -> str:
+def pipeline_fingerprint(
+    source: SourceView, seed: int | None, window: int | None, stages: tuple[Stage, ...]
+) -> str:
     """Identifies source, shuffle seed and stages; states only restore into a match."""
-    return fingerprint_of({"source": source.fingerprint(), "seed": seed, "window": window,
-                           "ops": [stage.describe() for stage in stages]})
+    return fingerprint_of(
+        {
+            "source": source.fingerprint(),
+            "seed": seed,
+            "window": window,
+            "ops": [stage.describe() for stage in stages],
+        }
+    )
 
 
 def check_epochs(epochs: Any) -> None:
     """Raises unless `epochs` can be a plan's epoch count (None: forever)."""
-    if epochs is not None and (not isinstance(epochs, int) or isinstance(epochs, bool)
-                               or epochs < 0):
+    if epochs is not None and (
+        not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0
+    ):
         raise InvalidArgumentError(f"epochs must be None or a non-negative int, got {epochs!r}")
 
 
@@ -292,14 +332,15 @@ def check_shuffle(seed: Any, window: Any, source: Any) -> None:
     """Raises unless `seed` and `window` can shuffle `source` (a window needs shards)."""
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
-    if window is not None and (not isinstance(window, int) or isinstance(window, bool)
-                               or window < 1):
-        raise InvalidArgumentError(f"shuffle window must be None or a positive int, got "
-                                   f"{window!r}")
+    if window is not None and (
+        not isinstance(window, int) or isinstance(window, bool) or window < 1
+    ):
+        raise InvalidArgumentError(f"shuffle window must be None or a positive int, got {window!r}")
     if window is not None and not hasattr(source, "shard_starts"):
         raise InvalidArgumentError(
             f"shuffle(window={window}) needs a source of several files (ArrayRecord, TFRecord, "
-            f"Dataset.open); {type(source).__name__} has no shards")
+            f"Dataset.open); {type(source).__name__} has no shards"
+        )
 
 
 def _shuffle(seed: int | None, window: int | None, source: SourceView) -> Shuffle | None:

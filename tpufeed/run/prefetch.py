@@ -30,8 +30,12 @@ class ThreadPrefetcher:
     def __init__(self, items: Generator[Any, None, None], depth: int):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=_fill, args=(items, self._queue, self._stop),
-                                        name="tpufeed-prefetch", daemon=True)
+        self._thread = threading.Thread(
+            target=_fill,
+            args=(items, self._queue, self._stop),
+            name="tpufeed-prefetch",
+            daemon=True,
+        )
         self._thread.start()
         self._done = False
         _LIVE_PREFETCHERS.add(self)
@@ -71,8 +75,9 @@ class ThreadPrefetcher:
                 pass
             self._thread.join(timeout=0.05)
         if self._thread.is_alive() and self._thread.ident is not None:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._thread.ident),
-                                                       ctypes.py_object(PrefetchStopped))
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self._thread.ident), ctypes.py_object(PrefetchStopped)
+            )
 
 
 def _fill(items: Generator[Any, None, None], out: queue.Queue, stop: threading.Event) -> None:

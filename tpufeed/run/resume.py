@@ -75,8 +75,10 @@ def resume(plan: StreamPlan, state: Any) -> Start:
     start = _resume_plan(plan, saved)
     epoch = start.position.epoch
     if plan.epochs is not None and epoch >= max(1, plan.epochs):
-        raise StateError(f"iterator state is in epoch {epoch}, but this pipeline runs "
-                         f"{plan.epochs} epoch(s): it comes from a run with more epochs")
+        raise StateError(
+            f"iterator state is in epoch {epoch}, but this pipeline runs "
+            f"{plan.epochs} epoch(s): it comes from a run with more epochs"
+        )
     return start
 
 
@@ -101,9 +103,11 @@ def _resume_mixture(plan: MixPlan, saved: Saved | list[Saved]) -> Start:
     if isinstance(saved, Saved):
         first = saved.position.cursors[0]
         if (first.hosts, first.host) != (plan.hosts, plan.host):
-            raise StateError(f"this state is host {first.host}'s of {first.hosts}: a mixture's "
-                             "counts depend on its components' data, so to continue on another "
-                             "host pass the states of all hosts: ds.iterator([state_host0, ...])")
+            raise StateError(
+                f"this state is host {first.host}'s of {first.hosts}: a mixture's "
+                "counts depend on its components' data, so to continue on another "
+                "host pass the states of all hosts: ds.iterator([state_host0, ...])"
+            )
         return Start(saved.position, saved.stages or None)
     hosts = [s.position.cursors[0] for s in saved]
     if len(saved) == hosts[0].hosts == plan.hosts:
@@ -120,4 +124,3 @@ def _share_of_rows(plan: StreamPlan, saved: Sequence[Saved]) -> dict[str, Any] |
         return None
     held: list[SavedPack | None] = [s.stages.get("pack") for s in saved]
     return {"pack": resume_pack(held, plan.hosts, plan.host)}
-

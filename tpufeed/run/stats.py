@@ -71,39 +71,71 @@ class PipelineStats:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "wall_seconds": self.wall_seconds, "wait_seconds": self.wait_seconds,
-            "wait_fraction": self.wait_fraction, "batches": self.batches, "records": self.records,
-            "records_per_s": self.records_per_s, "workers": self.workers, "prefetch": self.prefetch,
-            "queue_depth": self.queue_depth, "memory_bytes": self.memory_bytes,
-            "dropped_records": self.dropped_records, "errors": self.errors,
-            "bottleneck": self.bottleneck, "tuning": self.tuning,
-            "cut_batches": self.cut_batches, "padded_batches": self.padded_batches,
-            "padded_rows": self.padded_rows, "agreements": self.agreements,
-            "agreement_seconds": self.agreement_seconds, "pack_fill": self.pack_fill,
+            "wall_seconds": self.wall_seconds,
+            "wait_seconds": self.wait_seconds,
+            "wait_fraction": self.wait_fraction,
+            "batches": self.batches,
+            "records": self.records,
+            "records_per_s": self.records_per_s,
+            "workers": self.workers,
+            "prefetch": self.prefetch,
+            "queue_depth": self.queue_depth,
+            "memory_bytes": self.memory_bytes,
+            "dropped_records": self.dropped_records,
+            "errors": self.errors,
+            "bottleneck": self.bottleneck,
+            "tuning": self.tuning,
+            "cut_batches": self.cut_batches,
+            "padded_batches": self.padded_batches,
+            "padded_rows": self.padded_rows,
+            "agreements": self.agreements,
+            "agreement_seconds": self.agreement_seconds,
+            "pack_fill": self.pack_fill,
             "mixture": self.mixture,
-            "stages": {name: {"seconds": s.seconds, "records": s.records, "parallelism": s.parallelism,
-                              "records_per_s": s.records_per_s} for name, s in self.stages.items()},
+            "stages": {
+                name: {
+                    "seconds": s.seconds,
+                    "records": s.records,
+                    "parallelism": s.parallelism,
+                    "records_per_s": s.records_per_s,
+                }
+                for name, s in self.stages.items()
+            },
         }
 
     def summary(self) -> str:
-        lines = [f"{plural(self.records, 'record')} in {plural(self.batches, 'item')} over "
-                 f"{self.wall_seconds:.2f} s: "
-                 f"{self.records_per_s:,.0f} records/s; consumer waited {self.wait_fraction:.1%} "
-                 f"of the time",
-                 f"workers {self.workers}, prefetch {self.prefetch}, queue depth {self.queue_depth}, "
-                 f"memory {self.memory_bytes / 2**20:,.1f} MiB, dropped {self.dropped_records}, "
-                 f"errors {self.errors}" + (f"; auto: {self.tuning}" if self.tuning else ""),
-                 *([f"hosts ended together: {self.agreements:,} steps agreed in "
+        lines = [
+            f"{plural(self.records, 'record')} in {plural(self.batches, 'item')} over "
+            f"{self.wall_seconds:.2f} s: "
+            f"{self.records_per_s:,.0f} records/s; consumer waited {self.wait_fraction:.1%} "
+            f"of the time",
+            f"workers {self.workers}, prefetch {self.prefetch}, queue depth {self.queue_depth}, "
+            f"memory {self.memory_bytes / 2**20:,.1f} MiB, dropped {self.dropped_records}, "
+            f"errors {self.errors}" + (f"; auto: {self.tuning}" if self.tuning else ""),
+            *(
+                [
+                    f"hosts ended together: {self.agreements:,} steps agreed in "
                     f"{self.agreement_seconds:.3f} s, {self.cut_batches} batches cut, "
-                    f"{self.padded_batches} padded ({self.padded_rows} masked rows)"]
-                   if self.agreements or self.cut_batches or self.padded_rows else []),
-                 *([f"pack: rows {self.pack_fill:.1%} full"] if self.pack_fill is not None else []),
-                 *([f"mixture {c['component']}: {c['taken']:,} taken, {c['share']:.1%} of the "
-                    f"mix (weight {c['weight']:.1%})" for c in self.mixture or []]),
-                 f"{'stage':<32} {'seconds':>9} {'records':>11} {'records/s':>12} {'procs':>5}"]
+                    f"{self.padded_batches} padded ({self.padded_rows} masked rows)"
+                ]
+                if self.agreements or self.cut_batches or self.padded_rows
+                else []
+            ),
+            *([f"pack: rows {self.pack_fill:.1%} full"] if self.pack_fill is not None else []),
+            *(
+                [
+                    f"mixture {c['component']}: {c['taken']:,} taken, {c['share']:.1%} of the "
+                    f"mix (weight {c['weight']:.1%})"
+                    for c in self.mixture or []
+                ]
+            ),
+            f"{'stage':<32} {'seconds':>9} {'records':>11} {'records/s':>12} {'procs':>5}",
+        ]
         bottleneck = self.bottleneck
         for name, s in self.stages.items():
             mark = "  <- bottleneck" if name == bottleneck else ""
             rate = f"{s.records_per_s:,.0f}" if s.seconds > 0 else "-"
-            lines.append(f"{name:<32} {s.seconds:>9.3f} {s.records:>11,} {rate:>12} {s.parallelism:>5}{mark}")
+            lines.append(
+                f"{name:<32} {s.seconds:>9.3f} {s.records:>11,} {rate:>12} {s.parallelism:>5}{mark}"
+            )
         return "\n".join(lines)

@@ -42,8 +42,10 @@ class ErrorBudget:
             self.counters.errors += 1
             count = self.counters.errors
             if count > self.max_errors:
-                note = (f"tpufeed: ignore_errors({self.max_errors}) skips at most "
-                        f"{self.max_errors} bad records; this was bad record {count}")
+                note = (
+                    f"tpufeed: ignore_errors({self.max_errors}) skips at most "
+                    f"{self.max_errors} bad records; this was bad record {count}"
+                )
                 if sys.version_info >= (3, 11):
                     error.add_note(note)
                 else:  # Python 3.10 has no exception notes
@@ -52,12 +54,22 @@ class ErrorBudget:
             first_line = str(error).split("\n", 1)[0]
             self.causes[_cause(first_line)] += 1
             if count <= _LOGGED_EACH:
-                _log.warning("tpufeed: skipped a bad record (%d of at most %d): %s", count,
-                             self.max_errors, first_line)
+                _log.warning(
+                    "tpufeed: skipped a bad record (%d of at most %d): %s",
+                    count,
+                    self.max_errors,
+                    first_line,
+                )
             elif _is_power_of_ten(count):
                 top = "; ".join(f"{n} x {cause}" for cause, n in self.causes.most_common(3))
-                _log.warning("tpufeed: skipped %d bad records so far (of at most %d); most "
-                             "common: %s; the latest: %s", count, self.max_errors, top, first_line)
+                _log.warning(
+                    "tpufeed: skipped %d bad records so far (of at most %d); most "
+                    "common: %s; the latest: %s",
+                    count,
+                    self.max_errors,
+                    top,
+                    first_line,
+                )
 
 
 _LOGGED_EACH = 3
@@ -74,9 +86,14 @@ def _cause(first_line: str) -> str:
     return first_line.split(" (on ", 1)[0].split(":", 1)[0][:80]
 
 
-def stream(plan: StreamPlan, pieces: Iterator[PieceLike | End], counters: Counters,
-           clock: StageClock, stages: Stages | None = None, reread: Reread | None = None
-           ) -> Generator[tuple[Any, Any, Stages | None], None, None]:
+def stream(
+    plan: StreamPlan,
+    pieces: Iterator[PieceLike | End],
+    counters: Counters,
+    clock: StageClock,
+    stages: Stages | None = None,
+    reread: Reread | None = None,
+) -> Generator[tuple[Any, Any, Stages | None], None, None]:
     """(item, position after it, what the stream stages hold then) for `pieces` (a plan's, or
     a mixture's), in order: the plan's stream stage and the stages after it run here. `stages`
     is a saved state to restore the stream stage from, its records read again with `reread`."""
@@ -115,5 +132,6 @@ def stream(plan: StreamPlan, pieces: Iterator[PieceLike | End], counters: Counte
                 raise TpufeedError(
                     f"epoch {piece.epoch} produced nothing for host {plan.host} of "
                     f"{plan.hosts} ({plan.records_per_epoch} records; a filter may drop them "
-                    "all), so repeat() would loop forever")
+                    "all), so repeat() would loop forever"
+                )
             made = False

@@ -71,7 +71,7 @@ def counts_are_even(plan: Plan, cursor: Cursor) -> bool:
     fresh = [epoch_start(cursor.epoch + 1, plan.hosts, h) for h in range(plan.hosts)]
     resumed = [cursor._replace(host=h) for h in range(plan.hosts)]
     more_epochs = plan.epochs is None or cursor.epoch + 1 < plan.epochs
-    for cursors in ([resumed, fresh] if more_epochs else [resumed]):
+    for cursors in [resumed, fresh] if more_epochs else [resumed]:
         left = {c.stream_size(n) - c.consumed for c in cursors}
         shapes = {(units // size, 0 if drop else units % size) for units in left}
         if len(shapes) > 1:
@@ -91,8 +91,15 @@ class EvenHosts(Iterator[Any]):
     answer allows, without talking, and agree again.
     """
 
-    def __init__(self, inner: Any, uneven: str, agreement: HostAgreement | None, hosts: int,
-                 batch_size: int | None, template: Callable[[], Any]):
+    def __init__(
+        self,
+        inner: Any,
+        uneven: str,
+        agreement: HostAgreement | None,
+        hosts: int,
+        batch_size: int | None,
+        template: Callable[[], Any],
+    ):
         self._inner, self._uneven, self._agreement = inner, uneven, agreement
         self._hosts, self._batch_size, self._template_source = hosts, batch_size, template
         self._state = inner.get_state()
@@ -107,8 +114,9 @@ class EvenHosts(Iterator[Any]):
         self.cut_batches = self.cut_records = self.padded_batches = self.padded_rows = 0
         self.agreements, self.agreement_seconds = 0, 0.0
         if uneven == "pad" and batch_size is None:
-            raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding "
-                                       "fills whole batches")
+            raise InvalidArgumentError(
+                "uneven='pad' needs a pipeline with batch(): padding fills whole batches"
+            )
 
     def __iter__(self) -> EvenHosts:
         return self
@@ -173,10 +181,14 @@ class EvenHosts(Iterator[Any]):
     def stats(self) -> PipelineStats:
         stats = self._inner.stats()
         return dataclasses.replace(
-            stats, dropped_records=stats.dropped_records + self.cut_records,
-            cut_batches=self.cut_batches, padded_batches=self.padded_batches,
-            padded_rows=stats.padded_rows + self.padded_rows, agreements=self.agreements,
-            agreement_seconds=self.agreement_seconds)
+            stats,
+            dropped_records=stats.dropped_records + self.cut_records,
+            cut_batches=self.cut_batches,
+            padded_batches=self.padded_batches,
+            padded_rows=stats.padded_rows + self.padded_rows,
+            agreements=self.agreements,
+            agreement_seconds=self.agreement_seconds,
+        )
 
     @property
     def epoch(self) -> int:
@@ -216,15 +228,18 @@ class EvenHosts(Iterator[Any]):
             self._template = self._template_source()
         self.padded_batches += 1
         self.padded_rows += size
-        zeros = _map_leaves(lambda leaf: np.zeros((size, *np.shape(leaf)[1:]),
-                                                  np.asarray(leaf).dtype), self._template)
+        zeros = _map_leaves(
+            lambda leaf: np.zeros((size, *np.shape(leaf)[1:]), np.asarray(leaf).dtype),
+            self._template,
+        )
         return _masked(zeros, np.zeros(size, bool))
 
     def _padded_size(self) -> int:
         """The rows of a padded batch: the batch size (uneven='pad' needs one, checked at start)."""
         if self._batch_size is None:
-            raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding "
-                                       "fills whole batches")
+            raise InvalidArgumentError(
+                "uneven='pad' needs a pipeline with batch(): padding fills whole batches"
+            )
         return self._batch_size
 
     def _drop_epoch(self) -> None:
@@ -239,8 +254,12 @@ class EvenHosts(Iterator[Any]):
     def _full(self, item: Any) -> bool:
         """Whether `item` can be a step of a multi-host run: a short batch cannot (its shape
         differs) unless it is padded."""
-        return (self._batch_size is None or self._uneven == "pad" or self._agreement is None
-                or _rows(item) == self._batch_size)
+        return (
+            self._batch_size is None
+            or self._uneven == "pad"
+            or self._agreement is None
+            or _rows(item) == self._batch_size
+        )
 
 
 def _rows(item: Any) -> int:
@@ -265,11 +284,15 @@ def _padded(leaf: Any, size: int) -> np.ndarray:
 
 def _masked(item: Any, mask: np.ndarray) -> Any:
     if not isinstance(item, dict):
-        raise InvalidArgumentError(f"uneven='pad' adds a {MASK!r} leaf, so batches must be dicts; "
-                                   f"got a {type(item).__name__}")
+        raise InvalidArgumentError(
+            f"uneven='pad' adds a {MASK!r} leaf, so batches must be dicts; "
+            f"got a {type(item).__name__}"
+        )
     if MASK in item:
-        raise InvalidArgumentError(f"uneven='pad' adds a {MASK!r} leaf, but the batch already has "
-                                   f"one: rename it in a map()")
+        raise InvalidArgumentError(
+            f"uneven='pad' adds a {MASK!r} leaf, but the batch already has "
+            f"one: rename it in a map()"
+        )
     return {**item, MASK: mask}
 
 
@@ -317,6 +340,7 @@ class JaxAgreement:
         try:
             import jax
             from jax._src.distributed import global_state
+
             client = global_state.client
         except ImportError:
             client = None
@@ -324,12 +348,14 @@ class JaxAgreement:
             raise InvalidArgumentError(
                 f"the {hosts} hosts of this run make different numbers of batches and must agree "
                 "at each step: call jax.distributed.initialize() first, or pass "
-                "agreement= (a tpufeed.run.uneven.HostAgreement)")
+                "agreement= (a tpufeed.run.uneven.HostAgreement)"
+            )
         if jax.process_count() != hosts:
             raise InvalidArgumentError(
                 f"the pipeline is sharded over {hosts} hosts but jax.distributed runs "
                 f"{jax.process_count()} processes: agreeing through jax needs one host per "
-                "process, or pass agreement=")
+                "process, or pass agreement="
+            )
         self._client = client
         self._hosts, self._host = hosts, jax.process_index()
         self._bits = hosts.bit_length()  # one field holds a count of hosts
@@ -345,7 +371,7 @@ class JaxAgreement:
         key = f"{self._prefix}{self._step}"
         totals = []
         for k in range(0, len(fields), per_counter):
-            packed = sum(f << (self._bits * i) for i, f in enumerate(fields[k:k + per_counter]))
+            packed = sum(f << (self._bits * i) for i, f in enumerate(fields[k : k + per_counter]))
             totals.append(self._client.key_value_increment(f"{key}/{k}", packed))
         mask = (1 << self._bits) - 1
         if totals[0] & mask == self._hosts:  # the last to arrive tells the others
@@ -357,13 +383,16 @@ class JaxAgreement:
                 raise TpufeedError(
                     f"host agreement at step {self._step} ({key}): no answer from every process "
                     f"within {self._timeout_ms / 1000:.0f} s; another process stopped iterating, "
-                    f"died, or built its iterators in another order ({exc})") from None
+                    f"died, or built its iterators in another order ({exc})"
+                ) from None
             totals = [int(t) for t in answer.split(",")]
         if self._host == 0 and self._step >= 2:  # every host has read step - 2's answer
             self._client.key_value_delete(f"{self._prefix}{self._step - 2}")
         self._step += 1
-        counts = [(totals[k // per_counter] >> (self._bits * (k % per_counter))) & mask
-                  for k in range(len(fields))]
+        counts = [
+            (totals[k // per_counter] >> (self._bits * (k % per_counter))) & mask
+            for k in range(len(fields))
+        ]
         return tuple(counts[1:])
 
 
@@ -372,20 +401,28 @@ def first_item(one_host: Any) -> Any:
     with one_host.iterator() as it:
         for item in it:
             return item
-    raise TpufeedError(f"the pipeline makes no item at all, so there is nothing to pad from: "
-                       f"{one_host!r}")
+    raise TpufeedError(
+        f"the pipeline makes no item at all, so there is nothing to pad from: {one_host!r}"
+    )
 
 
-def end_together(make: Callable[[], Any], plan: Any, cursor: Any, uneven: str | None,
-                 agreement: HostAgreement | None, template: Callable[[], Any]) -> Any:
+def end_together(
+    make: Callable[[], Any],
+    plan: Any,
+    cursor: Any,
+    uneven: str | None,
+    agreement: HostAgreement | None,
+    template: Callable[[], Any],
+) -> Any:
     """The iterator `make()` gives, ending each epoch with the other hosts (`uneven`), agreeing
     only where the counts can differ (default agreement: jax.distributed's)."""
     uneven = check_uneven(uneven)
     if uneven is None:
         return make()
     if uneven == "pad" and plan.batch is None:
-        raise InvalidArgumentError("uneven='pad' needs a pipeline with batch(): padding fills "
-                                   "whole batches")
+        raise InvalidArgumentError(
+            "uneven='pad' needs a pipeline with batch(): padding fills whole batches"
+        )
     even = counts_are_even(plan, cursor)
     if even and uneven == "shortest":
         return make()

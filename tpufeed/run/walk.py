@@ -80,8 +80,8 @@ class _Blocks:
             records = records_at(self._n, self._plan.shuffle, self._cursor.epoch, at)
             self._span_start, lo, self._span = start, 0, (at, records, skipping)
         at, records, skipping = self._span
-        positions, records = at[lo:lo + size], records[lo:lo + size]
-        skips = None if skipping is None else skipping[lo:lo + size]
+        positions, records = at[lo : lo + size], records[lo : lo + size]
+        skips = None if skipping is None else skipping[lo : lo + size]
         if self._announce:
             self._plan.source.will_read(records)
         return positions, records, skips

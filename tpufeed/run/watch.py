@@ -30,8 +30,9 @@ class Beacon:
     def __init__(self, labels: list[str], buffer: Any = None):
         self.labels = labels
         self._index = {label: i for i, label in enumerate(labels)}
-        self._cells = (np.full(3, _IDLE) if buffer is None
-                       else np.ndarray(3, np.float64, buffer=buffer))
+        self._cells = (
+            np.full(3, _IDLE) if buffer is None else np.ndarray(3, np.float64, buffer=buffer)
+        )
 
     def at(self, label: str, record: int) -> None:
         cells = self._cells
@@ -70,7 +71,7 @@ def beacon_map(fd: int, count: int) -> mmap.mmap:
 
 
 def beacon_at(memory: mmap.mmap, index: int, labels: list[str]) -> Beacon:
-    return Beacon(labels, memoryview(memory)[index * BEACON_BYTES:(index + 1) * BEACON_BYTES])
+    return Beacon(labels, memoryview(memory)[index * BEACON_BYTES : (index + 1) * BEACON_BYTES])
 
 
 def timed_out(timeout_s: float, who: str, beacon: Beacon | None, names: Any) -> InputTimeoutError:
@@ -82,12 +83,17 @@ def timed_out(timeout_s: float, who: str, beacon: Beacon | None, names: Any) -> 
         record = None
     else:
         stage, record, seconds = where
-        what = f"reading {names.describe(record)}" if stage == _READ else \
-            f"in {stage} on {names.describe(record)}"
+        what = (
+            f"reading {names.describe(record)}"
+            if stage == _READ
+            else f"in {stage} on {names.describe(record)}"
+        )
         doing = f"has been {what} for {seconds:.1f} s"
     return InputTimeoutError(
         f"no item within timeout_s={timeout_s:g}: {who} {doing}. The pipeline is stopped; a "
         "transform that can hang needs its own timeout, or a larger timeout_s "
         "(Dataset.options). Resume from the last get_state() with a new iterator.",
-        stage=where[0] if where else None, record=record,
-        path=names.path_of(record) if record is not None else None)
+        stage=where[0] if where else None,
+        record=record,
+        path=names.path_of(record) if record is not None else None,
+    )

@@ -61,14 +61,20 @@ def _values(arr: pa.Array) -> list[Any]:
 
 
 def _is_list(kind: pa.DataType) -> bool:
-    return (pa.types.is_list(kind) or pa.types.is_large_list(kind)
-            or pa.types.is_fixed_size_list(kind))
+    return (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    )
 
 
 def _numpy_kind(kind: pa.DataType) -> bool:
-    return (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-            or pa.types.is_timestamp(kind) or pa.types.is_date(kind)
-            or pa.types.is_duration(kind))
+    return (
+        pa.types.is_integer(kind)
+        or pa.types.is_floating(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_timestamp(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_duration(kind)
+    )
 
 
 def _valid(arr: pa.Array) -> np.ndarray:
@@ -80,8 +86,9 @@ def _numpy(arr: pa.Array) -> np.ndarray | None:
     hold them (the caller then falls back to Python values)."""
     try:
         if arr.null_count:
-            arr = pc.fill_null(arr, pa.scalar(False if pa.types.is_boolean(arr.type) else 0,
-                                              arr.type))
+            arr = pc.fill_null(
+                arr, pa.scalar(False if pa.types.is_boolean(arr.type) else 0, arr.type)
+            )
         values = arr.to_numpy(zero_copy_only=False)
     except (pa.ArrowException, TypeError, ValueError):
         return None
@@ -89,8 +96,9 @@ def _numpy(arr: pa.Array) -> np.ndarray | None:
 
 
 def _lists(arr: pa.Array) -> list[Any]:
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False),
-                         dtype=np.int64)
+    lengths = np.asarray(
+        pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False), dtype=np.int64
+    )
     flat = arr.flatten()  # skips what backs null lists, honours slicing offsets
     if len(flat) != int(lengths.sum()):  # a fixed-size list's null slots still hold values
         flat = pc.list_flatten(arr.filter(arr.is_valid()))
@@ -142,8 +150,11 @@ def _as_array(items: list[Any], empty: np.ndarray) -> Any:
 def _structs(arr: pa.Array) -> list[Any]:
     names = [arr.type.field(i).name for i in range(arr.type.num_fields)]
     fields = [_values(child) for child in arr.flatten()]
-    rows: list[Any] = [dict(zip(names, values)) for values in zip(*fields)] if names else [
-        {} for _ in range(len(arr))]
+    rows: list[Any] = (
+        [dict(zip(names, values)) for values in zip(*fields)]
+        if names
+        else [{} for _ in range(len(arr))]
+    )
     if arr.null_count:
         for i in np.flatnonzero(~_valid(arr)).tolist():
             rows[i] = None

@@ -35,8 +35,10 @@ __all__ = ["ReaderProcess", "claim_native_state", "native_state_inherited"]
 # The process that loaded array_record's native library: a fork of it shares that state.
 _NATIVE_PID = os.getpid()
 _RELEASE_EVERY_S = 1.0
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-         "from tpufeed.sources._reader_process import serve; serve(int(sys.argv[2]), int(sys.argv[3]))")
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from tpufeed.sources._reader_process import serve; serve(int(sys.argv[2]), int(sys.argv[3]))"
+)
 
 
 def native_state_inherited() -> bool:
@@ -73,7 +75,10 @@ class ReaderProcess:
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-c", _BOOT, package_root, str(requests_r), str(replies_w)],
-                pass_fds=(requests_r, replies_w), stdin=subprocess.DEVNULL, close_fds=True)
+                pass_fds=(requests_r, replies_w),
+                stdin=subprocess.DEVNULL,
+                close_fds=True,
+            )
         finally:
             os.close(requests_r)
             os.close(replies_w)
@@ -108,7 +113,8 @@ class ReaderProcess:
                 raise SourceError(
                     f"{file.path}: the process reading ArrayRecord files for this forked process "
                     f"(pid {self._proc.pid}) ended unexpectedly (exit code {code})",
-                    path=file.path) from e
+                    path=file.path,
+                ) from e
         if status == "error":
             raise value
         return value
@@ -164,5 +170,8 @@ def _picklable(exc: Exception) -> Exception:
         pickle.loads(pickle.dumps(exc))
         return exc
     except Exception:  # noqa: BLE001 - an error that does not pickle is sent as its text
-        return SourceError(f"{type(exc).__name__}: {exc}", path=getattr(exc, "path", None),
-                           record=getattr(exc, "record", None))
+        return SourceError(
+            f"{type(exc).__name__}: {exc}",
+            path=getattr(exc, "path", None),
+            record=getattr(exc, "record", None),
+        )

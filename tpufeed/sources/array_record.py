@@ -42,7 +42,8 @@ class ArrayRecordSource(ShardedSource[ArrayRecordFile]):
                 if cache.max_bytes == 0:
                     raise InvalidArgumentError(
                         f"{item.url}: ArrayRecord files are read from local copies, so they need "
-                        "a shard cache; cache_bytes=0 leaves none")
+                        "a shard cache; cache_bytes=0 leaves none"
+                    )
                 files.append(ArrayRecordFile(item.url, RemoteFile(item, cache)))
             else:
                 files.append(ArrayRecordFile(item))

@@ -46,20 +46,23 @@ def count_by_ranges(remote: RemoteFile) -> int | None:
     pieces = [(0, head), (size - BLOCK_SIZE, last)]
     if start < size - BLOCK_SIZE:
         pieces.append((start, remote.read_ranges([(start, size - BLOCK_SIZE)])[0]))
-    sparse = os.path.join(remote.cache.scratch_dir(),
-                          f"count-{os.getpid()}-{uuid.uuid4().hex[:12]}.array_record")
+    sparse = os.path.join(
+        remote.cache.scratch_dir(), f"count-{os.getpid()}-{uuid.uuid4().hex[:12]}.array_record"
+    )
     try:
         sparse_copy(sparse, size, pieces)
         reader = ArrayRecordReader(sparse, READER_OPTIONS)
         count, ok = reader.num_records(), reader.ok()
         why = close_reporting(reader)
     except Exception as e:  # array_record raises RuntimeError, or others via pybind
-        raise CorruptDataError(f"{obj.url}: array_record cannot read its footer: {e}",
-                               path=obj.url) from e
+        raise CorruptDataError(
+            f"{obj.url}: array_record cannot read its footer: {e}", path=obj.url
+        ) from e
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.remove(sparse)
     if not ok:
-        raise CorruptDataError(f"{obj.url}: its ArrayRecord footer or postscript is damaged "
-                               f"({why})", path=obj.url)
+        raise CorruptDataError(
+            f"{obj.url}: its ArrayRecord footer or postscript is damaged ({why})", path=obj.url
+        )
     return count

@@ -154,7 +154,8 @@ class ArrayRecordFile:
         if keys and (min(keys) < 0 or max(keys) >= n):
             bad = next(k for k in keys if not 0 <= k < n)
             raise RecordIndexError(
-                f"record index {bad} is out of range for {self.path}, which has {n} records")
+                f"record index {bad} is out of range for {self.path}, which has {n} records"
+            )
         try:
             if self._per_record_reads:
                 records = [reader.read(key, key + 1)[0] for key in keys]
@@ -185,7 +186,10 @@ class ArrayRecordFile:
         return CorruptDataError(
             f"{self.path} record {record}: the file changed while it was being read: it has "
             f"{st.st_size:,} bytes now and had {before[2]:,} when opened (truncated or rewritten "
-            "in place); its records cannot be trusted", path=self.path, record=record)
+            "in place); its records cannot be trusted",
+            path=self.path,
+            record=record,
+        )
 
     def record_reader(self) -> Callable[[int], bytes] | None:
         """A function reading one record by local index, unchecked, for local files of one
@@ -299,24 +303,31 @@ class ArrayRecordFile:
         try:
             reader = ArrayRecordReader(local, READER_OPTIONS)
         except Exception as e:
-            raise CorruptDataError(f"{self.path}: array_record cannot open it: {e}",
-                                   path=self.path) from e
+            raise CorruptDataError(
+                f"{self.path}: array_record cannot open it: {e}", path=self.path
+            ) from e
         num_records = reader.num_records()
         if not reader.ok():
             raise CorruptDataError(
                 f"{self.path}: file is truncated or corrupted: array_record reports "
                 f"{num_records} records as it cannot read the ArrayRecord footer or postscript "
-                f"of this {size:,} bytes file ({close_reporting(reader)})", path=self.path)
+                f"of this {size:,} bytes file ({close_reporting(reader)})",
+                path=self.path,
+            )
         if self._num_records is not None and num_records != self._num_records:
             close_reporting(reader)
             raise CorruptDataError(
                 f"{self.path}: file changed since it was first opened: it now has {num_records} "
-                f"records, it had {self._num_records}", path=self.path)
+                f"records, it had {self._num_records}",
+                path=self.path,
+            )
         self._num_records = num_records
         self._identity = (local, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
-        self._per_record_reads = (group_size(reader.writer_options_string()) == 1
-                                  and num_records < 2**31  # read(begin, end) takes int32
-                                  and size < _PER_RECORD_READ_MAX_BYTES * max(num_records, 1))
+        self._per_record_reads = (
+            group_size(reader.writer_options_string()) == 1
+            and num_records < 2**31  # read(begin, end) takes int32
+            and size < _PER_RECORD_READ_MAX_BYTES * max(num_records, 1)
+        )
         return reader
 
     def _find_bad_record(self, keys: list[int], batch_error: Exception) -> CorruptDataError:
@@ -329,9 +340,12 @@ class ArrayRecordFile:
             try:
                 reader.read([key])
             except Exception as e:  # noqa: BLE001 - array_record raises bare RuntimeErrors
-                return CorruptDataError(f"{self.path} record {key} cannot be read: {e}",
-                                        path=self.path, record=key)
+                return CorruptDataError(
+                    f"{self.path} record {key} cannot be read: {e}", path=self.path, record=key
+                )
         shown = ", ".join(map(str, keys[:8])) + (", ..." if len(keys) > 8 else "")
         return CorruptDataError(
             f"{self.path}: a batched read of records [{shown}] ({len(keys)} records) failed, "
-            f"though each record reads alone: {batch_error}", path=self.path)
+            f"though each record reads alone: {batch_error}",
+            path=self.path,
+        )

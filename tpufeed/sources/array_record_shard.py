@@ -18,8 +18,9 @@ _PAGE = 4096
 _SPARSE_BELOW = 1 << 20  # files smaller than this get their zero padding back as holes
 
 
-def write_array_record_shard(path: str, records: Iterable[bytes],
-                             options: str | None = None) -> int:
+def write_array_record_shard(
+    path: str, records: Iterable[bytes], options: str | None = None
+) -> int:
     """Writes `records` to a new ArrayRecord file (`options`: the writer's, default
     "group_size:1"), small files with their zero pages as holes; returns the count."""
     count = write_array_records(path, records, options=options or "group_size:1")
@@ -35,13 +36,13 @@ def _sparsify(path: str) -> None:
     with open(path, "rb") as f:
         data = f.read()
     zero = bytes(_PAGE)
-    if not any(data[i:i + _PAGE] == zero for i in range(0, size - _PAGE + 1, _PAGE)):
+    if not any(data[i : i + _PAGE] == zero for i in range(0, size - _PAGE + 1, _PAGE)):
         return
     tmp = f"{path}.sparse-{os.urandom(4).hex()}"
     try:
         with open(tmp, "xb") as f:
             for i in range(0, size, _PAGE):
-                page = data[i:i + _PAGE]
+                page = data[i : i + _PAGE]
                 if page == zero:
                     f.seek(_PAGE, os.SEEK_CUR)
                 else:

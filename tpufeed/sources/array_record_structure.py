@@ -22,8 +22,14 @@ import re
 
 from array_record.python.array_record_module import ArrayRecordReader
 
-__all__ = ["MIN_FILE_SIZE", "READER_OPTIONS", "RIEGELI_SIGNATURE", "close_reporting",
-           "group_size", "structure_problem"]
+__all__ = [
+    "MIN_FILE_SIZE",
+    "READER_OPTIONS",
+    "RIEGELI_SIGNATURE",
+    "close_reporting",
+    "group_size",
+    "structure_problem",
+]
 
 # For random access: no readahead, and no read-ahead threads (batched reads measured as fast).
 READER_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"
@@ -32,8 +38,15 @@ _BLOCK_SIZE = 1 << 16
 # Every Riegeli file starts with these 64 bytes: a block header (hash, previous chunk 0, next
 # chunk at 64) followed by the header of the data-less signature chunk (type 's').
 RIEGELI_SIGNATURE = bytes.fromhex(
-    "83af70d10d884a3f" "0000000000000000" "4000000000000000"
-    "91bac23c9287e1a9" "0000000000000000" "e19f13c0e9b1c372" "7300000000000000" "0000000000000000")
+    "83af70d10d884a3f"
+    "0000000000000000"
+    "4000000000000000"
+    "91bac23c9287e1a9"
+    "0000000000000000"
+    "e19f13c0e9b1c372"
+    "7300000000000000"
+    "0000000000000000"
+)
 MIN_FILE_SIZE = 2 * _BLOCK_SIZE  # the signature block and the postscript block
 
 
@@ -41,17 +54,23 @@ def structure_problem(size: int, head: bytes) -> str | None:
     """Says what is wrong with a file of `size` bytes starting with `head`, or None if nothing."""
     if size == 0:
         return "file is empty (0 bytes), not an ArrayRecord file"
-    if head[:len(RIEGELI_SIGNATURE)] != RIEGELI_SIGNATURE:
+    if head[: len(RIEGELI_SIGNATURE)] != RIEGELI_SIGNATURE:
         if size < len(RIEGELI_SIGNATURE) and RIEGELI_SIGNATURE.startswith(head):
             return f"file is truncated: {size:,} bytes, shorter than the Riegeli file signature"
-        return (f"does not start with the Riegeli file signature (it starts with "
-                f"{head[:16].hex()}): not an ArrayRecord file, or its header is damaged")
+        return (
+            f"does not start with the Riegeli file signature (it starts with "
+            f"{head[:16].hex()}): not an ArrayRecord file, or its header is damaged"
+        )
     if size % _BLOCK_SIZE:
-        return (f"file is truncated (or has bytes appended): {size:,} bytes is not a whole "
-                "number of 64 KiB Riegeli blocks, so the ArrayRecord postscript cannot be found")
+        return (
+            f"file is truncated (or has bytes appended): {size:,} bytes is not a whole "
+            "number of 64 KiB Riegeli blocks, so the ArrayRecord postscript cannot be found"
+        )
     if size < MIN_FILE_SIZE:
-        return (f"file is truncated: {size:,} bytes cannot hold both the signature block and "
-                f"the ArrayRecord postscript block ({MIN_FILE_SIZE:,} bytes at least)")
+        return (
+            f"file is truncated: {size:,} bytes cannot hold both the signature block and "
+            f"the ArrayRecord postscript block ({MIN_FILE_SIZE:,} bytes at least)"
+        )
     return None
 
 

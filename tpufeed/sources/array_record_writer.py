@@ -11,8 +11,9 @@ from array_record.python.array_record_module import ArrayRecordWriter
 from tpufeed.errors import InvalidArgumentError, SourceError
 
 
-def write_array_records(path: str | os.PathLike, records: Iterable[bytes],
-                        options: str = "group_size:1") -> int:
+def write_array_records(
+    path: str | os.PathLike, records: Iterable[bytes], options: str = "group_size:1"
+) -> int:
     """Writes `records` to a new ArrayRecord file at `path`, atomically; returns their count.
 
     The file appears under its name only once complete (written under a temporary name in the
@@ -37,7 +38,8 @@ def write_array_records(path: str | os.PathLike, records: Iterable[bytes],
                 record = bytes(record)
             elif not isinstance(record, bytes):
                 raise InvalidArgumentError(
-                    f"record {count - 1} written to {path} is {type(record).__name__}, not bytes")
+                    f"record {count - 1} written to {path} is {type(record).__name__}, not bytes"
+                )
             writer.write(record)
         writer.close()
         os.replace(tmp, path)

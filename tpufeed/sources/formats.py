@@ -26,8 +26,14 @@ from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
 
-__all__ = ["FORMATS", "FileFormat", "format_for_path", "get_format", "guess_format",
-           "writable_formats"]
+__all__ = [
+    "FORMATS",
+    "FileFormat",
+    "format_for_path",
+    "get_format",
+    "guess_format",
+    "writable_formats",
+]
 
 
 _SHARD_SUFFIX = re.compile(r"-\d+-of-\d+")
@@ -63,10 +69,13 @@ class FileFormat:
     needs_local_copy: bool = False  # its reader opens local files: gs:// ones need the cache
 
     def __post_init__(self) -> None:
-        if not self.extensions or not all(e.startswith(".") and e == e.lower()
-                                          for e in self.extensions):
-            raise InvalidArgumentError(f"format {self.name!r}: extensions must be lower-case and "
-                                       f"start with '.', got {self.extensions!r}")
+        if not self.extensions or not all(
+            e.startswith(".") and e == e.lower() for e in self.extensions
+        ):
+            raise InvalidArgumentError(
+                f"format {self.name!r}: extensions must be lower-case and "
+                f"start with '.', got {self.extensions!r}"
+            )
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         """Pickled by name: a copy is the registry's own object."""
@@ -80,8 +89,11 @@ class FileFormat:
     def matches(self, path: str | os.PathLike) -> bool:
         """Whether the file name of `path` says it is in this format."""
         name = os.fspath(path).rstrip("/").rsplit("/", 1)[-1].lower()
-        stem = name[:m.start()] if (m := _SHARD_SUFFIX.search(name)) and m.end() == len(name) \
+        stem = (
+            name[: m.start()]
+            if (m := _SHARD_SUFFIX.search(name)) and m.end() == len(name)
             else name
+        )
         return any(stem.endswith(ext) for ext in self.extensions)
 
     def open_file(self, path: str, remote: Any = None) -> Any:
@@ -95,8 +107,10 @@ class FileFormat:
     def write(self, path: str, records: Iterable[bytes], options: str | None = None) -> int:
         """Writes `records` to a new local file `path`; returns how many were written."""
         if self.writer is None:
-            raise InvalidArgumentError(f"tpufeed reads {self.title} files but does not write "
-                                       f"them; write shards as one of {writable_formats()}")
+            raise InvalidArgumentError(
+                f"tpufeed reads {self.title} files but does not write "
+                f"them; write shards as one of {writable_formats()}"
+            )
         write: Callable[..., int] = _load(self.writer)
         return write(path, records, options) if self.writer_options else write(path, records)
 
@@ -113,30 +127,48 @@ class FileFormat:
         if self.record_framing is None:
             return None
         if num_records * self.record_framing > num_bytes or (num_records == 0) != (num_bytes == 0):
-            return (f"a {self.title} file of {num_bytes:,} bytes cannot hold {num_records} "
-                    "records")
+            return f"a {self.title} file of {num_bytes:,} bytes cannot hold {num_records} records"
         return None
 
 
-FORMATS: dict[str, FileFormat] = {f.name: f for f in (
-    FileFormat(name="array_record", title="ArrayRecord", extensions=(".array_record", ".ar"),
-               file_reader="tpufeed.sources.array_record:ArrayRecordFile",
-               source_reader="tpufeed.sources.array_record:ArrayRecordSource",
-               constructor="from_array_record",
-               writer="tpufeed.sources.array_record_shard:write_array_record_shard",
-               writer_options=True, counts_from_index=True, needs_local_copy=True),
-    FileFormat(name="tfrecord", title="TFRecord", extensions=(".tfrecord", ".tfrecords", ".tfr"),
-               file_reader="tpufeed.sources.tfrecord:TFRecordFile",
-               source_reader="tpufeed.sources.tfrecord:TFRecordSource",
-               constructor="from_tfrecord",
-               writer="tpufeed.sources.tfrecord_format:write_tfrecords",
-               counts_from_index=False, record_framing=16),
-    # Read only (rows come as dicts, not bytes): never a shard format of a built dataset.
-    FileFormat(name="parquet", title="Parquet", extensions=(".parquet",),
-               file_reader="tpufeed.sources.parquet:ParquetFile",
-               source_reader="tpufeed.sources.parquet:ParquetSource",
-               constructor="from_parquet", counts_from_index=True),
-)}
+FORMATS: dict[str, FileFormat] = {
+    f.name: f
+    for f in (
+        FileFormat(
+            name="array_record",
+            title="ArrayRecord",
+            extensions=(".array_record", ".ar"),
+            file_reader="tpufeed.sources.array_record:ArrayRecordFile",
+            source_reader="tpufeed.sources.array_record:ArrayRecordSource",
+            constructor="from_array_record",
+            writer="tpufeed.sources.array_record_shard:write_array_record_shard",
+            writer_options=True,
+            counts_from_index=True,
+            needs_local_copy=True,
+        ),
+        FileFormat(
+            name="tfrecord",
+            title="TFRecord",
+            extensions=(".tfrecord", ".tfrecords", ".tfr"),
+            file_reader="tpufeed.sources.tfrecord:TFRecordFile",
+            source_reader="tpufeed.sources.tfrecord:TFRecordSource",
+            constructor="from_tfrecord",
+            writer="tpufeed.sources.tfrecord_format:write_tfrecords",
+            counts_from_index=False,
+            record_framing=16,
+        ),
+        # Read only (rows come as dicts, not bytes): never a shard format of a built dataset.
+        FileFormat(
+            name="parquet",
+            title="Parquet",
+            extensions=(".parquet",),
+            file_reader="tpufeed.sources.parquet:ParquetFile",
+            source_reader="tpufeed.sources.parquet:ParquetSource",
+            constructor="from_parquet",
+            counts_from_index=True,
+        ),
+    )
+}
 
 
 def writable_formats() -> list[str]:
@@ -165,6 +197,8 @@ def guess_format(path: str | os.PathLike) -> FileFormat:
     fmt = format_for_path(path)
     if fmt is None:
         known = ", ".join(f"{ext} ({f.name})" for f in FORMATS.values() for ext in f.extensions)
-        raise InvalidArgumentError(f"cannot tell the format of {os.fspath(path)} from its name "
-                                   f"(known: {known}); pass --format")
+        raise InvalidArgumentError(
+            f"cannot tell the format of {os.fspath(path)} from its name "
+            f"(known: {known}); pass --format"
+        )
     return fmt

@@ -43,19 +43,24 @@ class HuggingFaceSource:
     def __init__(self, dataset: Any, columns: Sequence[str] | None = None):
         kind = type(dataset).__name__
         if kind == "DatasetDict":
-            raise InvalidArgumentError(f"from_huggingface needs one split, got a DatasetDict of "
-                                       f"{sorted(dataset)}: pass ds['train'], for instance")
+            raise InvalidArgumentError(
+                f"from_huggingface needs one split, got a DatasetDict of "
+                f"{sorted(dataset)}: pass ds['train'], for instance"
+            )
         if kind == "IterableDataset" or not hasattr(dataset, "with_format"):
             raise InvalidArgumentError(
                 f"from_huggingface needs a datasets.Dataset (random access), got {kind}; a "
                 "streaming dataset has no random access: load it without streaming=True, or "
-                "read its Parquet files with Dataset.from_parquet")
+                "read its Parquet files with Dataset.from_parquet"
+            )
         wanted = check_columns(columns)
         if wanted is not None:
             missing = [name for name in wanted if name not in dataset.column_names]
             if missing:
-                raise InvalidArgumentError(f"the dataset has no column {', '.join(map(repr, missing))}"
-                                           f"; its columns are {dataset.column_names}")
+                raise InvalidArgumentError(
+                    f"the dataset has no column {', '.join(map(repr, missing))}"
+                    f"; its columns are {dataset.column_names}"
+                )
             dataset = dataset.select_columns(wanted)
         self.columns: list[str] = list(wanted if wanted is not None else dataset.column_names)
         self._dataset = dataset.with_format("arrow")
@@ -68,8 +73,9 @@ class HuggingFaceSource:
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         n = len(self)
-        keys = checked_indices(indices, n, lambda bad: f"record index {bad} is out of range "
-                                                       f"for a dataset of {n} rows")
+        keys = checked_indices(
+            indices, n, lambda bad: f"record index {bad} is out of range for a dataset of {n} rows"
+        )
         if not keys.size:
             return []
         return rows_of(self._dataset[keys.tolist()], self.columns)

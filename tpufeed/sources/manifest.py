@@ -67,13 +67,24 @@ from tpufeed.storage.local import check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "ManifestSource",
-           "file_crc32c", "gcs_shard_url", "is_dataset_path", "load_manifest", "safe_shard_path"]
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "ManifestSource",
+    "file_crc32c",
+    "gcs_shard_url",
+    "is_dataset_path",
+    "load_manifest",
+    "safe_shard_path",
+]
 
 MANIFEST_NAME = "manifest.json"
 _MAX_MANIFEST_BYTES = 256 << 20
-_NO_MANIFEST = (" (the folder has no manifest: the build did not finish, or this is not a "
-                "dataset built by `tpufeed build`)")
+_NO_MANIFEST = (
+    " (the folder has no manifest: the build did not finish, or this is not a "
+    "dataset built by `tpufeed build`)"
+)
 
 
 def is_dataset_path(path: str | os.PathLike) -> bool:
@@ -83,16 +94,18 @@ def is_dataset_path(path: str | os.PathLike) -> bool:
     if os.path.basename(path.rstrip("/")) == MANIFEST_NAME or os.path.isdir(path):
         return True
     # GCS has no folders to test for: a gs:// path that is no glob and names no record file.
-    return (is_gcs_url(path) and not any(c in path for c in "*?[")
-            and format_for_path(path) is None)
+    return is_gcs_url(path) and not any(c in path for c in "*?[") and format_for_path(path) is None
 
 
 def _shard_path_refusal(root: str, name: object, manifest_path: str) -> CorruptDataError | None:
     """Why shard `name` could lead outside the dataset root, without looking at any file."""
+
     def refuse(why: str) -> CorruptDataError:
-        return CorruptDataError(f"{manifest_path}: shard path {name!r} {why}; shard paths must be "
-                                f"relative paths inside the dataset root {root}",
-                                path=manifest_path)
+        return CorruptDataError(
+            f"{manifest_path}: shard path {name!r} {why}; shard paths must be "
+            f"relative paths inside the dataset root {root}",
+            path=manifest_path,
+        )
 
     if not isinstance(name, str) or not name:
         return refuse("is not a non-empty string")
@@ -117,7 +130,8 @@ def safe_shard_path(root: str, name: object, manifest_path: str) -> str:
         raise CorruptDataError(
             f"{manifest_path}: shard path {name!r} resolves through a symlink to {real}, outside "
             f"the dataset root {root}; shard paths must be relative paths inside the dataset root",
-            path=manifest_path)
+            path=manifest_path,
+        )
     return path
 
 
@@ -130,8 +144,9 @@ def gcs_shard_url(root: str, name: object, manifest_path: str) -> str:
     return f"{root}/{name}"
 
 
-def load_manifest(path: str | os.PathLike,
-                  policy: RetryPolicy = DEFAULT_POLICY) -> tuple[str, str, dict[str, Any]]:
+def load_manifest(
+    path: str | os.PathLike, policy: RetryPolicy = DEFAULT_POLICY
+) -> tuple[str, str, dict[str, Any]]:
     """(manifest path, dataset root, checked manifest) for a dataset folder or its manifest.
 
     For a gs:// dataset both are URLs (the root without a trailing slash), and `policy` retries
@@ -141,22 +156,28 @@ def load_manifest(path: str | os.PathLike,
     if is_gcs_url(path):
         manifest_path, root, data = _fetch_manifest(path, policy)
     elif "://" in path:
-        raise InvalidArgumentError(f"{path}: datasets open from a local folder or a gs:// URL; "
-                                   "other URL schemes are not supported")
+        raise InvalidArgumentError(
+            f"{path}: datasets open from a local folder or a gs:// URL; "
+            "other URL schemes are not supported"
+        )
     else:
         manifest_path, data = _read_manifest(path)
         root = os.path.dirname(os.path.abspath(manifest_path))
     if len(data) > _MAX_MANIFEST_BYTES:
-        raise CorruptDataError(f"{manifest_path}: larger than {_MAX_MANIFEST_BYTES:,} bytes; "
-                               "not a tpufeed manifest", path=manifest_path)
+        raise CorruptDataError(
+            f"{manifest_path}: larger than {_MAX_MANIFEST_BYTES:,} bytes; not a tpufeed manifest",
+            path=manifest_path,
+        )
     try:
         manifest = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CorruptDataError(f"{manifest_path}: not valid JSON: {e}", path=manifest_path) from e
     except RecursionError:
-        raise CorruptDataError(f"{manifest_path}: JSON nested too deeply to parse; a tpufeed "
-                               f"manifest nests at most {MAX_DEPTH} levels",
-                               path=manifest_path) from None
+        raise CorruptDataError(
+            f"{manifest_path}: JSON nested too deeply to parse; a tpufeed "
+            f"manifest nests at most {MAX_DEPTH} levels",
+            path=manifest_path,
+        ) from None
     check_manifest(manifest, manifest_path)
     return manifest_path, root, manifest
 
@@ -169,8 +190,9 @@ def _read_manifest(path: str) -> tuple[str, bytes]:
             return manifest_path, f.read(_MAX_MANIFEST_BYTES + 1)
     except SourceNotFoundError:
         hint = _NO_MANIFEST if os.path.isdir(path) else ""
-        raise SourceNotFoundError(f"no such file: {manifest_path}{hint}",
-                                  path=manifest_path) from None
+        raise SourceNotFoundError(
+            f"no such file: {manifest_path}{hint}", path=manifest_path
+        ) from None
     except OSError as e:
         raise SourceError(f"{manifest_path}: cannot read: {e}", path=manifest_path) from e
 
@@ -189,22 +211,29 @@ def _fetch_manifest(url: str, policy: RetryPolicy) -> tuple[str, str, bytes]:
     try:
         obj = stat_object(bucket, name, policy)
     except SourceNotFoundError:
-        raise SourceNotFoundError(f"no such object: {manifest_url}{_NO_MANIFEST if folder else ''}",
-                                  path=manifest_url) from None
+        raise SourceNotFoundError(
+            f"no such object: {manifest_url}{_NO_MANIFEST if folder else ''}", path=manifest_url
+        ) from None
     if obj.size > _MAX_MANIFEST_BYTES:  # refused before it is downloaded
-        raise CorruptDataError(f"{manifest_url}: {obj.size:,} bytes, larger than "
-                               f"{_MAX_MANIFEST_BYTES:,} bytes; not a tpufeed manifest",
-                               path=manifest_url)
+        raise CorruptDataError(
+            f"{manifest_url}: {obj.size:,} bytes, larger than "
+            f"{_MAX_MANIFEST_BYTES:,} bytes; not a tpufeed manifest",
+            path=manifest_url,
+        )
     data = read_range(obj, 0, obj.size, policy) if obj.size else b""
     crc = google_crc32c.value(data)
     if obj.crc32c is not None and crc != obj.crc32c:
-        raise CorruptDataError(f"{manifest_url}: downloaded bytes have CRC32C {crc:08x}, the "
-                               f"object's is {obj.crc32c:08x}", path=manifest_url)
+        raise CorruptDataError(
+            f"{manifest_url}: downloaded bytes have CRC32C {crc:08x}, the "
+            f"object's is {obj.crc32c:08x}",
+            path=manifest_url,
+        )
     return manifest_url, manifest_url.rpartition("/")[0], data
 
 
-def _refuse_aliases(shards: Sequence[VerifiedShard], entries: list[dict[str, Any]],
-                    manifest_path: str) -> None:
+def _refuse_aliases(
+    shards: Sequence[VerifiedShard], entries: list[dict[str, Any]], manifest_path: str
+) -> None:
     """Raises if two entries name one local file (through a symlink or a hard link), or one
     names something other than a regular file."""
     seen: dict[tuple[int, int], int] = {}
@@ -218,7 +247,9 @@ def _refuse_aliases(shards: Sequence[VerifiedShard], entries: list[dict[str, Any
             raise CorruptDataError(
                 f"{manifest_path}: shards[{j}].path {entries[j]['path']!r} and shards[{i}].path "
                 f"{entries[i]['path']!r} are the same file ({os.path.realpath(shard.path)}): its "
-                "records would be delivered twice", path=manifest_path)
+                "records would be delivered twice",
+                path=manifest_path,
+            )
 
 
 class ManifestSource(ShardedSource[VerifiedShard]):
@@ -228,14 +259,20 @@ class ManifestSource(ShardedSource[VerifiedShard]):
     read, or all at once here with `verify=True`. gs:// shards are read through `cache`
     (default: `ShardCache()`); local datasets ignore it."""
 
-    def __init__(self, path: str | os.PathLike, verify: bool = False,
-                 cache: ShardCache | None = None):
+    def __init__(
+        self, path: str | os.PathLike, verify: bool = False, cache: ShardCache | None = None
+    ):
         path = os.fspath(path)
         if not is_gcs_url(path):
             self.manifest_path, self.root, self.manifest = load_manifest(path)
-            files = [VerifiedShard(safe_shard_path(self.root, entry["path"], self.manifest_path),
-                                   entry, self.manifest["file_format"])
-                     for entry in self.manifest["shards"]]
+            files = [
+                VerifiedShard(
+                    safe_shard_path(self.root, entry["path"], self.manifest_path),
+                    entry,
+                    self.manifest["file_format"],
+                )
+                for entry in self.manifest["shards"]
+            ]
             _refuse_aliases(files, self.manifest["shards"], self.manifest_path)
         else:
             cache = cache or ShardCache()
@@ -259,14 +296,16 @@ class ManifestSource(ShardedSource[VerifiedShard]):
         if fmt.needs_local_copy and not cache.max_bytes:
             raise InvalidArgumentError(
                 f"{self.manifest_path}: {fmt.title} shards are read from local copies, so they "
-                "need a shard cache; cache_bytes=0 leaves none")
+                "need a shard cache; cache_bytes=0 leaves none"
+            )
         listed = {obj.url: obj for obj in list_prefix(f"{self.root}/", cache.retry)}
         shards = []
         for url, entry in zip(urls, entries):
             obj = listed.get(url)
             if obj is None:
-                raise SourceNotFoundError(f"{url}: shard named in the manifest "
-                                          f"{self.manifest_path} is missing", path=url)
+                raise SourceNotFoundError(
+                    f"{url}: shard named in the manifest {self.manifest_path} is missing", path=url
+                )
             shards.append(VerifiedShard(url, entry, file_format, RemoteFile(obj, cache)))
         return shards
 
@@ -303,9 +342,12 @@ class ManifestSource(ShardedSource[VerifiedShard]):
             except CodecError as e:
                 index = int(np.asarray(indices).reshape(-1)[i])
                 path, local = self.locate(index)
-                raise CorruptDataError(f"{path} record {local} (global record {index}): not a "
-                                       f"{self._records.manifest_name} record: {e}", path=path,
-                                       record=local) from e
+                raise CorruptDataError(
+                    f"{path} record {local} (global record {index}): not a "
+                    f"{self._records.manifest_name} record: {e}",
+                    path=path,
+                    record=local,
+                ) from e
         return out
 
     def fingerprint(self) -> str:
@@ -313,5 +355,7 @@ class ManifestSource(ShardedSource[VerifiedShard]):
         return f"ManifestSource[{shards}]"
 
     def __repr__(self) -> str:
-        return (f"ManifestSource({self.manifest_path!r}, {len(self.files)} "
-                f"{self.manifest['file_format']} shards, {len(self)} records)")
+        return (
+            f"ManifestSource({self.manifest_path!r}, {len(self.files)} "
+            f"{self.manifest['file_format']} shards, {len(self)} records)"
+        )

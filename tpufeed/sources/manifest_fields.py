@@ -28,11 +28,15 @@ _CRC_RE = re.compile(r"[0-9a-f]{8}")
 def check_manifest(manifest: object, where: str) -> None:
     """Raises CorruptDataError naming `where` and the field if `manifest` is malformed."""
     if not isinstance(manifest, dict):
-        raise CorruptDataError(f"{where}: a manifest is a JSON object, got "
-                               f"{type(manifest).__name__}", path=where)
+        raise CorruptDataError(
+            f"{where}: a manifest is a JSON object, got {type(manifest).__name__}", path=where
+        )
     if _depth(manifest) > MAX_DEPTH:
-        raise CorruptDataError(f"{where}: JSON nested more than {MAX_DEPTH} levels deep; a "
-                               f"tpufeed manifest nests at most {MAX_DEPTH}", path=where)
+        raise CorruptDataError(
+            f"{where}: JSON nested more than {MAX_DEPTH} levels deep; a "
+            f"tpufeed manifest nests at most {MAX_DEPTH}",
+            path=where,
+        )
     file_format = _checked_file_format(manifest, where)
     shards = manifest.get("shards")
     if not isinstance(shards, list) or not shards:
@@ -42,8 +46,11 @@ def check_manifest(manifest: object, where: str) -> None:
     _refuse_repeated_paths(shards, where)
     total = sum(shard["num_records"] for shard in shards)
     if manifest.get("num_records") != total:
-        raise _field_error(where, "'num_records'", f"is {manifest.get('num_records')!r} but the "
-                           f"shards hold {total}")
+        raise _field_error(
+            where,
+            "'num_records'",
+            f"is {manifest.get('num_records')!r} but the shards hold {total}",
+        )
 
 
 def _field_error(where: str, field: str, why: str) -> CorruptDataError:
@@ -53,20 +60,27 @@ def _field_error(where: str, field: str, why: str) -> CorruptDataError:
 def _checked_file_format(manifest: dict[str, Any], where: str) -> str:
     """The manifest's file format, once its format, version and record format are checked."""
     if manifest.get("format") != FORMAT:
-        raise _field_error(where, "'format'", f"is {manifest.get('format')!r}, expected "
-                           f"{FORMAT!r}")
+        raise _field_error(where, "'format'", f"is {manifest.get('format')!r}, expected {FORMAT!r}")
     version = manifest.get("format_version")
     if not _is_count(version) or not 1 <= version <= FORMAT_VERSION:
-        raise _field_error(where, "'format_version'", f"is {version!r}; this tpufeed reads "
-                           f"versions 1 to {FORMAT_VERSION} (a newer tpufeed wrote it?)")
+        raise _field_error(
+            where,
+            "'format_version'",
+            f"is {version!r}; this tpufeed reads "
+            f"versions 1 to {FORMAT_VERSION} (a newer tpufeed wrote it?)",
+        )
     file_format = manifest.get("file_format")
     # Only formats the build writes: a manifest never lists shards of a read-only format.
     if not isinstance(file_format, str) or file_format not in writable_formats():
-        raise _field_error(where, "'file_format'", f"is {file_format!r}, expected one of "
-                           f"{writable_formats()}")
+        raise _field_error(
+            where, "'file_format'", f"is {file_format!r}, expected one of {writable_formats()}"
+        )
     if record_format_of_manifest(manifest.get("record_format")) is None:
-        raise _field_error(where, "'record_format'", f"is {manifest.get('record_format')!r}, "
-                           f"expected one of {manifest_names()}")
+        raise _field_error(
+            where,
+            "'record_format'",
+            f"is {manifest.get('record_format')!r}, expected one of {manifest_names()}",
+        )
     return file_format
 
 
@@ -75,18 +89,21 @@ def _check_shard_entry(i: int, shard: object, file_format: str, where: str) -> N
     if not isinstance(shard, dict):
         raise _field_error(where, f"shards[{i}]", "must be an object")
     if "path" not in shard:
-        raise _field_error(where, f"shards[{i}].path", "is missing: every shard entry names its "
-                           "file")
+        raise _field_error(
+            where, f"shards[{i}].path", "is missing: every shard entry names its file"
+        )
     for key in ("num_records", "num_bytes"):
         if not _is_count(shard.get(key)):
             raise _field_error(where, f"shards[{i}].{key}", f"is {shard.get(key)!r}, not a count")
     if not isinstance(shard.get("crc32c"), str) or not _CRC_RE.fullmatch(shard["crc32c"]):
-        raise _field_error(where, f"shards[{i}].crc32c", f"is {shard.get('crc32c')!r}, not 8 hex "
-                           "digits")
+        raise _field_error(
+            where, f"shards[{i}].crc32c", f"is {shard.get('crc32c')!r}, not 8 hex digits"
+        )
     problem = FORMATS[file_format].count_problem(shard["num_records"], shard["num_bytes"])
     if problem is not None:
-        raise _field_error(where, f"shards[{i}].num_records",
-                           f"is {shard['num_records']}: {problem}")
+        raise _field_error(
+            where, f"shards[{i}].num_records", f"is {shard['num_records']}: {problem}"
+        )
 
 
 def _refuse_repeated_paths(shards: list[dict[str, Any]], where: str) -> None:
@@ -97,9 +114,13 @@ def _refuse_repeated_paths(shards: list[dict[str, Any]], where: str) -> None:
         key = posixpath.normpath(name) if isinstance(name, str) and name else repr(name)
         if key in seen:
             j = seen[key]
-            raise _field_error(where, "'shards'", f"names the same file twice: shards[{j}].path "
-                               f"{shards[j]['path']!r} and shards[{i}].path {name!r} (its "
-                               "records would be delivered twice)")
+            raise _field_error(
+                where,
+                "'shards'",
+                f"names the same file twice: shards[{j}].path "
+                f"{shards[j]['path']!r} and shards[{i}].path {name!r} (its "
+                "records would be delivered twice)",
+            )
         seen[key] = i
 
 

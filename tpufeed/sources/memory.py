@@ -16,7 +16,8 @@ class SequenceSource:
     def __init__(self, items: Sequence[Any]):
         if not hasattr(items, "__len__") or not hasattr(items, "__getitem__"):
             raise InvalidArgumentError(
-                f"from_sequence needs a sequence with __len__ and __getitem__, got {type(items).__name__}")
+                f"from_sequence needs a sequence with __len__ and __getitem__, got {type(items).__name__}"
+            )
         self._items = items
 
     def __len__(self) -> int:
@@ -24,7 +25,9 @@ class SequenceSource:
 
     def __getitem__(self, index: int) -> Any:
         if not -len(self) <= index < len(self):
-            raise RecordIndexError(f"record index {index} is out of range for a source of {len(self)} records")
+            raise RecordIndexError(
+                f"record index {index} is out of range for a source of {len(self)} records"
+            )
         return self._items[index]
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:

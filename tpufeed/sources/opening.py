@@ -17,8 +17,16 @@ from tpufeed.sources.view import SourceView
 from tpufeed.storage.local import PathsLike
 from tpufeed.storage.settings import cache_for
 
-__all__ = ["any_source", "array_record", "built_dataset", "huggingface", "parquet", "sequence",
-           "tfrecord"]
+__all__ = [
+    "any_source",
+    "array_record",
+    "built_dataset",
+    "huggingface",
+    "parquet",
+    "sequence",
+    "tfrecord",
+]
+
 
 def any_source(source: Any) -> SourceView:
     """Any object with `__len__` and `__getitem__(int)`."""
@@ -28,40 +36,62 @@ def any_source(source: Any) -> SourceView:
 def sequence(items: Sequence[Any]) -> SourceView:
     """The items of an in-memory sequence."""
     from tpufeed.sources.memory import SequenceSource
+
     return SourceView(SequenceSource(items))
 
 
-def array_record(paths: PathsLike, cache_dir: str | os.PathLike | None,
-                 cache_bytes: int | None) -> SourceView:
+def array_record(
+    paths: PathsLike, cache_dir: str | os.PathLike | None, cache_bytes: int | None
+) -> SourceView:
     """ArrayRecord files (a path, a glob or a list, local or gs://)."""
     from tpufeed.sources.array_record import ArrayRecordSource
+
     return SourceView(ArrayRecordSource(paths, cache=cache_for(cache_dir, cache_bytes)))
 
 
-def tfrecord(paths: PathsLike, index_dir: str | os.PathLike | None,
-             cache_dir: str | os.PathLike | None, cache_bytes: int | None) -> SourceView:
+def tfrecord(
+    paths: PathsLike,
+    index_dir: str | os.PathLike | None,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+) -> SourceView:
     """TFRecord files, read by an offset index kept in `index_dir`."""
     from tpufeed.sources.tfrecord import TFRecordSource
-    return SourceView(TFRecordSource(paths, index_dir=index_dir,
-                                     cache=cache_for(cache_dir, cache_bytes)))
+
+    return SourceView(
+        TFRecordSource(paths, index_dir=index_dir, cache=cache_for(cache_dir, cache_bytes))
+    )
 
 
-def parquet(paths: PathsLike, columns: Sequence[str] | None, cache_dir: str | os.PathLike | None,
-            cache_bytes: int | None, decoded_bytes: int) -> SourceView:
+def parquet(
+    paths: PathsLike,
+    columns: Sequence[str] | None,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+    decoded_bytes: int,
+) -> SourceView:
     """The rows of Parquet files, `decoded_bytes` of decoded row groups kept per process."""
     from tpufeed.sources.parquet import ParquetSource
-    return SourceView(ParquetSource(paths, columns, cache_for(cache_dir, cache_bytes),
-                                    decoded_bytes))
+
+    return SourceView(
+        ParquetSource(paths, columns, cache_for(cache_dir, cache_bytes), decoded_bytes)
+    )
 
 
 def huggingface(dataset: Any, columns: Sequence[str] | None) -> SourceView:
     """The rows of a Hugging Face `datasets.Dataset`, read as Arrow."""
     from tpufeed.sources.huggingface import HuggingFaceSource
+
     return SourceView(HuggingFaceSource(dataset, columns))
 
 
-def built_dataset(path: str | os.PathLike, verify: bool, cache_dir: str | os.PathLike | None,
-                  cache_bytes: int | None) -> SourceView:
+def built_dataset(
+    path: str | os.PathLike,
+    verify: bool,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+) -> SourceView:
     """A dataset built by `tpufeed build`: a folder or its manifest.json, local or gs://."""
     from tpufeed.sources.manifest import ManifestSource
+
     return SourceView(ManifestSource(path, verify=verify, cache=cache_for(cache_dir, cache_bytes)))

@@ -66,8 +66,9 @@ def check_columns(columns: Sequence[str] | None) -> list[str] | None:
     if columns is None:
         return None
     if isinstance(columns, (str, bytes)) or not isinstance(columns, Sequence):
-        raise InvalidArgumentError(f"columns must be a list of column names or None, got "
-                                   f"{columns!r}")
+        raise InvalidArgumentError(
+            f"columns must be a list of column names or None, got {columns!r}"
+        )
     names = list(columns)
     if not names:
         raise InvalidArgumentError("columns is an empty list; pass None for every column")
@@ -84,8 +85,13 @@ class ParquetFile:
     """One Parquet file read by local row index. Picklable: it holds no open handle (each
     row-group read opens the file with the footer already parsed), only its footer."""
 
-    def __init__(self, path: str | os.PathLike, columns: Sequence[str] | None = None,
-                 remote: RemoteFile | None = None, decoded: DecodedRowGroups | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        columns: Sequence[str] | None = None,
+        remote: RemoteFile | None = None,
+        decoded: DecodedRowGroups | None = None,
+    ):
         self.path = os.fspath(path)
         if remote is None and is_gcs_url(self.path):
             remote = RemoteFile.open(self.path)
@@ -98,13 +104,17 @@ class ParquetFile:
         if wanted is not None:
             missing = [name for name in wanted if name not in names]
             if missing:
-                raise InvalidArgumentError(f"{self.path} has no column {', '.join(map(repr, missing))}"
-                                           f"; its columns are {names}")
+                raise InvalidArgumentError(
+                    f"{self.path} has no column {', '.join(map(repr, missing))}"
+                    f"; its columns are {names}"
+                )
         elif not names:
             raise SourceError(f"{self.path}: the Parquet file has no columns", path=self.path)
         self.columns = wanted if wanted is not None else names
         rows = [self.metadata.row_group(g).num_rows for g in range(self.metadata.num_row_groups)]
-        self.row_group_starts = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(np.int64)
+        self.row_group_starts = np.concatenate([[0], np.cumsum(rows, dtype=np.int64)]).astype(
+            np.int64
+        )
         self._decoded = decoded if decoded is not None else DecodedRowGroups()
 
     def _read_metadata(self) -> Any:
@@ -120,8 +130,9 @@ class ParquetFile:
         except TpufeedError:
             raise
         except Exception as error:
-            raise CorruptDataError(f"{self.path}: not a readable Parquet file: {error}",
-                                   path=self.path) from error
+            raise CorruptDataError(
+                f"{self.path}: not a readable Parquet file: {error}", path=self.path
+            ) from error
 
     def __len__(self) -> int:
         return int(self.row_group_starts[-1])
@@ -134,8 +145,9 @@ class ParquetFile:
         """The rows at local `indices` (any order, repeats allowed), in that order: the row
         groups they fall in are decoded (or found decoded) once, then their rows taken."""
         n = len(self)
-        idx = checked_indices(indices, n, lambda bad: f"{self.path}: row {bad} is out of range "
-                                                      f"for a file of {n} rows")
+        idx = checked_indices(
+            indices, n, lambda bad: f"{self.path}: row {bad} is out of range for a file of {n} rows"
+        )
         if not idx.size:
             return []
         starts = self.row_group_starts
@@ -147,9 +159,13 @@ class ParquetFile:
         heads = np.concatenate([[0], cuts])
         lengths = np.diff(np.concatenate([heads, [idx.size]]))
         needed, first = np.unique(groups, return_index=True)
-        tables = {g: self.row_group(g, int(idx[i])) for g, i in zip(needed.tolist(), first.tolist())}
-        slices = [tables[g].slice(r, count) for g, r, count in
-                  zip(groups[heads].tolist(), rows[heads].tolist(), lengths.tolist())]
+        tables = {
+            g: self.row_group(g, int(idx[i])) for g, i in zip(needed.tolist(), first.tolist())
+        }
+        slices = [
+            tables[g].slice(r, count)
+            for g, r, count in zip(groups[heads].tolist(), rows[heads].tolist(), lengths.tolist())
+        ]
         taken = slices[0] if len(slices) == 1 else pa.concat_tables(slices)
         return self._rows(taken, int(idx[0]))
 
@@ -179,15 +195,20 @@ class ParquetFile:
         except TpufeedError:
             raise
         except FileNotFoundError as error:
-            raise SourceNotFoundError(f"{where}: the file is gone: {error}", path=self.path,
-                                      record=row) from error
+            raise SourceNotFoundError(
+                f"{where}: the file is gone: {error}", path=self.path, record=row
+            ) from error
         except Exception as error:
-            raise CorruptDataError(f"{where} cannot be decoded: {type(error).__name__}: {error}",
-                                   path=self.path, record=row) from error
+            raise CorruptDataError(
+                f"{where} cannot be decoded: {type(error).__name__}: {error}",
+                path=self.path,
+                record=row,
+            ) from error
 
     def _read_group(self, source: Any, g: int) -> Any:
-        reader = pq.ParquetFile(source, metadata=self.metadata, pre_buffer=True,
-                                page_checksum_verification=True)
+        reader = pq.ParquetFile(
+            source, metadata=self.metadata, pre_buffer=True, page_checksum_verification=True
+        )
         try:
             return reader.read_row_group(g, columns=self.columns, use_threads=False)
         finally:
@@ -196,17 +217,23 @@ class ParquetFile:
     def _check_unchanged(self, where: str) -> None:
         st = check_regular(self.path)
         if self._stamp is not None and (st.st_size, st.st_mtime_ns) != self._stamp:
-            raise CorruptDataError(f"{where}: the file changed after it was opened (size "
-                                   f"{self._stamp[0]:,} -> {st.st_size:,} bytes, or its mtime); "
-                                   "open the dataset again", path=self.path)
+            raise CorruptDataError(
+                f"{where}: the file changed after it was opened (size "
+                f"{self._stamp[0]:,} -> {st.st_size:,} bytes, or its mtime); "
+                "open the dataset again",
+                path=self.path,
+            )
 
     def _rows(self, table: Any, row: int) -> list[dict[str, Any]]:
         try:
             return rows_of(table, self.columns)
         except Exception as error:
-            raise SourceError(f"{self.path} row {row}: cannot convert the rows read: "
-                              f"{type(error).__name__}: {error}", path=self.path,
-                              record=row) from error
+            raise SourceError(
+                f"{self.path} row {row}: cannot convert the rows read: "
+                f"{type(error).__name__}: {error}",
+                path=self.path,
+                record=row,
+            ) from error
 
     def release_if_evicted(self) -> None:
         """Nothing to release: no handle on the cached copy outlives a row-group read."""
@@ -215,8 +242,7 @@ class ParquetFile:
         self._decoded.clear()
 
     def __repr__(self) -> str:
-        return (f"ParquetFile({self.path!r}, {len(self)} rows in {self.num_row_groups} row "
-                "groups)")
+        return f"ParquetFile({self.path!r}, {len(self)} rows in {self.num_row_groups} row groups)"
 
 
 class RangedFile(io.RawIOBase):
@@ -258,14 +284,19 @@ def _same_schema(first: ParquetFile, other: ParquetFile) -> None:
     theirs = {name: other.schema.field(name).type for name in other.columns}
     if set(mine) != set(theirs):
         extra, lacking = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
-        raise SourceError(f"{other.path}: its schema differs from {first.path}'s: columns "
-                          f"{extra} only here, {lacking} only there; pick common ones with "
-                          "columns=[...]", path=other.path)
+        raise SourceError(
+            f"{other.path}: its schema differs from {first.path}'s: columns "
+            f"{extra} only here, {lacking} only there; pick common ones with "
+            "columns=[...]",
+            path=other.path,
+        )
     for name, kind in mine.items():
         if theirs[name] != kind:
-            raise SourceError(f"{other.path}: column {name!r} is {theirs[name]} here but {kind} "
-                              f"in {first.path}; files of one dataset need one schema",
-                              path=other.path)
+            raise SourceError(
+                f"{other.path}: column {name!r} is {theirs[name]} here but {kind} "
+                f"in {first.path}; files of one dataset need one schema",
+                path=other.path,
+            )
     other.columns = list(first.columns)  # one key order for every element
 
 
@@ -274,9 +305,18 @@ class ParquetSource(ShardedSource[ParquetFile]):
     sequence of dicts of the `columns` asked for (default all); every file must have them, of
     the same types."""
 
-    def __init__(self, paths: PathsLike, columns: Sequence[str] | None = None,
-                 cache: ShardCache | None = None, decoded_bytes: int = DEFAULT_DECODED_BYTES):
-        if not isinstance(decoded_bytes, int) or isinstance(decoded_bytes, bool) or decoded_bytes < 0:
+    def __init__(
+        self,
+        paths: PathsLike,
+        columns: Sequence[str] | None = None,
+        cache: ShardCache | None = None,
+        decoded_bytes: int = DEFAULT_DECODED_BYTES,
+    ):
+        if (
+            not isinstance(decoded_bytes, int)
+            or isinstance(decoded_bytes, bool)
+            or decoded_bytes < 0
+        ):
             raise InvalidArgumentError(f"decoded_bytes must be an int >= 0, got {decoded_bytes!r}")
         wanted = check_columns(columns)
         items = resolve_paths(paths)
@@ -306,16 +346,20 @@ class ParquetSource(ShardedSource[ParquetFile]):
         return f"ParquetSource({len(self.files)} files, {len(self)} rows, columns={self.columns})"
 
 
-def iter_parquet_rows(path: str | os.PathLike, columns: Sequence[str] | None = None
-                      ) -> Iterator[dict[str, Any]]:
+def iter_parquet_rows(
+    path: str | os.PathLike, columns: Sequence[str] | None = None
+) -> Iterator[dict[str, Any]]:
     """Every row of one Parquet file (local or gs://, read by ranges), in order, as the dicts
     `ParquetSource` gives; one row group in memory at a time. Errors name the file and row.
 
     >>> for row in iter_parquet_rows("data/part-0.parquet", columns=["text"]):  # doctest: +SKIP
     ...     print(row["text"])
     """
-    remote = RemoteFile.open(os.fspath(path), ShardCache(max_bytes=0)) if is_gcs_url(
-        os.fspath(path)) else None
+    remote = (
+        RemoteFile.open(os.fspath(path), ShardCache(max_bytes=0))
+        if is_gcs_url(os.fspath(path))
+        else None
+    )
     parquet = ParquetFile(path, columns, remote, DecodedRowGroups(0))
     for g in range(parquet.num_row_groups):
         table = parquet._decode(g, None)

@@ -28,8 +28,16 @@ from tpufeed.sources.tf_example_records import (
     encode_example_record,
 )
 
-__all__ = ["CODEC", "RAW_BYTES", "RECORD_FORMATS", "TF_EXAMPLE", "RecordFormat",
-           "get_record_format", "manifest_names", "record_format_of_manifest"]
+__all__ = [
+    "CODEC",
+    "RAW_BYTES",
+    "RECORD_FORMATS",
+    "TF_EXAMPLE",
+    "RecordFormat",
+    "get_record_format",
+    "manifest_names",
+    "record_format_of_manifest",
+]
 
 
 def _no_check(record: dict[str, Any], where: str) -> None:
@@ -61,13 +69,20 @@ def _as_is(data: bytes, schema: dict[str, Any] | None) -> Any:
 
 
 def _no_encoding(record: dict[str, Any]) -> bytes:
-    raise InvalidArgumentError("raw bytes records are written as they are; a dict needs a "
-                               f"record format: one of {sorted(RECORD_FORMATS)}")
+    raise InvalidArgumentError(
+        "raw bytes records are written as they are; a dict needs a "
+        f"record format: one of {sorted(RECORD_FORMATS)}"
+    )
 
 
 CODEC = RecordFormat("codec", "tpufeed.codec", codec.encode, _decode_codec)
-TF_EXAMPLE = RecordFormat("tf_example", "tf.train.Example", encode_example_record,
-                          decode_example_record, check_example_record)
+TF_EXAMPLE = RecordFormat(
+    "tf_example",
+    "tf.train.Example",
+    encode_example_record,
+    decode_example_record,
+    check_example_record,
+)
 RAW_BYTES = RecordFormat("bytes", "bytes", _no_encoding, _as_is)
 
 RECORD_FORMATS: dict[str, RecordFormat] = {f.name: f for f in (CODEC, TF_EXAMPLE)}
@@ -82,8 +97,9 @@ def get_record_format(name: object, option: str = "record_format") -> RecordForm
     """The record format dicts are written in, by its option value."""
     fmt = RECORD_FORMATS.get(name) if isinstance(name, str) else None
     if fmt is None:
-        raise InvalidArgumentError(f"{option} must be one of {sorted(RECORD_FORMATS)}, got "
-                                   f"{name!r}")
+        raise InvalidArgumentError(
+            f"{option} must be one of {sorted(RECORD_FORMATS)}, got {name!r}"
+        )
     return fmt
 
 

@@ -74,8 +74,9 @@ class ShardedSource(Generic[F]):
         self._remote_ids = [i for i, r in enumerate(self._remote) if r is not None]
         # Read-ahead fills the shard cache: files read by ranges (no cache) take no part.
         self._cached = [r if r is not None and r.cached else None for r in self._remote]
-        counts = np.array(count_records(self.files, parallel=bool(self._remote_ids)),
-                          dtype=np.int64)
+        counts = np.array(
+            count_records(self.files, parallel=bool(self._remote_ids)), dtype=np.int64
+        )
         self._starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(counts)])
         self._readahead: Any = None
         self._last_sweep = time.monotonic()
@@ -83,8 +84,11 @@ class ShardedSource(Generic[F]):
         # gs:// files read their cached copies one record at a time, held for each batch.
         leased: list[LeasedRecordFile] = [f for f in self.files if isinstance(f, LeasedRecordFile)]
         self._leased_files = leased if len(leased) == len(self.files) else []
-        self._leased = bool(self._remote_ids) and bool(self._leased_files) and all(
-            r is not None and r.cached for r in self._remote)
+        self._leased = (
+            bool(self._remote_ids)
+            and bool(self._leased_files)
+            and all(r is not None and r.cached for r in self._remote)
+        )
         forget_in_children(self)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -134,8 +138,11 @@ class ShardedSource(Generic[F]):
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """Batched read: one `read` call per file touched, results in the order asked."""
         n = len(self)
-        idx = checked_indices(indices, n, lambda bad: f"record index {bad} is out of range "
-                                                      f"for a source of {n} records")
+        idx = checked_indices(
+            indices,
+            n,
+            lambda bad: f"record index {bad} is out of range for a source of {n} records",
+        )
         if not idx.size:
             return []
         file_ids = np.searchsorted(self._starts, idx, side="right") - 1
@@ -172,7 +179,8 @@ class ShardedSource(Generic[F]):
         """Returns (path, index within that file) of global record `index`."""
         if not 0 <= index < len(self):
             raise RecordIndexError(
-                f"record index {index} is out of range for a source of {len(self)} records")
+                f"record index {index} is out of range for a source of {len(self)} records"
+            )
         f = int(np.searchsorted(self._starts, index, side="right") - 1)
         return self.files[f].path, int(index - self._starts[f])
 
@@ -182,6 +190,7 @@ class ShardedSource(Generic[F]):
 
     def fingerprint(self) -> str:
         import os
+
         shards = ",".join(f"{os.path.basename(f.path)}:{len(f)}" for f in self.files)
         return f"{type(self).__name__}[{shards}]"
 
@@ -226,8 +235,9 @@ class ShardedSource(Generic[F]):
         return f"{type(self).__name__}({len(self.files)} files, {len(self)} records)"
 
 
-def checked_indices(indices: Sequence[int] | np.ndarray, n: int,
-                    message: Callable[[int], str]) -> np.ndarray:
+def checked_indices(
+    indices: Sequence[int] | np.ndarray, n: int, message: Callable[[int], str]
+) -> np.ndarray:
     """`indices` as a flat int64 array, each in [0, n); RecordIndexError(message(first bad))."""
     idx = np.asarray(indices, dtype=np.int64).reshape(-1)
     if idx.size and (idx.min() < 0 or idx.max() >= n):

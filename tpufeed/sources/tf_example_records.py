@@ -31,8 +31,7 @@ import numpy as np
 from tpufeed.errors import CodecError, InvalidArgumentError
 from tpufeed.transforms.example import encode_example, parse_example
 
-__all__ = ["SHAPE_SUFFIX", "check_example_record", "decode_example_record",
-           "encode_example_record"]
+__all__ = ["SHAPE_SUFFIX", "check_example_record", "decode_example_record", "encode_example_record"]
 
 SHAPE_SUFFIX = "/shape"
 _INT64_MAX = np.iinfo(np.int64).max
@@ -42,19 +41,25 @@ def check_example_record(record: dict[str, Any], where: str) -> None:
     """Raises InvalidArgumentError naming `where` and the key if `record` cannot be stored as a
     `tf.train.Example` by `encode_example_record`."""
     for key, value in record.items():
+
         def refuse(why: str, key: str = key) -> InvalidArgumentError:
-            return InvalidArgumentError(f"{where}: key {key!r} {why}; --record-format "
-                                        "tf_example stores ints, floats, bytes, str and numeric "
-                                        "numpy arrays")
+            return InvalidArgumentError(
+                f"{where}: key {key!r} {why}; --record-format "
+                "tf_example stores ints, floats, bytes, str and numeric "
+                "numpy arrays"
+            )
+
         if not isinstance(key, str):
             raise refuse("is not a str")
-        if key.endswith(SHAPE_SUFFIX) and key[:-len(SHAPE_SUFFIX)] in record:
-            raise refuse(f"clashes with the shape feature of key {key[:-len(SHAPE_SUFFIX)]!r}")
+        if key.endswith(SHAPE_SUFFIX) and key[: -len(SHAPE_SUFFIX)] in record:
+            raise refuse(f"clashes with the shape feature of key {key[: -len(SHAPE_SUFFIX)]!r}")
         if isinstance(value, (np.ndarray, np.generic)):
             kind = np.asarray(value).dtype.kind
             if kind not in "biuf":
-                raise refuse(f"is an array of dtype {np.asarray(value).dtype}, which a "
-                             "tf.train.Example cannot hold")
+                raise refuse(
+                    f"is an array of dtype {np.asarray(value).dtype}, which a "
+                    "tf.train.Example cannot hold"
+                )
             if kind == "u" and np.asarray(value).size and np.asarray(value).max() > _INT64_MAX:
                 raise refuse("holds values above the int64 range (tf.train.Example's int64_list)")
         elif not isinstance(value, (bool, int, float, bytes, str)):
@@ -67,8 +72,9 @@ def encode_example_record(record: dict[str, Any]) -> bytes:
     for key, value in record.items():
         if isinstance(value, (np.ndarray, np.generic)):
             array = np.asarray(value)
-            features[key] = array.reshape(-1).astype(np.int64 if array.dtype.kind in "biu"
-                                                     else np.float32)
+            features[key] = array.reshape(-1).astype(
+                np.int64 if array.dtype.kind in "biu" else np.float32
+            )
             features[key + SHAPE_SUFFIX] = np.asarray(array.shape, np.int64)
         else:
             features[key] = value
@@ -84,7 +90,7 @@ def decode_example_record(data: bytes, schema: dict[str, Any] | None) -> dict[st
         raise CodecError(f"not a tf.train.Example: {e}") from e
     out: dict[str, Any] = {}
     for key, value in parsed.items():
-        if key.endswith(SHAPE_SUFFIX) and key[:-len(SHAPE_SUFFIX)] in parsed:
+        if key.endswith(SHAPE_SUFFIX) and key[: -len(SHAPE_SUFFIX)] in parsed:
             continue
         spec = (schema or {}).get(key) or {}
         shape = parsed.get(key + SHAPE_SUFFIX)
@@ -94,25 +100,40 @@ def decode_example_record(data: bytes, schema: dict[str, Any] | None) -> dict[st
             out[key] = _text(key, value) if spec.get("type") == "str" else value
         elif isinstance(value, np.ndarray) and value.size == 1:
             item = value[0]
-            out[key] = (bool(item) if spec.get("type") == "bool"
-                        else float(item) if value.dtype.kind == "f" else int(item))
+            out[key] = (
+                bool(item)
+                if spec.get("type") == "bool"
+                else float(item)
+                if value.dtype.kind == "f"
+                else int(item)
+            )
         else:
             count = len(value) if isinstance(value, list) else value.size
-            raise CodecError(f"feature {key!r} holds {count} values and has no "
-                             f"{key + SHAPE_SUFFIX!r} feature: not a record tpufeed wrote")
+            raise CodecError(
+                f"feature {key!r} holds {count} values and has no "
+                f"{key + SHAPE_SUFFIX!r} feature: not a record tpufeed wrote"
+            )
     return out
 
 
 def _array(key: str, value: Any, shape: Any, spec: dict[str, Any]) -> np.ndarray:
-    if not isinstance(value, np.ndarray) or not isinstance(shape, np.ndarray) \
-            or shape.dtype != np.int64 or (shape < 0).any():
-        raise CodecError(f"feature {key!r} and its shape {key + SHAPE_SUFFIX!r} are not a "
-                         "numeric list and a list of sizes")
+    if (
+        not isinstance(value, np.ndarray)
+        or not isinstance(shape, np.ndarray)
+        or shape.dtype != np.int64
+        or (shape < 0).any()
+    ):
+        raise CodecError(
+            f"feature {key!r} and its shape {key + SHAPE_SUFFIX!r} are not a "
+            "numeric list and a list of sizes"
+        )
     try:
         array = value.reshape(tuple(int(n) for n in shape))
     except ValueError:
-        raise CodecError(f"feature {key!r} holds {value.size} values, which do not fit its "
-                         f"shape {shape.tolist()}") from None
+        raise CodecError(
+            f"feature {key!r} holds {value.size} values, which do not fit its "
+            f"shape {shape.tolist()}"
+        ) from None
     if spec.get("type") == "ndarray":
         return array.astype(spec["dtype"])
     return array

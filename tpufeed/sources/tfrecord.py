@@ -76,7 +76,8 @@ def default_index_dir() -> str:
     `~/.cache/tpufeed/tfrecord-index`; read at each call, not at import.
     """
     root = os.environ.get("TPUFEED_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tpufeed")
+        os.path.expanduser("~"), ".cache", "tpufeed"
+    )
     return os.path.join(root, "tfrecord-index")
 
 
@@ -87,8 +88,9 @@ def _cached_index_name(path: str) -> str:
 
 
 def _index_array(size: int, mtime_ns: int, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    head = np.array([_INDEX_MAGIC, _INDEX_VERSION, size, mtime_ns & _U64, offsets.size],
-                    dtype=np.uint64)
+    head = np.array(
+        [_INDEX_MAGIC, _INDEX_VERSION, size, mtime_ns & _U64, offsets.size], dtype=np.uint64
+    )
     return np.concatenate([head, offsets, lengths])
 
 
@@ -106,8 +108,8 @@ def _load_index(index_path: str, size: int, mtime_ns: int) -> tuple[np.ndarray, 
         return None
     if arr.size != _INDEX_FIELDS + 2 * n:
         return None
-    offsets = arr[_INDEX_FIELDS:_INDEX_FIELDS + n]
-    lengths = arr[_INDEX_FIELDS + n:]
+    offsets = arr[_INDEX_FIELDS : _INDEX_FIELDS + n]
+    lengths = arr[_INDEX_FIELDS + n :]
     # Records tile the file exactly (up to an unframeable rest); a damaged index fails this
     # check and is rebuilt.
     framed = n - 1 if n and int(lengths[-1]) == UNFRAMED else n
@@ -126,8 +128,12 @@ class TFRecordFile:
     A gs:// `path` is read through `remote` (default: the default shard cache).
     """
 
-    def __init__(self, path: str | os.PathLike, index_dir: str | os.PathLike | None = None,
-                 remote: RemoteFile | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        index_dir: str | os.PathLike | None = None,
+        remote: RemoteFile | None = None,
+    ):
         self.path = os.fspath(path)
         self.index_dir = None if index_dir is None else os.fspath(index_dir)
         if remote is None and is_gcs_url(self.path):
@@ -160,14 +166,16 @@ class TFRecordFile:
             offsets, lengths = scan_records(f.fileno(), self.path, st.st_size)
         return self._save_index(candidates, st.st_size, st.st_mtime_ns, offsets, lengths)
 
-    def _load_or_build_remote_index(self, remote: RemoteFile
-                                    ) -> tuple[str | None, np.ndarray, np.ndarray]:
+    def _load_or_build_remote_index(
+        self, remote: RemoteFile
+    ) -> tuple[str | None, np.ndarray, np.ndarray]:
         """A gs:// file's index is keyed by its generation (in the place of a local mtime)."""
         obj = remote.obj
         directory = self.index_dir or os.path.join(remote.cache.root, "tfrecord-index")
         name = hashlib.sha256(f"{obj.url}#{obj.generation}".encode()).hexdigest()[:32]
-        candidates = [os.path.join(directory, f"{name}-{os.path.basename(obj.name)[:100]}"
-                                              f"{INDEX_SUFFIX}")]
+        candidates = [
+            os.path.join(directory, f"{name}-{os.path.basename(obj.name)[:100]}{INDEX_SUFFIX}")
+        ]
         found = _load_index(candidates[0], obj.size, obj.generation)
         if found is not None:
             return candidates[0], *found
@@ -177,23 +185,35 @@ class TFRecordFile:
         else:
             offsets, lengths = _scan(
                 lambda n, offset: remote.read_ranges([(offset, min(offset + n, obj.size))])[0],
-                self.path, obj.size)
+                self.path,
+                obj.size,
+            )
         return self._save_index(candidates, obj.size, obj.generation, offsets, lengths)
 
-    def _save_index(self, candidates: list[str], size: int, version: int, offsets: np.ndarray,
-                    lengths: np.ndarray) -> tuple[str | None, np.ndarray, np.ndarray]:
+    def _save_index(
+        self,
+        candidates: list[str],
+        size: int,
+        version: int,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+    ) -> tuple[str | None, np.ndarray, np.ndarray]:
         arr = _index_array(size, version, offsets, lengths)
         errors = []
         for index_path in candidates:
             try:
                 os.makedirs(os.path.dirname(index_path) or ".", exist_ok=True)
-                _atomic_write(index_path, lambda out: np.save(out, arr, allow_pickle=False),
-                              durable=False)
+                _atomic_write(
+                    index_path, lambda out: np.save(out, arr, allow_pickle=False), durable=False
+                )
                 return index_path, offsets, lengths
             except OSError as e:
                 errors.append(f"{index_path}: {e}")
-        warnings.warn(f"{self.path}: cannot cache its record index ({'; '.join(errors)}); "
-                      "it will be rebuilt on every open", stacklevel=4)
+        warnings.warn(
+            f"{self.path}: cannot cache its record index ({'; '.join(errors)}); "
+            "it will be rebuilt on every open",
+            stacklevel=4,
+        )
         return None, offsets, lengths
 
     def __len__(self) -> int:
@@ -211,8 +231,9 @@ class TFRecordFile:
         n = len(self)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
             bad = int(idx[(idx < 0) | (idx >= n)][0])
-            raise RecordIndexError(f"{self.path}: record index {bad} is out of range for a file "
-                                   f"of {n} records")
+            raise RecordIndexError(
+                f"{self.path}: record index {bad} is out of range for a file of {n} records"
+            )
         if self.remote is None:
             return self._read_fd(self._fd(), idx)
         if not self.remote.cached:
@@ -238,12 +259,21 @@ class TFRecordFile:
             offset, length, record = offsets[i], lengths[i], records[i]
             if length == UNFRAMED:
                 start = offset - _HEADER.size
-                raise unframed(self.path, record, os.pread(fd, _HEADER.size, start), start,
-                               os.fstat(fd).st_size)
+                raise unframed(
+                    self.path,
+                    record,
+                    os.pread(fd, _HEADER.size, start),
+                    start,
+                    os.fstat(fd).st_size,
+                )
             buf = os.pread(fd, length + _CRC.size, offset)
             if len(buf) != length + _CRC.size:
-                raise _corrupt(self.path, record, offset - _HEADER.size,
-                               "the file is shorter than when its index was built")
+                raise _corrupt(
+                    self.path,
+                    record,
+                    offset - _HEADER.size,
+                    "the file is shorter than when its index was built",
+                )
             out[i] = self._checked(buf, length, record, offset)
         return out
 
@@ -262,20 +292,26 @@ class TFRecordFile:
         span_starts = np.array([s for s, _ in spans], dtype=np.int64)
         which = np.searchsorted(span_starts, starts, side="right") - 1
         found = {}
-        for record, start, end, w in zip(wanted.tolist(), starts.tolist(), ends.tolist(),
-                                         which.tolist()):
+        for record, start, end, w in zip(
+            wanted.tolist(), starts.tolist(), ends.tolist(), which.tolist()
+        ):
             rel = start - spans[w][0]
             length = end - start - _CRC.size
-            found[record] = self._checked(blobs[w][rel:rel + length + _CRC.size], length,
-                                          record, start)
+            found[record] = self._checked(
+                blobs[w][rel : rel + length + _CRC.size], length, record, start
+            )
         return [found[i] for i in idx.tolist()]
 
     def _checked(self, buf: bytes, length: int, record: int, offset: int) -> bytes:
         data = buf[:length]
         if _masked_crc(data) != _CRC.unpack_from(buf, length)[0]:
-            raise _corrupt(self.path, record, offset - _HEADER.size,
-                           "data CRC mismatch (the record is damaged, or the file changed "
-                           "after its index was built)")
+            raise _corrupt(
+                self.path,
+                record,
+                offset - _HEADER.size,
+                "data CRC mismatch (the record is damaged, or the file changed "
+                "after its index was built)",
+            )
         return data
 
     def release_if_evicted(self) -> None:
@@ -333,12 +369,19 @@ class TFRecordSource(ShardedSource[TFRecordFile]):
     them as ranged GETs of the records needed instead of whole-file copies.
     """
 
-    def __init__(self, paths: PathsLike, index_dir: str | os.PathLike | None = None,
-                 cache: ShardCache | None = None):
+    def __init__(
+        self,
+        paths: PathsLike,
+        index_dir: str | os.PathLike | None = None,
+        cache: ShardCache | None = None,
+    ):
         # A glob like "data/*" also matches the indexes cached next to the files: skip them.
         # Files hold no handle until their first read, so a failure here leaks nothing.
-        items = [p for p in resolve_paths(paths)
-                 if INDEX_SUFFIX not in os.path.basename(p.name if isinstance(p, GcsObject) else p)]
+        items = [
+            p
+            for p in resolve_paths(paths)
+            if INDEX_SUFFIX not in os.path.basename(p.name if isinstance(p, GcsObject) else p)
+        ]
         if any(isinstance(p, GcsObject) for p in items):
             cache = cache or ShardCache()
 

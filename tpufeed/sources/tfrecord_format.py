@@ -61,7 +61,8 @@ def write_tfrecords(path: str | os.PathLike, records: Iterable[bytes]) -> int:
         for record in records:
             if not isinstance(record, (bytes, bytearray, memoryview)):
                 raise InvalidArgumentError(
-                    f"{path}: record {count} is {type(record).__name__}, not bytes: {record!r:.80}")
+                    f"{path}: record {count} is {type(record).__name__}, not bytes: {record!r:.80}"
+                )
             data = bytes(record)
             length = struct.pack("<Q", len(data))
             f.write(length)
@@ -95,12 +96,14 @@ def read_stream(f: BinaryIO, path: str) -> Iterator[bytes]:
             raise _corrupt(path, index, offset, "torn record header at the end of the file")
         length, length_crc = _HEADER.unpack(header)
         if _masked_crc(header[:8]) != length_crc:
-            raise _corrupt(path, index, offset,
-                           "length CRC mismatch: not a TFRecord file, or corrupted")
+            raise _corrupt(
+                path, index, offset, "length CRC mismatch: not a TFRecord file, or corrupted"
+            )
         body = _read_exact(f, length + _CRC.size)
         if len(body) < length + _CRC.size:
-            raise _corrupt(path, index, offset,
-                           f"torn record: {length} bytes announced, the file ends first")
+            raise _corrupt(
+                path, index, offset, f"torn record: {length} bytes announced, the file ends first"
+            )
         data = body[:length]
         if _masked_crc(data) != _CRC.unpack_from(body, length)[0]:
             raise _corrupt(path, index, offset, "data CRC mismatch")
@@ -126,8 +129,9 @@ def scan_records(fd: int, path: str, size: int) -> tuple[np.ndarray, np.ndarray]
     return _scan(lambda n, offset: os.pread(fd, n, offset), path, size)
 
 
-def _scan(pread: Callable[[int, int], bytes], path: str,
-          size: int) -> tuple[np.ndarray, np.ndarray]:
+def _scan(
+    pread: Callable[[int, int], bytes], path: str, size: int
+) -> tuple[np.ndarray, np.ndarray]:
     offsets: list[int] = []
     lengths: list[int] = []
     buf = b""
@@ -140,7 +144,7 @@ def _scan(pread: Callable[[int, int], bytes], path: str,
             if len(buf) < min(_HEADER.size, size - pos):
                 raise _corrupt(path, record, pos, "file shrank while its index was being built")
         rel = pos - base
-        if framing_problem(buf[rel:rel + _HEADER.size], pos, size) is not None:
+        if framing_problem(buf[rel : rel + _HEADER.size], pos, size) is not None:
             offsets.append(pos + _HEADER.size)
             lengths.append(UNFRAMED)
             break
@@ -155,25 +159,32 @@ def framing_problem(header: bytes, pos: int, size: int) -> str | None:
     """Why the record whose header is `header` (read at `pos` of a `size`-byte file) cannot be
     framed, or None if it can."""
     if len(header) < _HEADER.size:
-        return (f"torn record: the file ends {size - pos} bytes into its {_HEADER.size}-byte "
-                "header")
+        return f"torn record: the file ends {size - pos} bytes into its {_HEADER.size}-byte header"
     length, length_crc = _HEADER.unpack(header)
     if _masked_crc(header[:8]) != length_crc:
         return "length CRC mismatch"
     end = pos + _FRAMING + length
     if end > size:
-        return (f"torn record: its length says {length} bytes of data but the file ends "
-                f"{end - size} bytes short")
+        return (
+            f"torn record: its length says {length} bytes of data but the file ends "
+            f"{end - size} bytes short"
+        )
     return None
 
 
 def unframed(path: str, record: int, header: bytes, pos: int, size: int) -> CorruptDataError:
     """The error of the position that stands for a file's unframeable rest."""
     why = framing_problem(header, pos, size) or "the file changed after its index was built"
-    return _corrupt(path, record, pos, f"{why}; the {size - pos:,} bytes from here to the end "
-                    "cannot be split into records (ignore_errors counts them as one bad record)")
+    return _corrupt(
+        path,
+        record,
+        pos,
+        f"{why}; the {size - pos:,} bytes from here to the end "
+        "cannot be split into records (ignore_errors counts them as one bad record)",
+    )
 
 
 def _corrupt(path: str, record: int, offset: int, what: str) -> CorruptDataError:
-    return CorruptDataError(f"{path}: record {record} at byte offset {offset}: {what}",
-                            path=path, record=record)
+    return CorruptDataError(
+        f"{path}: record {record} at byte offset {offset}: {what}", path=path, record=record
+    )

@@ -46,7 +46,8 @@ def _object_crc32c(remote: RemoteFile) -> tuple[int, str]:
     crc = 0
     for start in range(0, obj.size, _CRC_CHUNK):
         crc = google_crc32c.extend(
-            crc, remote.read_ranges([(start, min(start + _CRC_CHUNK, obj.size))])[0])
+            crc, remote.read_ranges([(start, min(start + _CRC_CHUNK, obj.size))])[0]
+        )
     return obj.size, f"{crc:08x}"
 
 
@@ -58,8 +59,9 @@ class VerifiedShard:
     what `ShardedSource` fetches ahead. Picklable: a copy remembers whether it was verified.
     """
 
-    def __init__(self, path: str, entry: dict[str, Any], file_format: str,
-                 remote: RemoteFile | None = None):
+    def __init__(
+        self, path: str, entry: dict[str, Any], file_format: str, remote: RemoteFile | None = None
+    ):
         self.path = path
         self.remote = remote
         self.num_records: int = entry["num_records"]
@@ -98,20 +100,27 @@ class VerifiedShard:
                 check_regular(self.path)  # a FIFO or a device would block the read below
                 size, crc = file_crc32c(self.path)
             except SourceNotFoundError:
-                raise SourceNotFoundError(f"{self.path}: shard named in the manifest is missing",
-                                          path=self.path) from None
+                raise SourceNotFoundError(
+                    f"{self.path}: shard named in the manifest is missing", path=self.path
+                ) from None
             except FileNotFoundError:
-                raise SourceNotFoundError(f"{self.path}: shard named in the manifest is missing",
-                                          path=self.path) from None
+                raise SourceNotFoundError(
+                    f"{self.path}: shard named in the manifest is missing", path=self.path
+                ) from None
             except OSError as e:
                 raise SourceError(f"{self.path}: cannot read: {e}", path=self.path) from e
         if size != self.num_bytes:
-            raise CorruptDataError(f"{self.path}: shard is {size:,} bytes, the manifest says "
-                                   f"{self.num_bytes:,} (truncated or replaced?)", path=self.path)
+            raise CorruptDataError(
+                f"{self.path}: shard is {size:,} bytes, the manifest says "
+                f"{self.num_bytes:,} (truncated or replaced?)",
+                path=self.path,
+            )
         if crc != self.crc32c:
-            raise CorruptDataError(f"{self.path}: CRC32C is {crc}, the manifest says "
-                                   f"{self.crc32c}: the shard is corrupted or was replaced",
-                                   path=self.path)
+            raise CorruptDataError(
+                f"{self.path}: CRC32C is {crc}, the manifest says "
+                f"{self.crc32c}: the shard is corrupted or was replaced",
+                path=self.path,
+            )
         self.verified = True
 
     def _open(self) -> Any:
@@ -122,8 +131,11 @@ class VerifiedShard:
                 count = len(opened)
                 if count != self.num_records:
                     opened.close()
-                    raise CorruptDataError(f"{self.path}: shard holds {count} records, the "
-                                           f"manifest says {self.num_records}", path=self.path)
+                    raise CorruptDataError(
+                        f"{self.path}: shard holds {count} records, the "
+                        f"manifest says {self.num_records}",
+                        path=self.path,
+                    )
                 self._file = opened
             return self._file
 

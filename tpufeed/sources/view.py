@@ -20,7 +20,8 @@ class SourceView:
     def __init__(self, source: Any):
         if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
             raise InvalidArgumentError(
-                f"a source needs __len__ and __getitem__(int); {type(source).__name__} lacks them")
+                f"a source needs __len__ and __getitem__(int); {type(source).__name__} lacks them"
+            )
         self.source = source
         self._getitems = getattr(source, "__getitems__", None)
         self._locate = getattr(source, "locate", None)
@@ -32,9 +33,11 @@ class SourceView:
         except TpufeedError:
             raise
         except Exception as exc:
-            raise InvalidArgumentError(f"len() of the source {type(self.source).__name__} failed: "
-                                       f"{type(exc).__name__}: {exc}; a source's __len__ must "
-                                       "return its record count, a non-negative int") from exc
+            raise InvalidArgumentError(
+                f"len() of the source {type(self.source).__name__} failed: "
+                f"{type(exc).__name__}: {exc}; a source's __len__ must "
+                "return its record count, a non-negative int"
+            ) from exc
 
     def read(self, indices: np.ndarray) -> list[Any]:
         """Reads records at `indices` in one call where the source allows it."""
@@ -46,8 +49,11 @@ class SourceView:
             raise
         except Exception as exc:
             first = int(indices[0]) if len(indices) else -1
-            raise SourceError(f"reading records {_span(indices)} from {type(self.source).__name__} "
-                              f"failed: {type(exc).__name__}: {exc}", record=first) from exc
+            raise SourceError(
+                f"reading records {_span(indices)} from {type(self.source).__name__} "
+                f"failed: {type(exc).__name__}: {exc}",
+                record=first,
+            ) from exc
 
     def will_read(self, indices: np.ndarray) -> None:
         """Tells the source which records come next, in order (a hint for read-ahead)."""

@@ -28,16 +28,16 @@ def footer_offset(last_block: bytes, size: int) -> int | None:
     if len(last_block) != BLOCK_SIZE or size < 2 * BLOCK_SIZE:
         return None
     head = _BLOCK_HEADER
-    data_size = int.from_bytes(last_block[head + 8:head + 16], "little")
+    data_size = int.from_bytes(last_block[head + 8 : head + 16], "little")
     if last_block[head + 24] != _SIMPLE_CHUNK:
         return None
-    data = last_block[head + _CHUNK_HEADER:head + _CHUNK_HEADER + data_size]
+    data = last_block[head + _CHUNK_HEADER : head + _CHUNK_HEADER + data_size]
     if len(data) != data_size or not data or data[0] != _NO_COMPRESSION:
         return None
     try:
         sizes_length, pos = _varint(data, 1)
         first_size, _ = _varint(data, pos)
-        record = data[pos + sizes_length:pos + sizes_length + first_size]
+        record = data[pos + sizes_length : pos + sizes_length + first_size]
         if not record or record[0] != _FOOTER_OFFSET_TAG:
             return None
         offset, _ = _varint(record, 1)

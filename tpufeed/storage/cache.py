@@ -68,19 +68,28 @@ class ShardCache:
     `max_bytes=0`: no copies at all (TFRecord files are then read by ranged GETs).
     """
 
-    def __init__(self, directory: str | os.PathLike | None = None, max_bytes: int | None = None,
-                 *, downloads: int = 8, part_bytes: int = PART_BYTES,
-                 retry: RetryPolicy | None = None):
-        if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool)
-                                      or max_bytes < 0):
+    def __init__(
+        self,
+        directory: str | os.PathLike | None = None,
+        max_bytes: int | None = None,
+        *,
+        downloads: int = 8,
+        part_bytes: int = PART_BYTES,
+        retry: RetryPolicy | None = None,
+    ):
+        if max_bytes is not None and (
+            not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0
+        ):
             raise InvalidArgumentError(
-                f"cache_bytes must be None or an int >= 0, got {max_bytes!r}")
+                f"cache_bytes must be None or an int >= 0, got {max_bytes!r}"
+            )
         if not isinstance(downloads, int) or isinstance(downloads, bool) or downloads < 1:
             raise InvalidArgumentError(f"downloads must be an int >= 1, got {downloads!r}")
         if not isinstance(part_bytes, int) or isinstance(part_bytes, bool) or part_bytes < 1 << 16:
             raise InvalidArgumentError(f"part_bytes must be an int >= 65536, got {part_bytes!r}")
-        self.root = os.path.abspath(os.fspath(directory) if directory is not None
-                                    else default_cache_dir())
+        self.root = os.path.abspath(
+            os.fspath(directory) if directory is not None else default_cache_dir()
+        )
         check_not_a_file(self.root)
         self.layout = CacheLayout(self.root)
         self.space = CacheSpace(self.layout, 0)
@@ -232,7 +241,9 @@ class ShardCache:
             raise SourceError(
                 f"{obj.url}: {obj.size:,} bytes do not fit in the shard cache at {self.root} "
                 f"(limit {self.max_bytes:,} bytes; the shard takes {self.footprint(obj.size):,} "
-                "on disk with its record); raise cache_bytes", path=obj.url)
+                "on disk with its record); raise cache_bytes",
+                path=obj.url,
+            )
 
     def _disk_errors(self, obj: GcsObject | None) -> contextlib.AbstractContextManager[None]:
         return disk_errors(self.root, self.max_bytes, obj.url if obj is not None else None)

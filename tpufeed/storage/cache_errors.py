@@ -37,7 +37,8 @@ def check_not_a_file(root: str) -> None:
                 continue
         raise InvalidArgumentError(
             f"the shard cache directory {root} cannot be used: {path} is a file, not a "
-            f"directory; {_ELSEWHERE} a directory")
+            f"directory; {_ELSEWHERE} a directory"
+        )
 
 
 @contextlib.contextmanager
@@ -54,11 +55,14 @@ def disk_errors(root: str, max_bytes: int, url: str | None) -> Iterator[None]:
                 f"{shard}no space left on the disk of the shard cache at {root} while writing "
                 f"{'it' if url is not None else 'to it'}{where}: {free_bytes(root):,} bytes free "
                 f"there, cache_bytes is {max_bytes:,}; free disk space, lower cache_bytes, or "
-                f"{_ELSEWHERE} a disk with room", path=url or root) from e
+                f"{_ELSEWHERE} a disk with room",
+                path=url or root,
+            ) from e
         if e.errno in _NOT_WRITABLE:
             check_not_a_file(root)
             raise SourceError(
                 f"{shard}cannot write to the shard cache directory {root}{where}: {e.strerror}; "
                 f"make it writable, or {_ELSEWHERE} a writable directory",
-                path=url or root) from e
+                path=url or root,
+            ) from e
         raise

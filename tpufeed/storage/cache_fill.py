@@ -32,13 +32,20 @@ log = logging.getLogger("tpufeed.cache")
 class CacheFiller:
     """Fills the entries of one cache directory, downloading with `retry` in `part_bytes` parts."""
 
-    def __init__(self, layout: CacheLayout, space: CacheSpace, verified: VerifiedCopies,
-                 retry: RetryPolicy, part_bytes: int):
+    def __init__(
+        self,
+        layout: CacheLayout,
+        space: CacheSpace,
+        verified: VerifiedCopies,
+        retry: RetryPolicy,
+        part_bytes: int,
+    ):
         self.layout, self.space, self.verified = layout, space, verified
         self.retry, self.part_bytes = retry, part_bytes
 
-    def fill(self, obj: GcsObject, key: str, fd: int, victims: VictimChooser, priority: float,
-              wait: bool) -> str | None:
+    def fill(
+        self, obj: GcsObject, key: str, fd: int, victims: VictimChooser, priority: float, wait: bool
+    ) -> str | None:
         """Under the entry's exclusive lock: 'cached' (sound) or 'fetched'; None: no room."""
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -72,8 +79,9 @@ class CacheFiller:
         if problem is None:
             self.verified.seal(obj, key)
             return True
-        log.warning("%s: its cached copy %s is damaged (%s); fetching it again", obj.url, data,
-                    problem)
+        log.warning(
+            "%s: its cached copy %s is damaged (%s); fetching it again", obj.url, data, problem
+        )
         with self.space.global_lock():
             self.space.evict(key)
         self.verified.forget(key)
@@ -90,7 +98,12 @@ class CacheFiller:
             problem = self.verified.problem(obj, part, os.path.getsize(part))
             if problem is None:
                 return
-            log.warning("%s: downloaded bytes are wrong (%s)%s", obj.url, problem,
-                        "; downloading again" if attempt == 0 else "")
-        raise CorruptDataError(f"{obj.url}: downloaded twice and both copies fail the check: "
-                               f"{problem}", path=obj.url)
+            log.warning(
+                "%s: downloaded bytes are wrong (%s)%s",
+                obj.url,
+                problem,
+                "; downloading again" if attempt == 0 else "",
+            )
+        raise CorruptDataError(
+            f"{obj.url}: downloaded twice and both copies fail the check: {problem}", path=obj.url
+        )

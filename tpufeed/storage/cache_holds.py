@@ -60,8 +60,11 @@ class CopyHold:
         self._fd = fd
         self._holder: Callable[[], Callable[[], None] | None] | None = None
         if on_evicted is not None:
-            self._holder = (weakref.WeakMethod(on_evicted) if hasattr(on_evicted, "__self__")
-                            else lambda: on_evicted)
+            self._holder = (
+                weakref.WeakMethod(on_evicted)
+                if hasattr(on_evicted, "__self__")
+                else lambda: on_evicted
+            )
         with _lock:
             _holds.add(self)
             _start_releaser()
@@ -119,8 +122,7 @@ def _start_releaser() -> None:
         _fork_hooked = True
     if _releaser_pid != os.getpid():
         _releaser_pid = os.getpid()
-        threading.Thread(target=_release_evicted, name="tpufeed-cache-release",
-                         daemon=True).start()
+        threading.Thread(target=_release_evicted, name="tpufeed-cache-release", daemon=True).start()
 
 
 def _release_evicted() -> None:

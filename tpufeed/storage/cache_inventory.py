@@ -47,8 +47,9 @@ def list_entries(layout: CacheLayout) -> list[CacheEntry]:
         record = files.read_json(layout.record(key)) or {}
         lock = files.stat(layout.lock(key))
         read = lock.st_mtime if lock is not None and lock.st_mtime_ns else None
-        out.append(CacheEntry(key, record.get("url") if complete else None, st.st_size,
-                              complete, read))
+        out.append(
+            CacheEntry(key, record.get("url") if complete else None, st.st_size, complete, read)
+        )
     return out
 
 

@@ -37,14 +37,16 @@ CACHE_DIR_ENV = "TPUFEED_CACHE_DIR"
 
 def default_cache_dir() -> str:
     """`$TPUFEED_CACHE_DIR`, else `~/.cache/tpufeed` (read at each call, not at import)."""
-    return os.environ.get(CACHE_DIR_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
-                                                         "tpufeed")
+    return os.environ.get(CACHE_DIR_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "tpufeed"
+    )
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def entry_key(obj: GcsObject) -> str:
-    digest = hashlib.blake2b(f"{obj.bucket}/{obj.name}#{obj.generation}".encode(),
-                             digest_size=12).hexdigest()
+    digest = hashlib.blake2b(
+        f"{obj.bucket}/{obj.name}#{obj.generation}".encode(), digest_size=12
+    ).hexdigest()
     base = re.sub(r"[^A-Za-z0-9._-]", "_", obj.name.rsplit("/", 1)[-1])[:60]
     return f"{digest}-{base}"
 
@@ -56,7 +58,7 @@ def key_of(name: str) -> str:
             return name.split(marker, 1)[0]
     for suffix in (".data", ".lock", ".json"):
         if name.endswith(suffix):
-            return name[:-len(suffix)]
+            return name[: -len(suffix)]
     return name
 
 

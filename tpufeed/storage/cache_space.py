@@ -79,16 +79,16 @@ class CacheSpace:
     @contextlib.contextmanager
     def global_lock(self) -> Iterator[None]:
         self.layout.make_dirs()
-        fd = os.open(os.path.join(self.layout.root, ".lock"),
-                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            os.path.join(self.layout.root, ".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
-    def reserve(self, obj: GcsObject, key: str, victims: VictimChooser,
-                wait: bool) -> str | None:
+    def reserve(self, obj: GcsObject, key: str, victims: VictimChooser, wait: bool) -> str | None:
         """Makes room for `obj` and creates its full-size part file; None if no room (no wait)."""
         started = time.monotonic()
         pause = 0.005
@@ -106,29 +106,42 @@ class CacheSpace:
                     f"reading {len(stuck)} evicted shard(s) ({', '.join(h.key for h in stuck)}) "
                     "while it waits for this one, so it reads more shards at once than the cache "
                     f"holds; raise cache_bytes (a shard takes {self.footprint(obj.size):,} bytes) "
-                    "or read fewer shards at once", path=obj.url)
+                    "or read fewer shards at once",
+                    path=obj.url,
+                )
             if waited > SPACE_WAIT_S:
                 raise SourceError(
                     f"{obj.url}: no room in the shard cache at {self.layout.root} for "
                     f"{SPACE_WAIT_S:.0f} s (limit {self.max_bytes:,} bytes, {self.usage():,} in "
-                    "use); raise cache_bytes", path=obj.url)
+                    "use); raise cache_bytes",
+                    path=obj.url,
+                )
             time.sleep(pause)
             pause = min(0.05, pause * 2)
 
-    def _try_reserve(self, obj: GcsObject, key: str, victims: VictimChooser,
-                     patient: bool) -> str | None:
+    def _try_reserve(
+        self, obj: GcsObject, key: str, victims: VictimChooser, patient: bool
+    ) -> str | None:
         copies, used, closing = self.scan()
         need = used + self.footprint(obj.size) - self.max_bytes
-        if need > 0 and not self._make_room(obj, key, copies, need, closing if patient else 0,
-                                            victims):
+        if need > 0 and not self._make_room(
+            obj, key, copies, need, closing if patient else 0, victims
+        ):
             return None
         part = os.path.join(self.layout.shards, f"{key}.part-{os.getpid()}-{os.urandom(4).hex()}")
         with open(part, "xb") as f:
             f.truncate(obj.size)
         return part
 
-    def _make_room(self, obj: GcsObject, key: str, copies: dict[str, tuple[int, float]],
-                   need: int, closing: int, victims: VictimChooser) -> bool:
+    def _make_room(
+        self,
+        obj: GcsObject,
+        key: str,
+        copies: dict[str, tuple[int, float]],
+        need: int,
+        closing: int,
+        victims: VictimChooser,
+    ) -> bool:
         """Frees `need` bytes by deleting copies nobody uses, in the chooser's order; True if
         done. Otherwise evicts the held copies (open in a reader) whose closing makes the room,
         counting `closing` bytes already on their way, and returns False: try again later."""
@@ -154,8 +167,13 @@ class CacheSpace:
             for victim, _, held in taken:
                 if held == (now < need):  # enough: delete the free ones; else evict the held
                     self.evict(victim)
-                    log.debug("evicted %s (%d bytes%s) for %s", victim, copies[victim][0],
-                              ", closing" if held else "", obj.url)
+                    log.debug(
+                        "evicted %s (%d bytes%s) for %s",
+                        victim,
+                        copies[victim][0],
+                        ", closing" if held else "",
+                        obj.url,
+                    )
             return now >= need
         finally:
             for _, fd, _ in taken:
@@ -174,8 +192,9 @@ class CacheSpace:
         holds it open. Call with the entry's lock held exclusively, under the global lock."""
         data = self.layout.data(key)
         if self.held(key):
-            gone = os.path.join(self.layout.evicted,
-                                f"{key}.evicted-{os.getpid()}-{os.urandom(4).hex()}")
+            gone = os.path.join(
+                self.layout.evicted, f"{key}.evicted-{os.getpid()}-{os.urandom(4).hex()}"
+            )
             try:
                 os.rename(data, gone)
             except FileNotFoundError:
@@ -200,7 +219,7 @@ class CacheSpace:
                 st = stat(entry.path)
                 if st is None:
                     continue
-                key = name[:-len(".data")]
+                key = name[: -len(".data")]
                 lock = stat(self.layout.lock(key))
                 read = lock.st_mtime if lock else 0.0
                 disk = self._allocated(st) + record
@@ -236,8 +255,9 @@ class CacheSpace:
                 continue
             for entry in entries:
                 name = entry.name
-                if folder == self.layout.shards and not (name.endswith(".data")
-                                                         or ".part-" in name):
+                if folder == self.layout.shards and not (
+                    name.endswith(".data") or ".part-" in name
+                ):
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     st = entry.stat()

@@ -35,8 +35,13 @@ class VerifiedCopies:
         if self._stamps.get(key) == stamp:
             return True
         record = files.read_json(self.layout.record(key))
-        if (record is not None and record.get("stamp") == stamp and record.get("boot") == BOOT
-                and record.get("size") == obj.size and record.get("crc32c") == obj.crc32c):
+        if (
+            record is not None
+            and record.get("stamp") == stamp
+            and record.get("boot") == BOOT
+            and record.get("size") == obj.size
+            and record.get("crc32c") == obj.crc32c
+        ):
             self._stamps[key] = stamp
             return True
         return False
@@ -55,9 +60,17 @@ class VerifiedCopies:
     def seal(self, obj: GcsObject, key: str) -> None:
         """Records the verified file's stamp (after the rename: a rename changes the ctime)."""
         stamp = files.stamp(os.stat(self.layout.data(key)))
-        files.write_json(self.layout.record(key), {
-            "url": obj.url, "generation": obj.generation, "size": obj.size, "crc32c": obj.crc32c,
-            "stamp": stamp, "boot": BOOT})
+        files.write_json(
+            self.layout.record(key),
+            {
+                "url": obj.url,
+                "generation": obj.generation,
+                "size": obj.size,
+                "crc32c": obj.crc32c,
+                "stamp": stamp,
+                "boot": BOOT,
+            },
+        )
         self._stamps[key] = stamp
 
     def forget(self, key: str) -> None:

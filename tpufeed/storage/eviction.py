@@ -42,8 +42,10 @@ class PlanBoard:
         """Publishes one read-ahead's plan: key -> plan positions until its next use."""
         with contextlib.suppress(OSError):  # a hint for others: losing one costs no correctness
             self.layout.make_dirs()
-            write_json(os.path.join(self.layout.plans, name + ".json"),
-                       {"pid": os.getpid(), "posted": time.time(), "next": distances})
+            write_json(
+                os.path.join(self.layout.plans, name + ".json"),
+                {"pid": os.getpid(), "posted": time.time(), "next": distances},
+            )
 
     def withdraw(self, name: str) -> None:
         remove(os.path.join(self.layout.plans, name + ".json"))
@@ -85,8 +87,14 @@ class PlanBoard:
 
             def rank(entry: tuple[str, int, float]) -> tuple[float, float]:
                 key, _, last_read = entry
-                distance = min((0.0 if last_read != math.inf and last_read > posted else p[key]
-                                for posted, p in plans if key in p), default=math.inf)
+                distance = min(
+                    (
+                        0.0 if last_read != math.inf and last_read > posted else p[key]
+                        for posted, p in plans
+                        if key in p
+                    ),
+                    default=math.inf,
+                )
                 return -distance, last_read
 
             return [key for key, _, _ in sorted(entries, key=rank)]

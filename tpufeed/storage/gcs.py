@@ -59,7 +59,7 @@ def split_url(url: str) -> tuple[str, str]:
     """(bucket, object name) of a gs:// URL; the name may be empty (a bucket) or a glob."""
     if not is_gcs_url(url):
         raise InvalidArgumentError(f"not a gs:// URL: {url!r}")
-    bucket, _, name = url[len(SCHEME):].partition("/")
+    bucket, _, name = url[len(SCHEME) :].partition("/")
     if not bucket or _GLOB_CHARS.intersection(bucket):
         raise InvalidArgumentError(f"{url!r} does not name a bucket (gs://BUCKET/OBJECT)")
     return bucket, name
@@ -99,14 +99,17 @@ def _new_client() -> Any:
     else:
         import google.auth
         from google.auth.exceptions import DefaultCredentialsError
+
         try:
             credentials, project = google.auth.default(
-                scopes=["https://www.googleapis.com/auth/devstorage.read_only"])
+                scopes=["https://www.googleapis.com/auth/devstorage.read_only"]
+            )
         except DefaultCredentialsError as e:
             raise SourceError(
                 "gs:// paths need Google Cloud credentials and none were found: run `gcloud auth "
                 "application-default login`, or run on a VM with a service account "
-                f"({type(e).__name__})") from None
+                f"({type(e).__name__})"
+            ) from None
     session = AuthorizedSession(credentials)
     adapter = HTTPAdapter(pool_connections=4, pool_maxsize=_POOL_SIZE, max_retries=0)
     session.mount("https://", adapter)
@@ -116,6 +119,7 @@ def _new_client() -> Any:
 
 # -- listing ---------------------------------------------------------------------------------
 
+
 def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[GcsObject]:
     """The objects a gs:// URL names: one object, or a glob's matches sorted by name.
 
@@ -124,14 +128,16 @@ def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[Gcs
     bucket, name = split_url(pattern)
     if not name:
         raise InvalidArgumentError(
-            f"{pattern} is a bucket; pass objects or a glob such as '{pattern.rstrip('/')}/*'")
+            f"{pattern} is a bucket; pass objects or a glob such as '{pattern.rstrip('/')}/*'"
+        )
     if not _GLOB_CHARS.intersection(name):
         return [stat_object(bucket, name, policy)]
     prefix = re.split(r"[*?\[]", name, maxsplit=1)[0]
     matcher = re.compile(_glob_regex(name))
-    recursive = "/" in name[len(prefix):] or "**" in name
-    listed = call_with_retry(lambda: _list(bucket, prefix, recursive), pattern,
-                             "listing objects", policy)
+    recursive = "/" in name[len(prefix) :] or "**" in name
+    listed = call_with_retry(
+        lambda: _list(bucket, prefix, recursive), pattern, "listing objects", policy
+    )
     found = sorted((o for o in listed if matcher.fullmatch(o.name)), key=lambda o: o.name)
     if not found:
         raise SourceNotFoundError(f"no object matches the glob {pattern!r}", path=pattern)
@@ -144,8 +150,9 @@ def list_prefix(url: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[GcsObjec
     Nothing is a glob here: `*`, `?` and `[` are plain characters, as in an object's own name.
     """
     bucket, prefix = split_url(url)
-    listed = call_with_retry(lambda: _list(bucket, prefix, recursive=True), url,
-                             "listing objects", policy)
+    listed = call_with_retry(
+        lambda: _list(bucket, prefix, recursive=True), url, "listing objects", policy
+    )
     return sorted(listed, key=lambda o: o.name)
 
 
@@ -156,6 +163,7 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
 
     def get() -> GcsObject:
         from google.api_core.exceptions import NotFound
+
         blob = client().bucket(bucket).get_blob(name, retry=None, timeout=policy.timeout_s)
         if blob is None:
             raise NotFound(f"no such object: {url}")
@@ -165,8 +173,9 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
 
 
 def _list(bucket: str, prefix: str, recursive: bool) -> list[GcsObject]:
-    blobs = client().list_blobs(bucket, prefix=prefix, delimiter=None if recursive else "/",
-                                retry=None)
+    blobs = client().list_blobs(
+        bucket, prefix=prefix, delimiter=None if recursive else "/", retry=None
+    )
     return [_object(b) for b in blobs if not b.name.endswith("/")]
 
 
@@ -174,8 +183,9 @@ def _object(blob: Any) -> GcsObject:
     crc = None
     if blob.crc32c:
         crc = int.from_bytes(base64.b64decode(blob.crc32c), "big")
-    return GcsObject(blob.bucket.name, blob.name, int(blob.size or 0), int(blob.generation or 0),
-                     crc)
+    return GcsObject(
+        blob.bucket.name, blob.name, int(blob.size or 0), int(blob.generation or 0), crc
+    )
 
 
 def _glob_regex(pattern: str) -> str:
@@ -196,7 +206,7 @@ def _glob_regex(pattern: str) -> str:
                 out.append(re.escape(c))
             else:
                 # fnmatch's translation of one bracket expression, kept from crossing "/".
-                out.append(fnmatch.translate(pattern[i:end + 1])[4:-3])
+                out.append(fnmatch.translate(pattern[i : end + 1])[4:-3])
                 i = end + 1
                 continue
         else:
@@ -207,22 +217,29 @@ def _glob_regex(pattern: str) -> str:
 
 # -- reads -----------------------------------------------------------------------------------
 
+
 def _blob(obj: GcsObject) -> Any:
     return client().bucket(obj.bucket).blob(obj.name, generation=obj.generation or None)
 
 
-def read_range(obj: GcsObject, start: int, end: int,
-               policy: RetryPolicy = DEFAULT_POLICY) -> bytes:
+def read_range(obj: GcsObject, start: int, end: int, policy: RetryPolicy = DEFAULT_POLICY) -> bytes:
     """Bytes [start, end) of `obj`, retried until whole (a short answer is retried too)."""
     if not 0 <= start < end <= obj.size:
-        raise InvalidArgumentError(f"{obj.url}: byte range [{start}, {end}) is outside its "
-                                   f"{obj.size} bytes")
+        raise InvalidArgumentError(
+            f"{obj.url}: byte range [{start}, {end}) is outside its {obj.size} bytes"
+        )
 
     def get() -> bytes:
         # An explicit range always: some servers answer a suffix range with the whole object.
         data = _blob(obj).download_as_bytes(
-            start=start, end=end - 1, raw_download=True, checksum=None, retry=None,
-            timeout=policy.timeout_s, single_shot_download=True)
+            start=start,
+            end=end - 1,
+            raw_download=True,
+            checksum=None,
+            retry=None,
+            timeout=policy.timeout_s,
+            single_shot_download=True,
+        )
         if len(data) != end - start:
             raise ShortReadError(f"got {len(data)} of {end - start} bytes")
         return data
@@ -230,8 +247,9 @@ def read_range(obj: GcsObject, start: int, end: int,
     return call_with_retry(get, obj.url, f"reading bytes [{start}, {end})", policy)
 
 
-def fetch_into(obj: GcsObject, start: int, end: int, fd: int,
-               policy: RetryPolicy = DEFAULT_POLICY) -> None:
+def fetch_into(
+    obj: GcsObject, start: int, end: int, fd: int, policy: RetryPolicy = DEFAULT_POLICY
+) -> None:
     """Writes bytes [start, end) of `obj` into `fd` at the same offsets (one retried GET).
 
     The part is read whole, then written: streaming it through the client's 8 KiB chunks costs

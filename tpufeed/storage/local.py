@@ -65,7 +65,8 @@ def _items(paths: PathsLike) -> list[str | os.PathLike]:
         items = list(paths)
     else:
         raise InvalidArgumentError(
-            f"paths must be a path, a glob or a list of them, got {type(paths).__name__}: {paths!r}")
+            f"paths must be a path, a glob or a list of them, got {type(paths).__name__}: {paths!r}"
+        )
     if not items:
         raise InvalidArgumentError("paths is an empty list")
     for item in items:
@@ -81,8 +82,11 @@ def _is_gcs(item: str | os.PathLike) -> bool:
 def _local(path: str) -> list[str]:
     if _GLOB_CHARS.intersection(path):
         # Globs skip folders, dangling links and tpufeed's side files (TFRecord offset indexes).
-        matches = sorted(p for p in glob.glob(path) if os.path.exists(p)
-                         and not os.path.isdir(p) and not p.endswith(".tpufeed-index"))
+        matches = sorted(
+            p
+            for p in glob.glob(path)
+            if os.path.exists(p) and not os.path.isdir(p) and not p.endswith(".tpufeed-index")
+        )
         if not matches:
             raise SourceNotFoundError(f"no file matches the glob {path!r}", path=path)
         for match in matches:
@@ -90,7 +94,8 @@ def _local(path: str) -> list[str]:
         return matches
     if os.path.isdir(path):
         raise InvalidArgumentError(
-            f"{path} is a directory; pass files or a glob such as '{path}/*.array_record'")
+            f"{path} is a directory; pass files or a glob such as '{path}/*.array_record'"
+        )
     check_regular(path)
     return [path]
 
@@ -129,14 +134,21 @@ def open_regular(path: str, shown: str | None = None) -> int:
     return fd
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 
 def _refuse_irregular(mode: int, shown: str) -> None:
     if stat.S_ISREG(mode):
         return
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    raise SourceError(f"{shown} is {kind}, not a regular file: data files must be regular "
-                      "files (reading this one could block forever or never end)", path=shown)
+    raise SourceError(
+        f"{shown} is {kind}, not a regular file: data files must be regular "
+        "files (reading this one could block forever or never end)",
+        path=shown,
+    )

@@ -46,8 +46,7 @@ _IDLE_EXIT_S = 1.0
 class ReadAhead:
     """Fetches the `files` (None: a local file) that announced blocks need, in need order."""
 
-    def __init__(self, files: Sequence[RemoteFile | None],
-                 sweep: Callable[[], None] | None = None):
+    def __init__(self, files: Sequence[RemoteFile | None], sweep: Callable[[], None] | None = None):
         self._files = {i: f for i, f in enumerate(files) if f is not None}  # the remote ones
         self._file_of_key = {entry_key(f.obj): i for i, f in self._files.items()}
         self._sweep = sweep
@@ -126,16 +125,24 @@ class ReadAhead:
 
     def _pending_uses(self) -> list[tuple[int, int, int]]:
         """(first use, announced at, file) of uses not started yet. Call under the lock."""
-        return [(uses[0][0], uses[0][2], f) for f, uses in self._uses.items()
-                if uses and uses[0][0] > self._now]
+        return [
+            (uses[0][0], uses[0][2], f)
+            for f, uses in self._uses.items()
+            if uses and uses[0][0] > self._now
+        ]
 
     def _observe_progress(self) -> None:
         """Moves `now` to the first use of the latest shard readers opened since it was due."""
         with self._cond:
             pending = self._pending_uses()
-        reached = max((first for first, announced, f in pending
-                       if self._files[f].cache.last_read_ns(self._files[f].obj) > announced),
-                      default=None)
+        reached = max(
+            (
+                first
+                for first, announced, f in pending
+                if self._files[f].cache.last_read_ns(self._files[f].obj) > announced
+            ),
+            default=None,
+        )
         if reached is not None:
             with self._cond:
                 if reached > self._now:
@@ -153,8 +160,12 @@ class ReadAhead:
             observer = not self._observing
             self._observing = self._observing or observer
             self._running += 1
-            threading.Thread(target=self._run, args=(observer,), daemon=True,
-                             name=f"tpufeed-readahead-{self._running}").start()
+            threading.Thread(
+                target=self._run,
+                args=(observer,),
+                daemon=True,
+                name=f"tpufeed-readahead-{self._running}",
+            ).start()
 
     def _take(self) -> tuple[int, float] | None:
         """The queued file needed soonest, with its next use, if fetching is not paused."""
@@ -195,9 +206,12 @@ class ReadAhead:
                     # others sleep until an announcement or progress wakes them, and all end
                     # once there has been nothing to do for a while.
                     watching = observer and bool(
-                        self._heap or (self._pressed and self._pending_uses()))
-                    if not (watching or self._heap) and \
-                            time.monotonic() - idle_since > _IDLE_EXIT_S:
+                        self._heap or (self._pressed and self._pending_uses())
+                    )
+                    if (
+                        not (watching or self._heap)
+                        and time.monotonic() - idle_since > _IDLE_EXIT_S
+                    ):
                         return
                     self._cond.wait(_PROGRESS_EVERY_S if watching else _IDLE_EXIT_S)
                     continue
@@ -206,8 +220,9 @@ class ReadAhead:
             try:
                 outcome = remote.cache.prefetch(remote.obj, self._victims_for(use), use)
             except Exception as exc:  # noqa: BLE001 - the reader refetches and reports it
-                log.warning("read-ahead of %s failed (%s); it is fetched when read", remote.url,
-                            exc)
+                log.warning(
+                    "read-ahead of %s failed (%s); it is fetched when read", remote.url, exc
+                )
                 outcome = "failed"
             with self._cond:
                 if outcome == "fetched":

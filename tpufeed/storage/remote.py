@@ -67,8 +67,8 @@ class RemoteFile:
         """Where the local copy is when there is one (it may be absent or evicted any time)."""
         return self.cache.data_path(self.obj)
 
-    def read_ranges(self, ranges: Sequence[tuple[int, int]], priority: float = URGENT
-                    ) -> list[bytes]:
+    def read_ranges(
+        self, ranges: Sequence[tuple[int, int]], priority: float = URGENT
+    ) -> list[bytes]:
         """Bytes of each [start, end), as parallel ranged GETs (retried)."""
         return read_ranges(self.obj, ranges, self.cache.retry, priority)
-

@@ -49,7 +49,7 @@ class RetryPolicy:
                 raise InvalidArgumentError(f"retry {name} must be > 0, got {getattr(self, name)!r}")
 
     def backoff(self, attempt: int, rng: random.Random) -> float:
-        return rng.uniform(0.0, min(self.max_backoff_s, self.initial_backoff_s * 2.0 ** attempt))
+        return rng.uniform(0.0, min(self.max_backoff_s, self.initial_backoff_s * 2.0**attempt))
 
 
 def status_of(exc: BaseException) -> int | None:
@@ -73,9 +73,15 @@ def is_transient(exc: BaseException) -> bool:
         import urllib3
     except ImportError:  # pragma: no cover - both come with google-cloud-storage
         return False
-    return isinstance(exc, (requests.ConnectionError, requests.Timeout,
-                            requests.exceptions.ChunkedEncodingError,
-                            urllib3.exceptions.HTTPError))
+    return isinstance(
+        exc,
+        (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+            urllib3.exceptions.HTTPError,
+        ),
+    )
 
 
 def describe(exc: BaseException) -> str:
@@ -93,12 +99,15 @@ def permanent_error(exc: BaseException, url: str, what: str) -> SourceError:
         return SourceError(
             f"{url}: permission denied (HTTP {status}) while {what}; check that the credentials "
             "in use (Application Default Credentials: `gcloud auth application-default login`, "
-            "or the VM's service account) may read this bucket", path=url)
+            "or the VM's service account) may read this bucket",
+            path=url,
+        )
     return SourceError(f"{url}: {describe(exc)} while {what}: {_short(exc)}", path=url)
 
 
-def call_with_retry(fn: Callable[[], T], url: str, what: str, policy: RetryPolicy,
-                    rng: random.Random | None = None) -> T:
+def call_with_retry(
+    fn: Callable[[], T], url: str, what: str, policy: RetryPolicy, rng: random.Random | None = None
+) -> T:
     """Runs `fn`, retrying transient failures under `policy`; raises a SourceError naming `url`."""
     rng = rng or random.Random()
     start = time.monotonic()
@@ -116,9 +125,17 @@ def call_with_retry(fn: Callable[[], T], url: str, what: str, policy: RetryPolic
             if attempt + 1 >= policy.attempts or elapsed + wait > policy.deadline_s:
                 raise SourceError(
                     f"{url}: gave up {what} after {attempt + 1} attempts in {elapsed:.1f} s; "
-                    f"last failure: {describe(exc)}", path=url) from exc
-            log.info("%s: %s failed (%s), retry %d in %.2f s", url, what, describe(exc),
-                     attempt + 1, wait)
+                    f"last failure: {describe(exc)}",
+                    path=url,
+                ) from exc
+            log.info(
+                "%s: %s failed (%s), retry %d in %.2f s",
+                url,
+                what,
+                describe(exc),
+                attempt + 1,
+                wait,
+            )
             time.sleep(wait)
             attempt += 1
 

@@ -13,4 +13,5 @@ def cache_for(cache_dir: str | os.PathLike | None, cache_bytes: int | None) -> A
     if cache_dir is None and cache_bytes is None:
         return None
     from tpufeed.storage.cache import ShardCache
+
     return ShardCache(cache_dir, cache_bytes)

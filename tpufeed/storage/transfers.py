@@ -98,15 +98,17 @@ def _run_all(calls: Sequence[Callable[[], Any]], priority: float) -> list[Any]:
         wait(futures)
 
 
-def download(obj: GcsObject, fd: int, priority: float, policy: RetryPolicy,
-             part_bytes: int = PART_BYTES) -> None:
+def download(
+    obj: GcsObject, fd: int, priority: float, policy: RetryPolicy, part_bytes: int = PART_BYTES
+) -> None:
     """Writes the whole of `obj` into `fd` (already sized), as parallel ranged GETs."""
     parts = [(start, min(start + part_bytes, obj.size)) for start in range(0, obj.size, part_bytes)]
     _run_all([partial(fetch_into, obj, s, e, fd, policy) for s, e in parts], priority)
 
 
-def coalesce(spans: Sequence[tuple[int, int]], max_gap: int,
-             max_span: int) -> list[tuple[int, int]]:
+def coalesce(
+    spans: Sequence[tuple[int, int]], max_gap: int, max_span: int
+) -> list[tuple[int, int]]:
     """Merges sorted [start, end) spans whose gap is at most `max_gap`, up to `max_span` each."""
     merged: list[list[int]] = []
     for start, end in spans:
@@ -117,7 +119,8 @@ def coalesce(spans: Sequence[tuple[int, int]], max_gap: int,
     return [(s, e) for s, e in merged]
 
 
-def read_ranges(obj: GcsObject, ranges: Sequence[tuple[int, int]], policy: RetryPolicy,
-                priority: float = URGENT) -> list[bytes]:
+def read_ranges(
+    obj: GcsObject, ranges: Sequence[tuple[int, int]], policy: RetryPolicy, priority: float = URGENT
+) -> list[bytes]:
     """The bytes of each [start, end) of `obj`, fetched in parallel."""
     return _run_all([partial(read_range, obj, s, e, policy) for s, e in ranges], priority)

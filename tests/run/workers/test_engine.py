@@ -25,15 +25,21 @@ PIPELINES = {
     "after-batch": lambda ds: ds.batch(6).map(lambda b: {**b, "sum": b["x"].sum(axis=1)}),
     "unbatched": lambda ds: ds.random_map(augment),
     "strings": lambda ds: ds.map(lambda e: {**e, "name": f"r{e['id']}"}).batch(4),
-    "flat_map": lambda ds: ds.flat_map(lambda e: [e] * int(e["id"] % 3)).random_map(augment).batch(5),
+    "flat_map": lambda ds: (
+        ds.flat_map(lambda e: [e] * int(e["id"] % 3)).random_map(augment).batch(5)
+    ),
     "flat_map-unbatched": lambda ds: ds.flat_map(lambda e: [e, e] if e["id"] % 2 else []),
     "errors": lambda ds: ds.map(lambda e: e if e["id"] % 9 else 1 / 0).ignore_errors(100).batch(4),
 }
 
 
 def make(pipeline, n=61, epochs=2, hosts=1, host=0):
-    ds = (tpufeed.Dataset.from_sequence(list(range(n))).shuffle(3).shard(host, hosts)
-          .map(lambda i: {"x": np.arange(4) * i, "id": np.int64(i)}))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(n)))
+        .shuffle(3)
+        .shard(host, hosts)
+        .map(lambda i: {"x": np.arange(4) * i, "id": np.int64(i)})
+    )
     return PIPELINES[pipeline](ds).repeat(epochs)
 
 
@@ -52,7 +58,9 @@ def test_output_is_identical_for_any_worker_count(pipeline, workers):
     same(list(make(pipeline).workers(workers).prefetch(2)), expected)
 
 
-@pytest.mark.parametrize("pipeline", ["batch", "filter", "unbatched", "flat_map", "flat_map-unbatched"])
+@pytest.mark.parametrize(
+    "pipeline", ["batch", "filter", "unbatched", "flat_map", "flat_map-unbatched"]
+)
 def test_resume_with_workers_matches_resume_without(pipeline):
     ds = make(pipeline, n=23)
     full = list(ds)
@@ -84,7 +92,10 @@ def test_hosts_with_workers_still_exactly_once():
 def test_a_closure_over_local_state_runs_in_workers():
     offset = np.int64(1000)
     ds = tpufeed.Dataset.from_sequence(list(range(10))).map(lambda i: i + offset).batch(5)
-    assert [b.tolist() for b in ds.workers(2)] == [[1000, 1001, 1002, 1003, 1004], list(range(1005, 1010))]
+    assert [b.tolist() for b in ds.workers(2)] == [
+        [1000, 1001, 1002, 1003, 1004],
+        list(range(1005, 1010)),
+    ]
 
 
 def boom(element):
@@ -95,9 +106,16 @@ def boom(element):
 
 def test_a_user_error_names_the_record_and_carries_the_worker_traceback(tmp_path):
     from tpufeed.sources.array_record import write_array_records
+
     path = str(tmp_path / "data.array_record")
     write_array_records(path, (tpufeed.codec.encode({"id": i}) for i in range(40)))
-    ds = tpufeed.Dataset.from_array_record(path).map(tpufeed.codec.decode).map(boom).batch(4).workers(2)
+    ds = (
+        tpufeed.Dataset.from_array_record(path)
+        .map(tpufeed.codec.decode)
+        .map(boom)
+        .batch(4)
+        .workers(2)
+    )
     with pytest.raises(TransformError) as info:
         list(ds)
     message = str(info.value)
@@ -125,7 +143,11 @@ def test_an_error_in_a_worker_comes_back_with_its_traceback_and_record():
 
 
 def test_an_unstackable_batch_in_a_worker_names_the_records():
-    ds = tpufeed.Dataset.from_sequence(list(range(10))).map(lambda i: np.zeros(1 + (i == 6))).batch(10)
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(10)))
+        .map(lambda i: np.zeros(1 + (i == 6)))
+        .batch(10)
+    )
     with pytest.raises(tpufeed.BatchError, match=r"shape \(1,\).*record 6.*shape \(2,\)"):
         list(ds.workers(2))
 
@@ -164,7 +186,9 @@ def _where(e):
     return {"id": e, "pid": os.getpid()}
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the parent steals only with a core of its own")
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the parent steals only with a core of its own"
+)
 def test_the_parent_runs_chunks_itself_rather_than_wait_and_order_holds():
     ds = tpufeed.Dataset.from_sequence(list(range(800))).shuffle(1).map(_where).batch(8)
     expected = [b["id"].tolist() for b in ds]
@@ -208,7 +232,9 @@ def _fails_at_300(e):
     return e
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the parent steals only with a core of its own")
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="the parent steals only with a core of its own"
+)
 def test_an_error_in_a_chunk_the_parent_ran_ahead_comes_in_order():
     ds = tpufeed.Dataset.from_sequence(list(range(800))).map(_fails_at_300).batch(10).workers(1)
     got = []
@@ -224,13 +250,18 @@ def _counted(path):
         with open(path, "a") as f:
             f.write("x\n")
         return e
+
     return fn
 
 
 def test_auto_hands_its_warm_up_on_instead_of_making_it_twice(tmp_path):
     calls = tmp_path / "calls"
-    ds = (tpufeed.Dataset.from_sequence(list(range(3000))).shuffle(2).map(_counted(str(calls)))
-          .batch(16))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(3000)))
+        .shuffle(2)
+        .map(_counted(str(calls)))
+        .batch(16)
+    )
     expected = [b.tolist() for b in ds]
     calls.unlink()
     got = [b.tolist() for b in ds.workers("auto").prefetch("auto")]

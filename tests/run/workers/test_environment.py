@@ -36,25 +36,38 @@ print(json.dumps({{"threads": sorted({{t for pid, t, _ in rows if pid != os.getp
 
 @pytest.mark.parametrize("fork_server", ["1", "0"])
 @pytest.mark.parametrize("user_setting", [None, "2"])
-def test_workers_run_numpy_blas_on_one_thread_unless_the_user_chose_a_count(user_setting,
-                                                                             fork_server, tmp_path):
+def test_workers_run_numpy_blas_on_one_thread_unless_the_user_chose_a_count(
+    user_setting, fork_server, tmp_path
+):
     """OpenBLAS starts a spinning thread per core as numpy loads: in the fork server that took
     a core from the parent for the first ~0.1 s of every run. Workers get one BLAS thread
     (N workers already fill N cores), and the user's environment does not change."""
     root = os.path.dirname(os.path.dirname(tpufeed.__file__))
     script = tmp_path / "blas.py"
     script.write_text(_BLAS_SCRIPT.format(root=root))
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    }
     env["TPUFEED_FORKSERVER"] = fork_server  # "0": workers are fresh interpreters
     if user_setting is not None:
         env["OPENBLAS_NUM_THREADS"] = user_setting
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     if user_setting is None:
-        assert seen == {"threads": [1], "env_seen": [0],
-                        "server_threads": 1 if fork_server == "1" else None}
+        assert seen == {
+            "threads": [1],
+            "env_seen": [0],
+            "server_threads": 1 if fork_server == "1" else None,
+        }
     else:
         assert seen["threads"] == [2] and seen["env_seen"] == [1]

@@ -20,20 +20,23 @@ def test_workers_are_not_forked_from_the_user_script(tmp_path):
     """A training script's top-level code (e.g. jax.distributed.initialize()) runs once."""
     marker = tmp_path / "runs"
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import os, tpufeed
         with open({str(marker)!r}, "a") as f:
             f.write(f"{{os.getpid()}}\\n")
         ds = tpufeed.Dataset.from_sequence(list(range(50))).map(lambda i: i * 2).batch(5).workers(2)
         assert sum(int(b.sum()) for b in ds) == 2 * sum(range(50))
-    """))
+    """)
+    )
     subprocess.run([sys.executable, str(script)], check=True, timeout=60)
     assert len(marker.read_text().split()) == 1
 
 
 def test_asking_for_workers_starts_their_fork_server_before_the_first_batch(tmp_path):
     script = tmp_path / "ask.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import time, psutil, tpufeed
         def servers():
             return [c for c in psutil.Process().children()
@@ -49,13 +52,19 @@ def test_asking_for_workers_starts_their_fork_server_before_the_first_batch(tmp_
         print("named:", servers()[0].name(), flush=True)
         print("items:", list(ds), flush=True)
         print("servers:", len(servers()), flush=True)
-    """))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == [
-        "after workers(0): 0", "after workers(2): 1", "named: tpufeed-forksrv",
-        f"items: {[i * 2 for i in range(8)]}", "servers: 1"], proc.stdout
+        "after workers(0): 0",
+        "after workers(2): 1",
+        "named: tpufeed-forksrv",
+        f"items: {[i * 2 for i in range(8)]}",
+        "servers: 1",
+    ], proc.stdout
 
 
 def _made_by(e):
@@ -96,8 +105,11 @@ def test_without_the_fork_server_workers_are_fresh_interpreters(server, monkeypa
 
 def _sees(e):
     time.sleep(0.002)
-    return [os.getpid(), int(os.environ.get("TPUFEED_TEST_MARK", "-1")),
-            int(os.path.exists("mark-here"))]
+    return [
+        os.getpid(),
+        int(os.environ.get("TPUFEED_TEST_MARK", "-1")),
+        int(os.path.exists("mark-here")),
+    ]
 
 
 def test_forked_workers_see_the_environment_and_directory_of_now(tmp_path, monkeypatch):
@@ -139,14 +151,17 @@ def test_workers_import_the_tpufeed_their_parent_imported_not_the_working_direct
     (tmp_path / "tpufeed" / "__init__.py").write_text("raise ImportError('the decoy tpufeed')\n")
     (tmp_path / "job").mkdir()
     script = tmp_path / "job" / "run.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {root!r})
         import numpy as np, tpufeed
         ds = tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: np.full(2, i)).batch(4)
         print(sum(int(b.sum()) for b in ds.workers(2, isolate=True)))
-    """))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["1560"]

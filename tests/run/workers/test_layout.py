@@ -54,21 +54,36 @@ def test_slot_batches_equal_stacked_batches_and_take_one_slot(name):
 
 def test_mismatched_shapes_raise_before_a_slot_is_taken():
     calls = []
-    with pytest.raises(BatchError, match=r"element 0 has shape \(3,\) but element 1 has shape \(4,\)"):
-        write_stacked([np.zeros(3), np.zeros(4)], lambda n: calls.append(n), lambda i: f"element {i}")
+    with pytest.raises(
+        BatchError, match=r"element 0 has shape \(3,\) but element 1 has shape \(4,\)"
+    ):
+        write_stacked(
+            [np.zeros(3), np.zeros(4)], lambda n: calls.append(n), lambda i: f"element {i}"
+        )
     assert calls == []
 
 
 UNBATCHED = {
     "documents of any length": [{"tokens": np.arange(n, dtype=np.int32)} for n in (5, 0, 1, 900)],
-    "arrays of any shape and dtype": [np.zeros((2, 3), np.float16), np.ones((7,), np.float16),
-                                      np.full((), 3, np.float16)],
+    "arrays of any shape and dtype": [
+        np.zeros((2, 3), np.float16),
+        np.ones((7,), np.float16),
+        np.full((), 3, np.float16),
+    ],
     "pairs with a label": [(np.full((4, 4, 3), i, np.uint8), i) for i in range(3)],
-    "str, bytes and objects ride along": [{"x": np.arange(i + 1), "name": f"r{i}", "raw": b"z",
-                                           "obj": np.array([None]), "n": np.int64(i)}
-                                          for i in range(3)],
-    "unaligned sizes": [{"b": np.arange(i, dtype=np.uint8), "d": np.arange(i, dtype=np.float64)}
-                        for i in (1, 3, 7)],
+    "str, bytes and objects ride along": [
+        {
+            "x": np.arange(i + 1),
+            "name": f"r{i}",
+            "raw": b"z",
+            "obj": np.array([None]),
+            "n": np.int64(i),
+        }
+        for i in range(3)
+    ],
+    "unaligned sizes": [
+        {"b": np.arange(i, dtype=np.uint8), "d": np.arange(i, dtype=np.float64)} for i in (1, 3, 7)
+    ],
 }
 NOT_UNSTACKED = {
     "no array at all": [{"i": 1}, {"i": 2}],
@@ -93,8 +108,13 @@ def test_unbatched_elements_come_back_equal_as_views_of_one_copy(name):
     bases = set()
     for a, b in zip(elements, got):
         assert type(a) is type(b)
-        for x, y in (zip(a.values(), b.values()) if isinstance(a, dict)
-                     else zip(a, b) if isinstance(a, tuple) else [(a, b)]):
+        for x, y in (
+            zip(a.values(), b.values())
+            if isinstance(a, dict)
+            else zip(a, b)
+            if isinstance(a, tuple)
+            else [(a, b)]
+        ):
             assert type(x) is type(y)
             if isinstance(x, np.ndarray) and x.dtype != object:
                 assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y)

@@ -10,9 +10,14 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("nothing_left_be
 
 
 def _batches_of(n, batch, workers, prefetch=0, isolate=False):
-    return (tpufeed.Dataset.from_sequence([{"x": np.full(64, i, np.int64)} for i in range(n)])
-            .shuffle(3).map(lambda e: {"x": e["x"] * 2}).batch(batch).prefetch(prefetch)
-            .workers(workers, isolate=isolate))
+    return (
+        tpufeed.Dataset.from_sequence([{"x": np.full(64, i, np.int64)} for i in range(n)])
+        .shuffle(3)
+        .map(lambda e: {"x": e["x"] * 2})
+        .batch(batch)
+        .prefetch(prefetch)
+        .workers(workers, isolate=isolate)
+    )
 
 
 def _lent(array):
@@ -44,7 +49,7 @@ def test_batches_are_lent_not_copied_and_stay_intact_while_held(prefetch):
     # A consumer holding two batches past their step, on top of the current one, still gets
     # every batch lent, whichever worker made the batches it keeps. With a prefetch thread also
     # holding some, most are.
-    assert (lent == len(expected) if prefetch == 0 else lent >= len(expected) * 3 // 4), lent
+    assert lent == len(expected) if prefetch == 0 else lent >= len(expected) * 3 // 4, lent
 
 
 def test_a_consumer_that_keeps_every_batch_never_stalls_the_workers():

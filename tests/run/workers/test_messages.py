@@ -22,13 +22,25 @@ from tpufeed.run.workers.messages import (
 )
 from tpufeed.run.workers.pool import _Inbox
 
-LAYOUT = (("dict", ("x", "y"), (("leaf",), ("leaf",))),
-          [("<f4", (256, 8), 0), ("<i8", (256,), 8192)])
+LAYOUT = (
+    ("dict", ("x", "y"), (("leaf",), ("leaf",))),
+    [("<f4", (256, 8), 0), ("<i8", (256,), 8192)],
+)
 
 
 def slot_answer(task_id, layout=LAYOUT, **changes):
-    fields = dict(task_id=task_id, payload=layout, size=256, units=None, outs=None, last=None,
-                  final=True, slot=3, new_segment=None, times={"read": (0.25, 256), "map": (1.5, 256)})
+    fields = dict(
+        task_id=task_id,
+        payload=layout,
+        size=256,
+        units=None,
+        outs=None,
+        last=None,
+        final=True,
+        slot=3,
+        new_segment=None,
+        times={"read": (0.25, 256), "map": (1.5, 256)},
+    )
     fields.update(changes)
     return Answer(**fields)
 
@@ -40,15 +52,20 @@ def round_trip(answers):
 
 
 def test_slot_answers_come_back_equal_and_repeat_nothing_unchanged():
-    answers = [slot_answer(0, new_segment="tpufeed-ab12-w0-3"), slot_answer(1),
-               slot_answer(2, layout=(LAYOUT[0], [("<f4", (100, 8), 0), ("inline", ["c"])]),
-                           final=False, times={}),
-               slot_answer(3, elements=True, times={"read": (0.5, 7)}),
-               slot_answer(4, times=None)]
+    answers = [
+        slot_answer(0, new_segment="tpufeed-ab12-w0-3"),
+        slot_answer(1),
+        slot_answer(
+            2, layout=(LAYOUT[0], [("<f4", (100, 8), 0), ("inline", ["c"])]), final=False, times={}
+        ),
+        slot_answer(3, elements=True, times={"read": (0.5, 7)}),
+        slot_answer(4, times=None),
+    ]
     encoded, got = round_trip(answers)
     for want, answer in zip(answers, got):
-        assert answer._replace(times=answer.times or None, skipped=()) == \
-            want._replace(times=want.times or None, skipped=())
+        assert answer._replace(times=answer.times or None, skipped=()) == want._replace(
+            times=want.times or None, skipped=()
+        )
     assert encoded[1][:1] == b"A" and len(encoded[1]) < len(encoded[0])  # same layout, labels
     assert len(encoded[1]) < 100
 
@@ -57,17 +74,28 @@ def test_values_in_a_layout_are_never_shared_by_two_answers():
     """An inline leaf (an object array, say) is the batch's own: a second batch with the same
     layout must not get the same object, or writing into one would change the other."""
     layout = (("dict", ("text",), (("leaf",),)), [("inline", np.array(["a", None], object))])
-    _, got = round_trip([slot_answer(0, layout=layout), slot_answer(1, layout=layout),
-                         slot_answer(2, layout=LAYOUT, elements=True),
-                         slot_answer(3, layout=LAYOUT, elements=True)])
+    _, got = round_trip(
+        [
+            slot_answer(0, layout=layout),
+            slot_answer(1, layout=layout),
+            slot_answer(2, layout=LAYOUT, elements=True),
+            slot_answer(3, layout=LAYOUT, elements=True),
+        ]
+    )
     assert got[0].payload[1][0][1] is not got[1].payload[1][0][1]
     assert got[0].payload[1][0][1].tolist() == got[1].payload[1][0][1].tolist() == ["a", None]
     assert got[2].payload is not got[3].payload
 
 
-@pytest.mark.parametrize("changes", [dict(units=[0, 0, 1]), dict(outs=[0, 1], last=[False, True]),
-                                     dict(skipped=[{"type": "SourceError", "message": "bad"}]),
-                                     dict(slot=None, payload=[np.arange(3)])])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(units=[0, 0, 1]),
+        dict(outs=[0, 1], last=[False, True]),
+        dict(skipped=[{"type": "SourceError", "message": "bad"}]),
+        dict(slot=None, payload=[np.arange(3)]),
+    ],
+)
 def test_other_answers_go_pickled_whole(changes):
     answer = slot_answer(7, **changes)
     encoded, [got] = round_trip([answer])
@@ -85,7 +113,9 @@ def test_a_payload_that_cannot_be_pickled_raises_before_anything_is_sent():
 
 def test_tasks_carry_their_indices_skips_and_freed_slots():
     records = np.array([5, 9, 2], np.int64)
-    freed, task = decode(encode_task(4, 2, records.tobytes(), np.array([0, 1, 0]).tobytes(), [1, 6]))
+    freed, task = decode(
+        encode_task(4, 2, records.tobytes(), np.array([0, 1, 0]).tobytes(), [1, 6])
+    )
     assert [f.slot for f in freed] == [1, 6]
     assert (task.task_id, task.epoch) == (4, 2)
     assert np.frombuffer(task.indices, np.int64).tolist() == [5, 9, 2]

@@ -35,8 +35,13 @@ def test_a_killed_worker_surfaces_as_an_error_quickly():
 
 
 def test_close_and_garbage_collection_stop_the_workers():
-    ds = (tpufeed.Dataset.from_sequence(list(range(500))).map(lambda i: {"x": np.arange(4) * i})
-          .batch(7).repeat().workers(2))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(500)))
+        .map(lambda i: {"x": np.arange(4) * i})
+        .batch(7)
+        .repeat()
+        .workers(2)
+    )
     it = ds.iterator()
     try:
         next(it)
@@ -53,16 +58,19 @@ def test_close_and_garbage_collection_stop_the_workers():
 
 def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
     script = tmp_path / "loop.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import time, tpufeed, numpy as np
         ds = (tpufeed.Dataset.from_sequence(list(range(10**6)))
               .map(lambda i: np.full(1000, i, np.int32)).batch(64).workers(2))
         for i, b in enumerate(ds):
             if i == 2:
                 print("running", flush=True)
-    """))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=default_ctrl_c)
+    """)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, preexec_fn=default_ctrl_c
+    )
     assert proc.stdout.readline().strip() == "running"
     workers = wait_for_workers(2, proc.pid)
     assert len(workers) == 2
@@ -75,13 +83,15 @@ def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
 
 def test_parent_killed_takes_its_workers_along(tmp_path):
     script = tmp_path / "loop.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import tpufeed, numpy as np
         ds = tpufeed.Dataset.from_sequence(list(range(10**6))).map(lambda i: np.full(10, i)).batch(8).workers(2)
         for i, b in enumerate(ds):
             if i == 2:
                 print("running", flush=True)
-    """))
+    """)
+    )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "running"
     workers = wait_for_workers(2, proc.pid, timeout_s=20)

@@ -20,22 +20,35 @@ def _with_small_dev_shm(tmp_path, code):
     gives 64 MiB); skips where a private /dev/shm cannot be mounted."""
     if shutil.which("unshare") is None:
         pytest.skip("needs unshare")
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
-                           capture_output=True)
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+        capture_output=True,
+    )
     if probe.returncode != 0:
         pytest.skip("cannot mount a private /dev/shm here")
     script = tmp_path / "big.py"
     script.write_text(textwrap.dedent(code))
-    proc = subprocess.run(["unshare", "-m", "sh", "-c",
-                           f"mount -t tmpfs -o size=8m tmpfs /dev/shm && {sys.executable} {script}"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-m",
+            "sh",
+            "-c",
+            f"mount -t tmpfs -o size=8m tmpfs /dev/shm && {sys.executable} {script}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
 
 def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
     """Batches bigger than /dev/shm has room for must fail clearly."""
-    out = _with_small_dev_shm(tmp_path, """
+    out = _with_small_dev_shm(
+        tmp_path,
+        """
         import numpy as np, tpufeed
         ds = (tpufeed.Dataset.from_sequence(list(range(64)))
               .map(lambda i: {"x": np.full(2**20 // 4, i, np.float32)}).batch(4)
@@ -46,26 +59,33 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
             print("no error")
         except tpufeed.WorkerError as e:
             print(str(e).split("\\n")[0])
-    """)
+    """,
+    )
     assert "no room in /dev/shm for a" in out and "--shm-size" in out, out
 
 
 def test_unbatched_elements_too_big_for_dev_shm_come_through_the_pipe(tmp_path):
     """Batches need /dev/shm; unbatched elements only use it when there is room: a chunk of
     them that does not fit is sent pickled, as it was before."""
-    out = _with_small_dev_shm(tmp_path, """
+    out = _with_small_dev_shm(
+        tmp_path,
+        """
         import numpy as np, tpufeed
         ds = (tpufeed.Dataset.from_sequence(list(range(40)))
               .map(lambda i: {"x": np.full(2**20 // 4, i, np.float32)})
               .workers(2, isolate=True))
         print(sorted(int(e["x"][0]) for e in ds) == list(range(40)))
-    """)
+    """,
+    )
     assert out.split() == ["True"], out
 
 
 def test_unbatched_elements_come_through_shared_memory_equal_to_no_workers():
-    ds = (tpufeed.Dataset.from_sequence(list(range(300))).shuffle(5)
-          .map(lambda i: {"tokens": np.arange(i % 37, dtype=np.int32) + i, "id": i, "name": f"r{i}"}))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(300)))
+        .shuffle(5)
+        .map(lambda i: {"tokens": np.arange(i % 37, dtype=np.int32) + i, "id": i, "name": f"r{i}"})
+    )
     want = list(ds)
     got = list(ds.workers(2, isolate=True))
     assert [e["id"] for e in got] == [e["id"] for e in want]
@@ -82,7 +102,10 @@ def test_an_unsendable_leaf_beside_arrays_is_named_not_a_raw_traceback():
     and fails there with the same error as an element sent whole."""
     import threading
 
-    ds = (tpufeed.Dataset.from_sequence(list(range(40)))
-          .map(lambda i: {"x": np.arange(3) + i, "lock": threading.Lock()}).workers(2, isolate=True))
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(40)))
+        .map(lambda i: {"x": np.arange(3) + i, "lock": threading.Lock()})
+        .workers(2, isolate=True)
+    )
     with pytest.raises(TransformError, match="cannot be sent from a worker process.*_thread.lock"):
         list(ds)

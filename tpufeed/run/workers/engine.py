@@ -95,9 +95,13 @@ class _Dealer:
             ready = self.pool.ready()
             if not ready and (self.inflight or self.isolate):
                 return
-            room = [w for w in ready
-                    if self.queued[w] < _QUEUED_PER_WORKER and self.held[w] < self.held_per_worker
-                    and self.held[w] + lent[w] < self.slots_per_worker]
+            room = [
+                w
+                for w in ready
+                if self.queued[w] < _QUEUED_PER_WORKER
+                and self.held[w] < self.held_per_worker
+                and self.held[w] + lent[w] < self.slots_per_worker
+            ]
             if ready and not room:
                 return
             step = next(self.steps, None)
@@ -116,9 +120,16 @@ class _Dealer:
                     self.queued[worker] += 1
                     self.held[worker] += 1
                     skips = step.skips.tobytes() if step.skips is not None else None
-                    self.pool.send(worker, encode_task(task_id, step.cursor.epoch,
-                                                       step.records.tobytes(), skips,
-                                                       self.freed[worker]))
+                    self.pool.send(
+                        worker,
+                        encode_task(
+                            task_id,
+                            step.cursor.epoch,
+                            step.records.tobytes(),
+                            skips,
+                            self.freed[worker],
+                        ),
+                    )
                     self.freed[worker].clear()
             self.inflight.append((step, worker, task_id))
 
@@ -126,8 +137,9 @@ class _Dealer:
         """Whether the parent runs chunks itself while it waits: always where it has a core of
         its own; else only while a worker has not answered yet. A worker's first task is slow
         (it opens its files, warms its caches), and meanwhile its core is not busy."""
-        return self.run_here is not None and (self.spare_core
-                                              or len(self.answered) < self.pool.size)
+        return self.run_here is not None and (
+            self.spare_core or len(self.answered) < self.pool.size
+        )
 
     def steal(self) -> bool:
         """Runs the next chunk here rather than wait (see `may_steal`; every worker has a full
@@ -149,8 +161,9 @@ class _Dealer:
         self.inflight.append((step, None, task_id))
         return True
 
-    def answer(self, worker: int, task_id: int,
-               timeout: Callable[[], Exception | None] | None = None) -> Answer | Failure:
+    def answer(
+        self, worker: int, task_id: int, timeout: Callable[[], Exception | None] | None = None
+    ) -> Answer | Failure:
         """The answer to `task_id`; while it is not there, takes the others and deals more.
         `timeout`: the error to raise once the wait is past its limit (None: wait on)."""
         while task_id not in self.answers:
@@ -220,8 +233,12 @@ class WorkerExecutor:
     def start(self) -> WorkerPool:
         """Starts the workers now, so they boot while the caller does other work."""
         if self._pool is None:
-            init = {"plan": self.plan, "slots": self.slots_per_worker, "count": self.workers,
-                    "watch": self.timeout_s is not None}
+            init = {
+                "plan": self.plan,
+                "slots": self.slots_per_worker,
+                "count": self.workers,
+                "watch": self.timeout_s is not None,
+            }
             self._pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
         return self._pool
 
@@ -240,10 +257,16 @@ class WorkerExecutor:
         # The parent runs chunks itself when it would otherwise wait: on a core of its own, or
         # while the workers are still cold. Where warm workers fill every core it would only
         # slow them down.
-        dealer = _Dealer(pool, walk(self.plan, self.cursor), self.slots_per_worker,
-                         Leases(pool.size, self.lend_per_worker), isolate=isolate,
-                         run_here=None if isolate else self._run_here,
-                         spare_core=self.workers < cpu_count(), warm=WarmPieces(self.warm))
+        dealer = _Dealer(
+            pool,
+            walk(self.plan, self.cursor),
+            self.slots_per_worker,
+            Leases(pool.size, self.lend_per_worker),
+            isolate=isolate,
+            run_here=None if isolate else self._run_here,
+            spare_core=self.workers < cpu_count(),
+            warm=WarmPieces(self.warm),
+        )
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
             dealer.deal()
@@ -257,7 +280,9 @@ class WorkerExecutor:
             if isinstance(step, EpochEnd):
                 yield step
             elif worker is None:
-                piece = dealer.stolen.pop(task_id) if task_id in dealer.stolen else self._run_here(step)
+                piece = (
+                    dealer.stolen.pop(task_id) if task_id in dealer.stolen else self._run_here(step)
+                )
                 if isinstance(piece, Exception):
                     raise piece
                 yield piece
@@ -270,8 +295,9 @@ class WorkerExecutor:
             self._local = ChunkRunner(self.plan, self.clock)
         return self._local.run_chunk(chunk)
 
-    def _deadline(self, pool: WorkerPool,
-                  worker: int) -> Callable[[], InputTimeoutError | None] | None:
+    def _deadline(
+        self, pool: WorkerPool, worker: int
+    ) -> Callable[[], InputTimeoutError | None] | None:
         """With a timeout: a check that names where `worker` is once the wait is too long."""
         if self.timeout_s is None:
             return None
@@ -282,12 +308,15 @@ class WorkerExecutor:
             if now() - started < limit:
                 return None
             beacon = beacon_at(pool.beacons, worker, labels)
-            return timed_out(limit, f"worker {worker} (pid {pool.pids[worker]})", beacon,
-                             self.plan.source)
+            return timed_out(
+                limit, f"worker {worker} (pid {pool.pids[worker]})", beacon, self.plan.source
+            )
+
         return check
 
-    def _received(self, pool: WorkerPool, dealer: _Dealer, chunk: Chunk, worker: int,
-                  answer: Answer | Failure) -> Piece:
+    def _received(
+        self, pool: WorkerPool, dealer: _Dealer, chunk: Chunk, worker: int, answer: Answer | Failure
+    ) -> Piece:
         if isinstance(answer, Failure):
             raise rebuild_error(answer.fields, worker)
         if answer.times:
@@ -307,5 +336,13 @@ class WorkerExecutor:
                 payload = read_batch(payload, segment)
                 dealer.free(worker, answer.slot)
             self.clock.add("transfer", now() - started, answer.size)
-        return Piece(chunk, payload, answer.size, answer.units, answer.outs, answer.last,
-                     [rebuild_error(fields, worker) for fields in answer.skipped], answer.final)
+        return Piece(
+            chunk,
+            payload,
+            answer.size,
+            answer.units,
+            answer.outs,
+            answer.last,
+            [rebuild_error(fields, worker) for fields in answer.skipped],
+            answer.final,
+        )

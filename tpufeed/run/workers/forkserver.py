@@ -36,8 +36,16 @@ from typing import Any
 
 from tpufeed.run.workers.environment import worker_environment
 
-_PRELOAD = ("ctypes", "numpy", "cloudpickle", "tpufeed.run.chunks", "tpufeed.run.workers.worker",
-            "tpufeed.run.workers.layout", "tpufeed.sources.array_record", "tpufeed.sources.tfrecord")
+_PRELOAD = (
+    "ctypes",
+    "numpy",
+    "cloudpickle",
+    "tpufeed.run.chunks",
+    "tpufeed.run.workers.worker",
+    "tpufeed.run.workers.layout",
+    "tpufeed.sources.array_record",
+    "tpufeed.sources.tfrecord",
+)
 _HEADER = struct.Struct("<I")
 _STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
 
@@ -45,8 +53,10 @@ _STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
 # -- the parent's side ------------------------------------------------------------------------
 
 # Runs a module as __main__ after setting sys.path to the parent's (argv: module, path, args).
-_BOOT = ("import json, runpy, sys; module = sys.argv[1]; sys.path[:] = json.loads(sys.argv[2]); "
-         "sys.argv[1:] = sys.argv[3:]; runpy.run_module(module, run_name='__main__', alter_sys=True)")
+_BOOT = (
+    "import json, runpy, sys; module = sys.argv[1]; sys.path[:] = json.loads(sys.argv[2]); "
+    "sys.argv[1:] = sys.argv[3:]; runpy.run_module(module, run_name='__main__', alter_sys=True)"
+)
 
 
 def python_running(module: str, args: list[str]) -> list[str]:
@@ -68,10 +78,14 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.proc = subprocess.Popen(
-                python_running("tpufeed.run.workers.forkserver", [str(theirs.fileno()),
-                                                              str(os.getpid())]),
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                env=worker_environment(), close_fds=True)
+                python_running(
+                    "tpufeed.run.workers.forkserver", [str(theirs.fileno()), str(os.getpid())]
+                ),
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=worker_environment(),
+                close_fds=True,
+            )
         finally:
             theirs.close()
         self.sock = ours
@@ -85,8 +99,9 @@ class ForkServer:
         """Asks for a worker running `python -m tpufeed.run.workers.worker` with `argv`, where each
         "{i}" in argv stands for the worker's number of `fds[i]`; returns a ticket for `pid`."""
         with self._lock:
-            socket.send_fds(self.sock, [_frame(("spawn", argv, sys.path, dict(os.environ),
-                                                _cwd()))], fds)
+            socket.send_fds(
+                self.sock, [_frame(("spawn", argv, sys.path, dict(os.environ), _cwd()))], fds
+            )
             return self._ticket()
 
     def pid(self, ticket: int) -> int:
@@ -124,7 +139,9 @@ class ForkServer:
         with self._lock:
             while ticket not in self._replies:
                 header = _read_exactly(self.sock, _HEADER.size)
-                body = None if header is None else _read_exactly(self.sock, _HEADER.unpack(header)[0])
+                body = (
+                    None if header is None else _read_exactly(self.sock, _HEADER.unpack(header)[0])
+                )
                 if body is None:
                     raise OSError("the tpufeed fork server exited")
                 self._replies[self._read] = pickle.loads(body)
@@ -205,6 +222,7 @@ def stop_shared_server() -> None:
 
 # -- the server -------------------------------------------------------------------------------
 
+
 def _frame(message: Any) -> bytes:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     return _HEADER.pack(len(body)) + body
@@ -278,8 +296,9 @@ class _Server:
                     status = 0 if not _exists(pid) else None
                 self.sock.sendall(_frame(("status", status)))
 
-    def spawn(self, argv: list[str], path: list[str], env: dict[str, str], cwd: str | None,
-              fds: list[int]) -> tuple[str, Any]:
+    def spawn(
+        self, argv: list[str], path: list[str], env: dict[str, str], cwd: str | None, fds: list[int]
+    ) -> tuple[str, Any]:
         try:
             argv = [arg.format(*fds) for arg in argv]
             signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # reap after we know it
@@ -305,8 +324,9 @@ def _cwd() -> str | None:
         return None
 
 
-def _run_worker(sock: socket.socket, argv: list[str], path: list[str], env: dict[str, str],
-                cwd: str | None) -> None:
+def _run_worker(
+    sock: socket.socket, argv: list[str], path: list[str], env: dict[str, str], cwd: str | None
+) -> None:
     """The forked worker: the parent's environment, directory and import path as they are now
     (as a fresh interpreter started now would have them), not as they were when the server
     started."""
@@ -325,6 +345,7 @@ def _run_worker(sock: socket.socket, argv: list[str], path: list[str], env: dict
         if helper is not None:  # this server imported array_record and never used it
             helper.claim_native_state()
         from tpufeed.run.workers import worker
+
         code = worker.main(argv)
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -339,6 +360,7 @@ def _name_process(name: bytes) -> None:
     """What `ps -o comm`, `top` and psutil's `name()` show (Linux; elsewhere nothing)."""
     try:
         import ctypes
+
         ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass

@@ -45,8 +45,9 @@ def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
     return treedef, specs
 
 
-def write_stacked(elements: Sequence[Any], buffer_for: Callable[[int], memoryview],
-                  describe: Callable[[int], str]) -> tuple:
+def write_stacked(
+    elements: Sequence[Any], buffer_for: Callable[[int], memoryview], describe: Callable[[int], str]
+) -> tuple:
     """Stacks `elements` leaf by leaf straight into a slot; returns the layout.
 
     Everything is checked before the slot is taken, so `buffer_for` is called exactly once.
@@ -60,8 +61,9 @@ def write_stacked(elements: Sequence[Any], buffer_for: Callable[[int], memoryvie
         first = column[0]
         if isinstance(first, np.ndarray) and _in_shm(first):
             shape, dtype = first.shape, first.dtype
-            if not all(isinstance(x, np.ndarray) and x.shape == shape and x.dtype == dtype
-                       for x in column):
+            if not all(
+                isinstance(x, np.ndarray) and x.shape == shape and x.dtype == dtype for x in column
+            ):
                 return write_batch(stack(elements, describe), buffer_for)
             plans.append(("stack", np.dtype(dtype), (m, *shape)))
         else:
@@ -96,7 +98,9 @@ def _columns(elements: Sequence[Any]) -> tuple[TreeDef | None, list[list[Any]] |
     Flat dicts and bare leaves, the common cases, skip the general flatten of every element.
     """
     first = elements[0]
-    if isinstance(first, dict) and not any(isinstance(v, (dict, list, tuple)) for v in first.values()):
+    if isinstance(first, dict) and not any(
+        isinstance(v, (dict, list, tuple)) for v in first.values()
+    ):
         keys = first.keys()
         for element in elements:
             if not isinstance(element, dict) or element.keys() != keys:
@@ -131,7 +135,9 @@ def read_batch(layout: tuple, buffer: Any, copy: bool = True) -> Any:
     return unflatten(treedef, leaves)
 
 
-def write_elements(elements: Sequence[Any], buffer_for: Callable[[int], memoryview]) -> tuple | None:
+def write_elements(
+    elements: Sequence[Any], buffer_for: Callable[[int], memoryview]
+) -> tuple | None:
     """Unbatched elements (a pipeline without batch, or one whose parent packs) written into
     one slot as they are, each array at its own offset: the parent copies the slot once and
     hands out views of that copy, instead of unpickling every array from the pipe.
@@ -161,8 +167,11 @@ def write_elements(elements: Sequence[Any], buffer_for: Callable[[int], memoryvi
     total = 0
     for column in columns:
         head = column[0]
-        if (type(head) is np.ndarray and _in_shm(head)
-                and all(type(x) is np.ndarray and x.dtype == head.dtype for x in column)):
+        if (
+            type(head) is np.ndarray
+            and _in_shm(head)
+            and all(type(x) is np.ndarray and x.dtype == head.dtype for x in column)
+        ):
             offsets = []
             for x in column:
                 offsets.append(total)
@@ -193,8 +202,12 @@ def read_elements(layout: tuple, buffer: Any) -> list[Any]:
             columns.append(spec[1])
         else:
             dtype = np.dtype(spec[0])
-            columns.append([np.ndarray(shape, dtype, buffer=flat, offset=offset)
-                            for shape, offset in zip(spec[1], spec[2])])
+            columns.append(
+                [
+                    np.ndarray(shape, dtype, buffer=flat, offset=offset)
+                    for shape, offset in zip(spec[1], spec[2])
+                ]
+            )
     if kind == "dict":
         return [dict(zip(keys, values)) for values in zip(*columns)]
     if kind == "tuple":

@@ -88,13 +88,20 @@ class Failure:
     fields: dict[str, Any]
 
 
-def encode_task(task_id: int, epoch: int, records: bytes, skips: bytes | None,
-                freed: list[int]) -> bytes:
+def encode_task(
+    task_id: int, epoch: int, records: bytes, skips: bytes | None, freed: list[int]
+) -> bytes:
     """A task (int64 record indices, optional int64 skips), with slots freed since the last
     message to this worker."""
     nskips = -1 if skips is None else len(skips) // 8
-    return b"".join((_TASK.pack(b"T", task_id, epoch, len(records) // 8, nskips, len(freed)),
-                     struct.pack(f"<{len(freed)}i", *freed), records, skips or b""))
+    return b"".join(
+        (
+            _TASK.pack(b"T", task_id, epoch, len(records) // 8, nskips, len(freed)),
+            struct.pack(f"<{len(freed)}i", *freed),
+            records,
+            skips or b"",
+        )
+    )
 
 
 def encode_free(freed: list[int]) -> bytes:
@@ -117,11 +124,15 @@ def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | None]:
         at = _TASK.size
         freed = [Free(slot) for slot in struct.unpack_from(f"<{nfreed}i", message, at)]
         at += 4 * nfreed
-        indices = message[at:at + 8 * records]
+        indices = message[at : at + 8 * records]
         at += 8 * records
-        return freed, Task(task_id, epoch, indices, None if skips < 0 else message[at:at + 8 * skips])
+        return freed, Task(
+            task_id, epoch, indices, None if skips < 0 else message[at : at + 8 * skips]
+        )
     if kind == _FREE:
-        return [Free(slot) for slot in struct.unpack(f"<{(len(message) - 1) // 4}i", message[1:])], None
+        return [
+            Free(slot) for slot in struct.unpack(f"<{(len(message) - 1) // 4}i", message[1:])
+        ], None
     if kind == _STOP:
         return [], Stop()
     if kind == b"B":
@@ -142,8 +153,13 @@ class AnswerMemo:
 def encode_answer(answer: Answer, memo: AnswerMemo) -> bytes:
     """`answer` as bytes (pickled whole unless it lives in a slot with nothing but its layout
     and times to say). Raises if its payload cannot be pickled, before anything is sent."""
-    if (answer.slot is None or answer.units is not None or answer.outs is not None
-            or answer.last is not None or answer.skipped):
+    if (
+        answer.slot is None
+        or answer.units is not None
+        or answer.outs is not None
+        or answer.last is not None
+        or answer.skipped
+    ):
         return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
     layout = pickle.dumps(answer.payload, protocol=pickle.HIGHEST_PROTOCOL)
     if layout == memo.layout_bytes:
@@ -156,13 +172,32 @@ def encode_answer(answer: Answer, memo: AnswerMemo) -> bytes:
     if labels_now != memo.labels:
         memo.labels = labels_now
         labels = pickle.dumps(labels_now, protocol=pickle.HIGHEST_PROTOCOL)
-    values = struct.pack(f"<{len(times)}d{len(times)}q", *(t for t, _ in times.values()),
-                         *(n for _, n in times.values()))
+    values = struct.pack(
+        f"<{len(times)}d{len(times)}q",
+        *(t for t, _ in times.values()),
+        *(n for _, n in times.values()),
+    )
     segment = answer.new_segment.encode() if answer.new_segment else b""
-    return b"".join((_ANSWER.pack(b"A", answer.task_id, answer.size, answer.slot, answer.final,
-                                  answer.elements, len(segment), len(layout), len(labels),
-                                  len(values)),
-                     segment, layout, labels, values))
+    return b"".join(
+        (
+            _ANSWER.pack(
+                b"A",
+                answer.task_id,
+                answer.size,
+                answer.slot,
+                answer.final,
+                answer.elements,
+                len(segment),
+                len(layout),
+                len(labels),
+                len(values),
+            ),
+            segment,
+            layout,
+            labels,
+            values,
+        )
+    )
 
 
 def _reusable(answer: Answer) -> bool:
@@ -176,21 +211,23 @@ def decode_result(message: bytes | memoryview, memo: AnswerMemo) -> Any:
     """What a worker sent: an `Answer` (packed or pickled), a `Failure` or `Ready`."""
     if message[:1] != b"A":
         return pickle.loads(message)
-    (_, task_id, size, slot, final, elements, nsegment, nlayout, nlabels,
-     nvalues) = _ANSWER.unpack_from(message)
+    (_, task_id, size, slot, final, elements, nsegment, nlayout, nlabels, nvalues) = (
+        _ANSWER.unpack_from(message)
+    )
     at = _ANSWER.size
-    segment = bytes(message[at:at + nsegment]).decode() if nsegment else None
+    segment = bytes(message[at : at + nsegment]).decode() if nsegment else None
     at += nsegment
     if nlayout:
-        memo.layout = pickle.loads(message[at:at + nlayout])
+        memo.layout = pickle.loads(message[at : at + nlayout])
     at += nlayout
     if nlabels:
-        memo.labels = pickle.loads(message[at:at + nlabels])
+        memo.labels = pickle.loads(message[at : at + nlabels])
     at += nlabels
     labels = memo.labels
     times = None
     if labels:
         values = struct.unpack_from(f"<{len(labels)}d{len(labels)}q", message, at)
-        times = dict(zip(labels, zip(values[:len(labels)], values[len(labels):])))
-    return Answer(task_id, memo.layout, size, None, None, None, final, slot, segment, (), times,
-                  elements)
+        times = dict(zip(labels, zip(values[: len(labels)], values[len(labels) :])))
+    return Answer(
+        task_id, memo.layout, size, None, None, None, final, slot, segment, (), times, elements
+    )

@@ -59,13 +59,20 @@ class WorkerPool:
             for index in range(count):
                 task_r, task_w = os.pipe()
                 result_r, result_w = os.pipe()
-                proc = (_forked(server, task_r, result_w, self._beacon_fd) if server is not None
-                        else subprocess.Popen(
-                            python_running("tpufeed.run.workers.worker",
-                                           [str(task_r), str(result_w), str(os.getpid()),
-                                            str(self._beacon_fd)]),
-                            pass_fds=(task_r, result_w, self._beacon_fd),
-                            stdin=subprocess.DEVNULL, env=env, close_fds=True))
+                proc = (
+                    _forked(server, task_r, result_w, self._beacon_fd)
+                    if server is not None
+                    else subprocess.Popen(
+                        python_running(
+                            "tpufeed.run.workers.worker",
+                            [str(task_r), str(result_w), str(os.getpid()), str(self._beacon_fd)],
+                        ),
+                        pass_fds=(task_r, result_w, self._beacon_fd),
+                        stdin=subprocess.DEVNULL,
+                        env=env,
+                        close_fds=True,
+                    )
+                )
                 os.close(task_r)
                 os.close(result_w)
                 self._procs.append(proc)
@@ -99,13 +106,16 @@ class WorkerPool:
     def send(self, worker: int, message: bytes) -> None:
         """Sends one encoded message (`messages.encode_*`) to `worker`."""
         size = len(message)  # framed as `Connection.send_bytes` frames it, in one write
-        header = (size.to_bytes(4, "big", signed=True) if size < 0x7FFFFFFF
-                  else b"\xff\xff\xff\xff" + size.to_bytes(8, "big"))
+        header = (
+            size.to_bytes(4, "big", signed=True)
+            if size < 0x7FFFFFFF
+            else b"\xff\xff\xff\xff" + size.to_bytes(8, "big")
+        )
         try:
             view = memoryview(header + message)
             fd = self._tasks[worker].fileno()
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
@@ -155,10 +165,12 @@ class WorkerPool:
         while not self.ready():
             if timeout_s is not None and time.monotonic() - started > timeout_s:
                 from tpufeed.errors import InputTimeoutError
+
                 raise InputTimeoutError(
                     f"no item within timeout_s={timeout_s:g}: none of {self.size} worker(s) "
                     f"(pids {self.pids}) started; they import the pipeline's modules and "
-                    "unpickle its functions first. The pipeline is stopped.")
+                    "unpickle its functions first. The pipeline is stopped."
+                )
             for worker, message in self.receive_any():
                 if isinstance(message, Failure):
                     raise rebuild_error(message.fields, worker)
@@ -169,10 +181,17 @@ class WorkerPool:
             code = proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             code = None
-        how = (f"was killed by signal {-code}" if code is not None and code < 0
-               else f"exited with code {code}" if code is not None else "stopped answering")
-        return WorkerError(f"tpufeed worker {worker} (pid {proc.pid}) {how}; the iterator cannot "
-                           "continue. Resume from the last get_state() with a new iterator.")
+        how = (
+            f"was killed by signal {-code}"
+            if code is not None and code < 0
+            else f"exited with code {code}"
+            if code is not None
+            else "stopped answering"
+        )
+        return WorkerError(
+            f"tpufeed worker {worker} (pid {proc.pid}) {how}; the iterator cannot "
+            "continue. Resume from the last get_state() with a new iterator."
+        )
 
     def close(self) -> None:
         """Stops every worker (asking first, then killing) and removes their shared memory."""
@@ -251,12 +270,12 @@ def _frame_at(buffer: bytearray, at: int) -> tuple[int, int] | None:
     """(start, end) of the frame whose header is at `at`, once its header is whole."""
     if len(buffer) - at < 4:
         return None
-    size = int.from_bytes(buffer[at:at + 4], "big", signed=True)
+    size = int.from_bytes(buffer[at : at + 4], "big", signed=True)
     if size != -1:
         return at + 4, at + 4 + size
     if len(buffer) - at < 12:
         return None
-    return at + 12, at + 12 + int.from_bytes(buffer[at + 4:at + 12], "big")
+    return at + 12, at + 12 + int.from_bytes(buffer[at + 4 : at + 12], "big")
 
 
 def _forked(server: ForkServer, task_r: int, result_w: int, beacon_fd: int) -> ForkedProcess:
@@ -276,12 +295,15 @@ def _pickled(init: dict[str, Any]) -> bytes:
     except Exception as error:  # noqa: BLE001 - cloudpickle raises TypeError, PicklingError, ...
         plan = init["plan"]
         parts = [("the source", plan.source)]
-        parts += [(stage.name, stage.fn) for stage in (*plan.head, *plan.tail) if hasattr(stage, "fn")]
+        parts += [
+            (stage.name, stage.fn) for stage in (*plan.head, *plan.tail) if hasattr(stage, "fn")
+        ]
         culprit = next((name for name, part in parts if not _picklable(part)), "the pipeline")
         raise InvalidArgumentError(
             f"workers send the pipeline to worker processes, but {culprit} cannot be pickled "
             f"({type(error).__name__}: {error}). Make it capture no lock, open file, socket or "
-            "generator (create those inside the function), or run it with workers(0).") from None
+            "generator (create those inside the function), or run it with workers(0)."
+        ) from None
 
 
 def _picklable(value: Any) -> bool:
@@ -302,12 +324,19 @@ def rebuild_error(fields: dict[str, Any], worker: int) -> errors.TpufeedError:
     cls = getattr(errors, fields["type"], None)
     if not (isinstance(cls, type) and issubclass(cls, errors.TpufeedError)):
         cls = errors.TransformError if fields.get("record") is not None else errors.WorkerError
-    message = (f"{fields['type']}: {fields['message']}" if cls is not getattr(errors, fields["type"], None)
-               else fields["message"])
+    message = (
+        f"{fields['type']}: {fields['message']}"
+        if cls is not getattr(errors, fields["type"], None)
+        else fields["message"]
+    )
     text = f"{message}\n\nin tpufeed worker {worker}:\n{fields['traceback']}"
     if issubclass(cls, errors.TransformError):
-        return cls(text, record=fields.get("record"), path=fields.get("path"),
-                   traceback_text=fields["traceback"])
+        return cls(
+            text,
+            record=fields.get("record"),
+            path=fields.get("path"),
+            traceback_text=fields["traceback"],
+        )
     if issubclass(cls, errors.SourceError):
         return cls(text, path=fields.get("path"), record=fields.get("record"))
     try:

@@ -85,11 +85,13 @@ def _allocate(fd: int, size: int, path: str) -> None:
         os.unlink(path)
         free = os.statvfs(SHM_DIR)
         from tpufeed.errors import WorkerError
+
         raise WorkerError(
             f"no room in {SHM_DIR} for a {size:,}-byte batch slot ({free.f_bavail * free.f_frsize:,} "
             f"bytes free of {free.f_blocks * free.f_frsize:,}): workers hand batches over in shared "
             f"memory. Give {SHM_DIR} more room (Docker: --shm-size=8g), or use smaller batches, "
-            "fewer workers or less prefetch.") from None
+            "fewer workers or less prefetch."
+        ) from None
 
 
 class SlotMaps:

@@ -79,13 +79,20 @@ def _exit_with_parent(parent: int) -> None:
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
     from tpufeed.errors import TransformError
+
     tb = getattr(exc, "traceback_text", None) or "".join(
-        traceback.format_exception(type(exc), exc, exc.__traceback__))
+        traceback.format_exception(type(exc), exc, exc.__traceback__)
+    )
     message = str(exc)
     if isinstance(exc, TransformError):
         message = message.split("\n", 1)[0]
-    return {"type": type(exc).__name__, "message": message, "record": getattr(exc, "record", None),
-            "path": getattr(exc, "path", None), "traceback": tb}
+    return {
+        "type": type(exc).__name__,
+        "message": message,
+        "record": getattr(exc, "record", None),
+        "path": getattr(exc, "path", None),
+        "traceback": tb,
+    }
 
 
 def _unsendable(exc: Exception, task: Task) -> Exception:
@@ -93,16 +100,20 @@ def _unsendable(exc: Exception, task: Task) -> Exception:
     import numpy as np
 
     from tpufeed.errors import TransformError
+
     first = int(np.frombuffer(task.indices, np.int64)[0])
     return TransformError(
         f"the elements made from records {first}... cannot be sent from a worker process "
         f"({type(exc).__name__}: {exc}): return numbers, strings, bytes, numpy arrays, or "
-        "dicts, lists and tuples of them", record=first)
+        "dicts, lists and tuples of them",
+        record=first,
+    )
 
 
 class Worker:
-    def __init__(self, tasks: Connection, results: Connection, init: dict[str, Any],
-                 beacon_fd: int):
+    def __init__(
+        self, tasks: Connection, results: Connection, init: dict[str, Any], beacon_fd: int
+    ):
         from tpufeed.ops.base import StageClock
         from tpufeed.run.chunks import ChunkRunner
         from tpufeed.run.watch import beacon_at, beacon_map, labels_of
@@ -114,8 +125,9 @@ class Worker:
         self.clock = StageClock()
         beacon = None
         if init.get("watch"):  # a timeout reads where this worker is from shared memory
-            beacon = beacon_at(beacon_map(beacon_fd, init["count"]), self.index,
-                               labels_of(init["plan"]))
+            beacon = beacon_at(
+                beacon_map(beacon_fd, init["count"]), self.index, labels_of(init["plan"])
+            )
         self.runner = ChunkRunner(init["plan"], self.clock, beacon)
         self.backlog: deque = deque()
         self.memo = AnswerMemo()  # what the last answer sent, so the next can say "the same"
@@ -146,8 +158,11 @@ class Worker:
         return message  # type: ignore[return-value]  # Start comes once, before run()
 
     def _send(self, message: object) -> None:
-        self.results.send_bytes(encode_answer(message, self.memo) if isinstance(message, Answer)
-                                else pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        self.results.send_bytes(
+            encode_answer(message, self.memo)
+            if isinstance(message, Answer)
+            else pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        )
 
     def _task(self, task: Task) -> Answer:
         import numpy as np
@@ -166,9 +181,12 @@ class Worker:
 
         skips = np.frombuffer(task.skips, np.int64) if task.skips is not None else None
         piece = self.runner.run(
-            task.epoch, np.frombuffer(task.indices, np.int64), skips,
+            task.epoch,
+            np.frombuffer(task.indices, np.int64),
+            skips,
             stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
-            placer=lambda batch: write_batch(batch, buffer_for))
+            placer=lambda batch: write_batch(batch, buffer_for),
+        )
         payload, elements = piece.payload, False
         if slot[0] is None and type(payload) is list and payload:  # unbatched: sent unstacked
             try:
@@ -177,9 +195,20 @@ class Worker:
                 layout = None
             if layout is not None:
                 payload, elements = layout, True
-        return Answer(task.task_id, payload, piece.size, piece.units, piece.outs, piece.last,
-                      piece.final, slot[0], slot[1], [error_fields(e) for e in piece.skipped],
-                      self.clock.drain(), elements)
+        return Answer(
+            task.task_id,
+            payload,
+            piece.size,
+            piece.units,
+            piece.outs,
+            piece.last,
+            piece.final,
+            slot[0],
+            slot[1],
+            [error_fields(e) for e in piece.skipped],
+            self.clock.drain(),
+            elements,
+        )
 
     def _wait_for_free_slot(self) -> None:
         message = self._receive()
@@ -201,6 +230,7 @@ def main(argv: list[str]) -> int:
         assert isinstance(start, Start)
         sys.path[:] = start.sys_path
         import cloudpickle
+
         init = {**cloudpickle.loads(start.payload), "index": start.index}
         worker = Worker(tasks, results, init, int(argv[3]))
         worker.run()
