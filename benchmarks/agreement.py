@@ -83,7 +83,7 @@ def worker(pid: int, processes: int, port: int, steps: int, step_ms: float, out:
     import numpy as np
 
     import tpufeed
-    from tpufeed.run.uneven import JaxAgreement
+    from tpufeed.run.agreement import JaxAgreement
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(

@@ -11,7 +11,7 @@ import pytest
 import tpufeed
 from tests.processes import worker_processes
 from tpufeed.errors import StateError
-from tpufeed.run.uneven import ThreadAgreement
+from tpufeed.run.agreement import ThreadAgreement
 
 
 def source(n=120):

@@ -9,7 +9,8 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.run.uneven import EvenHosts, ThreadAgreement, counts_are_even
+from tpufeed.run.agreement import ThreadAgreement
+from tpufeed.run.uneven import EvenHosts, counts_are_even
 
 PIPELINES = {
     "filter": lambda ds: ds.filter(lambda e: e["id"] % 3 != 0),

@@ -21,10 +21,11 @@ from tpufeed.adapters._jax_layout import BatchLayout, check_sharding, data_paral
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.base import StageClock, now
+from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.prefetch import ThreadPrefetcher
 from tpufeed.run.stats import PipelineStats, StageStats
-from tpufeed.run.uneven import HostAgreement, check_uneven
+from tpufeed.run.uneven import check_uneven
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 

@@ -16,13 +16,14 @@ from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.base import Counters, StageClock
+from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.autotune import AUTO, MAX_PREFETCH, Options, choose
 from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.iterator import Launch, PipelineRun, Run
 from tpufeed.run.mixture import MixtureExecutor
 from tpufeed.run.plan import MixPlan, Plan, StreamPlan
 from tpufeed.run.resume import Start, resume
-from tpufeed.run.uneven import HostAgreement, check_uneven, end_together
+from tpufeed.run.uneven import check_uneven, end_together
 from tpufeed.run.watch import Beacon, labels_of
 
 
