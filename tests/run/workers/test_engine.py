@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tpufeed
+from tests.processes import wait_for_workers
 from tpufeed.errors import TransformError
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("nothing_left_behind")]
@@ -267,3 +268,13 @@ def test_auto_hands_its_warm_up_on_instead_of_making_it_twice(tmp_path):
     got = [b.tolist() for b in ds.workers("auto").prefetch("auto")]
     assert got == expected
     assert calls.read_text().count("x") == 3000  # each record transformed once
+
+
+def test_workers_start_when_the_iterator_is_made_not_at_the_first_item():
+    """They boot while the caller builds and compiles its model, before it asks for a batch."""
+    it = iter(tpufeed.Dataset.from_sequence(list(range(64))).batch(8).workers(2))
+    try:
+        assert len(wait_for_workers(2)) == 2  # nothing asked for yet
+        assert next(it).tolist() == list(range(8))
+    finally:
+        it.close()

@@ -216,6 +216,7 @@ class WorkerExecutor:
         self._local: ChunkRunner | None = None
         self.queue_depth = 0
         self._pool: WorkerPool | None = None
+        self.start()  # from the moment the run is made: workers boot while the caller goes on
 
     @property
     def worker_pids(self) -> list[int]:
