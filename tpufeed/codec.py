@@ -208,6 +208,19 @@ def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
 
 # One loop on purpose: it runs once per record, and a call per value would cost time there, so
 # only arrays, bools, non-bytes buffers and the wording of errors are left to helpers.
+def _decode_text(mv: memoryview, pos: int, end: int, key: str, tag: int) -> tuple[bytes | str, int]:
+    """A bytes or str value at `pos` (its length, then its payload) and the position after it."""
+    (length,) = _U64.unpack_from(mv, pos)
+    start = pos + 8
+    if length > end - start:
+        raise _length_error(key, length, pos, end - start)
+    payload = mv[start : start + length]
+    try:
+        return (bytes(payload) if tag == _BYTES else str(payload, "utf-8")), start + length
+    except UnicodeDecodeError:
+        raise CodecError(f"str value of key {key!r} at byte {start} is not valid UTF-8") from None
+
+
 def decode(data: bytes | memoryview) -> dict[str, Any]:
     """The record encoded in `data`; arrays are views into `data` (see the module docstring)."""
     mv = memoryview(data) if type(data) is bytes else _byte_view(data)
@@ -245,21 +258,12 @@ def decode(data: bytes | memoryview) -> dict[str, Any]:
             raise _value_error(tag, key, start, pos)
         if tag == _INT or tag == _FLOAT:
             out[key] = (_I64 if tag == _INT else _F64).unpack_from(mv, pos)[0]
+            pos += 8
         elif tag == _BOOL:
             out[key] = _decode_bool(mv, pos, key)
-        else:  # bytes or str: a length, then the payload
-            (length,) = _U64.unpack_from(mv, pos)
-            if length > end - pos - size:
-                raise _length_error(key, length, pos, end - pos - size)
-            payload = mv[pos + size : pos + size + length]
-            try:
-                out[key] = bytes(payload) if tag == _BYTES else str(payload, "utf-8")
-            except UnicodeDecodeError:
-                raise CodecError(
-                    f"str value of key {key!r} at byte {pos + size} is not valid UTF-8"
-                ) from None
-            pos += length
-        pos += size
+            pos += 1
+        else:
+            out[key], pos = _decode_text(mv, pos, end, key, tag)
     if pos != end:
         raise CodecError(f"{end - pos} bytes of trailing garbage at byte {pos}")
     return out

@@ -116,22 +116,21 @@ class _Dealer:
                 if made is not None:  # already made by the warm-up: waits its turn here
                     self.stolen[task_id] = made
                 elif room:
-                    worker = min(room, key=lambda w: (self.queued[w], self.held[w]))
-                    self.queued[worker] += 1
-                    self.held[worker] += 1
-                    skips = step.skips.tobytes() if step.skips is not None else None
-                    self.pool.send(
-                        worker,
-                        encode_task(
-                            task_id,
-                            step.cursor.epoch,
-                            step.records.tobytes(),
-                            skips,
-                            self.freed[worker],
-                        ),
-                    )
-                    self.freed[worker].clear()
+                    worker = self._send(room, task_id, step)
             self.inflight.append((step, worker, task_id))
+
+    def _send(self, room: list[int], task_id: int, chunk: Chunk) -> int:
+        """Sends `chunk` to the worker of `room` with the least queued and held; returns it."""
+        worker = min(room, key=lambda w: (self.queued[w], self.held[w]))
+        self.queued[worker] += 1
+        self.held[worker] += 1
+        skips = chunk.skips.tobytes() if chunk.skips is not None else None
+        task = encode_task(
+            task_id, chunk.cursor.epoch, chunk.records.tobytes(), skips, self.freed[worker]
+        )
+        self.pool.send(worker, task)
+        self.freed[worker].clear()
+        return worker
 
     def may_steal(self) -> bool:
         """Whether the parent runs chunks itself while it waits: always where it has a core of

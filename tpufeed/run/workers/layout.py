@@ -147,22 +147,10 @@ def write_elements(
     structures, return None: they are sent pickled, as they are (and so are elements the
     worker finds no room for in /dev/shm: unbatched pipelines never needed it).
     """
-    first = elements[0]
-    kind = type(first)
-    if kind is dict:
-        keys: tuple[Any, ...] | int | None = tuple(first)
-        if not all(type(e) is dict and tuple(e) == keys for e in elements):
-            return None
-        columns = [[e[k] for e in elements] for k in first]
-    elif kind is tuple:
-        keys = len(first)
-        if not all(type(e) is tuple and len(e) == keys for e in elements):
-            return None
-        columns = [[e[j] for e in elements] for j in range(keys)]
-    elif kind is np.ndarray:
-        keys, columns = None, [list(elements)]
-    else:
+    split = _element_columns(elements)
+    if split is None:
         return None
+    keys, columns = split
     specs: list[tuple[Any, ...]] = []
     total = 0
     for column in columns:
@@ -188,7 +176,29 @@ def write_elements(
         if spec[0] != "inline":
             for x, offset in zip(column, spec[2]):
                 np.ndarray(x.shape, x.dtype, buffer=buffer, offset=offset)[...] = x
-    return kind.__name__, keys, specs, total
+    return type(elements[0]).__name__, keys, specs, total
+
+
+def _element_columns(
+    elements: Sequence[Any],
+) -> tuple[tuple[Any, ...] | int | None, list[list[Any]]] | None:
+    """(keys, one list per leaf) of elements that are all dicts with the same keys, all tuples
+    of one length, or all arrays (keys None); None for anything else."""
+    first = elements[0]
+    kind = type(first)
+    if kind is dict:
+        keys = tuple(first)
+        if not all(type(e) is dict and tuple(e) == keys for e in elements):
+            return None
+        return keys, [[e[k] for e in elements] for k in first]
+    if kind is tuple:
+        width = len(first)
+        if not all(type(e) is tuple and len(e) == width for e in elements):
+            return None
+        return width, [[e[j] for e in elements] for j in range(width)]
+    if kind is np.ndarray:
+        return None, [list(elements)]
+    return None
 
 
 def read_elements(layout: tuple, buffer: Any) -> list[Any]:
