@@ -10,7 +10,6 @@ True
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ from tpufeed.ops.pack import Pack
 from tpufeed.ops.padding import check_pad
 from tpufeed.ops.registry import Stage, check_next, stage_label
 from tpufeed.order.sharding import Sharding
+from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.autotune import Options
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
@@ -40,18 +40,19 @@ from tpufeed.run.plan import (
     pipeline_fingerprint,
     pipeline_plan,
 )
-from tpufeed.run.uneven import HostAgreement, first_item
-from tpufeed.sources import opening
+from tpufeed.run.uneven import first_item
+from tpufeed.sources.constructors import SourceConstructors
 from tpufeed.sources.view import SourceView
-from tpufeed.storage.local import PathsLike
 
 if TYPE_CHECKING:  # the adapters import their frameworks: only type checkers read them here
+    from typing_extensions import Self
+
     from tpufeed.adapters.jax import JaxIterator
     from tpufeed.adapters.torch import TorchIterable
 
 
 @dataclass(frozen=True)
-class Dataset:
+class Dataset(SourceConstructors):
     """A pipeline: source -> shuffle -> shard -> map/random_map/filter/flat_map -> batch -> repeat.
 
     Every method returns a new Dataset. Shuffle, shard, repeat and prefetch are settings of the
@@ -72,88 +73,8 @@ class Dataset:
     # -- constructors -------------------------------------------------------------------------
 
     @classmethod
-    def from_source(cls, source: Any) -> Dataset:
-        """Any object with `__len__` and `__getitem__(int)`: a Grain data source, a Hugging Face
-        `datasets.Dataset` (elements as its format gives them). A `__getitems__(indices)`, if
-        the object has one (`datasets.Dataset` does), reads each chunk in one call. Workers get
-        the object pickled. For a Hugging Face dataset, `from_huggingface` gives elements typed
-        like `from_parquet`'s."""
-        return cls(opening.any_source(source))
-
-    @classmethod
-    def from_sequence(cls, items: Sequence[Any]) -> Dataset:
-        """The items of an in-memory sequence (list, tuple, array), each an element."""
-        return cls(opening.sequence(items))
-
-    @classmethod
-    def from_array_record(
-        cls,
-        paths: PathsLike,
-        cache_dir: str | os.PathLike | None = None,
-        cache_bytes: int | None = None,
-    ) -> Dataset:
-        """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or
-        gs://. gs:// shards go through the local shard cache (`cache_dir`, default
-        $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space)."""
-        return cls(opening.array_record(paths, cache_dir, cache_bytes))
-
-    @classmethod
-    def from_tfrecord(
-        cls,
-        paths: PathsLike,
-        index_dir: str | os.PathLike | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        cache_bytes: int | None = None,
-    ) -> Dataset:
-        """Records (bytes) of TFRecord files, randomly accessible through an offset index;
-        gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs."""
-        return cls(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes))
-
-    @classmethod
-    def from_parquet(
-        cls,
-        paths: PathsLike,
-        columns: Sequence[str] | None = None,
-        cache_dir: str | os.PathLike | None = None,
-        cache_bytes: int | None = None,
-        decoded_bytes: int = 256 << 20,
-    ) -> Dataset:
-        """Rows of Parquet files (a path, a glob or a list, local or gs:// through the shard
-        cache) as dicts of `columns` (default all): numpy scalars and arrays, `str`, None for
-        null (`tpufeed.sources._arrow_rows`). Each row group is decoded once and kept among
-        `decoded_bytes` of decoded row groups per process; shuffled reads cost a decode per
-        row group visit, so prefer small row groups or `shuffle(seed, window=K)`
-        (`tpufeed.sources.parquet`)."""
-        return cls(opening.parquet(paths, columns, cache_dir, cache_bytes, decoded_bytes))
-
-    @classmethod
-    def from_huggingface(cls, dataset: Any, columns: Sequence[str] | None = None) -> Dataset:
-        """A Hugging Face `datasets.Dataset` (one split, already built or loaded: nothing is
-        downloaded), read as Arrow in batches, its rows typed like `from_parquet`'s.
-
-        >>> hf = datasets.Dataset.from_dict({"x": [1, 2, None]})  # doctest: +SKIP
-        >>> [e["x"] for e in Dataset.from_huggingface(hf)]  # doctest: +SKIP
-        [np.int64(1), np.int64(2), None]
-        """
-        return cls(opening.huggingface(dataset, columns))
-
-    @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike,
-        verify: bool = False,
-        cache_dir: str | os.PathLike | None = None,
-        cache_bytes: int | None = None,
-    ) -> Dataset:
-        """A dataset built by `tpufeed build` / `tpufeed.beam.WriteShards`: a folder or its
-        manifest.json, local or gs://. Shard sizes, CRC32C and counts are checked on a shard's
-        first read, or all at once with `verify=True` (gs:// shards by their object metadata,
-        downloading nothing); elements are the decoded records. gs:// shards go through the
-        shard cache, as in `from_array_record` (`cache_dir`, `cache_bytes`; unused locally).
-
-        >>> ds = Dataset.open("gs://bucket/train", cache_dir="/mnt/ssd/tpufeed")  # doctest: +SKIP
-        """
-        return cls(opening.built_dataset(path, verify, cache_dir, cache_bytes))
+    def _over(cls, source: SourceView) -> Self:
+        return cls(source)
 
     @classmethod
     def mix(

@@ -1,0 +1,115 @@
+"""The ways to make a pipeline from records: `Dataset.from_array_record`, `Dataset.open`, ...
+
+`tpufeed.Dataset` inherits them, so they live here, beside the sources they open
+(tpufeed.sources.opening), and a new source format adds its constructor here rather than to the
+pipeline's front. Each opens its source and hands the view to `_over`, which `Dataset` gives.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tpufeed.sources import opening
+from tpufeed.sources.view import SourceView
+from tpufeed.storage.local import PathsLike
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["SourceConstructors"]
+
+
+class SourceConstructors(abc.ABC):
+    """Class methods that make a pipeline over a source; `tpufeed.Dataset` inherits them."""
+
+    @classmethod
+    @abc.abstractmethod
+    def _over(cls, source: SourceView) -> Self:
+        """A pipeline over `source`, with nothing else set."""
+
+    @classmethod
+    def from_source(cls, source: Any) -> Self:
+        """Any object with `__len__` and `__getitem__(int)`: a Grain data source, a Hugging Face
+        `datasets.Dataset` (elements as its format gives them). A `__getitems__(indices)`, if
+        the object has one (`datasets.Dataset` does), reads each chunk in one call. Workers get
+        the object pickled. For a Hugging Face dataset, `from_huggingface` gives elements typed
+        like `from_parquet`'s."""
+        return cls._over(opening.any_source(source))
+
+    @classmethod
+    def from_sequence(cls, items: Sequence[Any]) -> Self:
+        """The items of an in-memory sequence (list, tuple, array), each an element."""
+        return cls._over(opening.sequence(items))
+
+    @classmethod
+    def from_array_record(
+        cls,
+        paths: PathsLike,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+    ) -> Self:
+        """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or
+        gs://. gs:// shards go through the local shard cache (`cache_dir`, default
+        $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space)."""
+        return cls._over(opening.array_record(paths, cache_dir, cache_bytes))
+
+    @classmethod
+    def from_tfrecord(
+        cls,
+        paths: PathsLike,
+        index_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+    ) -> Self:
+        """Records (bytes) of TFRecord files, randomly accessible through an offset index;
+        gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs."""
+        return cls._over(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes))
+
+    @classmethod
+    def from_parquet(
+        cls,
+        paths: PathsLike,
+        columns: Sequence[str] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+        decoded_bytes: int = 256 << 20,
+    ) -> Self:
+        """Rows of Parquet files (a path, a glob or a list, local or gs:// through the shard
+        cache) as dicts of `columns` (default all): numpy scalars and arrays, `str`, None for
+        null (`tpufeed.sources._arrow_rows`). Each row group is decoded once and kept among
+        `decoded_bytes` of decoded row groups per process; shuffled reads cost a decode per
+        row group visit, so prefer small row groups or `shuffle(seed, window=K)`
+        (`tpufeed.sources.parquet`)."""
+        return cls._over(opening.parquet(paths, columns, cache_dir, cache_bytes, decoded_bytes))
+
+    @classmethod
+    def from_huggingface(cls, dataset: Any, columns: Sequence[str] | None = None) -> Self:
+        """A Hugging Face `datasets.Dataset` (one split, already built or loaded: nothing is
+        downloaded), read as Arrow in batches, its rows typed like `from_parquet`'s.
+
+        >>> hf = datasets.Dataset.from_dict({"x": [1, 2, None]})  # doctest: +SKIP
+        >>> [e["x"] for e in Dataset.from_huggingface(hf)]  # doctest: +SKIP
+        [np.int64(1), np.int64(2), None]
+        """
+        return cls._over(opening.huggingface(dataset, columns))
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike,
+        verify: bool = False,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+    ) -> Self:
+        """A dataset built by `tpufeed build` / `tpufeed.beam.WriteShards`: a folder or its
+        manifest.json, local or gs://. Shard sizes, CRC32C and counts are checked on a shard's
+        first read, or all at once with `verify=True` (gs:// shards by their object metadata,
+        downloading nothing); elements are the decoded records. gs:// shards go through the
+        shard cache, as in `from_array_record` (`cache_dir`, `cache_bytes`; unused locally).
+
+        >>> ds = Dataset.open("gs://bucket/train", cache_dir="/mnt/ssd/tpufeed")  # doctest: +SKIP
+        """
+        return cls._over(opening.built_dataset(path, verify, cache_dir, cache_bytes))
