@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 "this": after,
                 "ratio": after / before,
                 "passes": len(rates[(workload, system, workers, "this")]),
+                "reference_rates": rates[(workload, system, workers, "reference")],
+                "this_rates": rates[(workload, system, workers, "this")],
             }
         )
         print(
