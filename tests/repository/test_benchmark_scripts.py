@@ -57,3 +57,33 @@ def test_the_profiler_says_how_to_install_py_spy():
     assert result.returncode == 2
     assert "py-spy is not installed" in result.stderr and ".[dev]" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_decode_ab_compares_two_codec_files():
+    codec = os.path.join(ROOT, "tpufeed", "codec.py")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.decode_ab",
+            codec,
+            codec,
+            "--rounds",
+            "3",
+            "--calls",
+            "5",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [
+        line for line in result.stdout.splitlines() if line.startswith("| ") and "µs" not in line
+    ]
+    assert [row.split(" | ")[0] for row in rows] == [
+        "| arrays and ints",
+        "| an image",
+        "| text and numbers",
+    ]
