@@ -49,7 +49,7 @@ def test_bundle_based_direct_runner_is_refused_with_the_reason(tmp_path, capsys)
 
 def test_summaries_that_miss_records_fail_before_the_manifest(tmp_path):
     """A runner that drops a step's tagged outputs leaves summaries short of the shards."""
-    from tpufeed.beam.write_shards import _Finalize
+    from tpufeed.beam.manifest_writer import WriteManifest
 
     shards = [
         {
@@ -62,7 +62,7 @@ def test_summaries_that_miss_records_fail_before_the_manifest(tmp_path):
             "summary": {},
         }
     ]
-    finalize = _Finalize(str(tmp_path / "ds"), "b1", 1, {"format": "array_record"}, True)
+    finalize = WriteManifest(str(tmp_path / "ds"), "b1", 1, {"format": "array_record"}, True)
     with pytest.raises(tpufeed.TpufeedError, match="summaries cover 0 records, the shards hold 5"):
         list(finalize.process(None, shards, [], [], []))
     with pytest.raises(tpufeed.TpufeedError, match="does not keep a step's tagged outputs apart"):
