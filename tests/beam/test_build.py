@@ -398,9 +398,9 @@ def test_a_json_error_names_its_line_and_real_column(tmp_path):
 def test_progress_counts_to_a_total_with_an_eta(tmp_path, caplog, monkeypatch):
     import logging
 
-    from tpufeed.beam import build_pipeline
+    from tpufeed.beam import block_reader
 
-    monkeypatch.setattr(build_pipeline, "_PROGRESS_EVERY_S", 0.0)  # a line per record
+    monkeypatch.setattr(block_reader, "_PROGRESS_EVERY_S", 0.0)  # a line per record
     write_jsonl(tmp_path / "a.jsonl", _json_records(3))
     write_jsonl(tmp_path / "b.jsonl", _json_records(3, start=3))
     caplog.set_level(logging.INFO, logger="tpufeed")

@@ -1,0 +1,179 @@
+"""`ReadBlock`: the build's step that reads one block, runs the --transform functions on its
+records and encodes them, and sends them on in chunks of (block, position in the block).
+
+Malformed records and failed transforms go to the "bad" output (or stop the build, where no
+skips are allowed), each block's (records read, records filtered) to "stats", and the codec
+records' summary to "summary" (see `bad_records` and `write_shards`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.pvalue import TaggedOutput
+
+from tpufeed.beam.block_plan import Block, BlockStart
+from tpufeed.beam.blocks import read_block
+from tpufeed.beam.build_progress import progress
+from tpufeed.beam.inputs import Malformed
+from tpufeed.beam.record_bytes import CODEC, encode_record
+from tpufeed.beam.schema import RecordSummary
+from tpufeed.beam.user_transforms import TransformChain, normalize_record
+from tpufeed.errors import SourceError, TpufeedError, TransformError, plural
+from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
+from tpufeed.sources.record_formats import RecordFormat
+
+__all__ = ["ReadBlock"]
+
+log = logging.getLogger("tpufeed.build")
+_PROGRESS_EVERY_S = 5.0
+_CHUNK_RECORDS = 4096  # records of one chunk: few elements for the runner, small to hold
+_CHUNK_BYTES = 8 << 20
+
+
+class _Chunk:
+    """The encoded records of a block not yet sent on, and the position in the block of the
+    first of them (after the last chunk taken, the records sent in all)."""
+
+    def __init__(self, block: int):
+        self.block, self.position = block, 0
+        self.datas: list[bytes] = []
+        self.kinds = bytearray()
+        self.size = 0
+
+    def add(self, data: bytes, kind: int) -> None:
+        self.datas.append(data)
+        self.kinds.append(kind)
+        self.size += len(data)
+
+    def full(self) -> bool:
+        return len(self.datas) >= _CHUNK_RECORDS or self.size >= _CHUNK_BYTES
+
+    def take(self) -> tuple[int, int, list[bytes], bytes]:
+        """(block, position, [bytes], kinds): the chunk as the runner carries it; empties it."""
+        chunk = self.block, self.position, self.datas, bytes(self.kinds)
+        self.position += len(self.datas)
+        self.datas, self.kinds, self.size = [], bytearray(), 0
+        return chunk
+
+
+class ReadBlock(beam.DoFn):
+    """Reads one block, runs the transforms and encodes: chunks (block, position, [bytes],
+    kinds); malformed records and failed transforms go to "bad" (or raise, with no skips), and
+    (records read, records filtered) to "stats". Logs each block ("input k of N": the blocks
+    this worker read of all), and every few seconds the records done, with this worker's share
+    of the input bytes and an ETA."""
+
+    def __init__(
+        self,
+        transforms: tuple[str, ...],
+        fail_fast: bool,
+        record_format: RecordFormat,
+        total_bytes: int,
+        total_blocks: int,
+    ):
+        self._total_blocks = total_blocks
+        self._specs, self._fail_fast = transforms, fail_fast
+        self._record_format, self._total_bytes = record_format, total_bytes
+        self._summarize = record_format is CODEC_FORMAT
+        self._read = Metrics.counter("tpufeed", "records_in")
+        self._out = Metrics.counter("tpufeed", "records_out")
+        self._chain: TransformChain | None = None
+
+    def setup(self) -> None:
+        self._chain = TransformChain(self._specs)
+        self._blocks = self._bytes_done = self._records_done = 0
+        self._start: float | None = None
+        self._last_log = time.monotonic()
+
+    def _bad(self, message: str, error: Exception | None, path: str, index: int) -> Any:
+        if not self._fail_fast:
+            return TaggedOutput("bad", message)
+        hint = " (pass --max-bad N to skip up to N bad records)"
+        if error is None:
+            raise SourceError(f"{message}{hint}", path=path, record=index)
+        tb = getattr(error, "traceback_text", None) or ""
+        raise TransformError(
+            f"{message}{hint}{chr(10) + tb if tb else ''}",
+            record=index,
+            path=path,
+            traceback_text=tb or None,
+        ) from error
+
+    def process(self, block: Block, starts: dict[int, BlockStart]) -> Iterator[Any]:
+        if self._chain is None:
+            raise TpufeedError("the transforms are loaded by setup(), which Beam calls first")
+        if self._start is None:
+            self._start = time.monotonic()
+        chunk = _Chunk(block.id)
+        summary = RecordSummary() if self._summarize else None
+        read = filtered = 0
+        for index, origin, record in read_block(block, starts[block.id]):
+            read += 1
+            if isinstance(record, Malformed):
+                yield self._bad(str(record), None, block.path, index)
+                continue
+            try:
+                encoded = self._encoded(self._chain, record, origin, block.file_index, index)
+            except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
+                yield self._bad(f"{origin}: {e}", e, block.path, index)
+                continue
+            filtered += not encoded
+            for data, kind, out in encoded:
+                if summary is not None:
+                    summary.add(out if kind == CODEC else None, len(data))
+                chunk.add(data, kind)
+            if chunk.full():
+                yield chunk.take()
+            self._log_progress(read)
+        if chunk.datas:
+            yield chunk.take()
+        yield from self._block_done(block, read, filtered, chunk.position, summary)
+
+    def _encoded(
+        self, chain: TransformChain, record: Any, origin: str, file_index: int, index: int
+    ) -> list[tuple[bytes, int, Any]]:
+        """(bytes, kind, record) of each record the transforms make of `record` (none where
+        they filter it out)."""
+        outputs = [normalize_record(r) for r in chain(record, file_index, index)]
+        return [(*encode_record(r, origin, self._record_format), r) for r in outputs]
+
+    def _block_done(
+        self, block: Block, read: int, filtered: int, sent: int, summary: RecordSummary | None
+    ) -> Iterator[Any]:
+        """The block's counts and summary, on the side outputs; logs the block read."""
+        self._read.inc(read)
+        self._out.inc(sent)
+        yield TaggedOutput("stats", (read, filtered))
+        if summary is not None:
+            yield TaggedOutput("summary", (block.id, summary.to_json()))
+        self._blocks += 1
+        self._records_done += read
+        self._bytes_done += block.size
+        log.info(
+            "read %s: %s (input %d of %d; %s)",
+            block.describe(),
+            plural(read, "record"),
+            self._blocks,
+            self._total_blocks,
+            self._share(),
+        )
+
+    def _share(self) -> str:
+        return progress(
+            self._bytes_done,
+            self._total_bytes,
+            time.monotonic() - (self._start or 0),
+            " of the input bytes",
+        )
+
+    def _log_progress(self, read: int) -> None:
+        now = time.monotonic()
+        if now - self._last_log >= _PROGRESS_EVERY_S:
+            self._last_log = now
+            log.info("processed %s records (this worker)", f"{self._records_done + read:,}")
