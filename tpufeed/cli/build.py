@@ -35,6 +35,17 @@ def add_parser(sub: Subcommands) -> None:
         "long (the format pads its footer to 64 KiB blocks); small local shards "
         "keep that padding as holes, which take no disk space.",
     )
+    # In the order --help lists them.
+    _folder_options(build)
+    _scale_options(build)
+    _format_options(build)
+    _record_options(build)
+    build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    build.set_defaults(run=run_command, parser=build)
+
+
+def _folder_options(build: argparse.ArgumentParser) -> None:
+    """Where the records come from and the dataset goes."""
     build.add_argument(
         "--input",
         action="extend",
@@ -49,6 +60,10 @@ def add_parser(sub: Subcommands) -> None:
         action="store_true",
         help="replace the dataset already in --output (refused otherwise)",
     )
+
+
+def _scale_options(build: argparse.ArgumentParser) -> None:
+    """How the work is cut: shards, worker processes, and the sizes of shards and blocks."""
     build.add_argument(
         "--num-shards",
         type=positive_int,
@@ -75,6 +90,10 @@ def add_parser(sub: Subcommands) -> None:
         default=64,
         help="inputs are read in blocks of about this size, in parallel",
     )
+
+
+def _format_options(build: argparse.ArgumentParser) -> None:
+    """How the shards and the records in them are stored."""
     build.add_argument(
         "--format",
         choices=writable_formats(),
@@ -90,6 +109,10 @@ def add_parser(sub: Subcommands) -> None:
         "shapes) or tf_example (tf.train.Example, readable without "
         "tpufeed; arrays flattened with a <key>/shape feature)",
     )
+
+
+def _record_options(build: argparse.ArgumentParser) -> None:
+    """What happens to each record: the transforms, and how many bad ones are skipped."""
     build.add_argument(
         "--transform",
         action="append",
@@ -102,8 +125,6 @@ def add_parser(sub: Subcommands) -> None:
         default=0,
         help="skip (and count) up to N malformed records instead of failing",
     )
-    build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    build.set_defaults(run=run_command, parser=build)
 
 
 def run_command(args: argparse.Namespace) -> int:
