@@ -253,6 +253,15 @@ def add_parser(sub: Subcommands) -> None:
         "decoded, as dicts of arrays: a --transform gets those, so a decode "
         "transform is not needed there and fails with CodecError.",
     )
+    # In the order --help lists them.
+    _target_options(bench)
+    _length_options(bench)
+    _report_options(bench)
+    bench.set_defaults(run=run_command)
+
+
+def _target_options(bench: argparse.ArgumentParser) -> None:
+    """What runs: the target, and for a dataset or files, how it is read and batched."""
     bench.add_argument(
         "target",
         help="file.py:make_dataset or module:make_dataset (a function "
@@ -279,6 +288,10 @@ def add_parser(sub: Subcommands) -> None:
         default=256,
         help="records per batch of a dataset or files target",
     )
+
+
+def _length_options(bench: argparse.ArgumentParser) -> None:
+    """How long it runs, and the training step it feeds."""
     bench.add_argument("--seconds", type=positive_seconds, default=10.0, help="how long to run")
     bench.add_argument(
         "--batches",
@@ -293,13 +306,16 @@ def add_parser(sub: Subcommands) -> None:
         help="seconds of one training step, slept after each batch; 0 measures "
         "the pipeline alone and reports the shortest step it can feed",
     )
+
+
+def _report_options(bench: argparse.ArgumentParser) -> None:
+    """How the result is given: as JSON, and as a plot."""
     bench.add_argument("--json", action="store_true", help="print the numbers as JSON")
     bench.add_argument(
         "--plot",
         default=None,
         help="write a PNG of throughput and stages (its folder is checked before the run)",
     )
-    bench.set_defaults(run=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
