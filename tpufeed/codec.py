@@ -45,6 +45,7 @@ __all__ = ["FORMAT_VERSION", "decode", "encode"]
 
 FORMAT_VERSION = 1
 _MAGIC = b"TPFD"
+_EXPECTED_HEADER = (_MAGIC, FORMAT_VERSION, b"\0\0\0")  # magic, version, reserved
 _HEADER = struct.Struct("<4sB3sI")
 _ENTRY = struct.Struct("<HB")
 _ARRAY = struct.Struct("<BB")
@@ -208,19 +209,6 @@ def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
 
 # One loop on purpose: it runs once per record, and a call per value would cost time there, so
 # only arrays, bools, non-bytes buffers and the wording of errors are left to helpers.
-def _decode_text(mv: memoryview, pos: int, end: int, key: str, tag: int) -> tuple[bytes | str, int]:
-    """A bytes or str value at `pos` (its length, then its payload) and the position after it."""
-    (length,) = _U64.unpack_from(mv, pos)
-    start = pos + 8
-    if length > end - start:
-        raise _length_error(key, length, pos, end - start)
-    payload = mv[start : start + length]
-    try:
-        return (bytes(payload) if tag == _BYTES else str(payload, "utf-8")), start + length
-    except UnicodeDecodeError:
-        raise CodecError(f"str value of key {key!r} at byte {start} is not valid UTF-8") from None
-
-
 def decode(data: bytes | memoryview) -> dict[str, Any]:
     """The record encoded in `data`; arrays are views into `data` (see the module docstring)."""
     mv = memoryview(data) if type(data) is bytes else _byte_view(data)
@@ -228,12 +216,7 @@ def decode(data: bytes | memoryview) -> dict[str, Any]:
     if end < pos:
         raise CodecError(f"truncated header: {end} bytes, a record has at least {_HEADER.size}")
     magic, version, reserved, count = _HEADER.unpack_from(mv, 0)
-    if (
-        magic != _MAGIC
-        or version != FORMAT_VERSION
-        or reserved != b"\0\0\0"
-        or count * _MIN_ENTRY > end - pos
-    ):
+    if (magic, version, reserved) != _EXPECTED_HEADER or count * _MIN_ENTRY > end - pos:
         raise _header_error(magic, version, reserved, count, end - pos)
     out: dict = {}
     for _ in range(count):
@@ -258,12 +241,21 @@ def decode(data: bytes | memoryview) -> dict[str, Any]:
             raise _value_error(tag, key, start, pos)
         if tag == _INT or tag == _FLOAT:
             out[key] = (_I64 if tag == _INT else _F64).unpack_from(mv, pos)[0]
-            pos += 8
         elif tag == _BOOL:
             out[key] = _decode_bool(mv, pos, key)
-            pos += 1
-        else:
-            out[key], pos = _decode_text(mv, pos, end, key, tag)
+        else:  # bytes or str: a length, then the payload
+            (length,) = _U64.unpack_from(mv, pos)
+            if length > end - pos - size:
+                raise _length_error(key, length, pos, end - pos - size)
+            payload = mv[pos + size : pos + size + length]
+            try:
+                out[key] = bytes(payload) if tag == _BYTES else str(payload, "utf-8")
+            except UnicodeDecodeError:
+                raise CodecError(
+                    f"str value of key {key!r} at byte {pos + size} is not valid UTF-8"
+                ) from None
+            pos += length
+        pos += size
     if pos != end:
         raise CodecError(f"{end - pos} bytes of trailing garbage at byte {pos}")
     return out
