@@ -21,19 +21,20 @@ CORE = ("codec", "dataset", "errors", "ops", "order", "run", "sources", "storage
 FRAMEWORKS = ("apache_beam", "grain", "jax", "orbax", "tensorflow", "torch")
 
 
-def test_the_import_contracts_hold(installed_layout: Path) -> None:
+def lint_imports(config: Path, site: Path) -> subprocess.CompletedProcess:
+    """import-linter with the contracts of `config`, over the package laid out in `site` (it
+    reads the package from its working directory)."""
     code = (
         "import sys\nfrom importlinter.cli import lint_imports\n"
-        f"sys.exit(lint_imports(config_filename={str(ROOT / 'pyproject.toml')!r}, "
-        "no_cache=True, no_logo=True))"
+        f"sys.exit(lint_imports(config_filename={str(config)!r}, no_cache=True, no_logo=True))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=installed_layout,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=site, capture_output=True, text=True, timeout=120
     )
+
+
+def test_the_import_contracts_hold(installed_layout: Path) -> None:
+    done = lint_imports(ROOT / "pyproject.toml", installed_layout)
     assert done.returncode == 0, f"import contracts broken:\n{done.stdout}\n{done.stderr}"
     assert " kept, 0 broken." in done.stdout, done.stdout
 
@@ -46,18 +47,7 @@ def test_a_broken_layer_is_reported(installed_layout: Path, tmp_path: Path) -> N
         '[[tool.importlinter.contracts]]\nname = "upside down"\ntype = "layers"\n'
         'containers = ["tpufeed"]\nlayers = ["ops", "run"]\n'
     )
-    code = (
-        "import sys\nfrom importlinter.cli import lint_imports\n"
-        f"sys.exit(lint_imports(config_filename={str(config)!r}, no_cache=True, "
-        "no_logo=True))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=installed_layout,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = lint_imports(config, installed_layout)
     assert done.returncode != 0
     assert "tpufeed.run" in done.stdout and "BROKEN" in done.stdout, done.stdout
 
