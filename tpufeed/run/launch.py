@@ -106,6 +106,7 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
                 max_prefetch=MAX_PREFETCH if adapt else prefetch,
                 isolate=settings.isolate,
                 timeout_s=timeout_s,
+                stopped_s=settings.options.stopped_s,
                 warm=warm,
             )
 

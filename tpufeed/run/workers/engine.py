@@ -16,6 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpufeed.errors import InputTimeoutError
 from tpufeed.ops.base import Chunk, EpochEnd, Piece, Reread, StageClock, now
@@ -27,6 +28,7 @@ from tpufeed.run.walk import walk
 from tpufeed.run.watch import beacon_at, labels_of, timed_out
 from tpufeed.run.workers.layout import read_batch, read_elements
 from tpufeed.run.workers.leases import Leases
+from tpufeed.run.workers.liveness import STOPPED_S
 from tpufeed.run.workers.messages import Answer, Failure, encode_free, encode_task
 from tpufeed.run.workers.pool import WorkerPool, rebuild_error
 from tpufeed.run.workers.slots import segment_prefix
@@ -48,6 +50,7 @@ class _Dealer:
     isolate: bool = False  # never run a chunk in the parent, even while workers start
     run_here: Callable[[Chunk], Piece] | None = None  # runs a chunk in the parent (stealing)
     spare_core: bool = False  # fewer workers than cores: steal whenever the parent would wait
+    names: Any = None  # the plan's source, to word the records a lost worker was making
     inflight: deque = field(default_factory=deque)  # (step, worker, task id), in order
     stolen: dict[int, Piece | Exception] = field(default_factory=dict)  # run here, ahead
     warm: WarmPieces = field(default_factory=WarmPieces)
@@ -67,6 +70,16 @@ class _Dealer:
         unlent = self.slots_per_worker - self.leases.cap
         self.held_per_worker = max(1, min(unlent, -(-depth // workers) + 1))
         self.limit = depth + workers
+
+    def work_of(self, worker: int) -> str:
+        """ " while making records a..b (where the first is)": the chunk `worker` was given and
+        has not answered, for an error that names what a lost worker was doing."""
+        for step, sender, task_id in self.inflight:
+            if sender == worker and task_id not in self.answers:
+                first, last = int(step.records[0]), int(step.records[-1])
+                where = self.names.describe(first) if self.names is not None else f"record {first}"
+                return f" while making the chunk of records {first}..{last} (the first: {where})"
+        return ""
 
     def free(self, worker: int, slot: int) -> None:
         """`slot` of `worker` is free again; the worker hears so with its next task (or
@@ -199,6 +212,7 @@ class WorkerExecutor:
     max_prefetch: int = 0  # slots are sized for this depth; segments are made only when used
     isolate: bool = False  # no chunk runs in this process, even while workers start
     timeout_s: float | None = None  # the longest wait for one chunk's answer (isolates)
+    stopped_s: float | None = STOPPED_S  # the longest wait for a stopped worker (None: no limit)
     warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
 
     def __post_init__(self) -> None:
@@ -239,7 +253,8 @@ class WorkerExecutor:
                 "count": self.workers,
                 "watch": self.timeout_s is not None,
             }
-            self._pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
+            prefix = segment_prefix(uuid.uuid4().hex[:8])
+            self._pool = WorkerPool(init, self.workers, prefix, self.stopped_s)
         return self._pool
 
     def reread(self) -> Reread:
@@ -266,7 +281,9 @@ class WorkerExecutor:
             run_here=None if isolate else self._run_here,
             spare_core=self.workers < cpu_count(),
             warm=WarmPieces(self.warm),
+            names=self.plan.source,
         )
+        pool.work_of = dealer.work_of
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
             dealer.deal()
