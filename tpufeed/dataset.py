@@ -223,6 +223,7 @@ class Dataset(SourceConstructors):
         ram_budget_bytes: int | None = None,
         timeout_s: float | None = None,
         stopped_s: float | None = STOPPED_S,
+        shm_budget_bytes: int | None = None,
     ) -> Dataset:
         """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
 
@@ -236,10 +237,13 @@ class Dataset(SourceConstructors):
         this long (10 s by default; None: until it continues), then `next()` raises
         `WorkerError` naming it and the records it was making. A worker that dies raises at
         once; a slow one is waited for (see `timeout_s`).
+
+        `shm_budget_bytes`: the most shared memory (/dev/shm) the workers' batches may hold at
+        once, split evenly between the workers (default: half of the space free there when
+        the iterator starts). A batch larger than one worker's share raises `WorkerError`
+        naming its size; batches that fit wait their turn rather than overrun it.
         """
-        options = Options(
-            ram_budget_bytes=ram_budget_bytes, timeout_s=timeout_s, stopped_s=stopped_s
-        )
+        options = Options(ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes)
         return self._set(options=options)
 
     def ignore_errors(self, max_errors: int) -> Dataset:

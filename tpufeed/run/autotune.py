@@ -37,11 +37,14 @@ class Options:
     """Pipeline-wide settings. `ram_budget_bytes`: memory the pipeline may add (buffers and
     worker processes); default half of the memory available when the iterator starts.
     `timeout_s`: the longest `next()` waits for an item (None: no limit). `stopped_s`: the
-    longest the iterator waits for a stopped worker (SIGSTOP) before raising (None: no limit)."""
+    longest the iterator waits for a stopped worker (SIGSTOP) before raising (None: no limit).
+    `shm_budget_bytes`: what workers' batch slots may hold in shared memory together (None:
+    half of the space free in /dev/shm when the iterator starts)."""
 
     ram_budget_bytes: int | None = None
     timeout_s: float | None = None
     stopped_s: float | None = STOPPED_S
+    shm_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("timeout_s", "stopped_s"):
@@ -54,13 +57,12 @@ class Options:
                 raise InvalidArgumentError(
                     f"{name} must be a positive number of seconds or None, got {seconds!r}"
                 )
-        budget = self.ram_budget_bytes
-        if budget is not None and (
-            not isinstance(budget, int) or isinstance(budget, bool) or budget < 0
-        ):
-            raise InvalidArgumentError(
-                f"ram_budget_bytes must be a non-negative int, got {budget!r}"
-            )
+        for name in ("ram_budget_bytes", "shm_budget_bytes"):
+            budget = getattr(self, name)
+            if budget is not None and (
+                not isinstance(budget, int) or isinstance(budget, bool) or budget < 0
+            ):
+                raise InvalidArgumentError(f"{name} must be a non-negative int, got {budget!r}")
 
     def budget(self) -> int:
         return (

@@ -107,6 +107,7 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
                 isolate=settings.isolate,
                 timeout_s=timeout_s,
                 stopped_s=settings.options.stopped_s,
+                shm_budget_bytes=settings.options.shm_budget_bytes,
                 warm=warm,
             )
 

@@ -45,7 +45,8 @@ def _with_small_dev_shm(tmp_path, code):
 
 
 def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
-    """Batches bigger than /dev/shm has room for must fail clearly."""
+    """Batches bigger than /dev/shm has room for must fail clearly: with the default budget
+    (half of its free space), before a segment is made."""
     out = _with_small_dev_shm(
         tmp_path,
         """
@@ -61,7 +62,7 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
             print(str(e).split("\\n")[0])
     """,
     )
-    assert "no room in /dev/shm for a" in out and "--shm-size" in out, out
+    assert "a batch of 4,194,304 bytes does not fit" in out and "--shm-size" in out, out
 
 
 def test_unbatched_elements_too_big_for_dev_shm_come_through_the_pipe(tmp_path):

@@ -26,6 +26,7 @@ from tpufeed.run.plan import Plan
 from tpufeed.run.resources import cpu_count
 from tpufeed.run.walk import walk
 from tpufeed.run.watch import beacon_at, labels_of, timed_out
+from tpufeed.run.workers.budget import shm_budget, worker_share
 from tpufeed.run.workers.layout import read_batch, read_elements
 from tpufeed.run.workers.leases import Leases
 from tpufeed.run.workers.liveness import STOPPED_S
@@ -51,6 +52,7 @@ class _Dealer:
     run_here: Callable[[Chunk], Piece] | None = None  # runs a chunk in the parent (stealing)
     spare_core: bool = False  # fewer workers than cores: steal whenever the parent would wait
     names: Any = None  # the plan's source, to word the records a lost worker was making
+    tight: bool = False  # a worker's share of the budget holds fewer segments than its slots
     inflight: deque = field(default_factory=deque)  # (step, worker, task id), in order
     stolen: dict[int, Piece | Exception] = field(default_factory=dict)  # run here, ahead
     warm: WarmPieces = field(default_factory=WarmPieces)
@@ -83,8 +85,12 @@ class _Dealer:
 
     def free(self, worker: int, slot: int) -> None:
         """`slot` of `worker` is free again; the worker hears so with its next task (or
-        `send_freed`), before it could need the slot."""
+        `send_freed`), before it could need the slot, or at once where its share of the
+        shared-memory budget is `tight` (it may be waiting for this slot)."""
         self.freed[worker].append(slot)
+        if self.tight:
+            self.pool.send(worker, encode_free(self.freed[worker]))
+            self.freed[worker].clear()
 
     def send_freed(self) -> None:
         """Tells each worker the slots freed since its last task (the ones it may wait for)."""
@@ -213,6 +219,7 @@ class WorkerExecutor:
     isolate: bool = False  # no chunk runs in this process, even while workers start
     timeout_s: float | None = None  # the longest wait for one chunk's answer (isolates)
     stopped_s: float | None = STOPPED_S  # the longest wait for a stopped worker (None: no limit)
+    shm_budget_bytes: int | None = None  # what the slots may hold in /dev/shm (None: default)
     warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
 
     def __post_init__(self) -> None:
@@ -229,6 +236,7 @@ class WorkerExecutor:
         self._local: ChunkRunner | None = None
         self.queue_depth = 0
         self._pool: WorkerPool | None = None
+        self.shm_budget = shm_budget(self.shm_budget_bytes)
         self.start()  # from the moment the run is made: workers boot while the caller goes on
 
     @property
@@ -252,6 +260,7 @@ class WorkerExecutor:
                 "slots": self.slots_per_worker,
                 "count": self.workers,
                 "watch": self.timeout_s is not None,
+                "shm_budget": self.shm_budget,
             }
             prefix = segment_prefix(uuid.uuid4().hex[:8])
             self._pool = WorkerPool(init, self.workers, prefix, self.stopped_s)
@@ -276,7 +285,7 @@ class WorkerExecutor:
             pool,
             walk(self.plan, self.cursor),
             self.slots_per_worker,
-            Leases(pool.size, self.lend_per_worker),
+            Leases(pool.size, self.lend_per_worker, worker_share(self.shm_budget, pool.size)),
             isolate=isolate,
             run_here=None if isolate else self._run_here,
             spare_core=self.workers < cpu_count(),
@@ -342,10 +351,14 @@ class WorkerExecutor:
         if answer.slot is not None:
             started = now()
             segment = pool.slot_maps.buffer(worker, answer.slot, answer.new_segment)
+            if answer.new_segment is not None:  # the slot's old segment, if any, is gone now
+                pool.send_released(worker)
+                share = dealer.leases.share
+                dealer.tight = share is not None and len(segment) * self.slots_per_worker > share
             if answer.elements:  # unbatched elements: views of one copy of the slot
                 payload = read_elements(payload, segment)
                 dealer.free(worker, answer.slot)
-            elif answer.final and dealer.leases.can_lend(worker):
+            elif answer.final and dealer.leases.can_lend(worker, len(segment)):
                 # A finished batch goes to the consumer as is: lent, not copied.
                 base = dealer.leases.lend(worker, answer.slot, segment, len(segment))
                 payload = read_batch(payload, base, copy=False)

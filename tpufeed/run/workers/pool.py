@@ -24,10 +24,12 @@ from tpufeed.run.workers.liveness import STOPPED_S, StoppedClock, is_stopped
 from tpufeed.run.workers.messages import (
     Answer,
     AnswerMemo,
+    Dropped,
     Failure,
     Ready,
     Start,
     decode_result,
+    encode_released,
     encode_start,
     encode_stop,
 )
@@ -133,6 +135,13 @@ class WorkerPool:
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
+    def send_released(self, worker: int) -> None:
+        """Tells `worker` the bytes of its segments this process has unmapped, if any: they
+        no longer count against its share of the shared-memory budget."""
+        nbytes = self.slot_maps.take_released(worker)
+        if nbytes:
+            self.send(worker, encode_released(nbytes))
+
     def receive_any(self, timeout: float | None = _POLL_S) -> list[tuple[int, Answer | Failure]]:
         """(worker, message) for every message that arrives within `timeout` (None: the
         default wait), from any worker.
@@ -165,7 +174,8 @@ class WorkerPool:
 
     def _read(self, timeout: float) -> list[tuple[int, Answer | Failure]]:
         """Every whole message that arrives within `timeout`: one read takes all a worker has
-        sent (several answers, when the parent is the slower side). "ready" is noted here."""
+        sent (several answers, when the parent is the slower side). "ready" is noted here, and
+        segments a worker gave back are unmapped here."""
         if self._poll is None:  # one poll object, registered once: no selector per wait
             self._poll = select.poll()
             for worker, inbox in enumerate(self._results):
@@ -181,6 +191,9 @@ class WorkerPool:
             for message in messages:
                 if isinstance(message, Ready):
                     self._ready.append(worker)
+                elif isinstance(message, Dropped):
+                    self.slot_maps.drop(worker, message.slots)
+                    self.send_released(worker)
                 else:
                     out.append((worker, message))
         return out
