@@ -131,6 +131,9 @@ def _mixture_run(plan: MixPlan, start: Start, settings: RunSettings) -> Pipeline
         raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
 
     def mixture(counters: Counters, clock: StageClock) -> Executor:
-        return MixtureExecutor(plan, start.position, counters, clock)
+        options = settings.options
+        return MixtureExecutor(
+            plan, start.position, counters, clock, options.stopped_s, options.shm_budget_bytes
+        )
 
     return PipelineRun(plan, start, mixture, settings.prefetch)

@@ -13,7 +13,7 @@ import pytest
 
 import tpufeed
 from tests.processes import wait_for_workers
-from tpufeed.errors import WorkerError
+from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.run.workers.forkserver import shared_server
 from tpufeed.run.workers.liveness import StoppedClock, process_state
 
@@ -232,3 +232,29 @@ def test_a_stopped_fork_server_is_named_within_stopped_s():
         server.kill()
         server.wait()
     assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"
+
+
+def test_stopped_s_must_be_a_positive_number_or_none():
+    ds = tpufeed.Dataset.from_sequence([1])
+    for bad in (0, -1, "10", True):
+        with pytest.raises(InvalidArgumentError, match="stopped_s must be a positive number"):
+            ds.options(stopped_s=bad)
+    assert list(ds.options(stopped_s=None)) == [1]
+
+
+@pytest.mark.timeout(60)
+def test_a_mixture_passes_stopped_s_to_its_components_workers():
+    a, b = (tpufeed.Dataset.from_sequence(list(range(k, k + 50_000))).map(_tagged) for k in (0, 1))
+    mixed = tpufeed.Dataset.mix([a.workers(1), b.workers(1)], weights=[0.5, 0.5], seed=0)
+    it = mixed.batch(8).options(stopped_s=1).iterator()
+    makers = set()
+    while len(makers) < 2:
+        makers |= {int(p) for p in next(it)["pid"]} - {os.getpid()}
+    for worker in wait_for_workers(2):
+        worker.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(WorkerError, match="has been stopped .* for 1 s"):
+            for _ in it:
+                pass
+    finally:
+        it.close()

@@ -9,6 +9,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 import pytest
 
+from tpufeed.run.workers.inbox import Inbox
 from tpufeed.run.workers.messages import (
     Answer,
     AnswerMemo,
@@ -20,7 +21,6 @@ from tpufeed.run.workers.messages import (
     encode_free,
     encode_task,
 )
-from tpufeed.run.workers.pool import _Inbox
 
 LAYOUT = (
     ("dict", ("x", "y"), (("leaf",), ("leaf",))),
@@ -126,7 +126,7 @@ def test_tasks_carry_their_indices_skips_and_freed_slots():
 def test_the_inbox_reads_every_waiting_message_in_one_read_and_finishes_a_begun_one():
     read_fd, write_fd = os.pipe()
     writer = Connection(write_fd, readable=False)
-    inbox = _Inbox(read_fd)
+    inbox = Inbox(read_fd)
     memo = AnswerMemo()
     writer.send_bytes(pickle.dumps(Ready()))
     for i in range(3):

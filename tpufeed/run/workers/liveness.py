@@ -11,6 +11,7 @@ debugger (`t`, a tracing stop) is never counted: whoever attached the debugger i
 
 from __future__ import annotations
 
+import os
 import time
 
 STOPPED_S = 10.0  # the default bound on a stopped worker (`Options.stopped_s`)
@@ -27,6 +28,17 @@ def process_state(pid: int) -> str:
         return ""
     end = stat.rfind(b")")  # the name in parentheses may hold spaces and parentheses
     return stat[end + 2 : end + 3].decode("ascii", "replace") if end >= 0 else ""
+
+
+def process_exists(pid: int) -> bool:
+    """Whether a process `pid` exists (a zombie too), whoever's child it is."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def is_stopped(pid: int) -> bool:

@@ -19,16 +19,16 @@ from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.run.watch import beacon_file, beacon_map
 from tpufeed.run.workers.environment import worker_environment
-from tpufeed.run.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
+from tpufeed.run.workers.forked import ForkedProcess
+from tpufeed.run.workers.forkserver import ForkServer, python_running, shared_server
+from tpufeed.run.workers.inbox import Inbox
 from tpufeed.run.workers.liveness import STOPPED_S, StoppedClock, is_stopped
 from tpufeed.run.workers.messages import (
     Answer,
-    AnswerMemo,
     Dropped,
     Failure,
     Ready,
     Start,
-    decode_result,
     encode_released,
     encode_start,
     encode_stop,
@@ -37,7 +37,6 @@ from tpufeed.run.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
 _POLL_S = 0.5
-_READ_BYTES = 1 << 16  # a pipe's capacity
 
 
 class WorkerPool:
@@ -59,7 +58,7 @@ class WorkerPool:
         self._looked = time.monotonic()
         self._procs: list[subprocess.Popen | ForkedProcess] = []
         self._tasks: list[Connection] = []
-        self._results: list[_Inbox] = []
+        self._results: list[Inbox] = []
         self._pending: list[tuple[int, Answer | Failure]] = []  # read, not handed out yet
         self._closed = False
         self._ready: list[int] = []
@@ -93,7 +92,7 @@ class WorkerPool:
                 os.close(result_w)
                 self._procs.append(proc)
                 self._tasks.append(Connection(task_w, readable=False))
-                self._results.append(_Inbox(result_r))
+                self._results.append(Inbox(result_r))
                 self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload, index)))
         except BaseException:
             self.close()
@@ -284,62 +283,6 @@ class WorkerPool:
 
     def __del__(self) -> None:
         self.close()
-
-
-class _Inbox:
-    """A worker's result pipe, read in large reads: the messages are `Connection.send_bytes`
-    frames (a 4-byte big-endian length, or -1 and an 8-byte one), and one read takes every
-    frame waiting, where `Connection.recv` makes two reads per message."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.memo = AnswerMemo()
-        self._buffer = bytearray()
-
-    def read(self) -> list[Any]:
-        """The messages now whole, after one read (more only to finish a frame begun)."""
-        chunk = os.read(self.fd, _READ_BYTES)
-        if not chunk:
-            raise EOFError
-        buffer = self._buffer
-        buffer += chunk
-        frames = []
-        at = 0
-        while True:
-            frame = _frame_at(buffer, at)
-            if frame is None:
-                break
-            start, end = frame
-            while end > len(buffer):  # a frame begun: its writer finishes it, so wait for it
-                more = os.read(self.fd, max(_READ_BYTES, end - len(buffer)))
-                if not more:
-                    raise EOFError
-                buffer += more
-            frames.append(bytes(buffer[start:end]))
-            at = end
-        del buffer[:at]  # taken before decoding: a message that fails to decode is not read twice
-        return [decode_result(frame, self.memo) for frame in frames]
-
-    def waiting(self) -> bool:
-        """Whether bytes wait to be read."""
-        return bool(select.select([self.fd], [], [], 0)[0])
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
-def _frame_at(buffer: bytearray, at: int) -> tuple[int, int] | None:
-    """(start, end) of the frame whose header is at `at`, once its header is whole."""
-    if len(buffer) - at < 4:
-        return None
-    size = int.from_bytes(buffer[at : at + 4], "big", signed=True)
-    if size != -1:
-        return at + 4, at + 4 + size
-    if len(buffer) - at < 12:
-        return None
-    return at + 12, at + 12 + int.from_bytes(buffer[at + 4 : at + 12], "big")
 
 
 def _ended(proc: subprocess.Popen | ForkedProcess) -> bool:
