@@ -13,12 +13,15 @@ from tpufeed.run.workers.inbox import Inbox
 from tpufeed.run.workers.messages import (
     Answer,
     AnswerMemo,
+    Dropped,
     Failure,
     Ready,
+    Released,
     decode,
     decode_result,
     encode_answer,
     encode_free,
+    encode_released,
     encode_task,
 )
 
@@ -121,6 +124,12 @@ def test_tasks_carry_their_indices_skips_and_freed_slots():
     assert np.frombuffer(task.indices, np.int64).tolist() == [5, 9, 2]
     assert np.frombuffer(task.skips, np.int64).tolist() == [0, 1, 0]
     assert [f.slot for f in decode(encode_free([0, 2]))[0]] == [0, 2]
+
+
+def test_the_budgets_messages_go_both_ways():
+    assert decode(encode_released(5 << 30)) == ([], Released(5 << 30))
+    dropped = pickle.dumps(Dropped([3, 1]), protocol=pickle.HIGHEST_PROTOCOL)
+    assert decode_result(dropped, AnswerMemo()) == Dropped([3, 1])
 
 
 def test_the_inbox_reads_every_waiting_message_in_one_read_and_finishes_a_begun_one():

@@ -69,15 +69,21 @@ class WorkerSlots:
             size = max(nbytes, min(size, self.share))
             if self.live + size <= self.share:
                 break
-            idle = [i for i in self._free if self._maps[i] is not None]
-            for i in idle:
-                self._maps[i].close()  # type: ignore[union-attr]
-                self._maps[i] = self._names[i] = None
+            idle = [i for i in self._free if self._maps[i] is not None and self._close(i)]
             if idle:
                 dropped(idle)
             wait()
         self._free.remove(index)
         return index, *self._create(index, size)
+
+    def _close(self, index: int) -> bool:
+        """Unmaps the idle segment of `index`; False (kept) where a view of it is alive."""
+        try:
+            self._maps[index].close()  # type: ignore[union-attr]
+        except BufferError:
+            return False
+        self._maps[index] = self._names[index] = None
+        return True
 
     def _pick(self, nbytes: int) -> int | None:
         """The last freed slot whose segment holds `nbytes`, else the last freed; None if no
