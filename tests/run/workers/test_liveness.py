@@ -56,6 +56,25 @@ def test_process_state_tells_stopped_from_running():
     assert process_state(proc.pid) == ""
 
 
+def test_a_process_held_by_a_debugger_is_not_counted_as_stopped():
+    """A tracing stop (`t`: gdb, py-spy attached) is the debugger's business, not a fault."""
+    import ctypes
+
+    from tpufeed.run.workers.liveness import is_stopped
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        if libc.ptrace(16, proc.pid, None, None) != 0:  # PTRACE_ATTACH: stops it, traced
+            pytest.skip(f"ptrace not permitted here (errno {ctypes.get_errno()})")
+        os.waitpid(proc.pid, 0)
+        assert process_state(proc.pid) == "t" and not is_stopped(proc.pid)
+        libc.ptrace(17, proc.pid, None, None)  # PTRACE_DETACH
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_stopped_clock_counts_only_looks_close_together():
     clock = StoppedClock()
     assert clock.look([1]) == {1: 0.0}
