@@ -151,8 +151,8 @@ def test_transient_errors_give_up_after_the_attempts(objects, gcs, caplog):
 def test_retries_stop_at_the_deadline():
     calls = []
 
-    def flaky():
-        calls.append(1)
+    def flaky(timeout: float):
+        calls.append(timeout)
         raise ConnectionResetError("reset by peer")
 
     policy = RetryPolicy(attempts=1000, deadline_s=0.3, initial_backoff_s=0.05, max_backoff_s=0.1)

@@ -136,7 +136,10 @@ def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[Gcs
     matcher = re.compile(_glob_regex(name))
     recursive = "/" in name[len(prefix) :] or "**" in name
     listed = call_with_retry(
-        lambda: _list(bucket, prefix, recursive), pattern, "listing objects", policy
+        lambda timeout: _list(bucket, prefix, recursive, timeout),
+        pattern,
+        "listing objects",
+        policy,
     )
     found = sorted((o for o in listed if matcher.fullmatch(o.name)), key=lambda o: o.name)
     if not found:
@@ -151,7 +154,7 @@ def list_prefix(url: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[GcsObjec
     """
     bucket, prefix = split_url(url)
     listed = call_with_retry(
-        lambda: _list(bucket, prefix, recursive=True), url, "listing objects", policy
+        lambda timeout: _list(bucket, prefix, True, timeout), url, "listing objects", policy
     )
     return sorted(listed, key=lambda o: o.name)
 
@@ -161,10 +164,10 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
     if name.endswith("/"):
         raise InvalidArgumentError(f"{url} is a folder; pass objects or a glob such as '{url}*'")
 
-    def get() -> GcsObject:
+    def get(timeout: float) -> GcsObject:
         from google.api_core.exceptions import NotFound
 
-        blob = client().bucket(bucket).get_blob(name, retry=None, timeout=policy.timeout_s)
+        blob = client().bucket(bucket).get_blob(name, retry=None, timeout=timeout)
         if blob is None:
             raise NotFound(f"no such object: {url}")
         return _object(blob)
@@ -172,9 +175,9 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
     return call_with_retry(get, url, "reading object metadata", policy)
 
 
-def _list(bucket: str, prefix: str, recursive: bool) -> list[GcsObject]:
+def _list(bucket: str, prefix: str, recursive: bool, timeout: float) -> list[GcsObject]:
     blobs = client().list_blobs(
-        bucket, prefix=prefix, delimiter=None if recursive else "/", retry=None
+        bucket, prefix=prefix, delimiter=None if recursive else "/", retry=None, timeout=timeout
     )
     return [_object(b) for b in blobs if not b.name.endswith("/")]
 
@@ -229,7 +232,7 @@ def read_range(obj: GcsObject, start: int, end: int, policy: RetryPolicy = DEFAU
             f"{obj.url}: byte range [{start}, {end}) is outside its {obj.size} bytes"
         )
 
-    def get() -> bytes:
+    def get(timeout: float) -> bytes:
         # An explicit range always: some servers answer a suffix range with the whole object.
         data = _blob(obj).download_as_bytes(
             start=start,
@@ -237,7 +240,7 @@ def read_range(obj: GcsObject, start: int, end: int, policy: RetryPolicy = DEFAU
             raw_download=True,
             checksum=None,
             retry=None,
-            timeout=policy.timeout_s,
+            timeout=timeout,
             single_shot_download=True,
         )
         if len(data) != end - start:
