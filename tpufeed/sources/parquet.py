@@ -27,7 +27,6 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -45,6 +44,7 @@ from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import PathsLike, check_regular, resolve_paths
 from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.threads import map_in_threads
 
 try:
     import pyarrow as pa
@@ -319,7 +319,7 @@ class ParquetSource(ShardedSource[ParquetFile]):
         ):
             raise InvalidArgumentError(f"decoded_bytes must be an int >= 0, got {decoded_bytes!r}")
         wanted = check_columns(columns)
-        items = resolve_paths(paths)
+        items = resolve_paths(paths, cache.retry if cache else None)
         if any(isinstance(item, GcsObject) for item in items):
             cache = cache or ShardCache()
         decoded = DecodedRowGroups(decoded_bytes)
@@ -334,8 +334,7 @@ class ParquetSource(ShardedSource[ParquetFile]):
         if cache is None or len(items) == 1:
             files = [make(item) for item in items]
         else:  # footers of gs:// files are ranged GETs: fetch several at once
-            with ThreadPoolExecutor(min(_OPEN_THREADS, len(items))) as pool:
-                files = list(pool.map(make, items))
+            files = map_in_threads(make, items, _OPEN_THREADS)
         for other in files[1:]:
             _same_schema(files[0], other)
         self.columns = list(files[0].columns)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -18,6 +17,7 @@ from tpufeed.errors import InvalidArgumentError, RecordIndexError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.storage.readahead import ReadAhead
 from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.threads import map_in_threads
 
 
 class RecordFile(Protocol):
@@ -57,10 +57,7 @@ _COUNT_THREADS = 16
 
 def count_records(files: Sequence[RecordFile], parallel: bool) -> list[int]:
     """`len` of every file; in threads when counting means network round trips."""
-    if not parallel or len(files) == 1:
-        return [len(f) for f in files]
-    with ThreadPoolExecutor(min(_COUNT_THREADS, len(files))) as pool:
-        return list(pool.map(len, files))
+    return map_in_threads(len, files, _COUNT_THREADS if parallel else 1)
 
 
 class ShardedSource(Generic[F]):

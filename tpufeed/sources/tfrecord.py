@@ -26,7 +26,6 @@ import hashlib
 import os
 import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 import numpy as np
@@ -51,6 +50,7 @@ from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import PathsLike, open_regular, resolve_paths
 from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.threads import map_in_threads
 from tpufeed.storage.transfers import coalesce
 
 __all__ = ["TFRecordFile", "TFRecordSource", "default_index_dir", "write_tfrecords"]
@@ -379,7 +379,7 @@ class TFRecordSource(ShardedSource[TFRecordFile]):
         # Files hold no handle until their first read, so a failure here leaks nothing.
         items = [
             p
-            for p in resolve_paths(paths)
+            for p in resolve_paths(paths, cache.retry if cache else None)
             if INDEX_SUFFIX not in os.path.basename(p.name if isinstance(p, GcsObject) else p)
         ]
         if any(isinstance(p, GcsObject) for p in items):
@@ -395,6 +395,5 @@ class TFRecordSource(ShardedSource[TFRecordFile]):
         if cache is None or len(items) == 1:
             files = [make(item) for item in items]
         else:  # indexing a gs:// file the first time reads it whole: do several at once
-            with ThreadPoolExecutor(min(_INDEX_THREADS, len(items))) as pool:
-                files = list(pool.map(make, items))
+            files = map_in_threads(make, items, _INDEX_THREADS)
         super().__init__(files)

@@ -11,13 +11,15 @@ import glob
 import os
 import stat
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING
 
 from tpufeed.errors import InvalidArgumentError, SourceError, SourceNotFoundError
+from tpufeed.storage.threads import map_in_threads
 
 if TYPE_CHECKING:
     from tpufeed.storage.gcs import GcsObject
+    from tpufeed.storage.retry import RetryPolicy
 
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
 
@@ -36,18 +38,19 @@ def expand_paths(paths: PathsLike) -> list[str]:
     return [item if isinstance(item, str) else item.url for item in resolve_paths(paths)]
 
 
-def resolve_paths(paths: PathsLike) -> list[str | GcsObject]:
+def resolve_paths(paths: PathsLike, policy: RetryPolicy | None = None) -> list[str | GcsObject]:
     """Like `expand_paths`, with each gs:// object as a `GcsObject` (its size, CRC32C and
-    generation, from the same listing that expanded the glob)."""
+    generation, from the same listing that expanded the glob). `policy` bounds and retries the
+    listings (default: `RetryPolicy()`)."""
     items = _items(paths)
     remote = [os.fspath(item) for item in items if _is_gcs(item)]
     listed: dict[str, list] = {}
     if remote:
-        from tpufeed.storage.gcs import list_objects
+        from tpufeed.storage.gcs import DEFAULT_POLICY, list_objects
 
         unique = list(dict.fromkeys(remote))
-        with ThreadPoolExecutor(min(_LISTING_THREADS, len(unique))) as pool:
-            listed = dict(zip(unique, pool.map(list_objects, unique)))
+        listing = partial(list_objects, policy=policy or DEFAULT_POLICY)
+        listed = dict(zip(unique, map_in_threads(listing, unique, _LISTING_THREADS)))
     files: list[str | GcsObject] = []
     for item in items:
         path = os.fspath(item)
