@@ -96,9 +96,10 @@ class FileFormat:
         )
         return any(stem.endswith(ext) for ext in self.extensions)
 
-    def open_file(self, path: str, remote: Any = None) -> Any:
-        """One file of this format, read by record index (`remote`: its gs:// object)."""
-        return _load(self.file_reader)(path, remote=remote)
+    def open_file(self, path: str, remote: Any = None, pinned: Any = None) -> Any:
+        """One file of this format, read by record index (`remote`: its gs:// object; `pinned`:
+        the `FileIdentity` a local file must have, from when it was first opened)."""
+        return _load(self.file_reader)(path, remote=remote, pinned=pinned)
 
     def open_source(self, paths: Any) -> Any:
         """The records of `paths` (paths or globs, local or gs://) as one source."""

@@ -5,6 +5,10 @@ object metadata (GCS keeps every object's size and CRC32C, and the shard cache c
 download against them), so checking it downloads nothing; its reads then go through the shard
 cache like any gs:// file. Either way the record count is compared when the shard is opened:
 on its first read, or when `verify()` is called.
+
+A local shard is pinned when the dataset is opened (`pinned`, a `FileIdentity`): the check, and
+every reader opened later (in workers too), must find that very file, unchanged, under its path.
+A symlink, hard link or rename swapped in, a truncation or a rewrite raises `CorruptDataError`.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.formats import FileFormat, get_format
 from tpufeed.storage import cache_layout
-from tpufeed.storage.local import check_regular
+from tpufeed.storage.local import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["VerifiedShard", "file_crc32c"]
@@ -56,14 +60,21 @@ class VerifiedShard:
 
     `len()` is the manifest's count and opens nothing; the first `read` (or `verify`) checks the
     file, then opens the reader. `remote` is the gs:// object (None for a local file), which is
-    what `ShardedSource` fetches ahead. Picklable: a copy remembers whether it was verified.
+    what `ShardedSource` fetches ahead. A local shard is the file `pinned` names (default: the
+    one first checked). Picklable: a copy remembers whether it was verified, and its pin.
     """
 
     def __init__(
-        self, path: str, entry: dict[str, Any], file_format: str, remote: RemoteFile | None = None
+        self,
+        path: str,
+        entry: dict[str, Any],
+        file_format: str,
+        remote: RemoteFile | None = None,
+        pinned: FileIdentity | None = None,
     ):
         self.path = path
         self.remote = remote
+        self.pinned = pinned
         self.num_records: int = entry["num_records"]
         self.num_bytes: int = entry["num_bytes"]
         self.crc32c: str = entry["crc32c"]
@@ -96,9 +107,8 @@ class VerifiedShard:
         if self.remote is not None:
             size, crc = _object_crc32c(self.remote)
         else:
-            try:
-                check_regular(self.path)  # a FIFO or a device would block the read below
-                size, crc = file_crc32c(self.path)
+            try:  # a FIFO or a device is refused without blocking on it
+                size, crc = self._local_crc32c()
             except SourceNotFoundError:
                 raise SourceNotFoundError(
                     f"{self.path}: shard named in the manifest is missing", path=self.path
@@ -123,11 +133,22 @@ class VerifiedShard:
             )
         self.verified = True
 
+    def _local_crc32c(self) -> tuple[int, str]:
+        """(size, CRC32C) of the local shard, read through one descriptor of the pinned file
+        (pinned now if it was not yet)."""
+        with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            crc = 0
+            while chunk := f.read(_CRC_CHUNK):
+                crc = google_crc32c.extend(crc, chunk)
+        self.pinned = FileIdentity.of(st)
+        return st.st_size, f"{crc:08x}"
+
     def _open(self) -> Any:
         with self._lock:
             if self._file is None:
                 self._verify_locked()
-                opened = self._format.open_file(self.path, self.remote)
+                opened = self._format.open_file(self.path, self.remote, pinned=self.pinned)
                 count = len(opened)
                 if count != self.num_records:
                     opened.close()
