@@ -92,6 +92,17 @@ class InputTimeoutError(TpufeedError, TimeoutError):
         self.path = path
 
 
+class HostLostError(TpufeedError):
+    """A host of a multi-host run stopped taking part: it died, was stopped, lost its network,
+    or no longer iterates. `hosts` holds the process indices that stopped answering, `step` the
+    agreement step this process was waiting at."""
+
+    def __init__(self, message: str, *, hosts: tuple[int, ...] = (), step: int | None = None):
+        super().__init__(message)
+        self.hosts = hosts
+        self.step = step
+
+
 class MissingDependencyError(TpufeedError, ImportError):
     """An optional framework is needed; the message says which extra to install."""
 
