@@ -9,6 +9,7 @@ from tpufeed.errors import (
     BatchError,
     CodecError,
     CorruptDataError,
+    HostLostError,
     InputTimeoutError,
     InvalidArgumentError,
     RecordIndexError,
@@ -19,6 +20,7 @@ from tpufeed.errors import (
     TransformError,
     WorkerError,
 )
+from tpufeed.order.state import accept_changed_shards
 from tpufeed.run.iterator import DatasetIterator
 
 __version__ = "0.1.0"
@@ -29,6 +31,7 @@ __all__ = [
     "CorruptDataError",
     "Dataset",
     "DatasetIterator",
+    "HostLostError",
     "InputTimeoutError",
     "InvalidArgumentError",
     "RecordIndexError",
@@ -38,6 +41,7 @@ __all__ = [
     "TpufeedError",
     "TransformError",
     "WorkerError",
+    "accept_changed_shards",
     "checkpoint",
     "codec",
 ]

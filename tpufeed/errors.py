@@ -33,6 +33,10 @@ class CorruptDataError(SourceError):
     """A file's bytes disagree with its format: bad CRC, torn record, truncated file."""
 
 
+class ObjectChangedError(SourceError):
+    """A gs:// object was replaced or deleted while it was read; names both generations."""
+
+
 class RecordIndexError(TpufeedError, IndexError):
     """A record index outside [0, len(source))."""
 
@@ -86,6 +90,17 @@ class InputTimeoutError(TpufeedError, TimeoutError):
         self.stage = stage
         self.record = record
         self.path = path
+
+
+class HostLostError(TpufeedError):
+    """A host of a multi-host run stopped taking part: it died, was stopped, lost its network,
+    or no longer iterates. `hosts` holds the process indices that stopped answering, `step` the
+    agreement step this process was waiting at."""
+
+    def __init__(self, message: str, *, hosts: tuple[int, ...] = (), step: int | None = None):
+        super().__init__(message)
+        self.hosts = hosts
+        self.step = step
 
 
 class MissingDependencyError(TpufeedError, ImportError):
