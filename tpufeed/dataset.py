@@ -41,6 +41,7 @@ from tpufeed.run.plan import (
     pipeline_plan,
 )
 from tpufeed.run.uneven import first_item
+from tpufeed.run.workers.liveness import STOPPED_S
 from tpufeed.sources.constructors import SourceConstructors
 from tpufeed.sources.view import SourceView
 
@@ -218,7 +219,11 @@ class Dataset(SourceConstructors):
         return self._set(prefetch=n)
 
     def options(
-        self, ram_budget_bytes: int | None = None, timeout_s: float | None = None
+        self,
+        ram_budget_bytes: int | None = None,
+        timeout_s: float | None = None,
+        stopped_s: float | None = STOPPED_S,
+        shm_budget_bytes: int | None = None,
     ) -> Dataset:
         """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
 
@@ -227,8 +232,19 @@ class Dataset(SourceConstructors):
         workers. It watches reading and the element stages (and the batch stages workers run);
         to be able to stop them, no chunk runs in the calling thread (a prefetch thread with no
         workers, only workers with some). Off by default; not for `mix`.
+
+        `stopped_s`: a worker stopped by SIGSTOP or SIGTSTP (or their fork server) is waited for
+        this long (10 s by default; None: until it continues), then `next()` raises
+        `WorkerError` naming it and the records it was making. A worker that dies raises at
+        once; a slow one is waited for (see `timeout_s`).
+
+        `shm_budget_bytes`: the most shared memory (/dev/shm) the workers' batches may hold at
+        once, split evenly between the workers (default: half of the space free there when
+        the iterator starts). A batch larger than one worker's share raises `WorkerError`
+        naming its size; batches that fit wait their turn rather than overrun it.
         """
-        return self._set(options=Options(ram_budget_bytes=ram_budget_bytes, timeout_s=timeout_s))
+        options = Options(ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes)
+        return self._set(options=options)
 
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.

@@ -240,3 +240,30 @@ def test_dataloader_workers_forked_after_the_parent_read_deliver_gcs_shards_exac
     url, records = upload_shards(upload, bucket, "ds", 3, 40, file_format)
     got = run_forked_workers([("gs", file_format, url)])["gs"]
     assert sorted(got) == sorted(r.hex() for r in records)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(120)
+def test_tpufeed_workers_under_a_dataloader_are_watched():
+    """Decided (docs/faults.md): DataLoader worker processes are torch's, and so are its waits
+    on them; a stopped one can hang it even with `timeout=`. tpufeed's own workers under
+    `num_workers=0` keep tpufeed's bound on a stopped worker."""
+    import signal
+    import time
+
+    from tests.processes import wait_for_workers
+    from tpufeed.errors import WorkerError
+
+    ds = tpufeed.Dataset.from_sequence(list(range(100_000))).map(
+        lambda i: (time.sleep(0.001), i)[1]
+    )
+    ds = ds.batch(8).options(stopped_s=1).workers(2, isolate=True)
+    it = iter(DataLoader(ds.to_torch(), batch_size=None, num_workers=0))
+    next(it)
+    workers = wait_for_workers(2)
+    for worker in workers:
+        worker.send_signal(signal.SIGSTOP)
+    with pytest.raises(WorkerError, match="has been stopped"):
+        for _ in it:
+            pass
+    del it

@@ -15,6 +15,7 @@ from tpufeed.ops.base import StageClock, now
 from tpufeed.order.cursor import Cursor
 from tpufeed.run.plan import Plan
 from tpufeed.run.resources import available_memory, cpu_count
+from tpufeed.run.workers.liveness import STOPPED_S
 
 AUTO = "auto"
 WORKER_BYTES = 80 << 20  # resident size of one idle worker process (interpreter + numpy + tpufeed)
@@ -35,26 +36,33 @@ MAX_PREFETCH = 16
 class Options:
     """Pipeline-wide settings. `ram_budget_bytes`: memory the pipeline may add (buffers and
     worker processes); default half of the memory available when the iterator starts.
-    `timeout_s`: the longest `next()` waits for an item (None: no limit)."""
+    `timeout_s`: the longest `next()` waits for an item (None: no limit). `stopped_s`: the
+    longest the iterator waits for a stopped worker (SIGSTOP) before raising (None: no limit).
+    `shm_budget_bytes`: what workers' batch slots may hold in shared memory together (None:
+    half of the space free in /dev/shm when the iterator starts)."""
 
     ram_budget_bytes: int | None = None
     timeout_s: float | None = None
+    stopped_s: float | None = STOPPED_S
+    shm_budget_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        timeout = self.timeout_s
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
-        ):
-            raise InvalidArgumentError(
-                f"timeout_s must be a positive number of seconds, got {timeout!r}"
-            )
-        budget = self.ram_budget_bytes
-        if budget is not None and (
-            not isinstance(budget, int) or isinstance(budget, bool) or budget < 0
-        ):
-            raise InvalidArgumentError(
-                f"ram_budget_bytes must be a non-negative int, got {budget!r}"
-            )
+        for name in ("timeout_s", "stopped_s"):
+            seconds = getattr(self, name)
+            if seconds is not None and (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, (int, float))
+                or not seconds > 0
+            ):
+                raise InvalidArgumentError(
+                    f"{name} must be a positive number of seconds or None, got {seconds!r}"
+                )
+        for name in ("ram_budget_bytes", "shm_budget_bytes"):
+            budget = getattr(self, name)
+            if budget is not None and (
+                not isinstance(budget, int) or isinstance(budget, bool) or budget < 0
+            ):
+                raise InvalidArgumentError(f"{name} must be a non-negative int, got {budget!r}")
 
     def budget(self) -> int:
         return (

@@ -106,6 +106,8 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
                 max_prefetch=MAX_PREFETCH if adapt else prefetch,
                 isolate=settings.isolate,
                 timeout_s=timeout_s,
+                stopped_s=settings.options.stopped_s,
+                shm_budget_bytes=settings.options.shm_budget_bytes,
                 warm=warm,
             )
 
@@ -129,6 +131,9 @@ def _mixture_run(plan: MixPlan, start: Start, settings: RunSettings) -> Pipeline
         raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
 
     def mixture(counters: Counters, clock: StageClock) -> Executor:
-        return MixtureExecutor(plan, start.position, counters, clock)
+        options = settings.options
+        return MixtureExecutor(
+            plan, start.position, counters, clock, options.stopped_s, options.shm_budget_bytes
+        )
 
     return PipelineRun(plan, start, mixture, settings.prefetch)

@@ -28,6 +28,7 @@ from tpufeed.run.chunks import ChunkRunner
 from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.plan import MixPlan, component_plan
 from tpufeed.run.stream import ErrorBudget
+from tpufeed.run.workers.liveness import STOPPED_S
 
 
 @dataclass(frozen=True)
@@ -197,12 +198,32 @@ class MixtureExecutor:
     """Runs a mixture: each component's chunks where its settings say (a component with
     workers in a pool of its own, the others in this process), interleaved by the schedule."""
 
-    def __init__(self, plan: MixPlan, cursor: MixCursor, counters: Counters, clock: StageClock):
-        from tpufeed.run.workers.engine import WorkerExecutor  # imported when a mixture runs
+    def __init__(
+        self,
+        plan: MixPlan,
+        cursor: MixCursor,
+        counters: Counters,
+        clock: StageClock,
+        stopped_s: float | None = STOPPED_S,
+        shm_budget_bytes: int | None = None,
+    ):
+        """`stopped_s` and `shm_budget_bytes` are the mixture's options (`Options`): the budget
+        is shared out over the components' workers."""
+        from tpufeed.run.workers.budget import shm_budget  # imported when a mixture runs
+        from tpufeed.run.workers.engine import WorkerExecutor
 
         self.plan, self.cursor, self.counters, self.clock = plan, cursor, counters, clock
+        budget, workers_in_all = shm_budget(shm_budget_bytes), max(1, sum(plan.workers))
         self.components: list[Executor] = [
-            WorkerExecutor(component, position, workers, 0, clock)
+            WorkerExecutor(
+                component,
+                position,
+                workers,
+                0,
+                clock,
+                stopped_s=stopped_s,
+                shm_budget_bytes=budget * workers // workers_in_all,
+            )
             if workers
             else InProcessExecutor(component, position, clock)
             for component, position, workers in zip(plan.components, cursor.cursors, plan.workers)

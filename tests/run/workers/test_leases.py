@@ -74,3 +74,15 @@ def test_dropped_batches_give_their_slots_back():
     assert leases.returned() == []  # a view of the batch is still held
     del view
     assert leases.returned() == [(0, 0)] and leases.lent == [0] and leases.can_lend(0)
+
+
+def test_under_a_budget_lent_batches_take_at_most_half_a_workers_share():
+    from tpufeed.run.workers.leases import Leases
+
+    leases = Leases(workers=2, cap=8, share=1000)
+    segment = bytearray(1000)
+    assert not leases.can_lend(0, 501)  # copied instead: the worker keeps room to work
+    base = leases.lend(0, 0, segment, 400)
+    assert leases.can_lend(0, 100) and not leases.can_lend(0, 101) and leases.can_lend(1, 500)
+    del base
+    assert leases.returned() == [(0, 0)] and leases.lent_bytes == [0, 0]

@@ -9,18 +9,21 @@ from multiprocessing.connection import Connection
 import numpy as np
 import pytest
 
+from tpufeed.run.workers.inbox import Inbox
 from tpufeed.run.workers.messages import (
     Answer,
     AnswerMemo,
+    Dropped,
     Failure,
     Ready,
+    Released,
     decode,
     decode_result,
     encode_answer,
     encode_free,
+    encode_released,
     encode_task,
 )
-from tpufeed.run.workers.pool import _Inbox
 
 LAYOUT = (
     ("dict", ("x", "y"), (("leaf",), ("leaf",))),
@@ -123,10 +126,16 @@ def test_tasks_carry_their_indices_skips_and_freed_slots():
     assert [f.slot for f in decode(encode_free([0, 2]))[0]] == [0, 2]
 
 
+def test_the_budgets_messages_go_both_ways():
+    assert decode(encode_released(5 << 30)) == ([], Released(5 << 30))
+    dropped = pickle.dumps(Dropped([3, 1]), protocol=pickle.HIGHEST_PROTOCOL)
+    assert decode_result(dropped, AnswerMemo()) == Dropped([3, 1])
+
+
 def test_the_inbox_reads_every_waiting_message_in_one_read_and_finishes_a_begun_one():
     read_fd, write_fd = os.pipe()
     writer = Connection(write_fd, readable=False)
-    inbox = _Inbox(read_fd)
+    inbox = Inbox(read_fd)
     memo = AnswerMemo()
     writer.send_bytes(pickle.dumps(Ready()))
     for i in range(3):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.errors import TransformError
+from tpufeed.errors import TransformError, WorkerError
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.usefixtures("nothing_left_behind")]
 
@@ -45,7 +45,8 @@ def _with_small_dev_shm(tmp_path, code):
 
 
 def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
-    """Batches bigger than /dev/shm has room for must fail clearly."""
+    """Batches bigger than /dev/shm has room for must fail clearly: with the default budget
+    (half of its free space), before a segment is made."""
     out = _with_small_dev_shm(
         tmp_path,
         """
@@ -61,7 +62,7 @@ def test_a_full_dev_shm_is_named_with_the_fix_not_a_sigbus(tmp_path):
             print(str(e).split("\\n")[0])
     """,
     )
-    assert "no room in /dev/shm for a" in out and "--shm-size" in out, out
+    assert "a batch of 4,194,304 bytes does not fit" in out and "--shm-size" in out, out
 
 
 def test_unbatched_elements_too_big_for_dev_shm_come_through_the_pipe(tmp_path):
@@ -109,3 +110,38 @@ def test_an_unsendable_leaf_beside_arrays_is_named_not_a_raw_traceback():
     )
     with pytest.raises(TransformError, match="cannot be sent from a worker process.*_thread.lock"):
         list(ds)
+
+
+def test_a_worker_over_its_share_gives_idle_segments_back_and_waits_for_their_release():
+    """The budget's protocol, one process playing both sides: the worker drops its idle
+    segment, and counts it gone only when the parent says it has unmapped it too."""
+    import os
+    import uuid
+
+    from tpufeed.run.workers.slots import WorkerSlots, segment_prefix
+
+    slots = WorkerSlots(segment_prefix(uuid.uuid4().hex[:8]), 2, share=300_000)
+    told = []
+
+    def parent_answers():  # the parent has unmapped what was dropped, and says so
+        assert told, "waited with nothing dropped and nothing to wait for"
+        slots.released(told.pop())
+
+    def never_waits():
+        raise AssertionError("waited with room to spare")
+
+    try:
+        index, buffer, name = slots.acquire(100_000, never_waits, told.append)
+        assert name is not None and slots.live == 125_000
+        buffer.release()  # the batch is written and sent
+        slots.release(index)
+        sizes = {index: 125_000}
+        index, _, name = slots.acquire(200_000, parent_answers, lambda s: told.append(sizes[s[0]]))
+        assert name is not None and slots.live == 250_000 and told == []
+        with pytest.raises(WorkerError, match="a batch of 300,001 bytes"):
+            WorkerSlots("x", 1, 300_000, lambda n: WorkerError(f"a batch of {n:,} bytes")).acquire(
+                300_001, never_waits, told.append
+            )
+    finally:
+        slots.unlink_all()
+    assert not [p for p in os.listdir("/dev/shm") if p.startswith(slots._prefix)]

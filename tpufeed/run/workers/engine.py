@@ -16,6 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from tpufeed.errors import InputTimeoutError
 from tpufeed.ops.base import Chunk, EpochEnd, Piece, Reread, StageClock, now
@@ -25,8 +26,10 @@ from tpufeed.run.plan import Plan
 from tpufeed.run.resources import cpu_count
 from tpufeed.run.walk import walk
 from tpufeed.run.watch import beacon_at, labels_of, timed_out
+from tpufeed.run.workers.budget import shm_budget, worker_share
 from tpufeed.run.workers.layout import read_batch, read_elements
 from tpufeed.run.workers.leases import Leases
+from tpufeed.run.workers.liveness import STOPPED_S
 from tpufeed.run.workers.messages import Answer, Failure, encode_free, encode_task
 from tpufeed.run.workers.pool import WorkerPool, rebuild_error
 from tpufeed.run.workers.slots import segment_prefix
@@ -48,6 +51,8 @@ class _Dealer:
     isolate: bool = False  # never run a chunk in the parent, even while workers start
     run_here: Callable[[Chunk], Piece] | None = None  # runs a chunk in the parent (stealing)
     spare_core: bool = False  # fewer workers than cores: steal whenever the parent would wait
+    names: Any = None  # the plan's source, to word the records a lost worker was making
+    tight: bool = False  # a worker's share of the budget holds fewer segments than its slots
     inflight: deque = field(default_factory=deque)  # (step, worker, task id), in order
     stolen: dict[int, Piece | Exception] = field(default_factory=dict)  # run here, ahead
     warm: WarmPieces = field(default_factory=WarmPieces)
@@ -68,10 +73,24 @@ class _Dealer:
         self.held_per_worker = max(1, min(unlent, -(-depth // workers) + 1))
         self.limit = depth + workers
 
+    def work_of(self, worker: int) -> str:
+        """ " while making records a..b (where the first is)": the chunk `worker` was given and
+        has not answered, for an error that names what a lost worker was doing."""
+        for step, sender, task_id in self.inflight:
+            if sender == worker and task_id not in self.answers:
+                first, last = int(step.records[0]), int(step.records[-1])
+                where = self.names.describe(first) if self.names is not None else f"record {first}"
+                return f" while making the chunk of records {first}..{last} (the first: {where})"
+        return ""
+
     def free(self, worker: int, slot: int) -> None:
         """`slot` of `worker` is free again; the worker hears so with its next task (or
-        `send_freed`), before it could need the slot."""
+        `send_freed`), before it could need the slot, or at once where its share of the
+        shared-memory budget is `tight` (it may be waiting for this slot)."""
         self.freed[worker].append(slot)
+        if self.tight:
+            self.pool.send(worker, encode_free(self.freed[worker]))
+            self.freed[worker].clear()
 
     def send_freed(self) -> None:
         """Tells each worker the slots freed since its last task (the ones it may wait for)."""
@@ -199,6 +218,8 @@ class WorkerExecutor:
     max_prefetch: int = 0  # slots are sized for this depth; segments are made only when used
     isolate: bool = False  # no chunk runs in this process, even while workers start
     timeout_s: float | None = None  # the longest wait for one chunk's answer (isolates)
+    stopped_s: float | None = STOPPED_S  # the longest wait for a stopped worker (None: no limit)
+    shm_budget_bytes: int | None = None  # what the slots may hold in /dev/shm (None: default)
     warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
 
     def __post_init__(self) -> None:
@@ -215,6 +236,7 @@ class WorkerExecutor:
         self._local: ChunkRunner | None = None
         self.queue_depth = 0
         self._pool: WorkerPool | None = None
+        self.shm_budget = shm_budget(self.shm_budget_bytes)
         self.start()  # from the moment the run is made: workers boot while the caller goes on
 
     @property
@@ -238,8 +260,10 @@ class WorkerExecutor:
                 "slots": self.slots_per_worker,
                 "count": self.workers,
                 "watch": self.timeout_s is not None,
+                "shm_budget": self.shm_budget,
             }
-            self._pool = WorkerPool(init, self.workers, segment_prefix(uuid.uuid4().hex[:8]))
+            prefix = segment_prefix(uuid.uuid4().hex[:8])
+            self._pool = WorkerPool(init, self.workers, prefix, self.stopped_s)
         return self._pool
 
     def reread(self) -> Reread:
@@ -261,12 +285,14 @@ class WorkerExecutor:
             pool,
             walk(self.plan, self.cursor),
             self.slots_per_worker,
-            Leases(pool.size, self.lend_per_worker),
+            Leases(pool.size, self.lend_per_worker, worker_share(self.shm_budget, pool.size)),
             isolate=isolate,
             run_here=None if isolate else self._run_here,
             spare_core=self.workers < cpu_count(),
             warm=WarmPieces(self.warm),
+            names=self.plan.source,
         )
+        pool.work_of = dealer.work_of
         while True:
             dealer.set_depth(self.depth)  # prefetch("auto") may have deepened it
             dealer.deal()
@@ -325,10 +351,14 @@ class WorkerExecutor:
         if answer.slot is not None:
             started = now()
             segment = pool.slot_maps.buffer(worker, answer.slot, answer.new_segment)
+            if answer.new_segment is not None:  # the slot's old segment, if any, is gone now
+                pool.send_released(worker)
+                share = dealer.leases.share
+                dealer.tight = share is not None and len(segment) * self.slots_per_worker > share
             if answer.elements:  # unbatched elements: views of one copy of the slot
                 payload = read_elements(payload, segment)
                 dealer.free(worker, answer.slot)
-            elif answer.final and dealer.leases.can_lend(worker):
+            elif answer.final and dealer.leases.can_lend(worker, len(segment)):
                 # A finished batch goes to the consumer as is: lent, not copied.
                 base = dealer.leases.lend(worker, answer.slot, segment, len(segment))
                 payload = read_batch(payload, base, copy=False)

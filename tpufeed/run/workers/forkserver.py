@@ -31,10 +31,10 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from typing import Any
 
 from tpufeed.run.workers.environment import worker_environment
+from tpufeed.run.workers.liveness import STOPPED_S, StoppedClock, is_stopped, process_exists
 
 _PRELOAD = (
     "ctypes",
@@ -48,6 +48,7 @@ _PRELOAD = (
 )
 _HEADER = struct.Struct("<I")
 _STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
+_LOOK_S = 0.5  # how often a wait for the server's reply checks that the server still runs
 
 
 # -- the parent's side ------------------------------------------------------------------------
@@ -94,6 +95,7 @@ class ForkServer:
         self._sent = 0  # requests sent; their replies come back in the same order
         self._replies: dict[int, Any] = {}  # read, not collected yet
         self._read = 0
+        self._broken: str | None = None  # why it cannot answer: every later request fails at once
 
     def spawn(self, argv: list[str], fds: list[int]) -> int:
         """Asks for a worker running `python -m tpufeed.run.workers.worker` with `argv`, where each
@@ -104,21 +106,21 @@ class ForkServer:
             )
             return self._ticket()
 
-    def pid(self, ticket: int) -> int:
-        reply = self._result(ticket)
+    def pid(self, ticket: int, stopped_s: float | None = STOPPED_S) -> int:
+        reply = self._result(ticket, stopped_s)
         if reply[0] != "pid":
             raise OSError(f"the tpufeed fork server could not start a worker: {reply[1]}")
         return reply[1]
 
-    def status(self, pid: int) -> int | None:
+    def status(self, pid: int, stopped_s: float | None = STOPPED_S) -> int | None:
         """How worker `pid` ended (a returncode: negative for a signal), None while it runs."""
         with self._lock:
             self.sock.sendall(_frame(("status", pid)))
             ticket = self._ticket()
-        return self._result(ticket)[1]
+        return self._result(ticket, stopped_s)[1]
 
     def alive(self) -> bool:
-        return self.owner == os.getpid() and self.proc.poll() is None
+        return self.owner == os.getpid() and self._broken is None and self.proc.poll() is None
 
     def close(self) -> None:
         try:
@@ -135,56 +137,52 @@ class ForkServer:
         self._sent += 1
         return self._sent - 1
 
-    def _result(self, ticket: int) -> Any:
+    def _result(self, ticket: int, stopped_s: float | None) -> Any:
+        """The reply to `ticket`. The wait ends with OSError, saying why, if the server exits or
+        stays stopped (SIGSTOP) for `stopped_s` (None: wait on); a busy server is waited for."""
         with self._lock:
+            clock = StoppedClock()
             while ticket not in self._replies:
-                header = _read_exactly(self.sock, _HEADER.size)
-                body = (
-                    None if header is None else _read_exactly(self.sock, _HEADER.unpack(header)[0])
-                )
+                if self._broken is not None:
+                    raise OSError(self._broken)
+                if not select.select([self.sock], [], [], _LOOK_S)[0]:
+                    self._broken = self._why_not_running(clock, stopped_s)
+                    continue
+                try:
+                    header = _read_exactly(self.sock, _HEADER.size)
+                    body = (
+                        None
+                        if header is None
+                        else _read_exactly(self.sock, _HEADER.unpack(header)[0])
+                    )
+                except OSError:  # reset: it died with requests unread
+                    body = None
                 if body is None:
-                    raise OSError("the tpufeed fork server exited")
+                    self._broken = f"the tpufeed fork server (pid {self.proc.pid}) {self._ended()}"
+                    continue
                 self._replies[self._read] = pickle.loads(body)
                 self._read += 1
             return self._replies.pop(ticket)
 
+    def _why_not_running(self, clock: StoppedClock, stopped_s: float | None) -> str | None:
+        """Why the server will not answer (it ended, or has stayed stopped `stopped_s`), or
+        None while it runs."""
+        if self.proc.poll() is not None:
+            return f"the tpufeed fork server (pid {self.proc.pid}) {self._ended()}"
+        stopped = clock.look([0] if is_stopped(self.proc.pid) else []).get(0, 0.0)
+        if stopped_s is not None and stopped >= stopped_s:
+            return (
+                f"the tpufeed fork server (pid {self.proc.pid}) has been stopped (SIGSTOP) for "
+                f"{stopped:.0f} s (options(stopped_s={stopped_s:g}))"
+            )
+        return None
 
-class ForkedProcess:
-    """A worker forked by the server, with the parts of `subprocess.Popen` the pool uses."""
-
-    def __init__(self, server: ForkServer, ticket: int):
-        self._server, self._ticket = server, ticket
-        self._pid: int | None = None
-        self.returncode: int | None = None
-
-    @property
-    def pid(self) -> int:
-        """Its pid (the first call waits for the server to have forked it)."""
-        if self._pid is None:
-            self._pid = self._server.pid(self._ticket)
-        return self._pid
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                self.returncode = self._server.status(self.pid)
-            except OSError:  # the server is gone, and with it the way to know: ask the kernel
-                self.returncode = None if _exists(self.pid) else -signal.SIGKILL
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"tpufeed worker {self.pid}", timeout or 0.0)
-            time.sleep(0.005)
-        return self.returncode  # type: ignore[return-value]
-
-    def kill(self) -> None:
+    def _ended(self) -> str:
         try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return "closed its socket"
+        return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
 
 
 _server: ForkServer | None = None
@@ -242,16 +240,6 @@ def _read_exactly(sock: socket.socket, n: int, fds: list[int] | None = None) -> 
     return data
 
 
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class _Server:
     def __init__(self, sock: socket.socket, parent: int):
         self.sock, self.parent = sock, parent
@@ -293,7 +281,7 @@ class _Server:
                 pid = request[1]
                 status = self.statuses.get(pid)
                 if status is None and pid not in self.children:
-                    status = 0 if not _exists(pid) else None
+                    status = 0 if not process_exists(pid) else None
                 self.sock.sendall(_frame(("status", status)))
 
     def spawn(

@@ -6,6 +6,8 @@ of the batch (a weak reference to the views' common base says when), in whatever
 happens. The parent never copies a batch unless the consumer holds so many that the workers
 would run out of slots: past `cap` lent slots per worker, a batch is copied out and its slot
 freed at once, so a consumer that keeps every batch (`list(ds)`) never stalls the workers.
+Under a shared-memory budget, a worker's lent batches also stay within half its share (past
+that, copied too), so the other half is always there for the batch the consumer waits for.
 """
 
 from __future__ import annotations
@@ -21,18 +23,23 @@ import numpy as np
 class Leases:
     """Slots lent to the consumer, per worker, and those it has given back."""
 
-    def __init__(self, workers: int, cap: int):
-        self.cap = cap
+    def __init__(self, workers: int, cap: int, share: int | None = None):
+        self.cap, self.share = cap, share
         self.lent = [0] * workers
+        self.lent_bytes = [0] * workers
         self._refs: dict[tuple[int, int], weakref.ref] = {}
+        self._sizes: dict[tuple[int, int], int] = {}
         self._returned: deque[tuple[int, int]] = deque()  # appended from any thread
 
     def _giver(self, key: tuple[int, int]) -> Callable[[Any], None]:
         """The weakref callback that gives `key` back (appending is thread-safe)."""
         return lambda _: self._returned.append(key)
 
-    def can_lend(self, worker: int) -> bool:
-        return self.lent[worker] < self.cap
+    def can_lend(self, worker: int, nbytes: int = 0) -> bool:
+        """Whether a batch of `nbytes` (its segment's size) of `worker` may be lent."""
+        return self.lent[worker] < self.cap and (
+            self.share is None or self.lent_bytes[worker] + nbytes <= self.share // 2
+        )
 
     def lend(self, worker: int, slot: int, segment: Any, nbytes: int) -> np.ndarray:
         """The base array every leaf of the lent batch is a view of: the slot goes back when it
@@ -40,7 +47,9 @@ class Leases:
         base = np.frombuffer(segment, np.uint8, count=nbytes)
         key = (worker, slot)
         self._refs[key] = weakref.ref(base, self._giver(key))
+        self._sizes[key] = nbytes
         self.lent[worker] += 1
+        self.lent_bytes[worker] += nbytes
         return base
 
     def returned(self) -> list[tuple[int, int]]:
@@ -50,5 +59,6 @@ class Leases:
             worker, slot = key = self._returned.popleft()
             del self._refs[key]
             self.lent[worker] -= 1
+            self.lent_bytes[worker] -= self._sizes.pop(key)
             out.append(key)
         return out

@@ -1,8 +1,9 @@
 """The messages between the parent and its workers, one small dataclass each.
 
-parent -> worker: `Start` (once), then `Task`, `Free` and `Stop`.
+parent -> worker: `Start` (once), then `Task`, `Free`, `Released` and `Stop`.
 worker -> parent: `Ready` (once), then an `Answer` or a `Failure` per task; a `Failure` with
-task_id -1 is a start-up failure.
+task_id -1 is a start-up failure. `Dropped` (segments given back to stay within the
+shared-memory budget) may come between them.
 
 An answer in shared memory (the common case: a batch, or unbatched elements, in a slot) goes as
 packed fields, and its layout and stage labels only when they differ from that worker's last
@@ -28,6 +29,7 @@ _TASK = struct.Struct("<cqqiii")  # b"T", task_id, epoch, records, skips (-1: no
 _ANSWER = struct.Struct("<cqii??HIII")
 _STOP = b"S"
 _FREE = b"F"
+_RELEASED = b"R"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,20 @@ class Free:
     """The parent has read `slot`; the worker may write into it again."""
 
     slot: int
+
+
+@dataclass(frozen=True)
+class Released:
+    """The parent has unmapped `nbytes` of the worker's segments (replaced or dropped)."""
+
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """The worker has given back the segments of `slots` (idle, to stay within its budget)."""
+
+    slots: list[int]
 
 
 @dataclass(frozen=True)
@@ -108,6 +124,10 @@ def encode_free(freed: list[int]) -> bytes:
     return _FREE + struct.pack(f"<{len(freed)}i", *freed)
 
 
+def encode_released(nbytes: int) -> bytes:
+    return _RELEASED + struct.pack("<q", nbytes)
+
+
 def encode_start(start: Start) -> bytes:
     return b"B" + pickle.dumps(start, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -116,8 +136,9 @@ def encode_stop() -> bytes:
     return _STOP
 
 
-def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | None]:
-    """What the parent sent: the slots it freed, and the task, start or stop (or None)."""
+def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | Released | None]:
+    """What the parent sent: the slots it freed, and the task, start, stop or release (or
+    None)."""
     kind = message[:1]
     if kind == b"T":
         _, task_id, epoch, records, skips, nfreed = _TASK.unpack_from(message)
@@ -135,6 +156,8 @@ def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | None]:
         ], None
     if kind == _STOP:
         return [], Stop()
+    if kind == _RELEASED:
+        return [], Released(struct.unpack("<q", message[1:9])[0])
     if kind == b"B":
         return [], pickle.loads(message[1:])
     raise ValueError(f"unknown message kind {kind!r} from the parent")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -18,14 +19,17 @@ from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.run.watch import beacon_file, beacon_map
 from tpufeed.run.workers.environment import worker_environment
-from tpufeed.run.workers.forkserver import ForkedProcess, ForkServer, python_running, shared_server
+from tpufeed.run.workers.forked import ForkedProcess
+from tpufeed.run.workers.forkserver import ForkServer, python_running, shared_server
+from tpufeed.run.workers.inbox import Inbox
+from tpufeed.run.workers.liveness import STOPPED_S, StoppedClock, is_stopped
 from tpufeed.run.workers.messages import (
     Answer,
-    AnswerMemo,
+    Dropped,
     Failure,
     Ready,
     Start,
-    decode_result,
+    encode_released,
     encode_start,
     encode_stop,
 )
@@ -33,17 +37,28 @@ from tpufeed.run.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
 _POLL_S = 0.5
-_READ_BYTES = 1 << 16  # a pipe's capacity
 
 
 class WorkerPool:
-    """`count` worker processes running one pipeline plan."""
+    """`count` worker processes running one pipeline plan.
 
-    def __init__(self, init: dict[str, Any], count: int, prefix: str):
+    Every wait for their messages also watches them: a worker that has ended, or closed its
+    pipe, raises `WorkerError` at once; one stopped (SIGSTOP) for `stopped_s` seconds of the
+    wait raises too (None: wait for it). `work_of(worker)` words what a worker was given, for
+    those errors (the executor that deals the work sets it).
+    """
+
+    def __init__(
+        self, init: dict[str, Any], count: int, prefix: str, stopped_s: float | None = STOPPED_S
+    ):
         self.slot_maps = SlotMaps(prefix)
+        self.stopped_s = stopped_s
+        self.work_of: Callable[[int], str] = lambda worker: ""
+        self._stopped = StoppedClock()
+        self._looked = time.monotonic()
         self._procs: list[subprocess.Popen | ForkedProcess] = []
         self._tasks: list[Connection] = []
-        self._results: list[_Inbox] = []
+        self._results: list[Inbox] = []
         self._pending: list[tuple[int, Answer | Failure]] = []  # read, not handed out yet
         self._closed = False
         self._ready: list[int] = []
@@ -60,7 +75,7 @@ class WorkerPool:
                 task_r, task_w = os.pipe()
                 result_r, result_w = os.pipe()
                 proc = (
-                    _forked(server, task_r, result_w, self._beacon_fd)
+                    _forked(server, task_r, result_w, self._beacon_fd, stopped_s)
                     if server is not None
                     else subprocess.Popen(
                         python_running(
@@ -77,7 +92,7 @@ class WorkerPool:
                 os.close(result_w)
                 self._procs.append(proc)
                 self._tasks.append(Connection(task_w, readable=False))
-                self._results.append(_Inbox(result_r))
+                self._results.append(Inbox(result_r))
                 self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload, index)))
         except BaseException:
             self.close()
@@ -119,26 +134,47 @@ class WorkerPool:
         except (BrokenPipeError, OSError):
             raise self._death(worker) from None
 
+    def send_released(self, worker: int) -> None:
+        """Tells `worker` the bytes of its segments this process has unmapped, if any: they
+        no longer count against its share of the shared-memory budget."""
+        nbytes = self.slot_maps.take_released(worker)
+        if nbytes:
+            self.send(worker, encode_released(nbytes))
+
     def receive_any(self, timeout: float | None = _POLL_S) -> list[tuple[int, Answer | Failure]]:
         """(worker, message) for every message that arrives within `timeout` (None: the
         default wait), from any worker.
 
         A worker that died raises WorkerError: its pipe reads as closed at once, and a worker
-        that is gone while its pipe stays open is caught when nothing arrives in time.
+        that is gone while its pipe stays open, or stays stopped, is caught by a look at every
+        worker each `_POLL_S` of waiting.
         """
         if self._pending:
             out, self._pending = self._pending, []
             return out
         out = self._read(_POLL_S if timeout is None else timeout)
-        if not out and timeout != 0:
-            for worker, proc in enumerate(self._procs):
-                if proc.poll() is not None and not self._results[worker].waiting():
-                    raise self._death(worker)
+        if timeout != 0 and time.monotonic() - self._looked >= _POLL_S:
+            self._look()
         return out
+
+    def _look(self) -> None:
+        """Raises WorkerError for a worker that has ended (its last messages read first), or
+        that has stayed stopped for `stopped_s` of this process's waiting."""
+        self._looked = time.monotonic()
+        stopped = []
+        for worker, proc in enumerate(self._procs):
+            if _ended(proc) and not self._results[worker].waiting():
+                raise self._death(worker)
+            if is_stopped(proc.pid):
+                stopped.append(worker)
+        for worker, seconds in self._stopped.look(stopped).items():
+            if self.stopped_s is not None and seconds >= self.stopped_s:
+                raise self._stopped_error(worker, seconds)
 
     def _read(self, timeout: float) -> list[tuple[int, Answer | Failure]]:
         """Every whole message that arrives within `timeout`: one read takes all a worker has
-        sent (several answers, when the parent is the slower side). "ready" is noted here."""
+        sent (several answers, when the parent is the slower side). "ready" is noted here, and
+        segments a worker gave back are unmapped here."""
         if self._poll is None:  # one poll object, registered once: no selector per wait
             self._poll = select.poll()
             for worker, inbox in enumerate(self._results):
@@ -154,6 +190,9 @@ class WorkerPool:
             for message in messages:
                 if isinstance(message, Ready):
                     self._ready.append(worker)
+                elif isinstance(message, Dropped):
+                    self.slot_maps.drop(worker, message.slots)
+                    self.send_released(worker)
                 else:
                     out.append((worker, message))
         return out
@@ -181,16 +220,37 @@ class WorkerPool:
             code = proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             code = None
+        lost = getattr(proc, "lost", None)
+        if lost is not None:
+            return WorkerError(
+                f"tpufeed worker {worker} never started: {lost}. Workers are forked by that "
+                "server; the next iterator starts a new one."
+            )
         how = (
             f"was killed by signal {-code}"
             if code is not None and code < 0
+            else "exited without being asked to (exit status 0, or another wait in this process "
+            "took its status: os.wait(), or SIGCHLD set to SIG_IGN)"
+            if code == 0
             else f"exited with code {code}"
             if code is not None
-            else "stopped answering"
+            else "closed its pipe to this process while still running (a transform that closes "
+            "file descriptors it did not open?)"
         )
         return WorkerError(
-            f"tpufeed worker {worker} (pid {proc.pid}) {how}; the iterator cannot "
-            "continue. Resume from the last get_state() with a new iterator."
+            f"tpufeed worker {worker} (pid {proc.pid}) {how}{self.work_of(worker)}; the iterator "
+            "cannot continue. Resume from the last get_state() with a new iterator."
+        )
+
+    def _stopped_error(self, worker: int, seconds: float) -> WorkerError:
+        pid = self._procs[worker].pid
+        return WorkerError(
+            f"tpufeed worker {worker} (pid {pid}) has been stopped (SIGSTOP or SIGTSTP: process "
+            f"state T) for {seconds:.0f} s{self.work_of(worker)}; a "
+            f"stopped process answers nothing until it gets SIGCONT (kill -CONT {pid}). The "
+            "pipeline is stopped and its workers killed. Resume from the last get_state() with a "
+            f"new iterator; options(stopped_s=...) sets how long a stopped worker is waited for "
+            f"(now {self.stopped_s:g} s; None: until it continues)."
         )
 
     def close(self) -> None:
@@ -203,6 +263,9 @@ class WorkerPool:
                 conn.send_bytes(encode_stop())
             except (BrokenPipeError, OSError):
                 pass
+        for proc in self._procs:
+            if is_stopped(proc.pid):  # it would not hear the stop: no point in waiting for it
+                proc.kill()
         deadline = time.monotonic() + 2.0
         for proc in self._procs:
             try:
@@ -222,70 +285,21 @@ class WorkerPool:
         self.close()
 
 
-class _Inbox:
-    """A worker's result pipe, read in large reads: the messages are `Connection.send_bytes`
-    frames (a 4-byte big-endian length, or -1 and an 8-byte one), and one read takes every
-    frame waiting, where `Connection.recv` makes two reads per message."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.memo = AnswerMemo()
-        self._buffer = bytearray()
-
-    def read(self) -> list[Any]:
-        """The messages now whole, after one read (more only to finish a frame begun)."""
-        chunk = os.read(self.fd, _READ_BYTES)
-        if not chunk:
-            raise EOFError
-        buffer = self._buffer
-        buffer += chunk
-        frames = []
-        at = 0
-        while True:
-            frame = _frame_at(buffer, at)
-            if frame is None:
-                break
-            start, end = frame
-            while end > len(buffer):  # a frame begun: its writer finishes it, so wait for it
-                more = os.read(self.fd, max(_READ_BYTES, end - len(buffer)))
-                if not more:
-                    raise EOFError
-                buffer += more
-            frames.append(bytes(buffer[start:end]))
-            at = end
-        del buffer[:at]  # taken before decoding: a message that fails to decode is not read twice
-        return [decode_result(frame, self.memo) for frame in frames]
-
-    def waiting(self) -> bool:
-        """Whether bytes wait to be read."""
-        return bool(select.select([self.fd], [], [], 0)[0])
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+def _ended(proc: subprocess.Popen | ForkedProcess) -> bool:
+    """Whether `proc` has ended, or (forked) will never start."""
+    return proc.poll() is not None or getattr(proc, "lost", None) is not None
 
 
-def _frame_at(buffer: bytearray, at: int) -> tuple[int, int] | None:
-    """(start, end) of the frame whose header is at `at`, once its header is whole."""
-    if len(buffer) - at < 4:
-        return None
-    size = int.from_bytes(buffer[at : at + 4], "big", signed=True)
-    if size != -1:
-        return at + 4, at + 4 + size
-    if len(buffer) - at < 12:
-        return None
-    return at + 12, at + 12 + int.from_bytes(buffer[at + 4 : at + 12], "big")
-
-
-def _forked(server: ForkServer, task_r: int, result_w: int, beacon_fd: int) -> ForkedProcess:
+def _forked(
+    server: ForkServer, task_r: int, result_w: int, beacon_fd: int, stopped_s: float | None
+) -> ForkedProcess:
     """A worker forked by the fork server, on the pipes and beacon given."""
     argv = ["{0}", "{1}", str(os.getpid()), "{2}"]
     try:
         ticket = server.spawn(argv, [task_r, result_w, beacon_fd])
     except OSError as error:
         raise WorkerError(f"could not ask the tpufeed fork server for a worker: {error}") from None
-    return ForkedProcess(server, ticket)
+    return ForkedProcess(server, ticket, stopped_s)
 
 
 def _pickled(init: dict[str, Any]) -> bytes:

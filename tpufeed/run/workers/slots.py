@@ -12,6 +12,7 @@ import errno
 import glob
 import mmap
 import os
+from collections.abc import Callable
 
 from tpufeed.run.resources import SHM_DIR
 
@@ -23,26 +24,77 @@ def segment_prefix(token: str) -> str:
 
 
 class WorkerSlots:
-    """The worker's side: a ring of `count` segments, grown on demand."""
+    """The worker's side: a ring of `count` segments, grown on demand, together at most `share`
+    bytes of shared memory (None: no limit; see `budget.py`)."""
 
-    def __init__(self, prefix: str, count: int):
+    def __init__(
+        self,
+        prefix: str,
+        count: int,
+        share: int | None = None,
+        too_big: Callable[[int], Exception] | None = None,
+    ):
         self._prefix = prefix
         self._maps: list[mmap.mmap | None] = [None] * count
         self._names: list[str | None] = [None] * count
         self._free = list(range(count))[::-1]  # taken from the end: the last freed, still warm
         self._created: list[str] = []
+        self.share, self._too_big = share, too_big
+        self.live = 0  # bytes of the segments it made that the parent has not released yet
 
-    @property
-    def has_free(self) -> bool:
-        return bool(self._free)
+    def acquire(
+        self, nbytes: int, wait: Callable[[], None], dropped: Callable[[list[int]], None]
+    ) -> tuple[int, memoryview, str | None]:
+        """A free slot of at least `nbytes`: (index, buffer, new segment name or None).
 
-    def acquire(self, nbytes: int) -> tuple[int, memoryview, str | None]:
-        """A free slot of at least `nbytes`: (index, buffer, new segment name or None)."""
-        index = self._free.pop()
-        current = self._maps[index]
-        if current is not None and len(current) >= nbytes:
-            return index, memoryview(current), None
-        size = max(_MIN_SIZE, nbytes + nbytes // 4)
+        While no slot is free, or a new segment would take the worker past its share, it
+        waits (`wait()`: one message from the parent, which may free slots or release
+        segments); past its share it first gives back its idle segments (`dropped(slots)`
+        tells the parent, whose release comes back as a message).
+        """
+        if self.share is not None and nbytes > self.share and self._too_big is not None:
+            raise self._too_big(nbytes)
+        while True:
+            index = self._pick(nbytes)
+            if index is None:
+                wait()
+                continue
+            current = self._maps[index]
+            if current is not None and len(current) >= nbytes:
+                self._free.remove(index)
+                return index, memoryview(current), None
+            size = max(_MIN_SIZE, nbytes + nbytes // 4)
+            if self.share is None:
+                break
+            size = max(nbytes, min(size, self.share))
+            if self.live + size <= self.share:
+                break
+            idle = [i for i in self._free if self._maps[i] is not None and self._close(i)]
+            if idle:
+                dropped(idle)
+            wait()
+        self._free.remove(index)
+        return index, *self._create(index, size)
+
+    def _close(self, index: int) -> bool:
+        """Unmaps the idle segment of `index`; False (kept) where a view of it is alive."""
+        try:
+            self._maps[index].close()  # type: ignore[union-attr]
+        except BufferError:
+            return False
+        self._maps[index] = self._names[index] = None
+        return True
+
+    def _pick(self, nbytes: int) -> int | None:
+        """The last freed slot whose segment holds `nbytes`, else the last freed; None if no
+        slot is free."""
+        for index in reversed(self._free):
+            segment = self._maps[index]
+            if segment is not None and len(segment) >= nbytes:
+                return index
+        return self._free[-1] if self._free else None
+
+    def _create(self, index: int, size: int) -> tuple[memoryview, str]:
         name = f"{self._prefix}-{len(self._created)}"
         path = os.path.join(SHM_DIR, name)
         try:
@@ -57,13 +109,19 @@ class WorkerSlots:
         except BaseException:
             self._free.append(index)  # still free: the caller may send its answer another way
             raise
-        if current is not None:
+        self.live += size
+        current = self._maps[index]
+        if current is not None:  # the parent releases it when it maps the new one
             current.close()
         self._maps[index], self._names[index] = segment, name
-        return index, memoryview(segment), name
+        return memoryview(segment), name
 
     def release(self, index: int) -> None:
         self._free.append(index)
+
+    def released(self, nbytes: int) -> None:
+        """The parent has unmapped `nbytes` of this worker's segments: they are gone."""
+        self.live -= nbytes
 
     def unlink_all(self) -> None:
         """Removes every file this worker created that the parent has not unlinked yet."""
@@ -95,11 +153,13 @@ def _allocate(fd: int, size: int, path: str) -> None:
 
 
 class SlotMaps:
-    """The parent's side: maps segments by name, unlinking each file as soon as it is mapped."""
+    """The parent's side: maps segments by name, unlinking each file as soon as it is mapped,
+    and counts the bytes it unmaps per worker for the workers' budgets (`take_released`)."""
 
     def __init__(self, prefix: str):
         self.prefix = prefix
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
+        self._released: dict[int, int] = {}
 
     def buffer(self, worker: int, slot: int, new_name: str | None) -> mmap.mmap:
         key = (worker, slot)
@@ -111,11 +171,24 @@ class SlotMaps:
             finally:
                 os.close(fd)
             os.unlink(path)
-            old = self._maps.pop(key, None)
-            if old is not None:
-                old.close()
+            self._unmap(worker, slot)
             self._maps[key] = segment
         return self._maps[key]
+
+    def drop(self, worker: int, slots: list[int]) -> None:
+        """Unmaps the segments of `slots`, which their worker has given back."""
+        for slot in slots:
+            self._unmap(worker, slot)
+
+    def _unmap(self, worker: int, slot: int) -> None:
+        old = self._maps.pop((worker, slot), None)
+        if old is not None:
+            self._released[worker] = self._released.get(worker, 0) + len(old)
+            old.close()  # a slot is replaced or dropped only while free: nothing views it
+
+    def take_released(self, worker: int) -> int:
+        """Bytes of `worker`'s segments unmapped since the last call."""
+        return self._released.pop(worker, 0)
 
     def close(self) -> None:
         for segment in self._maps.values():

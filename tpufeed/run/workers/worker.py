@@ -20,8 +20,10 @@ from tpufeed.run.workers.environment import forget_blas_default
 from tpufeed.run.workers.messages import (
     Answer,
     AnswerMemo,
+    Dropped,
     Failure,
     Ready,
+    Released,
     Start,
     Stop,
     Task,
@@ -117,11 +119,19 @@ class Worker:
         from tpufeed.ops.base import StageClock
         from tpufeed.run.chunks import ChunkRunner
         from tpufeed.run.watch import beacon_at, beacon_map, labels_of
+        from tpufeed.run.workers.budget import batch_too_big, worker_share
         from tpufeed.run.workers.slots import WorkerSlots
 
         self.tasks, self.results = tasks, results
         self.index = init["index"]
-        self.slots = WorkerSlots(f"{init['prefix']}-w{self.index}", init["slots"])
+        budget: int = init["shm_budget"]  # the iterator's, split between its workers
+        count: int = init["count"]
+        self.slots = WorkerSlots(
+            f"{init['prefix']}-w{self.index}",
+            init["slots"],
+            worker_share(budget, count),
+            lambda nbytes: batch_too_big(nbytes, budget, count),
+        )
         self.clock = StageClock()
         beacon = None
         if init.get("watch"):  # a timeout reads where this worker is from shared memory
@@ -151,10 +161,14 @@ class Worker:
                 self._send(Failure(message.task_id, error_fields(_unsendable(exc, message))))
 
     def _receive(self) -> Task | Stop | None:
-        """The parent's next message, after releasing the slots it says are free."""
+        """The parent's next message, after releasing the slots it says are free and counting
+        the segments it says it released."""
         freed, message = decode(self.tasks.recv_bytes())
         for free in freed:
             self.slots.release(free.slot)
+        if isinstance(message, Released):
+            self.slots.released(message.nbytes)
+            return None
         return message  # type: ignore[return-value]  # Start comes once, before run()
 
     def _send(self, message: object) -> None:
@@ -173,9 +187,7 @@ class Worker:
         slot: list[Any] = [None, None]
 
         def buffer_for(nbytes: int) -> memoryview:
-            while not self.slots.has_free:
-                self._wait_for_free_slot()
-            index, buffer, name = self.slots.acquire(nbytes)
+            index, buffer, name = self.slots.acquire(nbytes, self._wait_for_parent, self._dropped)
             slot[:] = [index, name]
             return buffer
 
@@ -210,7 +222,11 @@ class Worker:
             elements,
         )
 
-    def _wait_for_free_slot(self) -> None:
+    def _dropped(self, slots: list[int]) -> None:
+        self._send(Dropped(slots))
+
+    def _wait_for_parent(self) -> None:
+        """Takes the parent's next message: freed slots and releases count now, a task waits."""
         message = self._receive()
         if isinstance(message, Stop):
             raise SystemExit(0)
