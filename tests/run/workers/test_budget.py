@@ -3,6 +3,7 @@ workers that wait when batches together would overrun it."""
 
 import os
 import threading
+import time
 
 import numpy as np
 import psutil
@@ -68,10 +69,15 @@ def _segments(pid):
     return out
 
 
-def _rows(n, width):
-    return tpufeed.Dataset.from_sequence(list(range(n))).map(
-        lambda i: {"x": np.full(width, i % 256, np.uint8)}
-    )
+def _rows(n, width, pause_s=0.0):
+    """`n` rows of `width` bytes; `pause_s` per row keeps a run long enough for `ShmPeak` to
+    look many times, even on a loaded machine."""
+
+    def row(i):
+        time.sleep(pause_s)
+        return {"x": np.full(width, i % 256, np.uint8)}
+
+    return tpufeed.Dataset.from_sequence(list(range(n))).map(row)
 
 
 def test_the_default_budget_is_half_of_the_free_space_of_dev_shm():
@@ -98,12 +104,17 @@ def test_batches_that_together_overrun_the_budget_wait_and_stay_within_it(prefet
     """Each worker's share holds one 256 KiB batch, not the sixteen slots' worth it would take
     unbounded; a consumer that keeps every batch gets copies past half a share."""
     budget = 2 * 400 * KB
-    ds = _rows(400, 32 * KB).batch(8).prefetch(prefetch).options(shm_budget_bytes=budget)
+    ds = _rows(400, 32 * KB, 0.002).batch(8).prefetch(prefetch).options(shm_budget_bytes=budget)
     with ShmPeak() as shm:
         kept = list(ds.workers(2, isolate=True))
     assert 0 < shm.peak <= budget // 2
     assert all(np.array_equal(a["x"], b["x"]) for a, b in zip(kept, _rows(400, 32 * KB).batch(8)))
     assert len(kept) == 50
+
+
+def _zeros(n):
+    time.sleep(0.002)  # a run long enough for ShmPeak to look many times
+    return np.zeros(n, np.uint8)
 
 
 @pytest.mark.timeout(120)
@@ -112,7 +123,7 @@ def test_growing_batches_give_their_old_segments_back_within_the_budget():
     the parent has unmapped the old one and said so."""
     sizes = [8 * KB * (1 + i // 4) for i in range(160)]
     budget = 2 * (sizes[-1] * 8 * 5 // 4 + 4 * KB)
-    ds = tpufeed.Dataset.from_sequence(sizes).map(lambda n: np.zeros(n, np.uint8)).batch(4)
+    ds = tpufeed.Dataset.from_sequence(sizes).map(_zeros).batch(4)
     with ShmPeak() as shm:
         got = [b.shape for b in ds.options(shm_budget_bytes=budget).workers(2, isolate=True)]
     assert got == [(4, n) for n in sizes[::4]]
