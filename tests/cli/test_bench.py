@@ -139,6 +139,11 @@ def test_a_transform_module_in_the_working_directory_is_found(tmp_path):
         ("my_prep", "expected module:function or path/to/file.py:function"),
         ("no_such_module_xyz:decode", "cannot import no_such_module_xyz: ModuleNotFoundError"),
         ("broken_prep:decode", "cannot import broken_prep: ZeroDivisionError"),
+        (
+            "tpufeed.transforms:DecodeImage",  # issue 30: benched as 2M records/s of objects
+            "DecodeImage is a class; did you mean DecodeImage()? --transform names a function "
+            "or an instance: put `decodeimage = DecodeImage()` in a file",
+        ),
     ],
 )
 def test_a_bad_transform_spec_is_a_clear_error(tmp_path, spec, says):
