@@ -274,3 +274,26 @@ def test_a_plot_without_matplotlib_says_how_to_install_it_before_the_run(tmp_pat
         "`pip install matplotlib`, or leave out --plot",
     )
     assert result.stdout == ""
+
+
+def test_a_target_function_that_raises_is_one_named_error(tmp_path):
+    """Found by the CLI fuzz (tests/faults): a target that needs arguments, or fails, was a
+    bare traceback."""
+    (tmp_path / "prep.py").write_text(
+        "def decode(record):\n    return record\n\ndef broken():\n    return {}['x']\n"
+    )
+    for name, says in [("decode", "missing 1 required positional"), ("broken", "KeyError")]:
+        result = bench(f"prep.py:{name}", "--batches", "1", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"tpufeed: error: target prep.py:{name} raised "), (
+            result.stderr
+        )
+        assert says in result.stderr and "must return a tpufeed.Dataset" in result.stderr
+
+
+@pytest.mark.parametrize("step", ["1e308", "86401", "-1", "nan"])
+def test_a_step_time_beyond_a_day_is_a_usage_error(target, step):
+    """Found by the CLI fuzz: --step-time 1e308 passed, then time.sleep raised OverflowError."""
+    result = bench(target, "--batches", "1", "--step-time", step)
+    assert result.returncode == 2 and "a number of seconds from 0 to 86400" in result.stderr
+    assert "Traceback" not in result.stderr
