@@ -339,3 +339,11 @@ def test_every_byte_pattern_of_the_other_dtypes_is_a_value(dtype):
     for payload in patterns:
         out = decode(array_record(code, (len(payload) // itemsize,), payload))["x"]
         assert out.dtype == np.dtype(dtype) and out.tobytes() == payload
+
+
+def test_a_bool_array_holding_other_bytes_is_not_encoded():
+    """What decode refuses is not written either: a view of other bytes as bool."""
+    mask = np.frombuffer(b"\x01\x00\x02\x01", np.bool_).reshape(2, 2)
+    with pytest.raises(CodecError, match="record key 'm': bool array holds byte 0x02 at element 2"):
+        encode({"m": mask})
+    assert decode(encode({"m": mask != 0}))["m"].tolist() == [[True, False], [True, True]]

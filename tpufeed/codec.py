@@ -118,6 +118,13 @@ def _array_parts(key: str, value: object, pos: int) -> tuple[list, int]:
         )
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
+    if code == _BOOL_CODE and arr.size and int(arr.view(np.uint8).max()) > 1:
+        at = int(np.flatnonzero(arr.view(np.uint8).ravel() > 1)[0])
+        raise CodecError(
+            f"record key {key!r}: bool array holds byte {arr.view(np.uint8).flat[at]:#04x} "
+            f"at element {at} (a view of other bytes as bool?); numpy prints it as True, "
+            "but JAX and astype see the byte: make the array with `!= 0`"
+        )
     pos += _ARRAY.size + 8 * arr.ndim
     pad = -pos % arr.itemsize
     parts = [_ARRAY.pack(code, arr.ndim), _DIMS[arr.ndim].pack(*arr.shape), _ZEROS[:pad], arr.data]
