@@ -31,7 +31,7 @@ def installed_layout(
     package = site / "tpufeed"
     package.mkdir(parents=True)
     for entry in (ROOT / "tpufeed").iterdir():
-        if entry.name != "__pycache__":
+        if entry.name not in ("__pycache__", "transforms"):  # a worktree's link to transforms/
             (package / entry.name).symlink_to(entry)
     (package / "transforms").symlink_to(ROOT / "transforms")
     return site

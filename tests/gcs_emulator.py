@@ -6,6 +6,13 @@ a response off halfway, or answers late; it counts requests and the media bytes 
 test can assert that an epoch read nothing. Nothing is mocked at the Python level: tpufeed talks
 HTTP to the proxy through google-cloud-storage (`STORAGE_EMULATOR_HOST` points at the proxy).
 
+The emulator ignores object generations on downloads: it serves the current bytes whatever
+`generation=` or `ifGenerationMatch=` a request names, and sends no `x-goog-generation`. The
+proxy adds what GCS does (`_generation_answer`): a download naming a generation that is no
+longer the object's gets 404 (GCS's answer in a bucket without versioning, where a replaced
+generation is gone), a failed `ifGenerationMatch` gets 412, and every download says the
+generation it served.
+
 The fixtures built on them (`emulator`, `gcs`, `bucket`, `upload`) are in tests/conftest.py;
 `upload_shards` writes and uploads whole shards. `python tests/gcs_emulator.py` runs a shaping
 proxy on its own (for benchmarks/gcs.py).
@@ -16,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import json
 import os
 import random
 import re
@@ -243,15 +251,45 @@ class FaultProxy:
                 x -= rate
             return None
 
+    def _generation_answer(self, handler: http.server.BaseHTTPRequestHandler) -> tuple:
+        """(status to answer instead, or None; generation to report) for a download, as GCS
+        treats `generation=` and `ifGenerationMatch=` (see the module's docstring)."""
+        from urllib.parse import parse_qs, urlsplit
+
+        url = urlsplit(handler.path)
+        query = parse_qs(url.query)
+        match = re.fullmatch(r"(?:/download)?/storage/v1/b/([^/]+)/o/(.+)", url.path)
+        if match is None or query.get("alt") != ["media"]:
+            return None, None
+        upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=60)
+        try:
+            upstream.request("GET", f"/storage/v1/b/{match[1]}/o/{match[2]}")
+            response = upstream.getresponse()
+            meta = response.read()
+        finally:
+            upstream.close()
+        if response.status != 200:
+            return None, None
+        current = json.loads(meta)["generation"]
+        if query.get("generation", [current])[0] != current:
+            return 404, None
+        if query.get("ifGenerationMatch", [current])[0] != current:
+            return 412, None
+        return None, current
+
     def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
         fault = self._draw(handler.path)
+        forwarded = fault in (None, "slow", "cut")
+        refused, generation = self._generation_answer(handler) if forwarded else (None, None)
+        if refused is not None:
+            fault = str(refused)
         if fault == "reset":
             handler.close_connection = True
             _abort(handler)
             return
-        if fault in ("503", "403"):
+        if fault in ("503", "403", "404", "412"):
             payload = b'{"error": {"code": %s, "message": "injected"}}' % fault.encode()
             handler.send_response(int(fault))
             handler.send_header("Content-Type", "application/json")
@@ -286,6 +324,8 @@ class FaultProxy:
         handler.send_response(status, reason)
         for k, v in out_headers:
             handler.send_header(k, v)
+        if generation is not None:
+            handler.send_header("x-goog-generation", generation)
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         sent = data[: len(data) // 2] if fault == "cut" else data

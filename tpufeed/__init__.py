@@ -19,6 +19,7 @@ from tpufeed.errors import (
     TransformError,
     WorkerError,
 )
+from tpufeed.order.state import accept_changed_shards
 from tpufeed.run.iterator import DatasetIterator
 
 __version__ = "0.1.0"
@@ -38,6 +39,7 @@ __all__ = [
     "TpufeedError",
     "TransformError",
     "WorkerError",
+    "accept_changed_shards",
     "checkpoint",
     "codec",
 ]

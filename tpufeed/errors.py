@@ -33,6 +33,10 @@ class CorruptDataError(SourceError):
     """A file's bytes disagree with its format: bad CRC, torn record, truncated file."""
 
 
+class ObjectChangedError(SourceError):
+    """A gs:// object was replaced or deleted while it was read; names both generations."""
+
+
 class RecordIndexError(TpufeedError, IndexError):
     """A record index outside [0, len(source))."""
 

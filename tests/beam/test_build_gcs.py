@@ -53,3 +53,38 @@ def test_build_from_and_to_gcs(gcs, bucket, upload, tmp_path):
     remote = tpufeed.Dataset.open(f"gs://{bucket}/ds", verify=True).source  # read in place
     assert remote.fingerprint() == source.fingerprint()
     assert [r["id"] for r in remote.__getitems__(range(13))] == list(range(13))
+
+
+def test_a_gcs_rebuild_switches_by_its_manifest_and_deletes_the_old_shards(gcs, bucket, upload):
+    """No object the old manifest names is written before the new manifest: the new shards go
+    to a folder of their own, and the old ones are deleted after the switch."""
+    from apache_beam.io.filesystems import FileSystems
+
+    upload(bucket, "raw/a.jsonl", "".join(f'{{"id": {i}}}\n' for i in range(6)).encode())
+    upload(bucket, "raw/b.jsonl", "".join(f'{{"id": {i}}}\n' for i in range(9)).encode())
+    out = f"gs://{bucket}/ds"
+    build(BuildConfig(inputs=(f"gs://{bucket}/raw/a.jsonl",), output=out, num_shards=2))
+    config = BuildConfig(
+        inputs=(f"gs://{bucket}/raw/b.jsonl",), output=out, num_shards=2, overwrite=True
+    )
+    build(config)
+    names = sorted(
+        m.path[len(out) + 1 :] for m in FileSystems.match([f"{out}/**"])[0].metadata_list
+    )
+    assert len(names) == 3 and names[-1] == "manifest.json", names
+    folder = names[0].split("/")[0]
+    assert folder.startswith("build-") and names[:2] == [
+        f"{folder}/data-00000-of-00002.array_record",
+        f"{folder}/data-00001-of-00002.array_record",
+    ]
+    source = tpufeed.Dataset.open(out, verify=True).source
+    assert [r["id"] for r in source.__getitems__(range(9))] == list(range(9))
+    build(config)  # and back to the plain names, which the manifest no longer uses
+    names = sorted(
+        m.path[len(out) + 1 :] for m in FileSystems.match([f"{out}/**"])[0].metadata_list
+    )
+    assert names == [
+        "data-00000-of-00002.array_record",
+        "data-00001-of-00002.array_record",
+        "manifest.json",
+    ]

@@ -132,7 +132,9 @@ class _Result:
 _MANIFEST = {"num_records": 8, "build": {"records_in": 10}}
 
 
-def test_counts_that_disagree_with_the_steps_remove_the_manifest(tmp_path):
+def test_counts_that_disagree_with_the_steps_fail_and_touch_nothing(tmp_path):
+    """The build checks the counts before its dataset is switched in: the output's own
+    manifest (here a stand-in) stays."""
     (tmp_path / "manifest.json").write_text("{}")
     counters = [
         _Counter("records_in", 10),
@@ -143,7 +145,7 @@ def test_counts_that_disagree_with_the_steps_remove_the_manifest(tmp_path):
         tpufeed.TpufeedError, match="records_out: steps counted 9, the manifest has 8"
     ):
         check_counts(_Result(counters), _MANIFEST, str(tmp_path), "FnApiRunner")
-    assert not (tmp_path / "manifest.json").exists()
+    assert (tmp_path / "manifest.json").read_text() == "{}"
     counters[1] = _Counter("records_out", 8)
     check_counts(_Result(counters), _MANIFEST, str(tmp_path), "FnApiRunner")
 
@@ -163,4 +165,4 @@ def test_a_runner_without_metrics_fails_the_build(tmp_path, result):
         match="the runner SomeRunner reported no .*counter, so tpufeed cannot check",
     ):
         check_counts(result, _MANIFEST, str(tmp_path), "SomeRunner")
-    assert not (tmp_path / "manifest.json").exists()
+    assert (tmp_path / "manifest.json").read_text() == "{}"

@@ -145,11 +145,12 @@ def test_default_build_writes_one_shard_for_a_small_input(tmp_path):
     assert summary["shards"] == 1 and summary["records_out"] == 2
 
 
-def test_a_failed_rebuild_leaves_no_manifest_and_no_partial_shard(tmp_path):
+def test_a_failed_rebuild_leaves_the_old_dataset_whole_and_no_partial_shard(tmp_path):
     (tmp_path / "in.jsonl").write_text("".join(f'{{"id": {i}}}\n' for i in range(40)))
     build(
         BuildConfig(inputs=(str(tmp_path / "in.jsonl"),), output=str(tmp_path / "o"), num_shards=2)
     )
+    before = {n: (tmp_path / "o" / n).read_bytes() for n in os.listdir(tmp_path / "o")}
     (tmp_path / "t.py").write_text(
         "def f(r):\n    if r['id'] == 33:\n        raise ValueError('no')\n    return r\n"
     )
@@ -166,5 +167,7 @@ def test_a_failed_rebuild_leaves_no_manifest_and_no_partial_shard(tmp_path):
                 block_bytes=64,
             )
         )
-    assert not any("tpufeed-tmp" in n for n in os.listdir(tmp_path / "o"))
-    assert "manifest.json" not in os.listdir(tmp_path / "o")
+    assert {n: (tmp_path / "o" / n).read_bytes() for n in os.listdir(tmp_path / "o")} == before
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "o", "t.py"]  # no staging folder left
+    source = tpufeed.Dataset.open(tmp_path / "o", verify=True).source
+    assert [r["id"] for r in source.__getitems__(range(40))] == list(range(40))

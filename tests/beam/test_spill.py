@@ -16,19 +16,20 @@ from tpufeed.errors import SourceError
 
 
 def test_a_chunk_round_trips_its_records_and_kinds_whole_or_a_span(tmp_path):
-    path = spill.chunk_path(str(tmp_path), "b1", 3, 1234)
-    assert path == str(tmp_path / ".tpufeed-tmp-b1" / "chunk-0000003-000000001234")
+    path = spill.chunk_path(str(tmp_path / "ds"), "b1", 3, 1234)
+    temp = tmp_path / ".ds.tpufeed-build-b1" / ".tpufeed-tmp-b1"  # in the staging folder
+    assert path == str(temp / "chunk-0000003-000000001234")
     datas = [b"", b"a", bytes(range(256)) * 40, b"\x00\n"]
     spill.write_chunk(path, datas, bytes([0, 1, 0, 1]))
     assert spill.read_chunk(path, 4) == (datas, bytes([0, 1, 0, 1]))
     assert spill.read_chunk(path, 4, 1, 3) == (datas[1:3], bytes([1, 0]))
     assert spill.read_chunk(path, 4, 3, 4) == (datas[3:], bytes([1]))
     assert spill.read_chunk(path, 4, 2, 2) == ([], b"")
-    assert os.listdir(tmp_path / ".tpufeed-tmp-b1") == ["chunk-0000003-000000001234"]
+    assert os.listdir(temp) == ["chunk-0000003-000000001234"]
     spill.write_chunk(path, [], b"")  # a retried step rewrites the file whole
     assert spill.read_chunk(path, 0) == ([], b"")
     spill.delete_chunks([path, path + "-missing"])
-    assert os.listdir(tmp_path / ".tpufeed-tmp-b1") == []
+    assert os.listdir(temp) == []
 
 
 def test_a_damaged_or_missing_chunk_fails_naming_the_file(tmp_path):
@@ -91,3 +92,4 @@ def test_a_build_that_fails_after_spilling_removes_its_chunks(tmp_path, monkeypa
         build(BuildConfig(inputs=(_input(tmp_path),), output=str(tmp_path / "o"), num_shards=2))
     out = tmp_path / "o"
     assert not out.exists() or os.listdir(out) == []  # no chunks, partial shard or manifest
+    assert not any(".tpufeed-build-" in n for n in os.listdir(tmp_path))  # no staging folder

@@ -149,9 +149,9 @@ def test_checking_the_output_leaves_no_folder_behind_when_the_build_is_refused(t
 
 
 @pytest.mark.slow
-def test_a_disk_error_inside_the_pipeline_is_one_line_naming_the_path(tmp_path):
+def test_an_output_that_stops_being_a_folder_is_one_line_and_keeps_the_file(tmp_path):
     """The output checked writable at the start can stop being a folder mid-build: here a
-    transform replaces it by a file, so writing the shards fails inside Beam."""
+    transform replaces it by a file. The new dataset is not switched in over it."""
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 5)
     (tmp_path / "clobber.py").write_text(
@@ -176,11 +176,13 @@ def test_a_disk_error_inside_the_pipeline_is_one_line_naming_the_path(tmp_path):
         "-q",
         cwd=tmp_path,
     )
-    one_line_error(result, f"the build into ds failed at {tmp_path / 'ds'}/.tpufeed-tmp-")
-    assert (
-        ": Not a directory (in step WriteShards/SpillChunks); no manifest was written"
-        in result.stderr
+    one_line_error(
+        result,
+        f"--output {tmp_path / 'ds'} stopped being a folder during the build (it is a file "
+        "now); the new dataset was not published",
     )
+    assert (tmp_path / "ds").read_text() == "not a folder"
+    assert sorted(os.listdir(tmp_path)) == ["clobber.py", "ds", "in.jsonl"]
 
 
 @pytest.mark.parametrize(
@@ -248,10 +250,10 @@ def test_ctrl_c_during_a_build_prints_one_line_and_exits_130(tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.splitlines()[-1] == (
-        "tpufeed: interrupted: the build's half-written shards in ds "
-        "were removed; no new manifest was written"
+        "tpufeed: interrupted: the build was stopped: ds is as it was (the new dataset's "
+        "files were removed)"
     )
-    assert not (tmp_path / "ds").exists() or os.listdir(tmp_path / "ds") == []
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "slow.py", "started"]
 
 
 @pytest.mark.parametrize(

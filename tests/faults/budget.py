@@ -22,5 +22,9 @@ def examples(count: int) -> settings:
     return settings(
         max_examples=count * SCALE,
         deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.function_scoped_fixture,  # module-scoped data, read only
+        ],
     )

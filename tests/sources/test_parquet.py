@@ -301,7 +301,7 @@ def test_a_file_changed_after_opening_is_refused(tmp_path):
     path = write_files(tmp_path, files=1)[0]
     ds = tpufeed.Dataset.from_parquet(path)
     write_files(tmp_path, files=1, rows=ROWS + 1)
-    with pytest.raises(CorruptDataError, match="changed after it was opened"):
+    with pytest.raises(CorruptDataError, match="changed since it was first opened"):
         ds.source[0]
 
 

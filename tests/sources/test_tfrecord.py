@@ -329,10 +329,11 @@ def test_file_altered_after_index_is_caught_on_read(tmp_path):
         f.read(np.array([0, 5, 1]))
     assert e.value.record == 5 and e.value.path == path
     assert f.read([4, 6]) == [records[4], records[6]]
-    # Pickled before the change, read by a copy: the same check applies.
+    # Pickled before the change, read by a copy: the copy opens the file again and finds it
+    # rewritten since it was first opened, so it reads none of it.
     copy = pickle.loads(pickle.dumps(f))
-    with pytest.raises(CorruptDataError, match="record 5"):
-        copy.read([5])
+    with pytest.raises(CorruptDataError, match="changed since it was first opened"):
+        copy.read([4])
 
 
 def test_file_truncated_after_index_is_caught_on_read(tmp_path):
@@ -340,9 +341,15 @@ def test_file_truncated_after_index_is_caught_on_read(tmp_path):
     path = str(tmp_path / "d.tfrecord")
     write_tfrecords(path, records)
     f = TFRecordFile(path)
+    assert f.read([0]) == [records[0]]  # the handle is open now: it reads the cut file
     os.truncate(path, _record_start(records, 3) + 20)
     with pytest.raises(CorruptDataError, match="record 3 .* shorter"):
         f.read([3])
+    # A file cut before its first read is refused whole when opened.
+    again = TFRecordFile(path, pinned=TFRecordFile(path).pinned)
+    os.truncate(path, _record_start(records, 2))
+    with pytest.raises(CorruptDataError, match="truncated or rewritten"):
+        again.read([0])
 
 
 def test_index_out_of_range(tmp_path):

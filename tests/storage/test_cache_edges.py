@@ -380,3 +380,44 @@ def test_usage_counts_a_copy_being_evicted_once_though_both_folders_list_it(tmp_
     assert alone >= 10_000
     os.link(copy, os.path.join(cache.layout.evicted, "k.evicted-1-ab"))  # mid-rename, as listed
     assert cache.usage() == alone
+
+
+@pytest.mark.emulator
+def test_a_cache_bigger_than_its_tiny_disk_fails_naming_the_space_and_leaves_no_bad_copy(
+    gcs, bucket, upload, tmp_path, tmpfs_ok
+):
+    """8 shards of ~192 KiB, a 1 MiB tmpfs, cache_bytes of 1 GiB: the disk fills before the
+    limit. Decided (docs/faults.md): cache_bytes is trusted, not capped by the disk; the
+    error names the directory, the free space and the fix, and no copy is left half written."""
+    url, _ = upload_shards(upload, bucket, "tiny", 8, RECORDS)
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    out = run_on_tmpfs(
+        mount,
+        1024,
+        """
+        import os, sys
+        import tpufeed
+        from tpufeed.errors import SourceError
+        from tpufeed.storage.cache import ShardCache
+        from tpufeed.storage.gcs import list_objects
+        mount, url = sys.argv[1:]
+        cache_dir = os.path.join(mount, "c")
+        ds = tpufeed.Dataset.from_array_record(url, cache_dir=cache_dir, cache_bytes=1 << 30)
+        try:
+            print("read", len(list(ds.shuffle(seed=1, window=2))))
+        except SourceError as e:
+            print("raised", type(e).__name__, e)
+        cache = ShardCache(cache_dir, 1 << 30)
+        shards = os.listdir(os.path.join(cache_dir, "shards"))
+        print("parts", [n for n in shards if ".part-" in n])
+        for obj in list_objects(url):
+            if os.path.exists(cache.data_path(obj)):
+                assert cache.recheck(obj) is False, obj.url  # whole and sound
+        print("sound")
+        """,
+        url,
+    )
+    assert "sound" in out and "parts []" in out, out
+    assert f"no space left on the disk of the shard cache at {mount / 'c'}" in out, out
+    assert "bytes free there, cache_bytes is 1,073,741,824; free disk space, lower" in out, out

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests.gcs_emulator import upload_shards
 from tpufeed.errors import (
     InvalidArgumentError,
     MissingDependencyError,
@@ -125,7 +126,7 @@ def test_permanent_errors_fail_at_once_with_the_path(objects, gcs):
         read_range(obj, 0, 10, FAST)
     assert gcs.counters.only(bucket).requests == 1
     gcs.reset()
-    gone = GcsObject(bucket, "d/gone.bin", 10, 1, None)
+    gone = GcsObject(bucket, "d/gone.bin", 10, 0, None)  # no generation pinned
     missing = rf"gs://{bucket}/d/gone.bin: not found \(HTTP 404\)"
     with pytest.raises(SourceNotFoundError, match=missing):
         read_range(gone, 0, 10, FAST)
@@ -151,8 +152,8 @@ def test_transient_errors_give_up_after_the_attempts(objects, gcs, caplog):
 def test_retries_stop_at_the_deadline():
     calls = []
 
-    def flaky():
-        calls.append(1)
+    def flaky(timeout: float):
+        calls.append(timeout)
         raise ConnectionResetError("reset by peer")
 
     policy = RetryPolicy(attempts=1000, deadline_s=0.3, initial_backoff_s=0.05, max_backoff_s=0.1)
@@ -186,3 +187,73 @@ def test_bad_urls_are_refused():
         expand_paths("gs:///x")
     with pytest.raises(InvalidArgumentError, match="not a gs:// URL"):
         gcs_module.split_url("s3://b/x")
+
+
+def _generation(emulator, bucket: str, name: str) -> int:
+    return emulator.client().bucket(bucket).get_blob(name).generation
+
+
+@pytest.mark.parametrize(
+    "file_format, cache_bytes",
+    [("tfrecord", 0), ("array_record", None)],
+    ids=["ranged-reads", "a-download-into-the-cache"],
+)
+def test_an_object_replaced_while_it_is_read_is_named_with_both_generations(
+    gcs, emulator, bucket, upload, tmp_path, file_format, cache_bytes
+):
+    import tpufeed
+    from tests.gcs_emulator import shard_records
+    from tpufeed.errors import ObjectChangedError
+    from tpufeed.sources.array_record import write_array_records
+    from tpufeed.sources.tfrecord import write_tfrecords
+
+    write = write_tfrecords if file_format == "tfrecord" else write_array_records
+    open_ = (
+        tpufeed.Dataset.from_tfrecord
+        if file_format == "tfrecord"
+        else (tpufeed.Dataset.from_array_record)
+    )
+    path = tmp_path / f"one.{file_format}"
+    write(str(path), shard_records(0, 50))
+    url = upload(bucket, path.name, str(path))
+    old = _generation(emulator, bucket, path.name)
+    # ArrayRecord: counted from its footer by ranges, downloaded on the first read.
+    ds = open_(url, cache_dir=tmp_path / "c", cache_bytes=cache_bytes)
+    if cache_bytes == 0:
+        assert ds.source[3] == shard_records(0, 50)[3]  # read by ranges before the change
+    write(str(path), shard_records(1, 50))  # same size, other bytes
+    upload(bucket, path.name, str(path))
+    new = _generation(emulator, bucket, path.name)
+    with pytest.raises(ObjectChangedError) as raised:
+        ds.source[7]
+    assert f"{url} changed while it was read (generation {old}, now {new})" in str(raised.value)
+    assert "Open the dataset again" in str(raised.value)
+    emulator.client().bucket(bucket).blob(path.name).delete()
+    with pytest.raises(ObjectChangedError, match=f"{url} was deleted while it was read"):
+        ds.source[8]
+
+
+def test_a_copy_cached_before_the_object_changed_is_read_as_it_was(
+    gcs, emulator, bucket, upload, tmp_path
+):
+    """The cache holds the listed generation, checked: reading it on is exact, not an error."""
+    import tpufeed
+    from tests.gcs_emulator import shard_records
+
+    url, records = upload_shards(upload, bucket, "kept", 1, 50)
+    ds = tpufeed.Dataset.from_array_record(url, cache_dir=tmp_path / "c")
+    assert ds.source[0] == records[0]  # downloaded whole
+    upload(bucket, "kept/part-00000.array_record", b"other bytes")
+    assert [ds.source[i] for i in range(50)] == shard_records(0, 50)
+
+
+def test_reads_check_the_generation_the_server_says_it_served(objects, gcs, emulator):
+    from tpufeed.errors import ObjectChangedError
+
+    bucket, data = objects
+    obj = list_objects(f"gs://{bucket}/other.bin")[0]
+    assert read_range(obj, 0, 10, FAST) == data["other.bin"][:10]
+    # An object pinned at a generation the bucket never had: the proxy, like GCS, says 404.
+    stale = GcsObject(obj.bucket, obj.name, obj.size, obj.generation - 1, obj.crc32c)
+    with pytest.raises(ObjectChangedError, match=rf"generation {stale.generation}, now "):
+        read_range(stale, 0, 10, FAST)

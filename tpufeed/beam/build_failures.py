@@ -1,6 +1,6 @@
 """A build that stops, read as what happened: Ctrl-C is noted while the pipeline runs (Beam
-re-raises it as a RuntimeError), and a file that could not be read or written is one line
-naming it.
+re-raises it as a RuntimeError), a file that could not be read or written is one line naming
+it, and so is a worker process that died.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from tpufeed.errors import SourceError
+from tpufeed.errors import SourceError, WorkerError
 
-__all__ = ["disk_failure", "noting_interrupts", "os_error_in"]
+__all__ = ["disk_failure", "lost_worker", "noting_interrupts", "os_error_in"]
 
 
 @contextlib.contextmanager
@@ -59,7 +59,44 @@ def disk_failure(output: str, error: OSError, outer: str) -> SourceError:
     path = error.filename or output
     return SourceError(
         f"the build into {output} failed at {path}: {error.strerror or error}"
-        f"{where}; no manifest was written. Check that the disk is writable "
-        "and has room, and run it again",
+        f"{where}; {output} is as it was (the new dataset's files were removed). Check "
+        "that the disk is writable and has room, and run it again",
         path=str(path),
+    )
+
+
+# How Beam's in-process runner reports a worker process that ended in the middle of a bundle.
+_WORKER_EXIT = re.compile(r"Worker subprocess exited with return code (-?\d+)")
+_LOST_CHANNEL = (
+    "Channel closed prematurely",
+    "Socket closed",
+    "failed to connect to all addresses",
+)
+
+
+def lost_worker(error: BaseException, output: str) -> WorkerError | None:
+    """One line for a build whose worker process died (killed, or out of memory), or None if
+    `error` is something else. The runner does not retry the bundle, so the build fails."""
+    text, seen = "", error
+    for _ in range(8):  # the runner's error, its context, and theirs
+        text += f"\n{seen}"
+        nxt = seen.__cause__ or seen.__context__
+        if nxt is None:
+            break
+        seen = nxt
+    exited = _WORKER_EXIT.search(text)
+    if exited is None and not any(marker in text for marker in _LOST_CHANNEL):
+        return None
+    code = int(exited.group(1)) if exited else None
+    how = "ended" if code is None else f"exited with code {code}"
+    if code is not None and code > 128:
+        how += (
+            f" (killed by signal {code - 128}{', SIGKILL: out of memory?' if code == 137 else ''})"
+        )
+    elif code is not None and code < 0:
+        how = f"was killed by signal {-code}"
+    return WorkerError(
+        f"the build into {output} failed: a Beam worker process {how} in the middle of "
+        f"its work; {output} is as it was (the new dataset's files were removed). Run the "
+        "build again; if a worker keeps dying, give it more memory or use fewer --workers"
     )

@@ -36,14 +36,14 @@ from tpufeed.beam.block_plan import Block, BlockStart, file_starts, needs_count,
 from tpufeed.beam.block_reader import ReadBlock
 from tpufeed.beam.blocks import count_block
 from tpufeed.beam.build_config import BuildConfig
-from tpufeed.beam.build_failures import disk_failure, noting_interrupts, os_error_in
+from tpufeed.beam.build_failures import disk_failure, lost_worker, noting_interrupts, os_error_in
 from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
 from tpufeed.beam.inputs import expand_inputs
+from tpufeed.beam.publish import leftover_builds
 from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.beam.shard_size import check_shard_size, input_bytes, suggest_num_shards
 from tpufeed.beam.user_transforms import load_transform
 from tpufeed.errors import TpufeedError, plural
-from tpufeed.sources.manifest import MANIFEST_NAME
 from tpufeed.sources.record_formats import get_record_format
 
 __all__ = ["BuildConfig", "build"]
@@ -77,6 +77,7 @@ def _pipeline_parts(
         },
         info=info,
         summaries=read.summary,
+        switch=False,  # build() switches the datasets once it has checked the run's counts
     )
     read.chunks | "WriteShards" >> writer
     return writer
@@ -136,7 +137,10 @@ def _checked_counts(p: beam.Pipeline, max_bad: int, read: DoOutputsTuple) -> bea
 def build(config: BuildConfig) -> dict[str, Any]:
     """Runs the build and returns its summary (records in/out, skipped, shards, bytes, seconds).
 
-    Ctrl-C raises KeyboardInterrupt, with the half-written shards removed and no manifest written.
+    The dataset already in `config.output` stays whole until the new one is complete and its
+    counts are checked; then one switch replaces it (`tpufeed.beam.publish`). A build that
+    fails or is stopped (Ctrl-C raises KeyboardInterrupt) removes what it wrote and leaves the
+    output as it was.
     """
     start = time.monotonic()
     options = PipelineOptions(list(worker_args(config.workers, config.beam_args)))
@@ -144,15 +148,19 @@ def build(config: BuildConfig) -> dict[str, Any]:
     blocks, num_shards = _plan(config)
     pipeline = beam.Pipeline(runner=runner, options=options)
     writer = _pipeline_parts(pipeline, config, blocks, num_shards)
-    result = _run(pipeline, writer, config.output)
-    text = shard_files.read_text(shard_files.join(writer.output, MANIFEST_NAME))
-    if text is None:
-        raise TpufeedError(f"{config.output}: the pipeline finished but wrote no manifest")
-    manifest = json.loads(text)
-    check_counts(
-        result, manifest, writer.output, options.view_as(StandardOptions).runner or "FnApiRunner"
-    )
-    seconds = time.monotonic() - start
+    with noting_interrupts() as interrupted:
+        try:
+            result = _run(pipeline)
+            text, manifest = _staged(writer)
+            runner_name = options.view_as(StandardOptions).runner or "FnApiRunner"
+            check_counts(result, manifest, writer.output, runner_name)
+            writer.switch_in(text)
+        except BaseException as e:
+            writer.discard()
+            failure = _failure(e, interrupted.is_set(), config.output)
+            if failure is e:
+                raise
+            raise failure from None if isinstance(failure, KeyboardInterrupt) else e
     info = manifest["build"]
     return {
         "output": writer.output,
@@ -162,10 +170,19 @@ def build(config: BuildConfig) -> dict[str, Any]:
         "filtered": info["filtered"],
         "shards": len(manifest["shards"]),
         "bytes": sum(s["num_bytes"] for s in manifest["shards"]),
-        "seconds": seconds,
+        "seconds": time.monotonic() - start,
         "blocks": len(blocks),
         "workers": config.workers,
     }
+
+
+def _staged(writer: ShardChunks) -> tuple[str, dict[str, Any]]:
+    """The text and contents of the manifest the pipeline wrote beside the new shards."""
+    path = shard_files.staged_manifest(writer.output, writer.build_id)
+    text = shard_files.read_text(path)
+    if text is None:
+        raise TpufeedError(f"{writer.output}: the pipeline finished but wrote no manifest")
+    return text, json.loads(text)
 
 
 def _plan(config: BuildConfig) -> tuple[list[Block], int]:
@@ -181,6 +198,12 @@ def _plan(config: BuildConfig) -> tuple[list[Block], int]:
     shard_files.check_output(
         config.output, num_shards, config.file_format, overwrite=config.overwrite
     )
+    for folder in leftover_builds(config.output):
+        log.warning(
+            "%s holds what a killed build into %s left (not a dataset); delete it",
+            folder,
+            config.output,
+        )
     log.info(
         "building %s from %s into %s",
         config.output,
@@ -196,22 +219,22 @@ def _plan(config: BuildConfig) -> tuple[list[Block], int]:
     return blocks, num_shards
 
 
-def _run(pipeline: beam.Pipeline, writer: ShardChunks, output: str) -> PipelineResult:
-    """Runs the pipeline to its end. A failed run removes its half-written shards and raises
-    what happened: KeyboardInterrupt for Ctrl-C, one line naming the file for a disk error."""
-    with noting_interrupts() as interrupted:
-        try:
-            result = pipeline.run()
-            result.wait_until_finish()
-        except BaseException as e:
-            writer.remove_partial_files()
-            if interrupted.is_set():
-                raise KeyboardInterrupt(
-                    f"the build's half-written shards in {output} "
-                    "were removed; no new manifest was written"
-                ) from None
-            disk = os_error_in(e)
-            if disk is not None:
-                raise disk_failure(output, disk, str(e)) from e
-            raise
+def _run(pipeline: beam.Pipeline) -> PipelineResult:
+    result = pipeline.run()
+    result.wait_until_finish()
     return result
+
+
+def _failure(error: BaseException, interrupted: bool, output: str) -> BaseException:
+    """What a failed or stopped build raises, its files removed: KeyboardInterrupt for Ctrl-C,
+    one line naming the file for a disk error or the worker for a lost worker process."""
+    untouched = f"{output} is as it was (the new dataset's files were removed)"
+    if interrupted or isinstance(error, KeyboardInterrupt):
+        return KeyboardInterrupt(f"the build was stopped: {untouched}")
+    disk = os_error_in(error)
+    if disk is not None:
+        return disk_failure(output, disk, str(error))
+    lost = lost_worker(error, output)
+    if lost is not None:
+        return lost
+    return error

@@ -22,9 +22,7 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from tpufeed.beam import shard_files
 from tpufeed.errors import InvalidArgumentError, TpufeedError
-from tpufeed.sources.manifest import MANIFEST_NAME
 
 __all__ = ["COUNTERS", "check_counts", "in_process_runner", "runner_for", "worker_args"]
 
@@ -156,17 +154,16 @@ def check_counts(result: Any, manifest: dict[str, Any], output: str, runner: str
 
     A runner that loses elements between steps would otherwise leave a consistent-looking
     dataset with records missing; and one that reports no counters cannot be checked. Either
-    way the manifest is removed (the dataset does not open) and the build fails.
+    way the build fails before its dataset is switched in, so `output` keeps what it held.
     """
     totals = _counter_totals(result)
     missing = [name for name in COUNTERS if totals is None or name not in totals]
     if totals is None or missing:
-        shard_files.delete_paths([shard_files.join(output, MANIFEST_NAME)])
         raise TpufeedError(
             f"{output}: the runner {runner} reported no {' or '.join(missing)} counter, so "
-            "tpufeed cannot check that no record was lost or repeated; the manifest was "
-            "removed, so the dataset does not open. Build on a runner that reports metrics "
-            "(the local runner, Dataflow, Flink, Spark)"
+            "tpufeed cannot check that no record was lost or repeated; the new dataset was "
+            f"not published and {output} is as it was. Build on a runner that reports "
+            "metrics (the local runner, Dataflow, Flink, Spark)"
         )
     expected = {
         "records_in": manifest["build"]["records_in"],
@@ -175,11 +172,10 @@ def check_counts(result: Any, manifest: dict[str, Any], output: str, runner: str
     }
     wrong = {k: (totals[k], v) for k, v in expected.items() if totals[k] != v}
     if wrong:
-        shard_files.delete_paths([shard_files.join(output, MANIFEST_NAME)])
         details = ", ".join(
             f"{k}: steps counted {a}, the manifest has {b}" for k, (a, b) in wrong.items()
         )
         raise TpufeedError(
-            f"{output}: the runner lost or repeated records ({details}); the "
-            "manifest was removed, so the dataset does not open"
+            f"{output}: the runner lost or repeated records ({details}); the new "
+            f"dataset was not published and {output} is as it was"
         )

@@ -1,9 +1,11 @@
 """`WriteManifest`: the build's last step, which checks the written shards and writes
 `manifest.json`.
 
-Until this step the dataset folder holds no manifest, so a failed build leaves nothing that
-opens. It merges the shards' record summaries in the dataset's order, deletes the shards of a
-replaced dataset that the new one does not name, and writes the manifest last.
+Until this step the output holds what it held before: the new shards are in a staging folder
+(or, remotely, under names the old manifest does not use). It merges the shards' record
+summaries in the dataset's order, writes the new manifest beside them and, unless the caller
+switches the datasets itself after checking the run (`tpufeed build` does), switches them
+(`tpufeed.beam.publish`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import apache_beam as beam
 
 import tpufeed
 from tpufeed import codec
-from tpufeed.beam import shard_files
+from tpufeed.beam import publish, shard_files
 from tpufeed.beam.record_bytes import CODEC, RAW
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.errors import InvalidArgumentError, TpufeedError
@@ -27,14 +29,21 @@ __all__ = ["WriteManifest"]
 
 
 class WriteManifest(beam.DoFn):
-    """Merges the shard summaries, deletes the replaced dataset's other shards and writes
-    the manifest, last."""
+    """Merges the shard summaries and writes the manifest, last; with `switch`, then makes
+    the new dataset the output's (`tpufeed.beam.publish`)."""
 
     def __init__(
-        self, output: str, build_id: str, num_shards: int, build: dict[str, Any], upstream: bool
+        self,
+        output: str,
+        build_id: str,
+        num_shards: int,
+        build: dict[str, Any],
+        upstream: bool,
+        switch: bool = True,
     ):
         self._output, self._num_shards, self._build = output, num_shards, build
         self._build_id, self._upstream = build_id, upstream  # summaries from upstream, or shards
+        self._switch = switch
 
     def process(
         self,
@@ -50,7 +59,9 @@ class WriteManifest(beam.DoFn):
         manifest = self._manifest(shards, kinds == {RAW}, summary, infos)
         # The temporary folder: the chunks across shard boundaries (locally, the whole folder).
         shard_files.remove_partial(self._output, self._build_id)
-        shard_files.finalize(self._output, manifest, old)
+        text = shard_files.write_staged_manifest(self._output, self._build_id, manifest)
+        if self._switch:
+            publish.publish(self._output, self._build_id, text, old)
         yield manifest
 
     def _every_shard(self, shards: list[dict]) -> list[dict]:

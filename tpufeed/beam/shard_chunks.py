@@ -16,12 +16,11 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.pvalue import AsList, AsSingleton
 
-from tpufeed.beam import ranking, shard_files, spill
+from tpufeed.beam import publish, ranking, shard_files, spill
 from tpufeed.beam.manifest_writer import WriteManifest
 from tpufeed.beam.shard_writer import WriteShard
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.sources.formats import get_format
-from tpufeed.sources.manifest import MANIFEST_NAME
 from tpufeed.sources.record_formats import get_record_format
 
 __all__ = ["ShardChunks"]
@@ -78,11 +77,9 @@ def _drop_chunks(shard: dict[str, Any]) -> dict[str, Any]:
 
 
 def _old_shards(_: Any, output: str) -> Iterator[list[str]]:
-    """Removes the manifest of a dataset being replaced, before any shard is written, and
-    gives the names of its shards (those the new one does not name are deleted last)."""
-    names = shard_files.old_shard_names(output)
-    shard_files.delete_paths([shard_files.join(output, MANIFEST_NAME)])
-    yield names
+    """The shard names of the dataset being replaced: a remote build writes none of them, and
+    the switch deletes those the new dataset does not name (`tpufeed.beam.publish`)."""
+    yield shard_files.old_shard_names(output)
 
 
 def _block_ranks(spilled: beam.PCollection) -> beam.PCollection:
@@ -102,7 +99,11 @@ class ShardChunks(beam.PTransform):
     entry, and the manifest waits for it: a step that fails there (too many bad records)
     fails the job before the manifest is written. `summaries`, (block, RecordSummary JSON)
     of the codec records, spare the shard writers from decoding every record to summarize it
-    (ignored for another record format, whose writer decodes to re-encode anyway)."""
+    (ignored for another record format, whose writer decodes to re-encode anyway).
+
+    The dataset in `output` stays whole until the new one is complete; then its last step
+    switches them (`tpufeed.beam.publish`), or with `switch=False` leaves that to the caller
+    (`switch_in`, after checking the run; `discard` after a failure)."""
 
     def __init__(
         self,
@@ -116,6 +117,7 @@ class ShardChunks(beam.PTransform):
         build: dict[str, Any] | None = None,
         info: beam.PCollection | None = None,
         summaries: beam.PCollection | None = None,
+        switch: bool = True,
     ):
         super().__init__()
         _check_args(output, num_shards, file_format, prefix)
@@ -134,15 +136,30 @@ class ShardChunks(beam.PTransform):
         }
         self._info = info
         self._summaries = summaries if record_format == "codec" else None
+        self._switch = switch
         self.build_id = uuid.uuid4().hex[:12]
 
     @property
     def output(self) -> str:
         return self._output
 
-    def remove_partial_files(self) -> None:
-        """Removes the local shard files this build left half-written (after a failure)."""
-        shard_files.remove_partial(self._output, self.build_id)
+    def discard(self) -> None:
+        """Removes every file this build made (after a failure): the output is as it was."""
+        names = [
+            shard_files.shard_name(self._prefix, i, self._num_shards, self._format)
+            for i in range(self._num_shards)
+        ]
+        folder = shard_files.shard_dir(
+            self._output, self.build_id, names, shard_files.old_shard_names(self._output)
+        )
+        publish.discard(self._output, self.build_id, [folder + n for n in names])
+
+    def switch_in(self, text: str) -> None:
+        """Makes the dataset this build staged (manifest `text`) the output's, for a caller that
+        passed `switch=False` and checked the run first."""
+        publish.publish(
+            self._output, self.build_id, text, shard_files.old_shard_names(self._output)
+        )
 
     def expand(self, chunks: beam.PCollection) -> beam.PCollection:
         p = chunks.pipeline
@@ -162,7 +179,7 @@ class ShardChunks(beam.PTransform):
     def _written_shards(
         self, spans: beam.PCollection, ranks: beam.PCollection, old: beam.PCollection
     ) -> beam.PCollection:
-        """Writes each shard from its spans once the old manifest is gone: the shards' entries."""
+        """Writes each shard from its spans: the shards' entries."""
         p = spans.pipeline
         ids = p | "ShardIds" >> beam.Create([(i, None) for i in range(self._num_shards)])
         writer = WriteShard(
@@ -190,7 +207,12 @@ class ShardChunks(beam.PTransform):
             self._summaries if self._summaries is not None else p | "NoSummaries" >> beam.Create([])
         )
         finalize = WriteManifest(
-            self._output, self.build_id, self._num_shards, self._build, self._summaries is not None
+            self._output,
+            self.build_id,
+            self._num_shards,
+            self._build,
+            self._summaries is not None,
+            self._switch,
         )
         return (
             p

@@ -1,15 +1,19 @@
 """Shard files of a build: each written in place by its writer, the manifest last.
 
-Each format's writer comes from `tpufeed.sources.formats`. Local outputs use `os`: a shard is
-written in a temporary folder inside the output folder and renamed into it (atomic, no copy);
-`gs://` and other remote outputs go through Beam's `FileSystems` (a shard is written to a
-local temporary file first, because the ArrayRecord writer needs a local path, then uploaded
-under its final name; object uploads are atomic, so no remote rename is needed).
+Each format's writer comes from `tpufeed.sources.formats`. The dataset already in the output
+stays whole until the new one is complete (`tpufeed.beam.publish` switches them):
 
-Order: remove the old manifest before any shard is written (so the folder never pairs an old
-manifest with new shards), write the shards in parallel, then delete shards of the old
-manifest that the new one does not name and write the new manifest. Every step is safe to
-repeat, so a retried step (a runner may retry a failed bundle) completes the job.
+- a local output is built in a staging folder beside it (`.NAME.tpufeed-build-ID`, on the same
+  disk): each shard is written in its temporary folder and renamed into it (atomic, no copy),
+  then the manifest; the staging folder then takes the output's place in one rename;
+- `gs://` and other remote outputs go through Beam's `FileSystems`: a shard is written to a
+  local temporary file first (the ArrayRecord writer needs a local path), then uploaded under
+  its final name (object uploads are atomic). Names the old manifest uses are never written:
+  the shards then go to a folder of their own in the output (`build-ID/`), and the manifest,
+  written last, is the switch.
+
+Every step is safe to repeat, so a retried step (a runner may retry a failed bundle) completes
+the job.
 """
 
 from __future__ import annotations
@@ -30,17 +34,21 @@ __all__ = [
     "check_output",
     "delete_paths",
     "exists",
-    "finalize",
     "is_remote",
     "join",
     "manifest_text",
     "old_shard_names",
     "read_text",
     "remove_partial",
+    "shard_dir",
     "shard_name",
+    "staged_manifest",
+    "staging_root",
     "temp_dir",
     "write_shard_file",
     "write_shard_in_place",
+    "write_staged_manifest",
+    "write_text",
 ]
 
 log = logging.getLogger("tpufeed.build")
@@ -61,15 +69,42 @@ def shard_name(prefix: str, index: int, num_shards: int, file_format: str) -> st
     return f"{prefix}-{index:05d}-of-{num_shards:05d}{get_format(file_format).extension}"
 
 
+def staging_root(output: str, build_id: str) -> str:
+    """Where build `build_id` puts the dataset it makes: locally a folder beside the output
+    (its real path: a symlinked output is replaced where it points), remotely the output."""
+    if is_remote(output):
+        return output.rstrip("/")
+    real = os.path.realpath(output)
+    parent, name = os.path.split(real)
+    return os.path.join(parent, f".{name}.tpufeed-build-{build_id}")
+
+
+def staged_manifest(output: str, build_id: str) -> str:
+    """Where build `build_id` writes its manifest before the switch (`tpufeed.beam.publish`)."""
+    if is_remote(output):
+        return join(output, f".tpufeed-manifest-{build_id}.json")
+    return join(staging_root(output, build_id), MANIFEST_NAME)
+
+
 def temp_dir(output: str, build_id: str) -> str:
-    """The folder in `output` where build `build_id` spills its chunks (`tpufeed.beam.spill`)
-    and, locally, writes shards before renaming them."""
-    return join(output, f".tpufeed-tmp-{build_id}")
+    """The folder where build `build_id` spills its chunks (`tpufeed.beam.spill`) and, locally,
+    writes shards before renaming them into the staging folder."""
+    return join(staging_root(output, build_id), f".tpufeed-tmp-{build_id}")
+
+
+def shard_dir(output: str, build_id: str, names: Iterable[str], old_names: Iterable[str]) -> str:
+    """The folder, in the output, of the new shards `names` ('' or 'build-ID/'): a remote
+    output's shards are written under their final names, so they go to a folder of their own
+    when the dataset being replaced uses any of those names."""
+    if not is_remote(output) or not set(names) & set(old_names):
+        return ""
+    return f"build-{build_id}/"
 
 
 def remove_partial(output: str, build_id: str) -> None:
     """Removes what build `build_id` left in its temporary folder: half-written local shards
-    and spilled chunks (after the build, or after a failure)."""
+    and spilled chunks (after the build, or after a failure; `tpufeed.beam.publish.discard`
+    removes the whole new dataset)."""
     folder = temp_dir(output, build_id)
     if not is_remote(output):
         delete_paths([folder])
@@ -100,6 +135,8 @@ def check_output(
         _check_not_replacing(output, num_shards, file_format, prefix)
     if not is_remote(output):  # a remote probe would cost requests, and may need a bucket role
         _check_writable(output)
+        _check_replaceable(output)
+        _check_writable(os.path.dirname(os.path.realpath(output)), beside=output)
 
 
 def _check_not_replacing(output: str, num_shards: int, file_format: str, prefix: str) -> None:
@@ -120,10 +157,23 @@ def _check_not_replacing(output: str, num_shards: int, file_format: str, prefix:
             )
 
 
-def _check_writable(output: str) -> None:
+def _check_replaceable(output: str) -> None:
+    """A local output is replaced by renaming a folder beside it over it: a mount point
+    cannot be, so it is refused before any work."""
+    real = os.path.realpath(output)
+    if os.path.isdir(real) and os.path.ismount(real):
+        raise InvalidArgumentError(
+            f"--output {output} is a mount point: the build writes the new dataset into a "
+            "folder beside the output and then renames it into its place, which a mount "
+            "point cannot take; name a folder inside it"
+        )
+
+
+def _check_writable(output: str, beside: str | None = None) -> None:
     """Makes the local folder `output` and writes a file in it, then removes what it made:
     a folder that cannot be made or written (read-only disk, /proc) is refused before the
-    pipeline runs, not met by its last step."""
+    pipeline runs, not met by its last step. `beside`: `output` is the folder where the
+    dataset `beside` is staged."""
     path = os.path.abspath(output)
     made = []  # the missing folders, deepest first, removed again below
     while not os.path.lexists(path) and os.path.dirname(path) != path:
@@ -138,9 +188,11 @@ def _check_writable(output: str) -> None:
         os.remove(probe)
     except OSError as e:
         where = f" ({e.filename})" if e.filename and e.filename != output else ""
+        what = f"--output {output}" if beside is None else f"--output {beside}: its folder {output}"
+        staged = "" if beside is None else " (the new dataset is written there, then renamed)"
         raise InvalidArgumentError(
-            f"--output {output} cannot be {step}: {e.strerror or e}"
-            f"{where}; name a folder on a writable disk"
+            f"{what} cannot be {step}: {e.strerror or e}{where}{staged}; name a folder on a "
+            "writable disk"
         ) from e
     finally:
         for folder in made:
@@ -181,9 +233,10 @@ def write_shard_in_place(
     file_format: str,
     options: str | None,
 ) -> tuple[int, int, str]:
-    """Writes shard `name` into `output`: locally under a temporary name then renamed in the
-    same folder, remotely uploaded under its name. Returns (records, bytes, CRC32C hex)."""
-    final = join(output, name)
+    """Writes shard `name` (a path in the dataset) of build `build_id`: locally under a
+    temporary name then renamed into the staging folder, remotely uploaded under its name in
+    `output`. Returns (records, bytes, CRC32C hex)."""
+    final = join(staging_root(output, build_id), name)
     if is_remote(output):
         return write_shard_file(final, records, file_format, options)
     partial = join(temp_dir(output, build_id), name)  # same filesystem: the rename is atomic
@@ -230,7 +283,7 @@ def read_text(path: str) -> str | None:
         return f.read().decode("utf-8")
 
 
-def _write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
     data = text.encode("utf-8")
     if is_remote(path):
         from apache_beam.io.filesystems import FileSystems
@@ -257,7 +310,7 @@ def manifest_text(manifest: dict[str, Any]) -> str:
 
 
 def old_shard_names(output: str) -> list[str]:
-    """Shard names of a manifest already in `output` that are plain names in the folder."""
+    """Shard paths of a manifest already in `output` that lie inside it (plain relative paths)."""
     try:
         text = read_text(join(output, MANIFEST_NAME))
         old = json.loads(text) if text else {}
@@ -268,28 +321,26 @@ def old_shard_names(output: str) -> list[str]:
         n
         for n in names
         if isinstance(n, str)
-        and n
-        and "/" not in n
         and "\\" not in n
-        and n not in (".", "..", MANIFEST_NAME)
+        and n != MANIFEST_NAME
+        and all(part not in ("", ".", "..") for part in n.split("/"))
     ]
 
 
-def finalize(output: str, manifest: dict[str, Any], old_names: Iterable[str] = ()) -> None:
-    """Deletes the shards of a replaced dataset (`old_names`) that `manifest` does not name,
-    then writes the manifest: the one file that makes the folder a dataset."""
-    names = [shard["path"] for shard in manifest["shards"]]
-    manifest_path = join(output, MANIFEST_NAME)
+def write_staged_manifest(output: str, build_id: str, manifest: dict[str, Any]) -> str:
+    """Writes the manifest of build `build_id` where `tpufeed.beam.publish` switches it in
+    from; returns its text. Locally the shard paths are checked to stay in the folder."""
+    text = manifest_text(manifest)
+    path = staged_manifest(output, build_id)
     if not is_remote(output):
-        os.makedirs(output, exist_ok=True)
-        for name in names:  # names are ours, but a folder may hold symlinks: check anyway
-            safe_shard_path(output, name, manifest_path)
-    stale = [n for n in old_names if n not in names]
-    delete_paths([join(output, n) for n in stale])
-    _write_text(manifest_path, manifest_text(manifest))
-    log.info(
-        "manifest %s: %s, %s",
-        manifest_path,
-        plural(len(names), "shard"),
-        plural(manifest["num_records"], "record"),
-    )
+        root = staging_root(output, build_id)
+        if not os.path.isdir(root):
+            raise SourceError(
+                f"{output}: the staging folder {root} of this build is gone; the dataset "
+                "was published by an earlier try of this step, or removed",
+                path=root,
+            )
+        for shard in manifest["shards"]:  # names are ours, but check anyway
+            safe_shard_path(root, shard["path"], path)
+    write_text(path, text)
+    return text

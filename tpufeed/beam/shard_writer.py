@@ -2,7 +2,8 @@
 
 A shard's spans arrive grouped by its index; the writer reads them in rank order, one chunk at
 a time (see `spill`), stores each record in the record format, writes the file under its final
-name (see `shard_files.write_shard_in_place`) and yields the shard's manifest entry and summary.
+name in the new dataset (see `shard_files.write_shard_in_place`: never a file of the dataset
+being replaced) and yields the shard's manifest entry and summary.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class WriteShard(beam.DoFn):
     def setup(self) -> None:
         self._written = 0
         self._start: float | None = None
+        self._dir: str | None = None  # the shards' folder, from the first shard's side input
 
     def _stored(
         self, spans: list[tuple[int, str, int, int, int]], summary: RecordSummary, kinds: set[int]
@@ -73,14 +75,16 @@ class WriteShard(beam.DoFn):
                 yield data
 
     def process(
-        self, element: tuple[int, dict[str, list]], ranks: dict[str, Any], _cleared: list[str]
+        self, element: tuple[int, dict[str, list]], ranks: dict[str, Any], old_names: list[str]
     ) -> Iterator[dict[str, Any]]:
         index, groups = element
         if self._start is None:
             self._start = time.monotonic()
         expected = ranking.shard_sizes(ranks["total"], self._num_shards)[index]
         summary, kinds = RecordSummary(), set[int]()
-        name = shard_files.shard_name(self._prefix, index, self._num_shards, self._format)
+        name = self._folder(old_names) + shard_files.shard_name(
+            self._prefix, index, self._num_shards, self._format
+        )
         spans = sorted(groups["records"], key=lambda span: span[0])
         count, size, crc = shard_files.write_shard_in_place(
             self._output,
@@ -102,6 +106,16 @@ class WriteShard(beam.DoFn):
             "summary": summary.to_json(),
             "whole_chunks": [path for _, path, n, start, stop in spans if start == 0 and stop == n],
         }
+
+    def _folder(self, old_names: list[str]) -> str:
+        """The shards' folder in the dataset: the same for every shard of the build."""
+        if self._dir is None:
+            names = [
+                shard_files.shard_name(self._prefix, i, self._num_shards, self._format)
+                for i in range(self._num_shards)
+            ]
+            self._dir = shard_files.shard_dir(self._output, self._build_id, names, old_names)
+        return self._dir
 
     def _check_count(self, name: str, count: int, expected: int) -> None:
         """A shard holds exactly its rank range: anything else is records lost or repeated."""

@@ -9,7 +9,11 @@ delivered, after a `flat_map`), `layers` (what stops out of lockstep left, each 
 ([position, outputs delivered] pairs this host finishes first), and the state of stream stages
 that hold elements between items (`pack`: the segments waiting in its rows, named by epoch
 position). A mixture writes `mix`: each component's cursor and the count taken from each.
-Version 1 states (before those existed) still load.
+A pipeline that reads files writes `shards` in every state: [a digest of each file's name, size
+and version (modification time, GCS checksum or generation, manifest CRC32C), the newest
+modification time], so a state is refused where its files changed (`check_shards`), unless
+accepted knowingly (`accept_changed_shards`). Version 1 states (before those existed), and
+version 2 states without `shards`, still load.
 
 Reading is done once, where a state enters (tpufeed.run.resume): `load_state`, `check_header`,
 then `cursor_from_state` or `mix_cursor_from_state`; each stage reads its own part.
@@ -20,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from tpufeed.errors import StateError
 from tpufeed.order.cursor import Cursor, Layer, MixCursor
@@ -28,6 +32,18 @@ from tpufeed.order.cursor import Cursor, Layer, MixCursor
 STATE_VERSION = 2
 _READABLE = (1, 2)
 _CURSOR_KEYS = ("epoch", "base", "hosts", "host", "consumed")
+SHARDS_KEY = "shards"
+
+
+class ShardStamp(NamedTuple):
+    """What a state remembers of one file: its name, size, a version that changes with its
+    contents (a local file's mtime_ns, a gs:// object's CRC32C or generation, a manifest's
+    CRC32C), and when it was last written (ns since the epoch; 0 where unknown)."""
+
+    name: str
+    size: int
+    version: int
+    written_ns: int
 
 
 class StageState(Protocol):
@@ -42,15 +58,78 @@ def fingerprint(description: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def shards_seen(stamps: Sequence[ShardStamp]) -> list[Any] | None:
+    """A state's record of the files it was taken on: [16 hex digits of a digest of every
+    stamp, the newest `written_ns`]; None for a source without files."""
+    if not stamps:
+        return None
+    # By file name, not path: a dataset moved or copied elsewhere (times kept) is the same.
+    text = "\n".join(f"{s.name.rsplit('/', 1)[-1]}\t{s.size}\t{s.version}" for s in stamps)
+    return [hashlib.sha256(text.encode()).hexdigest()[:16], max(s.written_ns for s in stamps)]
+
+
+def check_shards(state: Mapping[str, Any], stamps: Sequence[ShardStamp]) -> None:
+    """Raises StateError, naming the changed files where it can, unless the files the state
+    was taken on (its `shards`) are `stamps`. A state without that record (older, or
+    accepted with `accept_changed_shards`) is not checked."""
+    saved = state.get(SHARDS_KEY)
+    if saved is None:
+        return
+    if not (
+        isinstance(saved, list)
+        and len(saved) == 2
+        and isinstance(saved[0], str)
+        and isinstance(saved[1], int)
+        and not isinstance(saved[1], bool)
+    ):
+        raise StateError(
+            f"iterator state field 'shards' must be [digest, newest write time], got {saved!r}"
+        )
+    now = shards_seen(stamps)
+    if now is None or now[0] == saved[0]:
+        return
+    newer = [s.name for s in stamps if s.written_ns > saved[1]]
+    which = (
+        f"{', '.join(newer[:5])}{' and others' if len(newer) > 5 else ''} "
+        "(written after every file the state was taken on)"
+        if newer
+        else f"one of its {len(stamps)} files (a size, checksum or time differs)"
+    )
+    raise StateError(
+        f"iterator state was taken on other contents of this dataset's files: {which} "
+        "changed since, so resuming would continue into records the state never counted. "
+        "Restore the files, or resume into the changed files knowingly with "
+        "ds.iterator(tpufeed.accept_changed_shards(state))"
+    )
+
+
+def accept_changed_shards(state: Any) -> Any:
+    """`state` (one state, JSON text, or a list of every host's) made to resume even where the
+    files it was taken on have changed since: its `shards` record is cleared.
+
+    >>> accept_changed_shards({"version": 2, "shards": ["0123456789abcdef", 0]})["shards"]
+    """
+    if isinstance(state, (list, tuple)):
+        return [accept_changed_shards(one) for one in state]
+    state = load_state(state)
+    return {**state, SHARDS_KEY: None} if SHARDS_KEY in state else dict(state)
+
+
 def state_to_dict(
-    cursor: Cursor, fingerprint_: str, stages: Mapping[str, StageState] | None = None
+    cursor: Cursor,
+    fingerprint_: str,
+    stages: Mapping[str, StageState] | None = None,
+    shards: list[Any] | None = None,
 ) -> dict[str, Any]:
-    """The state of a cursor, and of the stream stages that hold elements (`stages`, by key)."""
+    """The state of a cursor, and of the stream stages that hold elements (`stages`, by key);
+    `shards`: what `shards_seen` says of the files (None: the source has none)."""
     state: dict[str, Any] = {
         "version": STATE_VERSION,
         "fingerprint": fingerprint_,
         **cursor_fields(cursor),
     }
+    if shards is not None:
+        state[SHARDS_KEY] = shards
     if stages:
         state.update({key: value.to_dict() for key, value in stages.items()})
     return state
@@ -61,9 +140,10 @@ def mix_state_to_dict(
     fingerprint_: str,
     components: Sequence[str],
     stages: Mapping[str, StageState] | None = None,
+    shards: list[Any] | None = None,
 ) -> dict[str, Any]:
     """The state of a mixture: each component's cursor (with the fingerprint of the component
-    it belongs to) and the schedule's counts."""
+    it belongs to), the schedule's counts, and `shards` as `state_to_dict` writes it."""
     state: dict[str, Any] = {
         "version": STATE_VERSION,
         "fingerprint": fingerprint_,
@@ -75,6 +155,8 @@ def mix_state_to_dict(
             ],
         },
     }
+    if shards is not None:
+        state[SHARDS_KEY] = shards
     if stages:
         state.update({key: value.to_dict() for key, value in stages.items()})
     return state

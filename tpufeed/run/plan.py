@@ -11,6 +11,7 @@ check the settings a plan takes (shuffle, epochs, skipped errors) with the `chec
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,10 +24,12 @@ from tpufeed.ops.registry import Stage, split
 from tpufeed.order.cursor import Cursor, MixCursor, epoch_start, mixture_start
 from tpufeed.order.permutation import Shuffle
 from tpufeed.order.state import (
+    ShardStamp,
     StageState,
     cursor_from_state,
     mix_cursor_from_state,
     mix_state_to_dict,
+    shards_seen,
     state_to_dict,
 )
 from tpufeed.order.state import fingerprint as fingerprint_of
@@ -91,6 +94,10 @@ class StreamPlan(Protocol):
     @property
     def records_per_epoch(self) -> int: ...
 
+    @property
+    def shard_stamps(self) -> tuple[ShardStamp, ...]:
+        """The files read, as a state remembers them (`tpufeed.order.state.check_shards`)."""
+
     def start(self) -> Any:
         """The position before the first item."""
 
@@ -123,6 +130,7 @@ class Plan:
     pack: Pack | None = None
     pieces_only: bool = False  # a mixture's component: stacks pieces, never finishes batches
     piece_size: int | None = None  # a mixture's component: units per chunk
+    shard_stamps: tuple[ShardStamp, ...] = ()  # the source's files when the plan was made
 
     record_key = 1  # ints that name a record in a state: its epoch position
 
@@ -174,8 +182,13 @@ class Plan:
     def start(self) -> Cursor:
         return epoch_start(0, self.hosts, self.host)
 
+    @functools.cached_property
+    def shards(self) -> list[Any] | None:
+        """What every state of this plan says of its files (`shards_seen`), worked out once."""
+        return shards_seen(self.shard_stamps)
+
     def state_of(self, position: Cursor, stages: Stages | None) -> dict[str, Any]:
-        return state_to_dict(position, self.fingerprint, stages)
+        return state_to_dict(position, self.fingerprint, stages, self.shards)
 
     def position_from(self, state: dict[str, Any]) -> Cursor:
         return cursor_from_state(state)
@@ -216,12 +229,22 @@ class MixPlan:
     def start(self) -> MixCursor:
         return mixture_start(tuple(component.start() for component in self.components))
 
+    @property
+    def shard_stamps(self) -> tuple[ShardStamp, ...]:
+        return tuple(stamp for component in self.components for stamp in component.shard_stamps)
+
+    @functools.cached_property
+    def shards(self) -> list[Any] | None:
+        """What every state of this mixture says of its components' files, worked out once."""
+        return shards_seen(self.shard_stamps)
+
     def state_of(self, position: MixCursor, stages: Stages | None) -> dict[str, Any]:
         return mix_state_to_dict(
             position,
             self.fingerprint,
             [component.fingerprint for component in self.components],
             stages,
+            self.shards,
         )
 
     def position_from(self, state: dict[str, Any]) -> MixCursor:
@@ -286,6 +309,7 @@ def pipeline_plan(
         fingerprint=pipeline_fingerprint(source, seed, window, stages),
         max_errors=max_errors,
         pack=pack,
+        shard_stamps=source.shard_stamps(),
     )
 
 

@@ -3,7 +3,7 @@
 `state` is None (the start), one host's state, or the list of every host's states at one step
 of a run. It is read once, here (`read`), into `Saved` objects: the position (a cursor, or a
 mixture's) and what the stream stage held, each part read by its owner (tpufeed.order.state
-for positions, the stage for its own part). `resume` then works on those alone: the cursor
+for positions and for the files the state was taken on, the stage for its own part). `resume` then works on those alone: the cursor
 arithmetic is tpufeed.order.elastic's, and the stream stage gets its share.
 """
 
@@ -18,7 +18,7 @@ from tpufeed.ops.pack_state import SavedPack, resume_pack
 from tpufeed.ops.registry import read_stage_state, state_key
 from tpufeed.order.cursor import check_in_range
 from tpufeed.order.elastic import resume_all, resume_mixture, resume_one
-from tpufeed.order.state import check_header, load_state
+from tpufeed.order.state import check_header, check_shards, load_state
 from tpufeed.run.plan import MixPlan, Plan, StreamPlan
 
 
@@ -57,6 +57,7 @@ def read(plan: StreamPlan, state: Any) -> Saved | list[Saved]:
 def _read_one(plan: StreamPlan, state: Any) -> Saved:
     state = load_state(state)
     check_header(state, plan.fingerprint)
+    check_shards(state, plan.shard_stamps)
     position = plan.position_from(state)
     key = state_key(plan.pack, plan.batch)
     stages = {key: read_stage_state(key, state[key], plan.record_key + 2)} if key in state else {}

@@ -36,7 +36,7 @@ class ArrayRecordSource(ShardedSource[ArrayRecordFile]):
 
     def __init__(self, paths: PathsLike, cache: ShardCache | None = None):
         files = []
-        for item in resolve_paths(paths):
+        for item in resolve_paths(paths, cache.retry if cache else None):
             if isinstance(item, GcsObject):
                 cache = cache or ShardCache()
                 if cache.max_bytes == 0:

@@ -5,6 +5,11 @@ A file's structure is checked before array_record's reader is trusted with it
 A `gs://` file is read from its copy in the shard cache (`tpufeed.storage.cache`), fetched when
 first needed or ahead of time; its record count comes from its footer alone, fetched by byte
 ranges (`tpufeed.sources.array_record_count`) and remembered in the cache.
+
+A local file is pinned when first opened (`tpufeed.storage.local.FileIdentity`): every later
+open (after pickling, in a worker, in the reader process, after a failed read) must find that
+file, unchanged, under the path, or raises `CorruptDataError`. The reader opens the descriptor
+that was checked (`/proc/self/fd/N` on Linux), so no swap between check and open gets through.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from tpufeed.sources.array_record_structure import (
 )
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import is_gcs_url
-from tpufeed.storage.local import open_regular
+from tpufeed.storage.local import FileIdentity, open_regular, path_of_descriptor
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["ArrayRecordFile"]
@@ -60,13 +65,21 @@ class ArrayRecordFile:
 
     A gs:// `path` is read through `remote` (default: the default shard cache): each read holds
     the cached copy in place, and a reader whose copy was evicted or replaced is reopened.
+    A local file is the one `pinned` names (default: the one found on first open); a path that
+    names another file later, or a changed one, raises `CorruptDataError` when reopened.
     """
 
-    def __init__(self, path: str | os.PathLike, remote: RemoteFile | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        remote: RemoteFile | None = None,
+        pinned: FileIdentity | None = None,
+    ):
         self.path = os.fspath(path)
         if remote is None and is_gcs_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
+        self.pinned = pinned if remote is None else None  # cached copies are checked by the cache
         self._num_records: int | None = None
         self._reader: ArrayRecordReader | None = None
         self._opened: CopyHold | None = None  # on the cached copy the reader has open
@@ -238,12 +251,18 @@ class ArrayRecordFile:
                     self._opened.close()  # an evicted copy's disk is free now
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self.path, "num_records": self._num_records, "remote": self.remote}
+        return {
+            "path": self.path,
+            "num_records": self._num_records,
+            "remote": self.remote,
+            "pinned": self.pinned,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]
         self._num_records = state["num_records"]
         self.remote = state.get("remote")
+        self.pinned = state.get("pinned")
         self._reader = None
         self._opened = None
         self._per_record_reads = False
@@ -289,23 +308,18 @@ class ArrayRecordFile:
         """
         local = self.path if self.remote is None else self.remote.local_path()
         try:
-            with os.fdopen(open_regular(local, self.path), "rb") as f:
+            with os.fdopen(open_regular(local, self.path, self.pinned), "rb") as f:
                 st = os.fstat(f.fileno())
                 size = st.st_size
                 head = f.read(len(RIEGELI_SIGNATURE))
+                problem = structure_problem(size, head)
+                if problem is not None:
+                    raise CorruptDataError(f"{self.path}: {problem}", path=self.path)
+                reader = self._reader_of(local, f.fileno())
         except FileNotFoundError:
             raise SourceNotFoundError(f"no such file: {self.path}", path=self.path) from None
         except OSError as e:
             raise SourceError(f"{self.path}: cannot open: {e}", path=self.path) from e
-        problem = structure_problem(size, head)
-        if problem is not None:
-            raise CorruptDataError(f"{self.path}: {problem}", path=self.path)
-        try:
-            reader = ArrayRecordReader(local, READER_OPTIONS)
-        except Exception as e:
-            raise CorruptDataError(
-                f"{self.path}: array_record cannot open it: {e}", path=self.path
-            ) from e
         num_records = reader.num_records()
         if not reader.ok():
             raise CorruptDataError(
@@ -323,12 +337,24 @@ class ArrayRecordFile:
             )
         self._num_records = num_records
         self._identity = (local, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+        if self.remote is None and self.pinned is None:
+            self.pinned = FileIdentity.of(st)
         self._per_record_reads = (
             group_size(reader.writer_options_string()) == 1
             and num_records < 2**31  # read(begin, end) takes int32
             and size < _PER_RECORD_READ_MAX_BYTES * max(num_records, 1)
         )
         return reader
+
+    def _reader_of(self, local: str, fd: int) -> ArrayRecordReader:
+        """array_record's reader of the file open as `fd` (checked: so not reopened by name,
+        where Linux allows), `local` the path it was opened by."""
+        try:
+            return ArrayRecordReader(path_of_descriptor(fd, local), READER_OPTIONS)
+        except Exception as e:
+            raise CorruptDataError(
+                f"{self.path}: array_record cannot open it: {e}", path=self.path
+            ) from e
 
     def _find_bad_record(self, keys: list[int], batch_error: Exception) -> CorruptDataError:
         """Re-reads a failed batch one record at a time to name the record that fails."""

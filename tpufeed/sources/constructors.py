@@ -50,11 +50,17 @@ class SourceConstructors(abc.ABC):
         paths: PathsLike,
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
+        timeout_s: float | None = None,
     ) -> Self:
         """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or
         gs://. gs:// shards go through the local shard cache (`cache_dir`, default
-        $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space)."""
-        return cls._over(opening.array_record(paths, cache_dir, cache_bytes))
+        $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space).
+
+        `timeout_s` bounds every GCS call of the source, here and in later reads: a listing, a
+        metadata read, a byte range, a part of a download, retries included (default 120 s,
+        each request waiting at most 60 s for an answer). A server that does not answer raises
+        `SourceError` naming the object and the bound (docs/faults.md)."""
+        return cls._over(opening.array_record(paths, cache_dir, cache_bytes, timeout_s))
 
     @classmethod
     def from_tfrecord(
@@ -63,10 +69,12 @@ class SourceConstructors(abc.ABC):
         index_dir: str | os.PathLike | None = None,
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
+        timeout_s: float | None = None,
     ) -> Self:
         """Records (bytes) of TFRecord files, randomly accessible through an offset index;
-        gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs."""
-        return cls._over(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes))
+        gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs.
+        `timeout_s` bounds each GCS call, as in `from_array_record`."""
+        return cls._over(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes, timeout_s))
 
     @classmethod
     def from_parquet(
@@ -76,14 +84,18 @@ class SourceConstructors(abc.ABC):
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
         decoded_bytes: int = 256 << 20,
+        timeout_s: float | None = None,
     ) -> Self:
         """Rows of Parquet files (a path, a glob or a list, local or gs:// through the shard
         cache) as dicts of `columns` (default all): numpy scalars and arrays, `str`, None for
         null (`tpufeed.sources._arrow_rows`). Each row group is decoded once and kept among
         `decoded_bytes` of decoded row groups per process; shuffled reads cost a decode per
         row group visit, so prefer small row groups or `shuffle(seed, window=K)`
-        (`tpufeed.sources.parquet`)."""
-        return cls._over(opening.parquet(paths, columns, cache_dir, cache_bytes, decoded_bytes))
+        (`tpufeed.sources.parquet`). `timeout_s` bounds each GCS call, as in
+        `from_array_record`."""
+        return cls._over(
+            opening.parquet(paths, columns, cache_dir, cache_bytes, decoded_bytes, timeout_s)
+        )
 
     @classmethod
     def from_huggingface(cls, dataset: Any, columns: Sequence[str] | None = None) -> Self:
@@ -103,13 +115,15 @@ class SourceConstructors(abc.ABC):
         verify: bool = False,
         cache_dir: str | os.PathLike | None = None,
         cache_bytes: int | None = None,
+        timeout_s: float | None = None,
     ) -> Self:
         """A dataset built by `tpufeed build` / `tpufeed.beam.WriteShards`: a folder or its
         manifest.json, local or gs://. Shard sizes, CRC32C and counts are checked on a shard's
         first read, or all at once with `verify=True` (gs:// shards by their object metadata,
         downloading nothing); elements are the decoded records. gs:// shards go through the
-        shard cache, as in `from_array_record` (`cache_dir`, `cache_bytes`; unused locally).
+        shard cache, as in `from_array_record` (`cache_dir`, `cache_bytes`, and `timeout_s`
+        bounding each GCS call; unused locally).
 
-        >>> ds = Dataset.open("gs://bucket/train", cache_dir="/mnt/ssd/tpufeed")  # doctest: +SKIP
+        >>> ds = Dataset.open("gs://bucket/train", timeout_s=30)  # doctest: +SKIP
         """
-        return cls._over(opening.built_dataset(path, verify, cache_dir, cache_bytes))
+        return cls._over(opening.built_dataset(path, verify, cache_dir, cache_bytes, timeout_s))

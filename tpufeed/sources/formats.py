@@ -54,7 +54,9 @@ class FileFormat:
     (ArrayRecord's footer); otherwise counting reads the whole file. `record_framing`: bytes
     every record takes besides its data (a manifest's count must fit the shard's size).
     `needs_local_copy`: its reader opens local files only, so gs:// files need the shard
-    cache (ranged reads will not do)."""
+    cache (ranged reads will not do). `checks_records`: its reader checks each record's bytes
+    (ArrayRecord's per-chunk hashes, TFRecord's per-record CRC32C) and names a damaged one,
+    so a shard with damaged bytes loses only those records (`VerifiedShard`)."""
 
     name: str
     title: str
@@ -67,6 +69,7 @@ class FileFormat:
     counts_from_index: bool = True
     record_framing: int | None = None
     needs_local_copy: bool = False  # its reader opens local files: gs:// ones need the cache
+    checks_records: bool = False  # its reader finds a damaged record (chunk) by its checksum
 
     def __post_init__(self) -> None:
         if not self.extensions or not all(
@@ -96,9 +99,10 @@ class FileFormat:
         )
         return any(stem.endswith(ext) for ext in self.extensions)
 
-    def open_file(self, path: str, remote: Any = None) -> Any:
-        """One file of this format, read by record index (`remote`: its gs:// object)."""
-        return _load(self.file_reader)(path, remote=remote)
+    def open_file(self, path: str, remote: Any = None, pinned: Any = None) -> Any:
+        """One file of this format, read by record index (`remote`: its gs:// object; `pinned`:
+        the `FileIdentity` a local file must have, from when it was first opened)."""
+        return _load(self.file_reader)(path, remote=remote, pinned=pinned)
 
     def open_source(self, paths: Any) -> Any:
         """The records of `paths` (paths or globs, local or gs://) as one source."""
@@ -145,6 +149,7 @@ FORMATS: dict[str, FileFormat] = {
             writer_options=True,
             counts_from_index=True,
             needs_local_copy=True,
+            checks_records=True,
         ),
         FileFormat(
             name="tfrecord",
@@ -156,6 +161,7 @@ FORMATS: dict[str, FileFormat] = {
             writer="tpufeed.sources.tfrecord_format:write_tfrecords",
             counts_from_index=False,
             record_framing=16,
+            checks_records=True,
         ),
         # Read only (rows come as dicts, not bytes): never a shard format of a built dataset.
         FileFormat(

@@ -63,7 +63,7 @@ from tpufeed.storage.gcs import (
     split_url,
     stat_object,
 )
-from tpufeed.storage.local import check_regular, open_regular
+from tpufeed.storage.local import FileIdentity, check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy
 
@@ -235,13 +235,15 @@ def _refuse_aliases(
     shards: Sequence[VerifiedShard], entries: list[dict[str, Any]], manifest_path: str
 ) -> None:
     """Raises if two entries name one local file (through a symlink or a hard link), or one
-    names something other than a regular file."""
+    names something other than a regular file; pins each shard to the file found (every later
+    open must find that file, unchanged)."""
     seen: dict[tuple[int, int], int] = {}
     for i, shard in enumerate(shards):
         try:
             st = check_regular(shard.path)  # a FIFO or a device: refused now, never read
         except SourceNotFoundError:
             continue  # a missing shard is reported when it is read
+        shard.pinned = FileIdentity.of(st)
         j = seen.setdefault((st.st_dev, st.st_ino), i)
         if j != i:
             raise CorruptDataError(

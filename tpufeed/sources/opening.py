@@ -3,8 +3,9 @@
 One function a constructor: `from_array_record` opens `array_record(...)`, `Dataset.open` a
 `built_dataset(...)`, and so on. A format's module (and what it imports: pyarrow, the GCS
 client) loads only when a source of that format is opened, so `import tpufeed` stays light.
-`cache_dir` and `cache_bytes` ask for a shard cache (`tpufeed.storage.settings`); without
-them, a source with gs:// files makes the default one.
+`cache_dir`, `cache_bytes` and `timeout_s` ask for a shard cache (`tpufeed.storage.settings`);
+without them, a source with gs:// files makes the default one. `timeout_s` bounds each GCS call
+of the source (listing, metadata, ranges, downloads), retries included.
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ def sequence(items: Sequence[Any]) -> SourceView:
 
 
 def array_record(
-    paths: PathsLike, cache_dir: str | os.PathLike | None, cache_bytes: int | None
+    paths: PathsLike,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+    timeout_s: float | None = None,
 ) -> SourceView:
     """ArrayRecord files (a path, a glob or a list, local or gs://)."""
     from tpufeed.sources.array_record import ArrayRecordSource
 
-    return SourceView(ArrayRecordSource(paths, cache=cache_for(cache_dir, cache_bytes)))
+    return SourceView(ArrayRecordSource(paths, cache=cache_for(cache_dir, cache_bytes, timeout_s)))
 
 
 def tfrecord(
@@ -54,13 +58,13 @@ def tfrecord(
     index_dir: str | os.PathLike | None,
     cache_dir: str | os.PathLike | None,
     cache_bytes: int | None,
+    timeout_s: float | None = None,
 ) -> SourceView:
     """TFRecord files, read by an offset index kept in `index_dir`."""
     from tpufeed.sources.tfrecord import TFRecordSource
 
-    return SourceView(
-        TFRecordSource(paths, index_dir=index_dir, cache=cache_for(cache_dir, cache_bytes))
-    )
+    cache = cache_for(cache_dir, cache_bytes, timeout_s)
+    return SourceView(TFRecordSource(paths, index_dir=index_dir, cache=cache))
 
 
 def parquet(
@@ -69,13 +73,13 @@ def parquet(
     cache_dir: str | os.PathLike | None,
     cache_bytes: int | None,
     decoded_bytes: int,
+    timeout_s: float | None = None,
 ) -> SourceView:
     """The rows of Parquet files, `decoded_bytes` of decoded row groups kept per process."""
     from tpufeed.sources.parquet import ParquetSource
 
-    return SourceView(
-        ParquetSource(paths, columns, cache_for(cache_dir, cache_bytes), decoded_bytes)
-    )
+    cache = cache_for(cache_dir, cache_bytes, timeout_s)
+    return SourceView(ParquetSource(paths, columns, cache, decoded_bytes))
 
 
 def huggingface(dataset: Any, columns: Sequence[str] | None) -> SourceView:
@@ -90,8 +94,10 @@ def built_dataset(
     verify: bool,
     cache_dir: str | os.PathLike | None,
     cache_bytes: int | None,
+    timeout_s: float | None = None,
 ) -> SourceView:
     """A dataset built by `tpufeed build`: a folder or its manifest.json, local or gs://."""
     from tpufeed.sources.manifest import ManifestSource
 
-    return SourceView(ManifestSource(path, verify=verify, cache=cache_for(cache_dir, cache_bytes)))
+    cache = cache_for(cache_dir, cache_bytes, timeout_s)
+    return SourceView(ManifestSource(path, verify=verify, cache=cache))

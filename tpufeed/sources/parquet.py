@@ -27,7 +27,6 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -43,8 +42,15 @@ from tpufeed.errors import (
 from tpufeed.sources.sharded import ShardedSource, checked_indices
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
-from tpufeed.storage.local import PathsLike, check_regular, resolve_paths
+from tpufeed.storage.local import (
+    FileIdentity,
+    PathsLike,
+    open_regular,
+    path_of_descriptor,
+    resolve_paths,
+)
 from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.threads import map_in_threads
 
 try:
     import pyarrow as pa
@@ -91,12 +97,13 @@ class ParquetFile:
         columns: Sequence[str] | None = None,
         remote: RemoteFile | None = None,
         decoded: DecodedRowGroups | None = None,
+        pinned: FileIdentity | None = None,
     ):
         self.path = os.fspath(path)
         if remote is None and is_gcs_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
-        self._stamp: tuple[int, int] | None = None  # a local file's (size, mtime) when opened
+        self.pinned = pinned  # a local file's identity when first opened
         self.metadata = self._read_metadata()
         self.schema = self.metadata.schema.to_arrow_schema()
         names = list(self.schema.names)
@@ -120,9 +127,9 @@ class ParquetFile:
     def _read_metadata(self) -> Any:
         try:
             if self.remote is None:
-                st = check_regular(self.path)
-                self._stamp = (st.st_size, st.st_mtime_ns)
-                return pq.read_metadata(self.path)
+                with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb") as f:
+                    self.pinned = FileIdentity.of(os.fstat(f.fileno()))
+                    return pq.read_metadata(path_of_descriptor(f.fileno(), self.path))
             if self.remote.cache.contains(self.remote.obj):
                 with self.remote.pinned() as local:
                     return pq.read_metadata(local)
@@ -180,8 +187,8 @@ class ParquetFile:
         where = f"{self.path} row {row} (row group {g}, rows {first}-{end - 1})"
         try:
             if self.remote is None:
-                self._check_unchanged(where)
-                return self._read_group(self.path, g)
+                with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb") as f:
+                    return self._read_group(path_of_descriptor(f.fileno(), self.path), g)
             if not self.remote.cached:
                 return self._read_group(RangedFile(self.remote), g)
             try:
@@ -213,16 +220,6 @@ class ParquetFile:
             return reader.read_row_group(g, columns=self.columns, use_threads=False)
         finally:
             reader.close()
-
-    def _check_unchanged(self, where: str) -> None:
-        st = check_regular(self.path)
-        if self._stamp is not None and (st.st_size, st.st_mtime_ns) != self._stamp:
-            raise CorruptDataError(
-                f"{where}: the file changed after it was opened (size "
-                f"{self._stamp[0]:,} -> {st.st_size:,} bytes, or its mtime); "
-                "open the dataset again",
-                path=self.path,
-            )
 
     def _rows(self, table: Any, row: int) -> list[dict[str, Any]]:
         try:
@@ -319,7 +316,7 @@ class ParquetSource(ShardedSource[ParquetFile]):
         ):
             raise InvalidArgumentError(f"decoded_bytes must be an int >= 0, got {decoded_bytes!r}")
         wanted = check_columns(columns)
-        items = resolve_paths(paths)
+        items = resolve_paths(paths, cache.retry if cache else None)
         if any(isinstance(item, GcsObject) for item in items):
             cache = cache or ShardCache()
         decoded = DecodedRowGroups(decoded_bytes)
@@ -334,8 +331,7 @@ class ParquetSource(ShardedSource[ParquetFile]):
         if cache is None or len(items) == 1:
             files = [make(item) for item in items]
         else:  # footers of gs:// files are ranged GETs: fetch several at once
-            with ThreadPoolExecutor(min(_OPEN_THREADS, len(items))) as pool:
-                files = list(pool.map(make, items))
+            files = map_in_threads(make, items, _OPEN_THREADS)
         for other in files[1:]:
             _same_schema(files[0], other)
         self.columns = list(files[0].columns)

@@ -6,18 +6,21 @@ Files on gs:// (those with a `remote` attribute) are counted in parallel, and th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, RecordIndexError
+from tpufeed.order.state import ShardStamp
 from tpufeed.sources._after_fork import forget_in_children
+from tpufeed.storage.local import FileIdentity, check_regular
 from tpufeed.storage.readahead import ReadAhead
 from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.threads import map_in_threads
 
 
 class RecordFile(Protocol):
@@ -57,10 +60,7 @@ _COUNT_THREADS = 16
 
 def count_records(files: Sequence[RecordFile], parallel: bool) -> list[int]:
     """`len` of every file; in threads when counting means network round trips."""
-    if not parallel or len(files) == 1:
-        return [len(f) for f in files]
-    with ThreadPoolExecutor(min(_COUNT_THREADS, len(files))) as pool:
-        return list(pool.map(len, files))
+    return map_in_threads(len, files, _COUNT_THREADS if parallel else 1)
 
 
 class ShardedSource(Generic[F]):
@@ -188,9 +188,11 @@ class ShardedSource(Generic[F]):
         path, local = self.locate(index)
         return f"{path} record {local} (global record {index})"
 
-    def fingerprint(self) -> str:
-        import os
+    def shard_stamps(self) -> list[ShardStamp]:
+        """Each file's name, size and version, as a state remembers them (`file_stamp`)."""
+        return [file_stamp(f) for f in self.files]
 
+    def fingerprint(self) -> str:
         shards = ",".join(f"{os.path.basename(f.path)}:{len(f)}" for f in self.files)
         return f"{type(self).__name__}[{shards}]"
 
@@ -233,6 +235,23 @@ class ShardedSource(Generic[F]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({len(self.files)} files, {len(self)} records)"
+
+
+def file_stamp(f: RecordFile) -> ShardStamp:
+    """What a state remembers of file `f`: the manifest's size and CRC32C for a shard of a
+    built dataset; a gs:// object's size and CRC32C (its generation where GCS has no
+    checksum); a local file's size and modification time, as pinned when first opened."""
+    crc32c = getattr(f, "crc32c", None)
+    if isinstance(crc32c, str):  # a manifest's entry: the same on every copy of the dataset
+        return ShardStamp(f.path, int(getattr(f, "num_bytes", 0)), int(crc32c, 16), 0)
+    if f.remote is not None:
+        obj = f.remote.obj
+        version = obj.crc32c if obj.crc32c is not None else obj.generation
+        return ShardStamp(f.path, obj.size, version, obj.generation * 1000)  # us -> ns
+    pinned = getattr(f, "pinned", None)
+    if pinned is None:
+        pinned = FileIdentity.of(check_regular(f.path))
+    return ShardStamp(f.path, pinned.size, pinned.mtime_ns, pinned.mtime_ns)
 
 
 def checked_indices(

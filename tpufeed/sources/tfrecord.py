@@ -26,7 +26,6 @@ import hashlib
 import os
 import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO
 
 import numpy as np
@@ -49,8 +48,9 @@ from tpufeed.sources.tfrecord_format import (
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
-from tpufeed.storage.local import PathsLike, open_regular, resolve_paths
+from tpufeed.storage.local import FileIdentity, PathsLike, open_regular, resolve_paths
 from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.threads import map_in_threads
 from tpufeed.storage.transfers import coalesce
 
 __all__ = ["TFRecordFile", "TFRecordSource", "default_index_dir", "write_tfrecords"]
@@ -125,7 +125,9 @@ class TFRecordFile:
     """One TFRecord file read by local record index, each record's CRC checked on read.
 
     Picklable: the file handle is dropped and reopened on first read, the index travels along.
-    A gs:// `path` is read through `remote` (default: the default shard cache).
+    A gs:// `path` is read through `remote` (default: the default shard cache). A local file is
+    the one `pinned` names (default: the one indexed): a reopen that finds another file under the
+    path, or a changed one, raises `CorruptDataError`.
     """
 
     def __init__(
@@ -133,8 +135,10 @@ class TFRecordFile:
         path: str | os.PathLike,
         index_dir: str | os.PathLike | None = None,
         remote: RemoteFile | None = None,
+        pinned: FileIdentity | None = None,
     ):
         self.path = os.fspath(path)
+        self.pinned = pinned if remote is None else None
         self.index_dir = None if index_dir is None else os.fspath(index_dir)
         if remote is None and is_gcs_url(self.path):
             remote = RemoteFile.open(self.path)
@@ -156,8 +160,9 @@ class TFRecordFile:
         return [self.path + INDEX_SUFFIX, os.path.join(default_index_dir(), name)]
 
     def _load_or_build_index(self) -> tuple[str | None, np.ndarray, np.ndarray]:
-        with os.fdopen(open_regular(self.path), "rb", buffering=0) as f:
+        with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
+            self.pinned = FileIdentity.of(st)
             candidates = self._index_candidates()
             for index_path in candidates:
                 found = _load_index(index_path, st.st_size, st.st_mtime_ns)
@@ -222,7 +227,8 @@ class TFRecordFile:
     def _fd(self) -> int:
         with self._lock:
             if self._file is None:
-                self._file = os.fdopen(open_regular(self.path), "rb", buffering=0)
+                fd = open_regular(self.path, pinned=self.pinned)
+                self._file = os.fdopen(fd, "rb", buffering=0)
             return self._file.fileno()
 
     def read(self, indices: np.ndarray) -> list[bytes]:
@@ -379,7 +385,7 @@ class TFRecordSource(ShardedSource[TFRecordFile]):
         # Files hold no handle until their first read, so a failure here leaks nothing.
         items = [
             p
-            for p in resolve_paths(paths)
+            for p in resolve_paths(paths, cache.retry if cache else None)
             if INDEX_SUFFIX not in os.path.basename(p.name if isinstance(p, GcsObject) else p)
         ]
         if any(isinstance(p, GcsObject) for p in items):
@@ -395,6 +401,5 @@ class TFRecordSource(ShardedSource[TFRecordFile]):
         if cache is None or len(items) == 1:
             files = [make(item) for item in items]
         else:  # indexing a gs:// file the first time reads it whole: do several at once
-            with ThreadPoolExecutor(min(_INDEX_THREADS, len(items))) as pool:
-                files = list(pool.map(make, items))
+            files = map_in_threads(make, items, _INDEX_THREADS)
         super().__init__(files)

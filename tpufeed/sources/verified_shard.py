@@ -5,11 +5,26 @@ object metadata (GCS keeps every object's size and CRC32C, and the shard cache c
 download against them), so checking it downloads nothing; its reads then go through the shard
 cache like any gs:// file. Either way the record count is compared when the shard is opened:
 on its first read, or when `verify()` is called.
+
+A local shard is pinned when the dataset is opened (`pinned`, a `FileIdentity`): the check, and
+every reader opened later (in workers too), must find that very file, unchanged, under its path.
+A symlink, hard link or rename swapped in, a truncation or a rewrite raises `CorruptDataError`.
+
+A shard whose CRC32C differs from the manifest's is refused by `verify()`. On a read, a format
+that checks its records itself (`FileFormat.checks_records`: ArrayRecord's chunk hashes,
+TFRecord's record CRCs) is read through once to tell damage from a replaced file: if some
+record fails its own check, the shard is damaged there, and only the records of the damaged
+chunks fail (each named, each one bad record for `ignore_errors`); if every record checks out,
+the file is not the one the manifest describes (or its damage lies outside the records), and
+the whole shard is refused. That read costs one pass over the shard, on this path only. A
+shard refused as damaged or replaced is remembered, so skipping its records does not read it
+again for each one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -22,12 +37,14 @@ from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.formats import FileFormat, get_format
 from tpufeed.storage import cache_layout
-from tpufeed.storage.local import check_regular
+from tpufeed.storage.local import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["VerifiedShard", "file_crc32c"]
 
 _CRC_CHUNK = 8 << 20
+_SCAN_RECORDS = 1024  # records read at a time when a shard whose CRC32C differs is read through
+log = logging.getLogger("tpufeed")
 
 
 def file_crc32c(path: str) -> tuple[int, str]:
@@ -56,20 +73,29 @@ class VerifiedShard:
 
     `len()` is the manifest's count and opens nothing; the first `read` (or `verify`) checks the
     file, then opens the reader. `remote` is the gs:// object (None for a local file), which is
-    what `ShardedSource` fetches ahead. Picklable: a copy remembers whether it was verified.
+    what `ShardedSource` fetches ahead. A local shard is the file `pinned` names (default: the
+    one first checked). Picklable: a copy remembers whether it was verified, and its pin.
     """
 
     def __init__(
-        self, path: str, entry: dict[str, Any], file_format: str, remote: RemoteFile | None = None
+        self,
+        path: str,
+        entry: dict[str, Any],
+        file_format: str,
+        remote: RemoteFile | None = None,
+        pinned: FileIdentity | None = None,
     ):
         self.path = path
         self.remote = remote
+        self.pinned = pinned
         self.num_records: int = entry["num_records"]
         self.num_bytes: int = entry["num_bytes"]
         self.crc32c: str = entry["crc32c"]
         self.file_format = file_format
         self._format: FileFormat = get_format(file_format, "the manifest's file_format")
         self.verified = False
+        self.damaged: int | None = None  # the first damaged record, once a read found one
+        self._refused: CorruptDataError | None = None  # why reads of this shard fail
         self._file: Any = None  # the format's reader of this file, once opened
         self._lock = threading.Lock()
         forget_in_children(self)
@@ -91,14 +117,18 @@ class VerifiedShard:
             self.verify()
 
     def _verify_locked(self) -> None:
-        if self.verified:
-            return
+        mismatch = None if self.verified else self._checksum_mismatch()
+        if mismatch is not None:
+            raise mismatch
+        self.verified = True
+
+    def _checksum_mismatch(self) -> CorruptDataError | None:
+        """Checks the size (raising) and returns the error for a CRC32C that differs."""
         if self.remote is not None:
             size, crc = _object_crc32c(self.remote)
         else:
-            try:
-                check_regular(self.path)  # a FIFO or a device would block the read below
-                size, crc = file_crc32c(self.path)
+            try:  # a FIFO or a device is refused without blocking on it
+                size, crc = self._local_crc32c()
             except SourceNotFoundError:
                 raise SourceNotFoundError(
                     f"{self.path}: shard named in the manifest is missing", path=self.path
@@ -116,31 +146,90 @@ class VerifiedShard:
                 path=self.path,
             )
         if crc != self.crc32c:
-            raise CorruptDataError(
+            return CorruptDataError(
                 f"{self.path}: CRC32C is {crc}, the manifest says "
                 f"{self.crc32c}: the shard is corrupted or was replaced",
                 path=self.path,
             )
-        self.verified = True
+        return None
+
+    def _local_crc32c(self) -> tuple[int, str]:
+        """(size, CRC32C) of the local shard, read through one descriptor of the pinned file
+        (pinned now if it was not yet)."""
+        with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            crc = 0
+            while chunk := f.read(_CRC_CHUNK):
+                crc = google_crc32c.extend(crc, chunk)
+        self.pinned = FileIdentity.of(st)
+        return st.st_size, f"{crc:08x}"
 
     def _open(self) -> Any:
         with self._lock:
             if self._file is None:
-                self._verify_locked()
-                opened = self._format.open_file(self.path, self.remote)
-                count = len(opened)
-                if count != self.num_records:
-                    opened.close()
-                    raise CorruptDataError(
-                        f"{self.path}: shard holds {count} records, the "
-                        f"manifest says {self.num_records}",
-                        path=self.path,
-                    )
-                self._file = opened
+                if self._refused is not None:
+                    raise self._refused
+                try:
+                    self._file = self._open_checked()
+                except CorruptDataError as e:
+                    self._refused = e  # the file's bytes do not change by reading them again
+                    raise
             return self._file
 
+    def _open_checked(self) -> Any:
+        mismatch = None if self.verified else self._checksum_mismatch()
+        if mismatch is not None and not self._format.checks_records:
+            raise mismatch
+        opened = self._format.open_file(self.path, self.remote, pinned=self.pinned)
+        count = len(opened)
+        if count != self.num_records:
+            opened.close()
+            raise CorruptDataError(
+                f"{self.path}: shard holds {count} records, the manifest says {self.num_records}",
+                path=self.path,
+            )
+        if mismatch is None:
+            self.verified = True
+        else:
+            self._find_damage(opened, mismatch)
+        return opened
+
+    def _find_damage(self, opened: Any, mismatch: CorruptDataError) -> None:
+        """Reads a shard whose CRC32C differs through, for a record that fails the format's own
+        check; raises `mismatch` (a replaced file) if none does."""
+        for start in range(0, self.num_records, _SCAN_RECORDS):
+            try:
+                opened.read(np.arange(start, min(start + _SCAN_RECORDS, self.num_records)))
+            except CorruptDataError as e:
+                if e.record is None:
+                    opened.close()
+                    raise
+                self.damaged = e.record
+                log.warning(
+                    "%s is damaged (its CRC32C differs from the manifest's); the records of its "
+                    "damaged chunks cannot be read, the first is record %d",
+                    self.path,
+                    e.record,
+                )
+                return
+        opened.close()
+        raise CorruptDataError(
+            f"{mismatch}: every record passes the format's own checks, so the file is not "
+            "the one the manifest describes; build the dataset again or restore the shard",
+            path=self.path,
+        )
+
     def read(self, indices: np.ndarray) -> list[bytes]:
-        return (self._file if self._file is not None else self._open()).read(indices)
+        if self._file is not None:
+            return self._file.read(indices)
+        try:
+            opened = self._open()
+        except CorruptDataError as e:  # the whole shard is unreadable: name the record asked for
+            first = int(np.asarray(indices).reshape(-1)[0]) if len(indices) else None
+            raise CorruptDataError(
+                f"{self.path} record {first} cannot be read: {e}", path=self.path, record=first
+            ) from e
+        return opened.read(indices)
 
     @contextlib.contextmanager
     def leased_record_reader(self) -> Iterator[Callable[[int], bytes] | None]:

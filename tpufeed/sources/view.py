@@ -2,8 +2,9 @@
 
 A source is any object with `__len__` and `__getitem__(int)` (the Grain protocol). Optional:
 `__getitems__(indices)` for batched reads, `locate(index) -> (path, local index)`,
-`fingerprint()` and `will_read(indices)` (the records the plan needs next, in order, for
-read-ahead); the view supplies fallbacks for what is missing.
+`fingerprint()`, `will_read(indices)` (the records the plan needs next, in order, for
+read-ahead) and `shard_stamps()` (what a state remembers of its files); the view supplies
+fallbacks for what is missing.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, SourceError, TpufeedError
+from tpufeed.order.state import ShardStamp
 
 
 class SourceView:
@@ -68,6 +70,11 @@ class SourceView:
 
     def path_of(self, record: int) -> str | None:
         return self._locate(record)[0] if self._locate is not None else None
+
+    def shard_stamps(self) -> tuple[ShardStamp, ...]:
+        """What a state remembers of each file of the source (none for a source without)."""
+        stamps = getattr(self.source, "shard_stamps", None)
+        return tuple(stamps()) if callable(stamps) else ()
 
     def fingerprint(self) -> str:
         fingerprint = getattr(self.source, "fingerprint", None)

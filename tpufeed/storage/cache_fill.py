@@ -52,6 +52,7 @@ class CacheFiller:
             if self.keep_if_sound(obj, key):
                 return "cached"
             files.remove(self.layout.record(key))  # a record without its copy
+            self._remove_abandoned_parts(key)
             part = self.space.reserve(obj, key, victims, wait)
             if part is None:
                 return None
@@ -66,6 +67,20 @@ class CacheFiller:
             return "fetched"
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _remove_abandoned_parts(self, key: str) -> None:
+        """Deletes this entry's part files: with its lock held exclusively here, they can only
+        be a killed downloader's. The space scan cannot tell (it sees this lock taken), and
+        would count them against the limit for as long as this download runs."""
+        prefix = f"{key}.part-"
+        try:
+            names = os.listdir(self.layout.shards)
+        except FileNotFoundError:
+            return
+        for name in names:
+            if name.startswith(prefix):
+                log.info("%s: removing %s, a download its killed process left", key, name)
+                files.remove(os.path.join(self.layout.shards, name))
 
     def keep_if_sound(self, obj: GcsObject, key: str) -> bool:
         """Under the exclusive lock: True if a sound copy is there; a damaged one is removed."""

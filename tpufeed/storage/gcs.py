@@ -2,8 +2,11 @@
 
 Credentials are Application Default Credentials, or anonymous when `STORAGE_EMULATOR_HOST` is
 set (the client then talks to that emulator). Every call retries transient failures
-(`tpufeed.storage.retry`). Reads name an object *generation*, so a file replaced in the bucket
-while a job runs fails loudly instead of mixing two versions.
+(`tpufeed.storage.retry`). Reads name an object *generation*, the one listed when the source
+was opened, so an object replaced or deleted in the bucket while a job runs raises
+`ObjectChangedError` naming both generations instead of mixing two versions: GCS answers a read
+of a generation that is gone with 404 (412 for a failed precondition), and a server that serves
+another generation says so in `x-goog-generation`.
 
 >>> [o.url for o in list_objects("gs://bucket/train-*.array_record")]  # doctest: +SKIP
 ['gs://bucket/train-00000.array_record', 'gs://bucket/train-00001.array_record']
@@ -21,11 +24,12 @@ from typing import Any
 
 from tpufeed.errors import (
     InvalidArgumentError,
+    ObjectChangedError,
     SourceError,
     SourceNotFoundError,
     missing_dependency,
 )
-from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry
+from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry, status_of
 
 __all__ = ["GcsObject", "fetch_into", "is_gcs_url", "list_objects", "list_prefix", "read_range"]
 
@@ -136,7 +140,10 @@ def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[Gcs
     matcher = re.compile(_glob_regex(name))
     recursive = "/" in name[len(prefix) :] or "**" in name
     listed = call_with_retry(
-        lambda: _list(bucket, prefix, recursive), pattern, "listing objects", policy
+        lambda timeout: _list(bucket, prefix, recursive, timeout),
+        pattern,
+        "listing objects",
+        policy,
     )
     found = sorted((o for o in listed if matcher.fullmatch(o.name)), key=lambda o: o.name)
     if not found:
@@ -151,7 +158,7 @@ def list_prefix(url: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[GcsObjec
     """
     bucket, prefix = split_url(url)
     listed = call_with_retry(
-        lambda: _list(bucket, prefix, recursive=True), url, "listing objects", policy
+        lambda timeout: _list(bucket, prefix, True, timeout), url, "listing objects", policy
     )
     return sorted(listed, key=lambda o: o.name)
 
@@ -161,10 +168,10 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
     if name.endswith("/"):
         raise InvalidArgumentError(f"{url} is a folder; pass objects or a glob such as '{url}*'")
 
-    def get() -> GcsObject:
+    def get(timeout: float) -> GcsObject:
         from google.api_core.exceptions import NotFound
 
-        blob = client().bucket(bucket).get_blob(name, retry=None, timeout=policy.timeout_s)
+        blob = client().bucket(bucket).get_blob(name, retry=None, timeout=timeout)
         if blob is None:
             raise NotFound(f"no such object: {url}")
         return _object(blob)
@@ -172,9 +179,9 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
     return call_with_retry(get, url, "reading object metadata", policy)
 
 
-def _list(bucket: str, prefix: str, recursive: bool) -> list[GcsObject]:
+def _list(bucket: str, prefix: str, recursive: bool, timeout: float) -> list[GcsObject]:
     blobs = client().list_blobs(
-        bucket, prefix=prefix, delimiter=None if recursive else "/", retry=None
+        bucket, prefix=prefix, delimiter=None if recursive else "/", retry=None, timeout=timeout
     )
     return [_object(b) for b in blobs if not b.name.endswith("/")]
 
@@ -229,22 +236,54 @@ def read_range(obj: GcsObject, start: int, end: int, policy: RetryPolicy = DEFAU
             f"{obj.url}: byte range [{start}, {end}) is outside its {obj.size} bytes"
         )
 
-    def get() -> bytes:
+    def get(timeout: float) -> bytes:
+        blob = _blob(obj)
         # An explicit range always: some servers answer a suffix range with the whole object.
-        data = _blob(obj).download_as_bytes(
+        data = blob.download_as_bytes(
             start=start,
             end=end - 1,
             raw_download=True,
             checksum=None,
             retry=None,
-            timeout=policy.timeout_s,
+            timeout=timeout,
             single_shot_download=True,
         )
+        served = int(blob.generation or 0)
+        if obj.generation and served and served != obj.generation:
+            raise ObjectChangedError(_changed(obj, served), path=obj.url)
         if len(data) != end - start:
             raise ShortReadError(f"got {len(data)} of {end - start} bytes")
         return data
 
-    return call_with_retry(get, obj.url, f"reading bytes [{start}, {end})", policy)
+    try:
+        return call_with_retry(get, obj.url, f"reading bytes [{start}, {end})", policy)
+    except SourceError as e:
+        if obj.generation and status_of(e.__cause__ or e) in (404, 412):
+            raise _gone_or(e, obj, policy) from e
+        raise
+
+
+def _changed(obj: GcsObject, now: int | None) -> str:
+    what = f"changed while it was read (generation {obj.generation}, now {now})"
+    if now is None:
+        what = f"was deleted while it was read (generation {obj.generation})"
+    return (
+        f"{obj.url} {what}: its bytes are no longer the ones this source listed. Open the "
+        "dataset again to read the new object; a running job needs objects that stay as they "
+        "are (write new names, or keep old versions with object versioning)"
+    )
+
+
+def _gone_or(error: SourceError, obj: GcsObject, policy: RetryPolicy) -> SourceError:
+    """The error for a read of `obj`'s generation refused as absent (404) or as a failed
+    precondition (412): ObjectChangedError when the object changed, else `error`."""
+    try:
+        now: int | None = stat_object(obj.bucket, obj.name, policy).generation
+    except SourceNotFoundError:
+        now = None
+    if now == obj.generation:
+        return error
+    return ObjectChangedError(_changed(obj, now), path=obj.url)
 
 
 def fetch_into(

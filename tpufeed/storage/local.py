@@ -3,6 +3,10 @@
 Local globs go through `glob`; gs:// globs through one bucket listing each (`storage.gcs`).
 Data files must be regular files: a FIFO blocks its reader until someone writes, a device may
 never end, so both are refused by name (`open_regular` checks without blocking on them).
+
+A file is pinned by its `FileIdentity` (device, inode, size, modification time) when first
+opened; `open_regular(..., pinned=...)` refuses to reopen a path that names another file since
+(a symlink or hard link swapped in, a file renamed over it) or that was truncated or rewritten.
 """
 
 from __future__ import annotations
@@ -11,17 +15,25 @@ import glob
 import os
 import stat
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
 
-from tpufeed.errors import InvalidArgumentError, SourceError, SourceNotFoundError
+from tpufeed.errors import (
+    CorruptDataError,
+    InvalidArgumentError,
+    SourceError,
+    SourceNotFoundError,
+)
+from tpufeed.storage.threads import map_in_threads
 
 if TYPE_CHECKING:
     from tpufeed.storage.gcs import GcsObject
+    from tpufeed.storage.retry import RetryPolicy
 
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
 
 _GLOB_CHARS = frozenset("*?[")
+_FD_PATHS = "/proc/self/fd"  # where Linux opens a descriptor's own file again by name
 _LISTING_THREADS = 16
 
 
@@ -36,18 +48,19 @@ def expand_paths(paths: PathsLike) -> list[str]:
     return [item if isinstance(item, str) else item.url for item in resolve_paths(paths)]
 
 
-def resolve_paths(paths: PathsLike) -> list[str | GcsObject]:
+def resolve_paths(paths: PathsLike, policy: RetryPolicy | None = None) -> list[str | GcsObject]:
     """Like `expand_paths`, with each gs:// object as a `GcsObject` (its size, CRC32C and
-    generation, from the same listing that expanded the glob)."""
+    generation, from the same listing that expanded the glob). `policy` bounds and retries the
+    listings (default: `RetryPolicy()`)."""
     items = _items(paths)
     remote = [os.fspath(item) for item in items if _is_gcs(item)]
     listed: dict[str, list] = {}
     if remote:
-        from tpufeed.storage.gcs import list_objects
+        from tpufeed.storage.gcs import DEFAULT_POLICY, list_objects
 
         unique = list(dict.fromkeys(remote))
-        with ThreadPoolExecutor(min(_LISTING_THREADS, len(unique))) as pool:
-            listed = dict(zip(unique, pool.map(list_objects, unique)))
+        listing = partial(list_objects, policy=policy or DEFAULT_POLICY)
+        listed = dict(zip(unique, map_in_threads(listing, unique, _LISTING_THREADS)))
     files: list[str | GcsObject] = []
     for item in items:
         path = os.fspath(item)
@@ -113,10 +126,47 @@ def check_regular(path: str, shown: str | None = None) -> os.stat_result:
     return st
 
 
-def open_regular(path: str, shown: str | None = None) -> int:
+class FileIdentity(NamedTuple):
+    """What tells one local file from another, and a changed file from itself: the file a path
+    named when it was first opened, compared whenever the path is opened again."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def change_from(self, pinned: FileIdentity) -> str | None:
+        """How this file differs from `pinned` (the one first opened), or None if it does not."""
+        if self[:2] != pinned[:2]:
+            return (
+                "it is another file now (another inode: a file renamed over it, or a symlink "
+                "or hard link to another file put in its place)"
+            )
+        if self.size != pinned.size:
+            return f"it was truncated or rewritten ({pinned.size:,} bytes then, {self.size:,} now)"
+        if self.mtime_ns != pinned.mtime_ns:
+            return "it was rewritten in place (its modification time changed)"
+        return None
+
+
+def changed_file(shown: str, change: str) -> CorruptDataError:
+    """The error for a file that is no longer the one first opened under its name."""
+    return CorruptDataError(
+        f"{shown} changed since it was first opened: {change}. tpufeed reads only the file it "
+        "first opened; open the dataset again to read the file now there",
+        path=shown,
+    )
+
+
+def open_regular(path: str, shown: str | None = None, pinned: FileIdentity | None = None) -> int:
     """A descriptor of `path` open for reading, if it is a regular file; anything else is
-    refused without blocking on it (the open does not wait for a FIFO's writer). Errors name
-    `shown` (default: `path`)."""
+    refused without blocking on it (the open does not wait for a FIFO's writer). With
+    `pinned`, the file opened must be that one, unchanged (`changed_file` otherwise). Errors
+    name `shown` (default: `path`)."""
     shown = shown or path
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -126,12 +176,22 @@ def open_regular(path: str, shown: str | None = None) -> int:
         check_regular(path, shown)
         raise SourceError(f"{shown}: cannot open: {e}", path=shown) from e
     try:
-        _refuse_irregular(os.fstat(fd).st_mode, shown)
+        st = os.fstat(fd)
+        _refuse_irregular(st.st_mode, shown)
+        change = None if pinned is None else FileIdentity.of(st).change_from(pinned)
+        if change is not None:
+            raise changed_file(shown, change)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def path_of_descriptor(fd: int, path: str) -> str:
+    """A name that opens the very file `fd` has open (`/proc/self/fd/N` on Linux), for a library
+    that opens files by name only; `path` where the system has no such names."""
+    return f"{_FD_PATHS}/{fd}" if os.path.isdir(_FD_PATHS) else path
 
 
 _KINDS = (

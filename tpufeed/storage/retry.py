@@ -2,9 +2,15 @@
 
 Transient: HTTP 408, 429 and 5xx, connection resets, dropped or short responses, timeouts.
 Each retry waits a random time in [0, min(max_backoff, initial * 2**attempt)] ("full jitter"),
-and a call gives up after `attempts` tries or once `deadline_s` has passed. 401/403/404 fail on
-the first answer, naming the `gs://` path. Messages carry the path, the HTTP status and the
-exception's class; never request headers (which hold the credentials).
+and a call gives up after `attempts` tries or once `deadline_s` has passed. Every request waits
+at most `timeout_s` for the server (to connect, and between bytes), and never past what is left
+of `deadline_s`: a call, retries included, ends within `deadline_s` even against a server that
+accepts connections and never answers. 401/403/404 fail on the first answer, naming the `gs://`
+path. Messages carry the path, the HTTP status and the exception's class; never request headers
+(which hold the credentials).
+
+>>> RetryPolicy.within(30).deadline_s  # what a constructor's `timeout_s=30` asks for
+30.0
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ log = logging.getLogger("tpufeed.gcs")
 T = TypeVar("T")
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# The defaults are google-cloud-storage's own: 60 s a request, 120 s a call with its retries.
+REQUEST_TIMEOUT_S = 60.0
+DEADLINE_S = 120.0
+# A request is never given less than this, so a call near its deadline still makes one try.
+_MIN_REQUEST_S = 0.05
 
 
 class ShortReadError(IOError):
@@ -33,13 +44,32 @@ class ShortReadError(IOError):
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How transient GCS failures are retried."""
+    """How transient GCS failures are retried, and how long a call may take in all.
+
+    `deadline_s` bounds each call (a listing, a metadata read, a byte range), retries included;
+    `timeout_s` bounds each request's wait for the server (to connect, and between bytes).
+    """
 
     attempts: int = 10
-    deadline_s: float = 300.0
+    deadline_s: float = DEADLINE_S
     initial_backoff_s: float = 0.05
     max_backoff_s: float = 8.0
-    timeout_s: float = 60.0  # per request: connect and read
+    timeout_s: float = REQUEST_TIMEOUT_S  # per request: connect and read
+
+    @classmethod
+    def within(cls, timeout_s: float | None) -> RetryPolicy:
+        """The default policy with every call bounded by `timeout_s` seconds (None: default)."""
+        if timeout_s is None:
+            return cls()
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not (0 < timeout_s < float("inf"))
+        ):
+            raise InvalidArgumentError(
+                f"timeout_s must be a positive number of seconds, got {timeout_s!r}"
+            )
+        return cls(deadline_s=float(timeout_s), timeout_s=min(REQUEST_TIMEOUT_S, timeout_s))
 
     def __post_init__(self) -> None:
         if self.attempts < 1:
@@ -106,15 +136,21 @@ def permanent_error(exc: BaseException, url: str, what: str) -> SourceError:
 
 
 def call_with_retry(
-    fn: Callable[[], T], url: str, what: str, policy: RetryPolicy, rng: random.Random | None = None
+    fn: Callable[[float], T],
+    url: str,
+    what: str,
+    policy: RetryPolicy,
+    rng: random.Random | None = None,
 ) -> T:
-    """Runs `fn`, retrying transient failures under `policy`; raises a SourceError naming `url`."""
+    """Runs `fn(request_timeout_s)`, retrying transient failures under `policy`, each attempt
+    given what is left of the deadline at most; raises a SourceError naming `url`."""
     rng = rng or random.Random()
     start = time.monotonic()
     attempt = 0
     while True:
+        left = policy.deadline_s - (time.monotonic() - start)
         try:
-            return fn()
+            return fn(max(_MIN_REQUEST_S, min(policy.timeout_s, left)))
         except Exception as exc:
             if isinstance(exc, SourceError):
                 raise
@@ -124,8 +160,10 @@ def call_with_retry(
             wait = policy.backoff(attempt, rng)
             if attempt + 1 >= policy.attempts or elapsed + wait > policy.deadline_s:
                 raise SourceError(
-                    f"{url}: gave up {what} after {attempt + 1} attempts in {elapsed:.1f} s; "
-                    f"last failure: {describe(exc)}",
+                    f"{url}: gave up {what} after {attempt + 1} attempts in {elapsed:.1f} s "
+                    f"(a GCS call may take {policy.deadline_s:g} s, retries included, and a "
+                    f"request wait {policy.timeout_s:g} s for an answer; a constructor's "
+                    f"timeout_s= sets the bound); last failure: {describe(exc)}",
                     path=url,
                 ) from exc
             log.info(
