@@ -184,9 +184,9 @@ def test_counts_of_one_are_singular(tmp_path):
 @pytest.mark.parametrize(
     "option, value, wanted",
     [
-        ("--step-time", "-1", "a finite number of seconds >= 0"),
-        ("--step-time", "nan", "a finite number of seconds >= 0"),
-        ("--step-time", "inf", "a finite number of seconds >= 0"),
+        ("--step-time", "-1", "a number of seconds from 0 to 86400"),
+        ("--step-time", "nan", "a number of seconds from 0 to 86400"),
+        ("--step-time", "inf", "a number of seconds from 0 to 86400"),
         ("--seconds", "nan", "a finite number of seconds > 0"),
         ("--seconds", "-1", "a finite number of seconds > 0"),
         ("--seconds", "0", "a finite number of seconds > 0"),
@@ -291,7 +291,7 @@ def test_a_target_function_that_raises_is_one_named_error(tmp_path):
         assert says in result.stderr and "must return a tpufeed.Dataset" in result.stderr
 
 
-@pytest.mark.parametrize("step", ["1e308", "86401", "-1", "nan"])
+@pytest.mark.parametrize("step", ["1e308", "86401"])
 def test_a_step_time_beyond_a_day_is_a_usage_error(target, step):
     """Found by the CLI fuzz: --step-time 1e308 passed, then time.sleep raised OverflowError."""
     result = bench(target, "--batches", "1", "--step-time", step)
