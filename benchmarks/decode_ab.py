@@ -34,6 +34,7 @@ RECORDS = {
     "arrays and ints": {"x": np.arange(16, dtype=np.int32), "y": np.ones(3), "label": 7, "id": 9},
     "an image": {"image": np.zeros((224, 224, 3), np.uint8), "label": 3},
     "text and numbers": {"text": "a sentence of text", "raw": b"\x00" * 40, "p": 0.5, "ok": True},
+    "bool masks": {"mask": np.ones(128, bool), "seen": np.zeros((64, 64), bool), "label": 1},
 }
 
 

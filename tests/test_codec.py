@@ -292,3 +292,58 @@ def test_encode_errors_name_the_key(record, message):
 def test_encode_rejects_non_dict():
     with pytest.raises(CodecError, match="list"):
         encode([("a", 1)])
+
+
+def bool_record(payload: bytes, shape: tuple[int, ...] | None = None) -> bytes:
+    """A record with one bool array under key "x", its payload as given (0 and 1 or not)."""
+    return array_record(0, (len(payload),) if shape is None else shape, payload)
+
+
+@pytest.mark.parametrize("bad", [0x02, 0x80, 0xFF])
+@pytest.mark.parametrize("size, at", [(1, 0), (7, 5), (5000, 4321)], ids=["one", "small", "big"])
+def test_bool_array_bytes_other_than_0_and_1_are_refused(bad, size, at):
+    """Numpy would hold the byte: True when printed, `bad` again through astype or JAX."""
+    payload = bytearray(np.arange(size) % 2 == 1)
+    payload[at] = bad
+    data = bool_record(bytes(payload))
+    start = len(data) - size
+    with pytest.raises(CodecError, match=f"key 'x' holds byte {bad:#04x} at byte {start + at} "):
+        decode(data)
+    with pytest.raises(CodecError, match=f"element {at}\\)"):
+        decode(bytearray(data))  # a writable buffer too
+
+
+def test_bool_arrays_of_every_shape_are_checked_and_0_1_still_decode():
+    matrix = np.array([[True, False, True], [False, False, True]])
+    assert_same({"x": matrix}, decode(encode({"x": matrix})))
+    assert_same({"x": np.bool_(True)}, decode(encode({"x": np.bool_(True)})))
+    for shape, payload in [((2, 3), b"\0\1\0\1\0\3"), ((), b"\x07")]:
+        with pytest.raises(CodecError, match="bool array of key 'x'"):
+            decode(bool_record(payload, shape))
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != "bool"])
+def test_every_byte_pattern_of_the_other_dtypes_is_a_value(dtype):
+    """Decided, not missed: integers take any bits, and any float or complex bits are a number,
+    an infinity or a NaN (quiet or signalling, with its payload), which decode keeps bit for
+    bit. Only bool has patterns it cannot hold."""
+    itemsize = np.dtype(dtype).itemsize
+    patterns = [bytes([b]) * itemsize for b in (0x00, 0x01, 0x7F, 0x80, 0xFF)]
+    patterns.append(np.random.default_rng(0).bytes(itemsize * 512))  # random bits of any kind
+    if dtype.startswith(("float", "complex")):  # signalling NaN, negative NaN with a payload
+        half = itemsize // (2 if dtype.startswith("complex") else 1)
+        top = {2: 0x7D, 4: 0x7FA00001, 8: 0x7FF4000000000001}[half]
+        patterns.append(top.to_bytes(half, "little") * (itemsize // half))
+        patterns.append((top | 1 << (8 * half - 1)).to_bytes(half, "little") * (itemsize // half))
+    code = DTYPES.index(dtype)
+    for payload in patterns:
+        out = decode(array_record(code, (len(payload) // itemsize,), payload))["x"]
+        assert out.dtype == np.dtype(dtype) and out.tobytes() == payload
+
+
+def test_a_bool_array_holding_other_bytes_is_not_encoded():
+    """What decode refuses is not written either: a view of other bytes as bool."""
+    mask = np.frombuffer(b"\x01\x00\x02\x01", np.bool_).reshape(2, 2)
+    with pytest.raises(CodecError, match="record key 'm': bool array holds byte 0x02 at element 2"):
+        encode({"m": mask})
+    assert decode(encode({"m": mask != 0}))["m"].tolist() == [[True, False], [True, True]]

@@ -18,6 +18,7 @@ Layout (all integers little-endian; offsets are from the start of the record):
     tag 4      str: length u64 | UTF-8 payload
     tag 5      array: dtype code u8 | ndim u8 (<= 32) | ndim x dim u64 |
                zero padding to a multiple of the itemsize | payload, C order
+               (a bool payload holds bytes 0 and 1 only)
     =========  ==================================================================
 
 Dtype codes index `bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16,
@@ -59,6 +60,8 @@ _MIN_ENTRY = _ENTRY.size + 1  # empty key and a bool
 _MAX_NBYTES = 2**63 - 1
 _ZEROS = bytes(16)
 _BOOL, _INT, _FLOAT, _BYTES, _STR, _ARR = range(6)
+_BOOL_CODE = 0  # the dtype code of bool arrays: the one dtype with bytes it cannot hold
+_SMALL_BOOLS = 2048  # bool payloads up to this many bytes are checked with bytes.translate
 _TAG_OF_TYPE = {np.ndarray: _ARR, bool: _BOOL, int: _INT, float: _FLOAT, bytes: _BYTES, str: _STR}
 _DTYPES = tuple(
     np.dtype(name).newbyteorder("<")
@@ -115,6 +118,13 @@ def _array_parts(key: str, value: object, pos: int) -> tuple[list, int]:
         )
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)
+    if code == _BOOL_CODE and arr.size and int(arr.view(np.uint8).max()) > 1:
+        at = int(np.flatnonzero(arr.view(np.uint8).ravel() > 1)[0])
+        raise CodecError(
+            f"record key {key!r}: bool array holds byte {arr.view(np.uint8).flat[at]:#04x} "
+            f"at element {at} (a view of other bytes as bool?); numpy prints it as True, "
+            "but JAX and astype see the byte: make the array with `!= 0`"
+        )
     pos += _ARRAY.size + 8 * arr.ndim
     pad = -pos % arr.itemsize
     parts = [_ARRAY.pack(code, arr.ndim), _DIMS[arr.ndim].pack(*arr.shape), _ZEROS[:pad], arr.data]
@@ -201,6 +211,8 @@ def _decode_array(mv: memoryview, pos: int, key: str) -> tuple[np.ndarray, int]:
         if math.prod(d for d in shape if d) * dtype.itemsize > _MAX_NBYTES:
             raise CodecError(f"array of key {key!r} has impossible shape {shape} at byte {pos}")
         return np.zeros(shape, dtype), pos
+    if code == _BOOL_CODE:
+        _check_bools(mv, pos, nbytes, key)
     arr = np.frombuffer(mv, dtype, count, pos)
     if not arr.flags.aligned:
         arr = arr.copy()
@@ -312,3 +324,24 @@ def _decode_bool(mv: memoryview, pos: int, key: str) -> bool:
     if flag > 1:
         raise CodecError(f"bool value {flag} of key {key!r} at byte {pos} is not 0 or 1")
     return flag == 1
+
+
+# Of the dtypes the codec knows, only bool has byte patterns it cannot hold: numpy stores
+# whatever byte it is given (2 prints as True, but `astype(np.uint8)` and JAX give 2 back).
+# Every pattern of the others is a value: any bits are an integer, and any bits of a float or
+# complex are a number, an infinity or a NaN (with its payload, quiet or signalling), all of
+# which numpy holds and the encoder itself writes. So bool payloads alone are checked.
+def _check_bools(mv: memoryview, pos: int, nbytes: int, key: str) -> None:
+    """Raises naming the first byte of a bool array's payload that is not 0 or 1."""
+    if nbytes <= _SMALL_BOOLS:  # a few hundred ns, where a numpy reduction costs microseconds
+        bad = bool(mv[pos : pos + nbytes].tobytes().translate(None, b"\0\1"))
+    else:
+        bad = int(np.frombuffer(mv, np.uint8, nbytes, pos).max()) > 1
+    if bad:
+        payload = np.frombuffer(mv, np.uint8, nbytes, pos)
+        at = int(np.flatnonzero(payload > 1)[0])
+        raise CodecError(
+            f"bool array of key {key!r} holds byte {payload[at]:#04x} at byte {pos + at} "
+            f"(element {at}); a bool is 0 or 1: the record is corrupt or was not written by "
+            "tpufeed.codec.encode"
+        )

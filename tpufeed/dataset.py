@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.ops.base import check_callable
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.filter import Filter
 from tpufeed.ops.first_fit import check_lengths
@@ -24,6 +23,7 @@ from tpufeed.ops.map import Map, RandomMap
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.padding import check_pad
 from tpufeed.ops.registry import Stage, check_next, stage_label
+from tpufeed.ops.user_functions import check_callable
 from tpufeed.order.sharding import Sharding
 from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.autotune import Options
@@ -143,7 +143,11 @@ class Dataset(SourceConstructors):
         return dataclasses.replace(self, _sharding=Sharding(index, count))
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
-        """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`)."""
+        """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`).
+
+        A transform class is given constructed, `map(DecodeImage())`: the class itself is
+        refused here, as by `random_map`, `filter` and `flat_map` (tpufeed.ops.user_functions).
+        """
         return self._add(Map(check_callable(fn, "map")))
 
     def random_map(self, fn: Callable[[Any, Any], Any]) -> Dataset:
@@ -194,7 +198,9 @@ class Dataset(SourceConstructors):
         `pad={"tokens": 512}` pads a variable-length key to 512 along its first axis;
         `pad={"tokens": [128, 256, 512]}` to the smallest of those that fits the batch's
         longest. Each padded key gains `{key}_lengths` (int32, the true lengths). An element
-        longer than the largest length raises, unless `cut=True`.
+        longer than the largest length raises, unless `cut=True`. Strings, bytes and other
+        objects stack into object arrays; functions, classes and callable objects are refused
+        (`BatchError`): a transform is never data.
 
         >>> ds = Dataset.from_sequence([{"t": [1, 2]}, {"t": [3]}])
         >>> next(iter(ds.batch(2, pad={"t": [4, 8]})))["t"].tolist()

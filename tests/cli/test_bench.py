@@ -139,6 +139,11 @@ def test_a_transform_module_in_the_working_directory_is_found(tmp_path):
         ("my_prep", "expected module:function or path/to/file.py:function"),
         ("no_such_module_xyz:decode", "cannot import no_such_module_xyz: ModuleNotFoundError"),
         ("broken_prep:decode", "cannot import broken_prep: ZeroDivisionError"),
+        (
+            "tpufeed.transforms:DecodeImage",  # issue 30: benched as 2M records/s of objects
+            "DecodeImage is a class; did you mean DecodeImage()? --transform names a function "
+            "or an instance: put `decodeimage = DecodeImage()` in a file",
+        ),
     ],
 )
 def test_a_bad_transform_spec_is_a_clear_error(tmp_path, spec, says):
@@ -179,9 +184,9 @@ def test_counts_of_one_are_singular(tmp_path):
 @pytest.mark.parametrize(
     "option, value, wanted",
     [
-        ("--step-time", "-1", "a finite number of seconds >= 0"),
-        ("--step-time", "nan", "a finite number of seconds >= 0"),
-        ("--step-time", "inf", "a finite number of seconds >= 0"),
+        ("--step-time", "-1", "a number of seconds from 0 to 86400"),
+        ("--step-time", "nan", "a number of seconds from 0 to 86400"),
+        ("--step-time", "inf", "a number of seconds from 0 to 86400"),
         ("--seconds", "nan", "a finite number of seconds > 0"),
         ("--seconds", "-1", "a finite number of seconds > 0"),
         ("--seconds", "0", "a finite number of seconds > 0"),
@@ -269,3 +274,26 @@ def test_a_plot_without_matplotlib_says_how_to_install_it_before_the_run(tmp_pat
         "`pip install matplotlib`, or leave out --plot",
     )
     assert result.stdout == ""
+
+
+def test_a_target_function_that_raises_is_one_named_error(tmp_path):
+    """Found by the CLI fuzz (tests/faults): a target that needs arguments, or fails, was a
+    bare traceback."""
+    (tmp_path / "prep.py").write_text(
+        "def decode(record):\n    return record\n\ndef broken():\n    return {}['x']\n"
+    )
+    for name, says in [("decode", "missing 1 required positional"), ("broken", "KeyError")]:
+        result = bench(f"prep.py:{name}", "--batches", "1", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"tpufeed: error: target prep.py:{name} raised "), (
+            result.stderr
+        )
+        assert says in result.stderr and "must return a tpufeed.Dataset" in result.stderr
+
+
+@pytest.mark.parametrize("step", ["1e308", "86401"])
+def test_a_step_time_beyond_a_day_is_a_usage_error(target, step):
+    """Found by the CLI fuzz: --step-time 1e308 passed, then time.sleep raised OverflowError."""
+    result = bench(target, "--batches", "1", "--step-time", step)
+    assert result.returncode == 2 and "a number of seconds from 0 to 86400" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -106,6 +106,19 @@ def test_an_output_that_is_a_file_is_refused_before_beam_runs(tmp_path):
     assert (tmp_path / "taken").read_text() == "not a folder"
 
 
+def test_a_transform_class_without_parentheses_is_refused_before_beam_runs(tmp_path):
+    """Issue 30: the class itself was applied to each record, making DecodeImage objects."""
+    pytest.importorskip("apache_beam")
+    write_jsonl(tmp_path / "in.jsonl", 3)
+    result = tpufeed(
+        "build", "--input", "in.jsonl", "--output", "ds", "--transform",
+        "tpufeed.transforms:DecodeImage", cwd=tmp_path,
+    )  # fmt: skip
+    one_line_error(result, "DecodeImage is a class; did you mean DecodeImage()?")
+    assert "pass file.py:decodeimage" in result.stderr
+    assert not (tmp_path / "ds").exists()
+
+
 @no_proc
 def test_an_output_where_no_folder_can_be_made_is_refused_before_beam_runs(tmp_path):
     pytest.importorskip("apache_beam")

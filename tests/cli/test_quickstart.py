@@ -46,3 +46,19 @@ def test_quickstart_trains_on_the_local_devices_and_checks_itself(tmp_path, devi
     assert float(re.search(r"test accuracy\s+([\d.]+)", out).group(1)) > 0.5
     assert "training on" in proc.stderr  # the progress bar
     assert len(list(out_dir.glob("*.array_record"))) == 4
+
+
+@pytest.mark.slow
+def test_one_epoch_checks_resume_within_it(tmp_path):
+    """Found by the CLI fuzz (tests/faults): with --epochs 1 the state was to be taken in epoch
+    1, which never came, and the quickstart reported a resume failure and exited 1."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tpufeed.cli", "quickstart", "--output", str(tmp_path / "qs")]
+        + ["--epochs", "1"],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "mid-epoch state continues exactly: True" in proc.stdout

@@ -8,11 +8,12 @@ import uuid
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tpufeed
 from tests.dataset_folder import make_dataset
+from tests.faults.budget import examples
 from tests.faults.json_mutations import mutated
 from tpufeed.errors import TpufeedError
 
@@ -37,9 +38,7 @@ def test_the_undamaged_manifest_reads_every_record(built):
     assert [r["label"] for r in read_all(root)] == list(range(8))
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(40)  # 40 in the suite, more under tests/fuzz_all.sh
 @given(data=st.data())
 def test_a_damaged_manifest_reads_right_or_raises_a_named_error(built, data):
     root, manifest = built

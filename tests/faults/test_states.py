@@ -9,10 +9,11 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import tpufeed
+from tests.faults.budget import examples
 from tests.faults.json_mutations import mutated
 from tpufeed.errors import StateError
 from tpufeed.sources.array_record import write_array_records
@@ -54,9 +55,7 @@ def epochs_are_exactly_once_at_most(delivered: list[list[int]]) -> None:
     assert len(flat) <= 2 * RECORDS
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@examples(60)  # 60 in the suite, more under tests/fuzz_all.sh
 @given(data=st.data())
 def test_a_damaged_state_resumes_correctly_or_raises_state_error(pipeline, data):
     make, states, continued = pipeline

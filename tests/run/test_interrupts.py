@@ -80,6 +80,45 @@ def test_ctrl_c_stops_a_pipeline_whose_prefetch_thread_is_in_a_slow_transform(tm
         proc.wait()
 
 
+@pytest.mark.multiprocess
+def test_ctrl_c_inside_a_transform_in_the_calling_thread_stops_the_iterator(tmp_path):
+    """A transform's BaseExceptions are TransformErrors, but not Ctrl-C in the calling process's
+    main thread: it stops the iterator, and its traceback says which stage it came in."""
+    script = tmp_path / "loop.py"
+    script.write_text(
+        textwrap.dedent("""
+        import time, tpufeed
+        def slow(i):
+            if i == 3:
+                print("running", flush=True)
+                time.sleep(120)
+            return i
+        try:
+            list(tpufeed.Dataset.from_sequence(list(range(100))).map(slow))
+        except tpufeed.TpufeedError as error:
+            print("swallowed", type(error).__name__, flush=True)
+    """)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_ctrl_c,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+        stdout, stderr = proc.stdout.read(), proc.stderr.read()
+        assert proc.returncode != 0 and "swallowed" not in stdout, stdout
+        assert stderr.rstrip().endswith("(tpufeed: it came while map(slow) ran)"), stderr
+        assert "KeyboardInterrupt" in stderr
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def hang_on_17(i):
     if i == 17:
         time.sleep(60)

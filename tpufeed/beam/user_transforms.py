@@ -1,7 +1,8 @@
 """The `--transform` functions of a build: loading them by name and applying them to a record.
 
 A transform is named `package.module:function` or `path/to/file.py:function` (any callable
-attribute works, e.g. an instance of a `tpufeed.transforms` class). It is called as
+attribute works, e.g. an instance of a `tpufeed.transforms` class; the class itself is refused,
+as it would make one object per record). It is called as
 `fn(record)`, or `fn(record, rng)` when it takes two positional parameters; `rng` is a numpy
 Generator fixed by the record's position in the input, so builds stay deterministic. It
 returns a record (dict or bytes), None to drop the record, or a list of records.
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, TransformError
+from tpufeed.ops.user_functions import is_interruption, uncalled_class
 from tpufeed.order.rng import RecordRngs
 
 __all__ = ["TransformChain", "load_transform", "normalize_record", "resolve_spec"]
@@ -92,6 +94,13 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise InvalidArgumentError(f"{option} {spec!r}: {module_name} has no callable {attr!r}")
+    mistake = uncalled_class(fn)
+    if mistake is not None:
+        raise InvalidArgumentError(
+            f"{option} {spec!r}: {mistake} {option} names a function or an "
+            f"instance: put `{attr.lower()} = {attr}()` in a file and pass "
+            f"file.py:{attr.lower()}"
+        )
     return fn
 
 
@@ -156,7 +165,9 @@ class TransformChain:
             for item in records:
                 try:
                     result = fn(item, rng) if rng is not None else fn(item)
-                except Exception as e:
+                except BaseException as e:  # SystemExit & co. are its failures too
+                    if is_interruption(e):
+                        raise
                     tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
                     raise TransformError(
                         f"--transform {spec} raised {type(e).__name__}: {e}", traceback_text=tb

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
+import traceback
 from typing import Any
 
-from tpufeed.cli.arguments import Subcommands, non_negative_seconds, positive_int, positive_seconds
+from tpufeed.cli.arguments import Subcommands, number_type, positive_int, positive_seconds
 from tpufeed.dataset import Dataset
-from tpufeed.errors import InvalidArgumentError, MissingDependencyError, plural
+from tpufeed.errors import InvalidArgumentError, MissingDependencyError, TpufeedError, plural
+from tpufeed.ops.user_functions import is_interruption
 from tpufeed.run.resources import cpu_count
 from tpufeed.run.stats import PipelineStats
 from tpufeed.sources.formats import FORMATS
@@ -32,6 +35,13 @@ __all__ = [
 ]
 
 
+# A step is slept after each batch: more than a day is no training step, and more than
+# time.sleep takes (about 9.2e9 s) was an OverflowError's traceback (found by tests/faults).
+_STEP_SECONDS = number_type(
+    float, lambda v: math.isfinite(v) and 0 <= v <= 86_400, "a number of seconds from 0 to 86400"
+)
+
+
 def load_callable(spec: str, option: str = "--transform") -> Any:
     """`module:function` (found in the current directory too) or `path/to/file.py:function`
     (whose imports find the modules next to it)."""
@@ -43,7 +53,7 @@ def load_callable(spec: str, option: str = "--transform") -> Any:
 def make_target(args: argparse.Namespace) -> Dataset:
     target = args.target
     if ":" in target and not target.startswith("gs://") and not os.path.exists(target):
-        ds = load_callable(target, "target")()
+        ds = _called(target)
         if not isinstance(ds, Dataset):
             raise InvalidArgumentError(
                 f"{target} returned {type(ds).__name__}, not a tpufeed.Dataset"
@@ -68,6 +78,24 @@ def make_target(args: argparse.Namespace) -> Dataset:
             else guess_format(files[0])
         )
     return _prepared(getattr(Dataset, fmt.constructor)(files), args)
+
+
+def _called(target: str) -> Any:
+    """What the function named by `target` returns; what it raises (a bug in the user's
+    file, or arguments it needs) is one error naming the target, with its traceback."""
+    make = load_callable(target, "target")
+    try:
+        return make()
+    except TpufeedError:
+        raise
+    except BaseException as e:  # SystemExit & co. too: the command ends in one named error
+        if is_interruption(e):
+            raise
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        raise InvalidArgumentError(
+            f"target {target} raised {type(e).__name__}: {e} (it is called with no "
+            f"arguments and must return a tpufeed.Dataset)\n{tb}"
+        ) from e
 
 
 def _prepared(ds: Dataset, args: argparse.Namespace) -> Dataset:
@@ -301,7 +329,7 @@ def _length_options(bench: argparse.ArgumentParser) -> None:
     )
     bench.add_argument(
         "--step-time",
-        type=non_negative_seconds,
+        type=_STEP_SECONDS,
         default=0.0,
         help="seconds of one training step, slept after each batch; 0 measures "
         "the pipeline alone and reports the shortest step it can feed",

@@ -167,14 +167,16 @@ def _train(
     jax: Any, model: Model, it: Any, epochs: int, n: int
 ) -> tuple[dict[int, np.ndarray], dict | None, list[int]]:
     """The training loop, one step in flight, counting each epoch's record ids on the devices.
-    Returns those counts, the state taken mid-way through epoch 1, and the ids of the batch
-    that came right after it."""
+    Returns those counts, the state taken mid-way through epoch 1 (epoch 0 when it is the only
+    one), and the ids of the batch that came right after it."""
     from tqdm import tqdm
 
     ids = n + TEST_RECORDS  # record ids index the whole digits set
     counts: dict[int, Any] = {}
     steps_per_epoch = n // BATCH
-    checkpoint_step = steps_per_epoch + steps_per_epoch // 3  # mid-way through epoch 1
+    # Mid-way through epoch 1, where the state also names an epoch past the first; mid-way
+    # through epoch 0 when there is one epoch (else no state was taken and resume "failed").
+    checkpoint_step = steps_per_epoch * min(1, epochs - 1) + steps_per_epoch // 3
     checkpoint: dict | None = None
     after_checkpoint: list[int] = []
     loss, previous = None, None

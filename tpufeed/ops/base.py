@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import time
-import traceback
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +22,13 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from tpufeed.errors import InvalidArgumentError, TpufeedError, TransformError
+from tpufeed.errors import TpufeedError
+from tpufeed.ops.user_functions import (
+    RecordNames,
+    interrupted_at,
+    is_interruption,
+    transform_error,
+)
 from tpufeed.order.cursor import Cursor, at_segment_start
 from tpufeed.order.rng import RecordRngs
 from tpufeed.order.state import StageState
@@ -63,14 +68,6 @@ def child_id(parent: int, k: int) -> int:
     """The piece id of the k-th output of a `flat_map` on an element with id `parent` (the
     element read from the record has id 0): the same whoever computes it, and fixed per piece."""
     return ((parent * _ID_MIX) ^ (k + 1)) & _ID_MASK
-
-
-class RecordNames(Protocol):
-    """Names records in error messages."""
-
-    def describe(self, record: int) -> str: ...
-
-    def path_of(self, record: int) -> str | None: ...
 
 
 @dataclass
@@ -143,8 +140,10 @@ class RecordStage(abc.ABC):
                 out = self.apply_all(elements, context)
                 context.clock.add(label, now() - started, count)
                 return out
-            except Exception:  # noqa: BLE001 - rerun one by one to name the record
-                pass
+            except BaseException as exc:  # rerun one by one to name the record
+                if is_interruption(exc):
+                    interrupted_at(exc, self.name, None, context.names)
+                    raise
         values: list[Any] = []
         units: list[int] = []
         ids: list[int] | None = [] if elements.ids is not None or self.splits else None
@@ -155,7 +154,10 @@ class RecordStage(abc.ABC):
                 beacon.at(label, record)
             try:
                 outs = self.apply_one(value, record, piece, context)
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit & co. are its failures too
+                if is_interruption(exc):
+                    interrupted_at(exc, self.name, record, context.names)
+                    raise
                 error = transform_error(self.name, exc, record, context.names)
                 if context.skipped is None:
                     raise error from exc
@@ -168,27 +170,6 @@ class RecordStage(abc.ABC):
                     ids.append(child_id(piece, k) if self.splits else piece)
         context.clock.add(label, now() - started, count)
         return Elements(values, units, ids)
-
-
-def check_callable(fn: Any, stage: str) -> Any:
-    """`fn`, if it can be called; raises naming the stage otherwise."""
-    if not callable(fn):
-        raise InvalidArgumentError(f"{stage} needs a callable, got {fn!r}")
-    return fn
-
-
-def transform_error(
-    stage: str, exc: BaseException, record: int | None, names: RecordNames
-) -> TransformError:
-    """A TransformError naming the stage, the record and its file, with the traceback."""
-    where = names.describe(record) if record is not None else "a batch"
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return TransformError(
-        f"{stage} raised {type(exc).__name__}: {exc} (on {where})\n{tb}",
-        record=record,
-        path=names.path_of(record) if record is not None else None,
-        traceback_text=tb,
-    )
 
 
 def stage_names(stages: Sequence[RecordStage], suffix: str = "") -> list[str]:

@@ -74,7 +74,30 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
         ) from None
     if out.dtype.kind in "USO" and np.asarray(first).dtype.kind != out.dtype.kind:
         _mixed_types(elements, where, describe)  # numpy would turn numbers into strings
+    if out.dtype.kind == "O":  # Python objects: only here is a callable possible
+        _no_callables(elements, where, describe)
     return out
+
+
+def _no_callables(elements: Sequence[Any], where: str, describe: Describe) -> None:
+    """Refuses functions, classes and transform objects as batch values: an element that is
+    a transform rather than its result means a stage was given a class or a function that
+    returns one (`map(lambda e: decode)`), and the batch would be an array of them."""
+    i = next((i for i, e in enumerate(elements) if callable(e)), None)
+    if i is None:
+        return
+    value = elements[i]
+    if isinstance(value, type):
+        what = f"the class {value.__name__}"
+    elif getattr(value, "__name__", None):
+        what = f"the function {value.__name__}"
+    else:
+        what = f"a {type(value).__name__} object"
+    raise BatchError(
+        f"cannot batch{_at(where)}: {describe(i)} is {what}, which is callable: a transform, "
+        "not the data it makes. Was a stage given a transform class without () "
+        "(map(DecodeImage) for map(DecodeImage())), or a function returned, not called?"
+    )
 
 
 def _mixed_types(elements: Sequence[Any], where: str, describe: Describe) -> None:

@@ -14,14 +14,17 @@ import weakref
 from collections.abc import Generator
 from typing import Any
 
+from tpufeed.ops.user_functions import Stopped
+
 _END = object()
 _LIVE_PREFETCHERS: weakref.WeakSet = weakref.WeakSet()
 _CLOSE_WAIT_S = 1.0  # how long close() waits for a thread that is inside a slow transform
 
 
-class PrefetchStopped(BaseException):
+class PrefetchStopped(Stopped):
     """Raised inside a prefetch thread that outlived `close()` (a BaseException, so a user
-    function's `except Exception` does not swallow it)."""
+    function's `except Exception` does not swallow it, and a `Stopped`, so the stage running
+    that function does not take it for the function's failure)."""
 
 
 class ThreadPrefetcher:

@@ -102,3 +102,23 @@ def test_parent_killed_takes_its_workers_along(tmp_path):
     gone, alive = psutil.wait_procs(workers + servers, timeout=5)
     assert not alive
     assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
+
+
+def test_a_worker_stopped_by_sigterm_inside_a_transform_is_not_the_transforms_failure():
+    """SIGTERM (how a worker whose parent is gone is stopped) lands inside the transform; a
+    transform's BaseExceptions are TransformErrors, but this one ends the worker cleanly."""
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(100)))
+        .map(lambda i: time.sleep(60))
+        .batch(4)
+        .workers(1, isolate=True)
+    )
+    it = ds.iterator()
+    try:
+        worker = wait_for_workers(1)[0]
+        time.sleep(1.0)  # inside time.sleep in the transform
+        worker.send_signal(signal.SIGTERM)
+        with pytest.raises(WorkerError, match=f"pid {worker.pid}\\) exited with code 0"):
+            next(it)
+    finally:
+        it.close()

@@ -16,6 +16,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from tpufeed.ops.user_functions import Stopped
 from tpufeed.run.workers.environment import forget_blas_default
 from tpufeed.run.workers.messages import (
     Answer,
@@ -229,14 +230,23 @@ class Worker:
         """Takes the parent's next message: freed slots and releases count now, a task waits."""
         message = self._receive()
         if isinstance(message, Stop):
-            raise SystemExit(0)
+            raise WorkerStopped("tpufeed worker told to stop while it waited for a free slot")
         if message is not None:
             self.backlog.append(message)
 
 
+class WorkerStopped(Stopped):
+    """SIGTERM, raised wherever the worker is (a transform included, which must not take it
+    for its own failure): the worker ends cleanly, its shared memory unlinked."""
+
+
+def _stop(*_: object) -> None:
+    raise WorkerStopped("tpufeed worker stopped by SIGTERM")
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _stop)
     _exit_with_parent(int(argv[2]))
     forget_blas_default()  # a fresh interpreter's: numpy has loaded (a forked one has the user's)
     tasks, results = Connection(int(argv[0])), Connection(int(argv[1]))
@@ -250,8 +260,8 @@ def main(argv: list[str]) -> int:
         init = {**cloudpickle.loads(start.payload), "index": start.index}
         worker = Worker(tasks, results, init, int(argv[3]))
         worker.run()
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass  # the parent went away
+    except (EOFError, BrokenPipeError, KeyboardInterrupt, WorkerStopped):
+        pass  # the parent went away, or stopped the worker
     except Exception as exc:  # noqa: BLE001 - start-up failure, e.g. a function that won't unpickle
         try:
             results.send_bytes(pickle.dumps(Failure(-1, error_fields(exc))))
