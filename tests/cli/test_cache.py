@@ -40,3 +40,16 @@ def test_cache_ls_and_clear(gcs, bucket, upload, tmp_path, capsys):
     capsys.readouterr()
     assert main(["cache", "ls"]) == 0  # the default directory: $TPUFEED_CACHE_DIR (set by `gcs`)
     assert f"0 shards, 0 bytes in {os.environ['TPUFEED_CACHE_DIR']}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_dir_is_a_usage_error_not_the_current_directory(
+    empty, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["cache", "clear", "--dir", empty])
+    assert exit_info.value.code == 2
+    assert "expected a directory, got an empty string" in capsys.readouterr().err
+    assert (tmp_path / "keep.txt").read_text() == "mine"

@@ -32,9 +32,20 @@ def add_parser(sub: Subcommands) -> None:
     cache.add_argument(
         "--dir",
         default=None,
+        type=_directory,
         help="cache directory (default: $TPUFEED_CACHE_DIR, else ~/.cache/tpufeed)",
     )
     cache.set_defaults(run=run_command)
+
+
+def _directory(text: str) -> str:
+    """A --dir value; an empty one (an unset shell variable, `--dir "$X"`) is refused rather
+    than taken as the current directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "expected a directory, got an empty string (an unset shell variable?)"
+        )
+    return text
 
 
 def run_command(args: argparse.Namespace) -> int:
