@@ -144,10 +144,7 @@ class Dataset(SourceConstructors):
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
         """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`).
-
-        A transform class is given constructed, `map(DecodeImage())`: the class itself is
-        refused here, as by `random_map`, `filter` and `flat_map` (tpufeed.ops.user_functions).
-        """
+        A transform class is given constructed, `map(DecodeImage())`: the class is refused."""
         return self._add(Map(check_callable(fn, "map")))
 
     def random_map(self, fn: Callable[[Any, Any], Any]) -> Dataset:
@@ -198,9 +195,8 @@ class Dataset(SourceConstructors):
         `pad={"tokens": 512}` pads a variable-length key to 512 along its first axis;
         `pad={"tokens": [128, 256, 512]}` to the smallest of those that fits the batch's
         longest. Each padded key gains `{key}_lengths` (int32, the true lengths). An element
-        longer than the largest length raises, unless `cut=True`. Strings, bytes and other
-        objects stack into object arrays; functions, classes and callable objects are refused
-        (`BatchError`): a transform is never data.
+        longer than the largest length raises, unless `cut=True`. Strings and other objects
+        stack into object arrays; callables are refused (`BatchError`).
 
         >>> ds = Dataset.from_sequence([{"t": [1, 2]}, {"t": [3]}])
         >>> next(iter(ds.batch(2, pad={"t": [4, 8]})))["t"].tolist()
@@ -239,18 +235,13 @@ class Dataset(SourceConstructors):
         to be able to stop them, no chunk runs in the calling thread (a prefetch thread with no
         workers, only workers with some). Off by default; not for `mix`.
 
-        `stopped_s`: a worker stopped by SIGSTOP or SIGTSTP (or their fork server) is waited for
-        this long (10 s by default; None: until it continues), then `next()` raises
-        `WorkerError` naming it and the records it was making. A worker that dies raises at
-        once; a slow one is waited for (see `timeout_s`).
-
-        `shm_budget_bytes`: the most shared memory (/dev/shm) the workers' batches may hold at
-        once, split evenly between the workers (default: half of the space free there when
-        the iterator starts). A batch larger than one worker's share raises `WorkerError`
-        naming its size; batches that fit wait their turn rather than overrun it.
+        `stopped_s`: a stopped worker (SIGSTOP, SIGTSTP) or fork server is waited for this long
+        (default 10 s; None: until it continues), then raises `WorkerError` naming it.
+        `shm_budget_bytes`: the most /dev/shm the workers' batches hold at once, split evenly
+        between them (default: half its free space); a batch over a share raises `WorkerError`.
+        Every wait and its bound: docs/faults.md.
         """
-        options = Options(ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes)
-        return self._set(options=options)
+        return self._set(options=Options(ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes))
 
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.
@@ -353,15 +344,13 @@ class Dataset(SourceConstructors):
         """Identifies source, shuffle seed and stages; states only restore into a match."""
         if self._mixture is not None:
             return self._mixture.fingerprint(self._stages)
-        return pipeline_fingerprint(
-            self._view("fingerprint"), self._seed, self._window, self._stages
-        )
+        source = self._view("fingerprint")
+        return pipeline_fingerprint(source, self._seed, self._window, self._stages)
 
     def _first_item(self) -> Any:
         """The first item of a one-host pass: what a host that made nothing pads from."""
-        return first_item(
-            dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1, _settings=RunSettings())
-        )
+        one_host = dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1)
+        return first_item(dataclasses.replace(one_host, _settings=RunSettings()))
 
     def _not_mixture(self, what: str) -> None:
         if self._mixture is not None:
@@ -383,15 +372,9 @@ class Dataset(SourceConstructors):
             return self._mixture.plan(
                 host, hosts, self._settings.workers, self._stages, self.fingerprint()
             )
+        source, stages = self._view("a plan"), self._stages
         return pipeline_plan(
-            self._view("a plan"),
-            self._seed,
-            self._window,
-            self._stages,
-            self._epochs,
-            self._max_errors,
-            host,
-            hosts,
+            source, self._seed, self._window, stages, self._epochs, self._max_errors, host, hosts
         )
 
     def _add(self, stage: Stage) -> Dataset:
