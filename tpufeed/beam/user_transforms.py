@@ -59,24 +59,7 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
         )
     try:
         if module_name.endswith(".py"):
-            if not os.path.isfile(module_name):
-                raise InvalidArgumentError(f"{option} {spec!r}: no such file: {module_name}")
-            unique = "tpufeed_transform_" + hashlib.sha256(module_name.encode()).hexdigest()[:16]
-            module = sys.modules.get(unique)
-            if module is None:
-                _on_path(os.path.dirname(os.path.abspath(module_name)))
-                loader_spec = importlib.util.spec_from_file_location(unique, module_name)
-                if loader_spec is None or loader_spec.loader is None:
-                    raise InvalidArgumentError(
-                        f"{option} {spec!r}: cannot load {module_name} as a Python module"
-                    )
-                module = importlib.util.module_from_spec(loader_spec)
-                sys.modules[unique] = module
-                try:
-                    loader_spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[unique]
-                    raise
+            module = _load_file(module_name, spec, option)
         else:
             _on_path(os.getcwd())
             module = importlib.import_module(module_name)
@@ -102,6 +85,31 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
             f"file.py:{attr.lower()}"
         )
     return fn
+
+
+def _load_file(module_name: str, spec: str, option: str) -> Any:
+    """The module of the Python file `module_name`, loaded once under a name of its own; its
+    folder is searched by its imports."""
+    if not os.path.isfile(module_name):
+        raise InvalidArgumentError(f"{option} {spec!r}: no such file: {module_name}")
+    unique = "tpufeed_transform_" + hashlib.sha256(module_name.encode()).hexdigest()[:16]
+    module = sys.modules.get(unique)
+    if module is not None:
+        return module
+    _on_path(os.path.dirname(os.path.abspath(module_name)))
+    loader_spec = importlib.util.spec_from_file_location(unique, module_name)
+    if loader_spec is None or loader_spec.loader is None:
+        raise InvalidArgumentError(
+            f"{option} {spec!r}: cannot load {module_name} as a Python module"
+        )
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[unique] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[unique]
+        raise
+    return module
 
 
 def _takes_rng(fn: Callable[..., Any]) -> bool:

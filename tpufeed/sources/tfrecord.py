@@ -45,6 +45,13 @@ from tpufeed.sources.tfrecord_format import (
     unframed,
     write_tfrecords,
 )
+from tpufeed.sources.tfrecord_index import (
+    INDEX_SUFFIX,
+    cached_index_name,
+    default_index_dir,
+    index_array,
+    load_index,
+)
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
@@ -55,70 +62,11 @@ from tpufeed.storage.transfers import coalesce
 
 __all__ = ["TFRecordFile", "TFRecordSource", "default_index_dir", "write_tfrecords"]
 
-INDEX_SUFFIX = ".tpufeed-index"
-# Index file: one uint64 array [magic, version, size, mtime_ns, n, offsets[n], lengths[n]];
-# version 2: a last length of UNFRAMED stands for the unframeable rest of a damaged file.
-_INDEX_MAGIC = int.from_bytes(b"TPFIDX\x00\x00", "little")
-_INDEX_VERSION = 2
-_INDEX_FIELDS = 5
-_U64 = (1 << 64) - 1
 # Uncached gs:// reads: records closer than this are fetched in one GET (a GET's latency costs
 # more than this many bytes), and no GET spans more than _MAX_SPAN.
 _MAX_GAP = 256 << 10
 _MAX_SPAN = 16 << 20
 _INDEX_THREADS = 8
-
-
-def default_index_dir() -> str:
-    """Where indexes go when the data file's directory is not writable.
-
-    `$TPUFEED_CACHE_DIR/tfrecord-index` if that variable is set, else
-    `~/.cache/tpufeed/tfrecord-index`; read at each call, not at import.
-    """
-    root = os.environ.get("TPUFEED_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "tpufeed"
-    )
-    return os.path.join(root, "tfrecord-index")
-
-
-def _cached_index_name(path: str) -> str:
-    absolute = os.path.abspath(path)
-    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return f"{digest}-{os.path.basename(absolute)[:100]}{INDEX_SUFFIX}"
-
-
-def _index_array(size: int, mtime_ns: int, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    head = np.array(
-        [_INDEX_MAGIC, _INDEX_VERSION, size, mtime_ns & _U64, offsets.size], dtype=np.uint64
-    )
-    return np.concatenate([head, offsets, lengths])
-
-
-def _load_index(index_path: str, size: int, mtime_ns: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """Returns (offsets, lengths) from `index_path` if it is whole and matches size and mtime."""
-    try:
-        with open(index_path, "rb") as f:
-            arr = np.load(f, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
-        return None
-    if arr.dtype != np.uint64 or arr.ndim != 1 or arr.size < _INDEX_FIELDS:
-        return None
-    magic, version, isize, imtime, n = (int(v) for v in arr[:_INDEX_FIELDS])
-    if (magic, version, isize, imtime) != (_INDEX_MAGIC, _INDEX_VERSION, size, mtime_ns & _U64):
-        return None
-    if arr.size != _INDEX_FIELDS + 2 * n:
-        return None
-    offsets = arr[_INDEX_FIELDS : _INDEX_FIELDS + n]
-    lengths = arr[_INDEX_FIELDS + n :]
-    # Records tile the file exactly (up to an unframeable rest); a damaged index fails this
-    # check and is rebuilt.
-    framed = n - 1 if n and int(lengths[-1]) == UNFRAMED else n
-    ends = offsets[:framed] + lengths[:framed] + np.uint64(_CRC.size)
-    starts = np.concatenate([np.zeros(1, np.uint64), ends])[:n] + np.uint64(_HEADER.size)
-    end = int(ends[-1]) if framed else 0
-    if not np.array_equal(offsets, starts) or (end != size if framed == n else end >= size):
-        return None
-    return offsets.copy(), lengths.copy()
 
 
 class TFRecordFile:
@@ -154,7 +102,7 @@ class TFRecordFile:
             self.index_path, self._offsets, self._lengths = self._load_or_build_remote_index(remote)
 
     def _index_candidates(self) -> list[str]:
-        name = _cached_index_name(self.path)
+        name = cached_index_name(self.path)
         if self.index_dir is not None:
             return [os.path.join(self.index_dir, name)]
         return [self.path + INDEX_SUFFIX, os.path.join(default_index_dir(), name)]
@@ -165,7 +113,7 @@ class TFRecordFile:
             self.pinned = FileIdentity.of(st)
             candidates = self._index_candidates()
             for index_path in candidates:
-                found = _load_index(index_path, st.st_size, st.st_mtime_ns)
+                found = load_index(index_path, st.st_size, st.st_mtime_ns)
                 if found is not None:
                     return index_path, *found
             offsets, lengths = scan_records(f.fileno(), self.path, st.st_size)
@@ -181,7 +129,7 @@ class TFRecordFile:
         candidates = [
             os.path.join(directory, f"{name}-{os.path.basename(obj.name)[:100]}{INDEX_SUFFIX}")
         ]
-        found = _load_index(candidates[0], obj.size, obj.generation)
+        found = load_index(candidates[0], obj.size, obj.generation)
         if found is not None:
             return candidates[0], *found
         if remote.cached:
@@ -203,7 +151,7 @@ class TFRecordFile:
         offsets: np.ndarray,
         lengths: np.ndarray,
     ) -> tuple[str | None, np.ndarray, np.ndarray]:
-        arr = _index_array(size, version, offsets, lengths)
+        arr = index_array(size, version, offsets, lengths)
         errors = []
         for index_path in candidates:
             try:
