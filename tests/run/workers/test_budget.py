@@ -143,3 +143,29 @@ def test_a_worker_of_a_fresh_interpreter_obeys_the_budget_too(monkeypatch):
     ds = _rows(64, 128 * KB).batch(8).options(shm_budget_bytes=1 << 20).workers(1, isolate=True)
     assert len(list(ds)) == 8  # one worker: its share is the whole budget
     assert os.environ["TPUFEED_FORKSERVER"] == "0"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "workers, schedule",
+    [
+        # 200 KiB batches lent up to half a share, then 800 KiB ones: they cannot fit beside
+        # the lent ones, and the iterator waits for them; they come through the pipe.
+        (1, [(50 * KB, 12), (200 * KB, 8)]),
+        (2, [(50 * KB, 24), (200 * KB, 16)]),
+        # 200 KiB batches lent, then 480 KiB ones: they fit beside the lent ones only without
+        # the quarter of headroom a new segment is given.
+        (1, [(50 * KB, 12), (120 * KB, 8)]),
+    ],
+)
+def test_growing_batches_that_the_loop_keeps_are_delivered_not_a_hang(workers, schedule):
+    """The loop keeps every batch it is lent: they hold up to half of a worker's share, and a
+    later, larger batch does not fit beside them while the loop waits for it in next()."""
+    sizes = [n for n, count in schedule for _ in range(count)]
+    budget = workers * (1 << 20)
+    ds = tpufeed.Dataset.from_sequence(sizes).map(_zeros).batch(4)
+    with ShmPeak() as shm:
+        kept = list(ds.options(shm_budget_bytes=budget).workers(workers, isolate=True))
+    assert [b.shape for b in kept] == [(4, n) for n in sizes[::4]]
+    assert all(not b.any() for b in kept)
+    assert 0 < shm.peak <= budget // workers

@@ -13,15 +13,18 @@ from tpufeed.run.workers.inbox import Inbox
 from tpufeed.run.workers.messages import (
     Answer,
     AnswerMemo,
+    Cramped,
     Dropped,
     Failure,
     Ready,
     Released,
+    Spill,
     decode,
     decode_result,
     encode_answer,
     encode_free,
     encode_released,
+    encode_spill,
     encode_task,
 )
 
@@ -130,6 +133,9 @@ def test_the_budgets_messages_go_both_ways():
     assert decode(encode_released(5 << 30)) == ([], Released(5 << 30))
     dropped = pickle.dumps(Dropped([3, 1]), protocol=pickle.HIGHEST_PROTOCOL)
     assert decode_result(dropped, AnswerMemo()) == Dropped([3, 1])
+    cramped = pickle.dumps(Cramped(7, 3 << 30), protocol=pickle.HIGHEST_PROTOCOL)
+    assert decode_result(cramped, AnswerMemo()) == Cramped(7, 3 << 30)
+    assert decode(encode_spill(1 << 40)) == ([], Spill(1 << 40))
 
 
 def test_the_inbox_reads_every_waiting_message_in_one_read_and_finishes_a_begun_one():

@@ -145,3 +145,34 @@ def test_a_worker_over_its_share_gives_idle_segments_back_and_waits_for_their_re
     finally:
         slots.unlink_all()
     assert not [p for p in os.listdir("/dev/shm") if p.startswith(slots._prefix)]
+
+
+def test_a_segment_gives_up_its_headroom_then_the_batch_gives_up_waiting_when_told():
+    """Beside a segment the consumer holds, a new one is made without its quarter of headroom
+    if that fits; where even that does not fit, the worker says it waits (`cramped`), and
+    gives up (`NoRoom`) once the parent answers that room will not come."""
+    import uuid
+
+    from tpufeed.run.workers.slots import NoRoom, WorkerSlots, segment_prefix
+
+    slots = WorkerSlots(segment_prefix(uuid.uuid4().hex[:8]), 3, share=300_000)
+    asked = []
+
+    def never_waits():
+        raise AssertionError("waited with room to spare")
+
+    def parent_says_spill(nbytes):
+        asked.append(nbytes)
+        return len(asked) > 1  # the first time it waits for the parent's answer
+
+    try:
+        held, buffer, _ = slots.acquire(100_000, never_waits, asked.append)
+        buffer.release()  # written, sent, and lent to the consumer: not released
+        _, buffer, name = slots.acquire(160_000, never_waits, asked.append)
+        assert name is not None and len(buffer) == 160_000 and slots.live == 285_000
+        buffer.release()
+        with pytest.raises(NoRoom):
+            slots.acquire(200_000, lambda: None, asked.append, parent_says_spill)
+        assert asked == [200_000, 200_000] and slots.live == 285_000
+    finally:
+        slots.unlink_all()

@@ -5,7 +5,10 @@ By default half of the space free in /dev/shm when the iterator starts;
 each keeps the segments of its slots within its share (`WorkerSlots`): a batch larger than a
 share raises at once, naming its size, the budget and the option; a batch that fits the share
 but not beside the worker's other batches waits (the worker first gives back its idle
-segments) until the consumer has taken enough of them. A segment counts from the moment its
+segments, then makes the segment without its headroom if that fits) until the consumer has
+taken enough of them; where only batches lent to the consumer hold the room, and the consumer
+waits for that very batch, the worker writes it into ordinary memory and sends it through the
+pipe (`messages.Cramped`, `messages.Spill`). A segment counts from the moment its
 worker creates it until the parent has unmapped it too (`Released`), so the budget holds for
 what is really in /dev/shm, not for what one side believes.
 """

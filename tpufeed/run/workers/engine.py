@@ -179,6 +179,19 @@ class _Dealer:
         self.inflight.append((step, None, task_id))
         return True
 
+    def spill_if_stuck(self, worker: int, task_id: int) -> None:
+        """Tells `worker` to send the batch of `task_id` through the pipe where it waits for
+        room in the worker's share that only batches lent to the consumer can give: the
+        consumer is here, waiting for that very batch, so the room would never come. Room
+        that other segments hold comes without it (slots freed, idle segments given back)."""
+        cramped = self.pool.cramped.get(worker)
+        if cramped is None or cramped.task_id != task_id:
+            return
+        share = self.leases.share
+        if share is not None and self.leases.lent_bytes[worker] + cramped.nbytes <= share:
+            return
+        self.pool.spill(worker)
+
     def answer(
         self, worker: int, task_id: int, timeout: Callable[[], Exception | None] | None = None
     ) -> Answer | Failure:
@@ -189,6 +202,8 @@ class _Dealer:
                 error = timeout()
                 if error is not None:
                     raise error
+            if self.pool.cramped:
+                self.spill_if_stuck(worker, task_id)
             stealing = self.may_steal()
             messages = self.pool.receive_any(0.0 if stealing else None)
             if not messages:

@@ -7,7 +7,9 @@ happens. The parent never copies a batch unless the consumer holds so many that 
 would run out of slots: past `cap` lent slots per worker, a batch is copied out and its slot
 freed at once, so a consumer that keeps every batch (`list(ds)`) never stalls the workers.
 Under a shared-memory budget, a worker's lent batches also stay within half its share (past
-that, copied too), so the other half is always there for the batch the consumer waits for.
+that, copied too), so the other half is always there for a batch of up to half a share. A
+larger batch that does not fit beside the lent ones, while the consumer waits for it, comes
+through the pipe instead (`_Dealer.spill_if_stuck`).
 """
 
 from __future__ import annotations

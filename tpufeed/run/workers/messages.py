@@ -1,9 +1,9 @@
 """The messages between the parent and its workers, one small dataclass each.
 
-parent -> worker: `Start` (once), then `Task`, `Free`, `Released` and `Stop`.
+parent -> worker: `Start` (once), then `Task`, `Free`, `Released`, `Spill` and `Stop`.
 worker -> parent: `Ready` (once), then an `Answer` or a `Failure` per task; a `Failure` with
 task_id -1 is a start-up failure. `Dropped` (segments given back to stay within the
-shared-memory budget) may come between them.
+shared-memory budget) and `Cramped` (a batch waits for room in it) may come between them.
 
 An answer in shared memory (the common case: a batch, or unbatched elements, in a slot) goes as
 packed fields, and its layout and stage labels only when they differ from that worker's last
@@ -30,6 +30,7 @@ _ANSWER = struct.Struct("<cqii??HIII")
 _STOP = b"S"
 _FREE = b"F"
 _RELEASED = b"R"
+_SPILL = b"P"
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,23 @@ class Dropped:
     """The worker has given back the segments of `slots` (idle, to stay within its budget)."""
 
     slots: list[int]
+
+
+@dataclass(frozen=True)
+class Cramped:
+    """The batch of `task_id` (`nbytes`) waits for room in the worker's share of the budget,
+    with no idle segment left to give back."""
+
+    task_id: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Spill:
+    """The batch of `task_id` is not to wait for room: the worker sends it through the pipe
+    (the parent waits for it, and the batches its consumer holds leave no room)."""
+
+    task_id: int
 
 
 @dataclass(frozen=True)
@@ -128,6 +146,10 @@ def encode_released(nbytes: int) -> bytes:
     return _RELEASED + struct.pack("<q", nbytes)
 
 
+def encode_spill(task_id: int) -> bytes:
+    return _SPILL + struct.pack("<q", task_id)
+
+
 def encode_start(start: Start) -> bytes:
     return b"B" + pickle.dumps(start, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -136,9 +158,11 @@ def encode_stop() -> bytes:
     return _STOP
 
 
-def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | Released | None]:
-    """What the parent sent: the slots it freed, and the task, start, stop or release (or
-    None)."""
+def decode(
+    message: bytes,
+) -> tuple[list[Free], Task | Start | Stop | Released | Spill | None]:
+    """What the parent sent: the slots it freed, and the task, start, stop, release or spill
+    (or None)."""
     kind = message[:1]
     if kind == b"T":
         _, task_id, epoch, records, skips, nfreed = _TASK.unpack_from(message)
@@ -158,6 +182,8 @@ def decode(message: bytes) -> tuple[list[Free], Task | Start | Stop | Released |
         return [], Stop()
     if kind == _RELEASED:
         return [], Released(struct.unpack("<q", message[1:9])[0])
+    if kind == _SPILL:
+        return [], Spill(struct.unpack("<q", message[1:9])[0])
     if kind == b"B":
         return [], pickle.loads(message[1:])
     raise ValueError(f"unknown message kind {kind!r} from the parent")

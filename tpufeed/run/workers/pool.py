@@ -25,11 +25,13 @@ from tpufeed.run.workers.inbox import Inbox
 from tpufeed.run.workers.liveness import STOPPED_S, StoppedClock, is_stopped
 from tpufeed.run.workers.messages import (
     Answer,
+    Cramped,
     Dropped,
     Failure,
     Ready,
     Start,
     encode_released,
+    encode_spill,
     encode_start,
     encode_stop,
 )
@@ -60,6 +62,7 @@ class WorkerPool:
         self._tasks: list[Connection] = []
         self._results: list[Inbox] = []
         self._pending: list[tuple[int, Answer | Failure]] = []  # read, not handed out yet
+        self.cramped: dict[int, Cramped] = {}  # worker: its batch that waits for room
         self._closed = False
         self._ready: list[int] = []
         self._poll: select.poll | None = None
@@ -141,6 +144,10 @@ class WorkerPool:
         if nbytes:
             self.send(worker, encode_released(nbytes))
 
+    def spill(self, worker: int) -> None:
+        """Tells `worker` to send its batch that waits for room (`cramped`) through the pipe."""
+        self.send(worker, encode_spill(self.cramped.pop(worker).task_id))
+
     def receive_any(self, timeout: float | None = _POLL_S) -> list[tuple[int, Answer | Failure]]:
         """(worker, message) for every message that arrives within `timeout` (None: the
         default wait), from any worker.
@@ -173,8 +180,9 @@ class WorkerPool:
 
     def _read(self, timeout: float) -> list[tuple[int, Answer | Failure]]:
         """Every whole message that arrives within `timeout`: one read takes all a worker has
-        sent (several answers, when the parent is the slower side). "ready" is noted here, and
-        segments a worker gave back are unmapped here."""
+        sent (several answers, when the parent is the slower side). "ready" is noted here,
+        segments a worker gave back are unmapped here, and a batch that waits for room is
+        noted in `cramped`."""
         if self._poll is None:  # one poll object, registered once: no selector per wait
             self._poll = select.poll()
             for worker, inbox in enumerate(self._results):
@@ -193,6 +201,8 @@ class WorkerPool:
                 elif isinstance(message, Dropped):
                     self.slot_maps.drop(worker, message.slots)
                     self.send_released(worker)
+                elif isinstance(message, Cramped):
+                    self.cramped[worker] = message
                 else:
                     out.append((worker, message))
         return out

@@ -23,6 +23,10 @@ def segment_prefix(token: str) -> str:
     return f"tpufeed-{os.getpid()}-{token}"
 
 
+class NoRoom(Exception):
+    """The worker gives up waiting for room in its share for one batch (see `acquire`)."""
+
+
 class WorkerSlots:
     """The worker's side: a ring of `count` segments, grown on demand, together at most `share`
     bytes of shared memory (None: no limit; see `budget.py`)."""
@@ -43,14 +47,20 @@ class WorkerSlots:
         self.live = 0  # bytes of the segments it made that the parent has not released yet
 
     def acquire(
-        self, nbytes: int, wait: Callable[[], None], dropped: Callable[[list[int]], None]
+        self,
+        nbytes: int,
+        wait: Callable[[], None],
+        dropped: Callable[[list[int]], None],
+        cramped: Callable[[int], bool] = lambda nbytes: False,
     ) -> tuple[int, memoryview, str | None]:
         """A free slot of at least `nbytes`: (index, buffer, new segment name or None).
 
         While no slot is free, or a new segment would take the worker past its share, it
         waits (`wait()`: one message from the parent, which may free slots or release
         segments); past its share it first gives back its idle segments (`dropped(slots)`
-        tells the parent, whose release comes back as a message).
+        tells the parent, whose release comes back as a message), then makes the segment
+        without headroom if that fits. With nothing left to give back, `cramped(nbytes)` says
+        whether to give up: True raises `NoRoom` (the batch goes another way).
         """
         if self.share is not None and nbytes > self.share and self._too_big is not None:
             raise self._too_big(nbytes)
@@ -63,18 +73,31 @@ class WorkerSlots:
             if current is not None and len(current) >= nbytes:
                 self._free.remove(index)
                 return index, memoryview(current), None
-            size = max(_MIN_SIZE, nbytes + nbytes // 4)
-            if self.share is None:
+            size = self._room_for(nbytes, dropped)
+            if size is not None:
                 break
-            size = max(nbytes, min(size, self.share))
-            if self.live + size <= self.share:
-                break
-            idle = [i for i in self._free if self._maps[i] is not None and self._close(i)]
-            if idle:
-                dropped(idle)
+            if cramped(nbytes):
+                raise NoRoom(nbytes)
             wait()
         self._free.remove(index)
         return index, *self._create(index, size)
+
+    def _room_for(self, nbytes: int, dropped: Callable[[list[int]], None]) -> int | None:
+        """The size of a new segment for `nbytes` that fits the share now: with a quarter of
+        headroom for batches that grow, else exactly `nbytes` once no idle segment is left to
+        give back; None if none fits yet (idle segments given back, if any: their release
+        is waited for)."""
+        size = max(_MIN_SIZE, nbytes + nbytes // 4)
+        if self.share is None:
+            return size
+        size = max(nbytes, min(size, self.share))
+        if self.live + size <= self.share:
+            return size
+        idle = [i for i in self._free if self._maps[i] is not None and self._close(i)]
+        if idle:
+            dropped(idle)
+            return None
+        return nbytes if self.live + nbytes <= self.share else None
 
     def _close(self, index: int) -> bool:
         """Unmaps the idle segment of `index`; False (kept) where a view of it is alive."""

@@ -21,10 +21,12 @@ from tpufeed.run.workers.environment import forget_blas_default
 from tpufeed.run.workers.messages import (
     Answer,
     AnswerMemo,
+    Cramped,
     Dropped,
     Failure,
     Ready,
     Released,
+    Spill,
     Start,
     Stop,
     Task,
@@ -142,6 +144,9 @@ class Worker:
         self.runner = ChunkRunner(init["plan"], self.clock, beacon)
         self.backlog: deque = deque()
         self.memo = AnswerMemo()  # what the last answer sent, so the next can say "the same"
+        self.task_id = -1  # the task being made
+        self.asked = False  # whether its batch has told the parent it waits for room
+        self.spill = False  # whether the parent has said its batch goes through the pipe
 
     def run(self) -> None:
         self._send(Ready())
@@ -170,6 +175,9 @@ class Worker:
         if isinstance(message, Released):
             self.slots.released(message.nbytes)
             return None
+        if isinstance(message, Spill):  # a late one, for a batch that found room, is no matter
+            self.spill = self.spill or message.task_id == self.task_id
+            return None
         return message  # type: ignore[return-value]  # Start comes once, before run()
 
     def _send(self, message: object) -> None:
@@ -182,14 +190,21 @@ class Worker:
     def _task(self, task: Task) -> Answer:
         import numpy as np
 
-        from tpufeed.errors import WorkerError
-        from tpufeed.run.workers.layout import write_batch, write_elements, write_stacked
+        from tpufeed.run.workers.layout import write_batch, write_stacked
+        from tpufeed.run.workers.slots import NoRoom
 
-        slot: list[Any] = [None, None]
+        self.task_id, self.asked, self.spill = task.task_id, False, False
+        slot: list[Any] = [None, None, None]  # index, new segment name, or ordinary memory
 
         def buffer_for(nbytes: int) -> memoryview:
-            index, buffer, name = self.slots.acquire(nbytes, self._wait_for_parent, self._dropped)
-            slot[:] = [index, name]
+            try:
+                index, buffer, name = self.slots.acquire(
+                    nbytes, self._wait_for_parent, self._dropped, self._cramped
+                )
+            except NoRoom:  # the parent waits for it: ordinary memory, sent through the pipe
+                slot[2] = bytearray(nbytes)
+                return memoryview(slot[2])
+            slot[:2] = [index, name]
             return buffer
 
         skips = np.frombuffer(task.skips, np.int64) if task.skips is not None else None
@@ -200,14 +215,7 @@ class Worker:
             stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
             placer=lambda batch: write_batch(batch, buffer_for),
         )
-        payload, elements = piece.payload, False
-        if slot[0] is None and type(payload) is list and payload:  # unbatched: sent unstacked
-            try:
-                layout = write_elements(payload, buffer_for)
-            except WorkerError:  # no room in /dev/shm for them: they go through the pipe
-                layout = None
-            if layout is not None:
-                payload, elements = layout, True
+        payload, elements = self._payload(piece.payload, slot, buffer_for)
         return Answer(
             task.task_id,
             payload,
@@ -222,6 +230,34 @@ class Worker:
             self.clock.drain(),
             elements,
         )
+
+    @staticmethod
+    def _payload(payload: Any, slot: list[Any], buffer_for: Any) -> tuple[Any, bool]:
+        """What the answer carries: a batch's layout in its slot, or the batch itself where it
+        was written into ordinary memory (it goes through the pipe); unbatched elements in a
+        slot where they fit (`elements` True), else as they are."""
+        from tpufeed.errors import WorkerError
+        from tpufeed.run.workers.layout import read_batch, write_elements
+
+        if slot[2] is not None:
+            return read_batch(payload, slot[2], copy=False), False
+        if slot[0] is None and type(payload) is list and payload:  # unbatched: sent unstacked
+            try:
+                layout = write_elements(payload, buffer_for)
+            except WorkerError:  # no room in /dev/shm for them: they go through the pipe
+                layout = None
+            if layout is not None and slot[2] is None:
+                return layout, True
+        return payload, False
+
+    def _cramped(self, nbytes: int) -> bool:
+        """Whether the batch waiting for room goes through the pipe instead: the parent says
+        so (`Spill`) once it is told (`Cramped`, once a task) and finds that room will not
+        come while it waits."""
+        if not self.asked:
+            self.asked = True
+            self._send(Cramped(self.task_id, nbytes))
+        return self.spill
 
     def _dropped(self, slots: list[int]) -> None:
         self._send(Dropped(slots))
