@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.datafiles import prepare
     from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS
     from tpufeed.run import walk
-    from tpufeed.run.workers import engine, leases, pool
+    from tpufeed.run.workers import engine, inbox, leases, pool
 
     steps = [
         (engine._Dealer, "deal", "deal: the next chunk, dealt"),
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         (leases.Leases, "returned", "  slots given back"),
         (pool.WorkerPool, "ready", "  workers ready?"),
         (pool.WorkerPool, "receive_any", "receive_any: poll, read, decode"),
-        (pool._Inbox, "read", "  read every answer waiting, decode them"),
-        (pool, "decode_result", "    decode one answer"),
+        (inbox.Inbox, "read", "  read every answer waiting, decode them"),
+        (inbox, "decode_result", "    decode one answer"),
         (engine.WorkerExecutor, "_received", "_received: the batch's views, lent"),
         (engine, "read_batch", "  views of the slot"),
         (leases.Leases, "lend", "  the lease"),

@@ -86,4 +86,5 @@ def test_decode_ab_compares_two_codec_files():
         "| arrays and ints",
         "| an image",
         "| text and numbers",
+        "| bool masks",
     ]
