@@ -12,6 +12,7 @@ a mid-epoch state and reports throughput, the input-wait fraction and held-out a
 from __future__ import annotations
 
 import argparse
+import filecmp
 import os
 import time
 from pathlib import Path
@@ -48,12 +49,24 @@ def build(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     paths = []
     for shard, part in enumerate(np.array_split(train, NUM_SHARDS)):
         path = root / f"digits-train-{shard:05d}-of-{NUM_SHARDS:05d}.array_record"
+        fresh = path.with_name(path.name + ".new")
         write_array_records(
-            str(path),
+            str(fresh),
             (codec.encode({"image": images[i], "label": labels[i], "id": int(i)}) for i in part),
         )
+        _keep_or_replace(fresh, path)
         paths.append(str(path))
     return paths, {"image": images[test], "label": labels[test]}
+
+
+def _keep_or_replace(fresh: Path, path: Path) -> None:
+    """Moves `fresh` to `path`, unless `path` already holds the same bytes: a shard rewritten
+    with its old records is still another file to a saved state (docs/faults.md), so a rerun
+    keeps the files a run before it wrote, and its checkpoints resume."""
+    if path.is_file() and filecmp.cmp(fresh, path, shallow=False):
+        fresh.unlink()
+    else:
+        os.replace(fresh, path)
 
 
 def augment(element: dict, rng: np.random.Generator) -> dict:
