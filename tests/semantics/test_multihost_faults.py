@@ -138,8 +138,12 @@ class Run:
         self.close()
 
 
-def _assert_named(result: dict, lost: int, *words: str) -> None:
-    assert result["code"] == NAMED, f"not a tpufeed error first: {result}"
+def _assert_named(result: dict, lost: int, *words: str, lingered: bool = False) -> None:
+    """`result` is a tpufeed `HostLostError` naming `lost`. A process that lingered after it
+    (as a job saving its model) may then be ended by JAX's own abort: its error, written before,
+    still came first."""
+    codes = (NAMED, -signal.SIGABRT) if lingered else (NAMED,)
+    assert result["code"] in codes, f"not a tpufeed error first: {result}"
     assert result["error"] == "HostLostError" and result["hosts"] == [lost], result
     assert f"process {lost}" in result["message"], result["message"]
     for word in words:
@@ -202,7 +206,8 @@ def test_a_stopped_process_is_named_and_names_the_other_once_continued(tmp_path,
         run.wait_for_result(other)
         run.signal(victim, signal.SIGCONT)
         continued, survivor = run.finish([victim, other])
-    _assert_named(survivor, victim, "coordination service" if victim == 0 else "stopped answering")
+    words = "coordination service" if victim == 0 else "stopped answering"
+    _assert_named(survivor, victim, words, lingered=True)
     _assert_named(continued, other)
 
 
