@@ -49,23 +49,29 @@ def test_a_pure_python_transform_stops_when_the_iterator_closes():
 
 
 @pytest.mark.multiprocess
-def test_ctrl_c_stops_a_pipeline_whose_prefetch_thread_is_in_a_slow_transform(tmp_path):
+def _start_loop(tmp_path, code: str) -> subprocess.Popen:
+    """`code` run as a script in a process that Ctrl-C (SIGINT) interrupts as a terminal does."""
     script = tmp_path / "loop.py"
-    script.write_text(
+    script.write_text(code)
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_ctrl_c,
+    )
+
+
+def test_ctrl_c_stops_a_pipeline_whose_prefetch_thread_is_in_a_slow_transform(tmp_path):
+    proc = _start_loop(
+        tmp_path,
         textwrap.dedent("""
         import time, tpufeed
         it = tpufeed.Dataset.from_sequence(list(range(100))).map(
             lambda i: time.sleep(120)).prefetch(2).iterator()
         print("running", flush=True)
         next(it)
-    """)
-    )
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_ctrl_c,
+    """),
     )
     try:
         assert proc.stdout.readline().strip() == "running"
@@ -84,8 +90,8 @@ def test_ctrl_c_stops_a_pipeline_whose_prefetch_thread_is_in_a_slow_transform(tm
 def test_ctrl_c_inside_a_transform_in_the_calling_thread_stops_the_iterator(tmp_path):
     """A transform's BaseExceptions are TransformErrors, but not Ctrl-C in the calling process's
     main thread: it stops the iterator, and its traceback says which stage it came in."""
-    script = tmp_path / "loop.py"
-    script.write_text(
+    proc = _start_loop(
+        tmp_path,
         textwrap.dedent("""
         import time, tpufeed
         def slow(i):
@@ -97,14 +103,7 @@ def test_ctrl_c_inside_a_transform_in_the_calling_thread_stops_the_iterator(tmp_
             list(tpufeed.Dataset.from_sequence(list(range(100))).map(slow))
         except tpufeed.TpufeedError as error:
             print("swallowed", type(error).__name__, flush=True)
-    """)
-    )
-    proc = subprocess.Popen(
-        [sys.executable, str(script)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_ctrl_c,
+    """),
     )
     try:
         assert proc.stdout.readline().strip() == "running"
