@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from tpufeed.errors import TpufeedError
+from tpufeed.observe import timeline
 from tpufeed.ops.user_functions import (
     RecordNames,
     interrupted_at,
@@ -44,6 +45,8 @@ class StageClock:
     def add(self, stage: str, seconds: float, records: int) -> None:
         self.seconds[stage] += seconds
         self.records[stage] += records
+        if timeline.recording() is not None:  # the stage's span on the timeline, too
+            timeline.complete(stage, seconds, "stage", {"records": records})
 
     def drain(self) -> dict[str, tuple[float, int]]:
         """The times since the last drain, as a small picklable dict (what a worker ships)."""
@@ -53,8 +56,10 @@ class StageClock:
         return out
 
     def merge(self, times: dict[str, tuple[float, int]]) -> None:
+        """Another process's times (its spans travel on their own: `observe.shipping`)."""
         for stage, (seconds, records) in times.items():
-            self.add(stage, seconds, records)
+            self.seconds[stage] += seconds
+            self.records[stage] += records
 
 
 now = time.perf_counter

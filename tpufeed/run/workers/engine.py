@@ -13,12 +13,13 @@ as views of that slot, lent until it drops them (`leases.py`): the parent copies
 from __future__ import annotations
 
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import InputTimeoutError
+from tpufeed.observe import shipping, timeline
 from tpufeed.ops.base import Chunk, EpochEnd, Piece, Reread, StageClock, now
 from tpufeed.order.cursor import Cursor
 from tpufeed.run.chunks import ChunkRunner, WarmPieces, reread
@@ -252,6 +253,7 @@ class WorkerExecutor:
         self.queue_depth = 0
         self._pool: WorkerPool | None = None
         self.shm_budget = shm_budget(self.shm_budget_bytes)
+        self.worker_counts: dict[int, Counter[str]] = {}  # per worker: what it counted
         self.start()  # from the moment the run is made: workers boot while the caller goes on
 
     @property
@@ -276,6 +278,7 @@ class WorkerExecutor:
                 "count": self.workers,
                 "watch": self.timeout_s is not None,
                 "shm_budget": self.shm_budget,
+                "trace": timeline.recording() is not None,  # the workers record one too
             }
             prefix = segment_prefix(uuid.uuid4().hex[:8])
             self._pool = WorkerPool(init, self.workers, prefix, self.stopped_s)
@@ -362,6 +365,9 @@ class WorkerExecutor:
             raise rebuild_error(answer.fields, worker)
         if answer.times:
             self.clock.merge(answer.times)
+        if answer.observed:  # counted here as well as per worker
+            counted = shipping.receive(answer.observed)
+            self.worker_counts.setdefault(worker, Counter()).update(counted)
         payload = answer.payload
         if answer.slot is not None:
             started = now()

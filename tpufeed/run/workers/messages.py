@@ -25,8 +25,9 @@ from typing import Any, NamedTuple
 
 _TASK = struct.Struct("<cqqiii")  # b"T", task_id, epoch, records, skips (-1: none), freed slots
 # b"A", task_id, size, slot, final, elements, then the lengths of: the new segment's name, the
-# layout (0: the same as this worker's last), the stage labels (0: the same), the times
-_ANSWER = struct.Struct("<cqii??HIII")
+# layout (0: the same as this worker's last), the stage labels (0: the same), the times, and
+# what the worker observed (counts and timeline events: `tpufeed.observe.shipping`)
+_ANSWER = struct.Struct("<cqii??HIIII")
 _STOP = b"S"
 _FREE = b"F"
 _RELEASED = b"R"
@@ -114,6 +115,7 @@ class Answer(NamedTuple):
     skipped: tuple[dict[str, Any], ...] | list[dict[str, Any]] = ()  # error fields, in order
     times: dict[str, tuple[float, int]] | None = None
     elements: bool = False  # `payload` is unbatched elements in `slot` (`layout.write_elements`)
+    observed: bytes = b""  # counts and timeline events since the worker's last answer
 
 
 @dataclass(frozen=True)
@@ -240,11 +242,13 @@ def encode_answer(answer: Answer, memo: AnswerMemo) -> bytes:
                 len(layout),
                 len(labels),
                 len(values),
+                len(answer.observed),
             ),
             segment,
             layout,
             labels,
             values,
+            answer.observed,
         )
     )
 
@@ -260,7 +264,7 @@ def decode_result(message: bytes | memoryview, memo: AnswerMemo) -> Any:
     """What a worker sent: an `Answer` (packed or pickled), a `Failure` or `Ready`."""
     if message[:1] != b"A":
         return pickle.loads(message)
-    (_, task_id, size, slot, final, elements, nsegment, nlayout, nlabels, nvalues) = (
+    (_, task_id, size, slot, final, elements, nsegment, nlayout, nlabels, nvalues, nobserved) = (
         _ANSWER.unpack_from(message)
     )
     at = _ANSWER.size
@@ -277,6 +281,20 @@ def decode_result(message: bytes | memoryview, memo: AnswerMemo) -> Any:
     if labels:
         values = struct.unpack_from(f"<{len(labels)}d{len(labels)}q", message, at)
         times = dict(zip(labels, zip(values[: len(labels)], values[len(labels) :])))
+    at += nvalues
+    observed = bytes(message[at : at + nobserved])
     return Answer(
-        task_id, memo.layout, size, None, None, None, final, slot, segment, (), times, elements
+        task_id,
+        memo.layout,
+        size,
+        None,
+        None,
+        None,
+        final,
+        slot,
+        segment,
+        (),
+        times,
+        elements,
+        observed,
     )

@@ -8,6 +8,7 @@ the same `ChunkRunner` the parent uses.
 
 from __future__ import annotations
 
+import os
 import pickle
 import signal
 import sys
@@ -16,6 +17,7 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
+from tpufeed.observe import counts, shipping, timeline
 from tpufeed.ops.user_functions import Stopped
 from tpufeed.run.workers.environment import forget_blas_default
 from tpufeed.run.workers.messages import (
@@ -136,6 +138,11 @@ class Worker:
             lambda nbytes: batch_too_big(nbytes, budget, count),
         )
         self.clock = StageClock()
+        counts.forget_inherited()  # a forked worker's parent counted those itself
+        if init.get("trace"):
+            timeline.start().name_process(os.getpid(), f"tpufeed worker {self.index}")
+        else:  # a worker forked while its parent recorded records nothing of its own
+            timeline.stop()
         beacon = None
         if init.get("watch"):  # a timeout reads where this worker is from shared memory
             beacon = beacon_at(
@@ -229,6 +236,7 @@ class Worker:
             [error_fields(e) for e in piece.skipped],
             self.clock.drain(),
             elements,
+            shipping.pack(),
         )
 
     @staticmethod
