@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError, SourceError
+from tpufeed.observe import counts
 from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_errors import check_not_a_file, disk_errors
 from tpufeed.storage.cache_fill import CacheFiller
@@ -143,13 +144,16 @@ class ShardCache:
             fd = self.layout.open_lock(key)
         try:
             with self._disk_errors(obj):
+                missed = False
                 while True:
                     fcntl.flock(fd, fcntl.LOCK_SH)
                     st = files.stat(data)
                     if st is not None and self.verified.trusted(key, obj, st):
                         break
                     fcntl.flock(fd, fcntl.LOCK_UN)
+                    missed = True
                     self.filler.fill(obj, key, fd, self.plans.chooser(), URGENT, wait=True)
+                counts.count("cache_misses" if missed else "cache_hits")
             self._mark_read(key, files.stamp(st))
             yield data
         finally:

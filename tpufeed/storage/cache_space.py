@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpufeed.errors import SourceError
+from tpufeed.observe import counts, timeline
 from tpufeed.storage.cache_holds import stuck_holds
 from tpufeed.storage.cache_layout import CacheLayout, key_of, remove, stat
 from tpufeed.storage.eviction import VictimChooser
@@ -167,6 +168,12 @@ class CacheSpace:
             for victim, _, held in taken:
                 if held == (now < need):  # enough: delete the free ones; else evict the held
                     self.evict(victim)
+                    counts.count("cache_evictions")
+                    timeline.instant(
+                        "cache eviction",
+                        "cache",
+                        {"key": victim, "bytes": copies[victim][0], "for": obj.url, "held": held},
+                    )
                     log.debug(
                         "evicted %s (%d bytes%s) for %s",
                         victim,

@@ -17,6 +17,7 @@ import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
+from tpufeed.observe import counts, timeline
 from tpufeed.run.watch import beacon_file, beacon_map
 from tpufeed.run.workers.environment import worker_environment
 from tpufeed.run.workers.forked import ForkedProcess
@@ -97,6 +98,8 @@ class WorkerPool:
                 self._tasks.append(Connection(task_w, readable=False))
                 self._results.append(Inbox(result_r))
                 self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload, index)))
+                counts.count("workers_started")
+                timeline.instant("worker started", "workers", {"worker": index, "pid": proc.pid})
         except BaseException:
             self.close()
             raise
@@ -224,6 +227,10 @@ class WorkerPool:
                 if isinstance(message, Failure):
                     raise rebuild_error(message.fields, worker)
 
+    def _lost(self, worker: int, how: str) -> None:
+        counts.count("workers_lost")
+        timeline.instant("worker lost", "workers", {"worker": worker, "how": how})
+
     def _death(self, worker: int) -> WorkerError:
         proc = self._procs[worker]
         try:
@@ -231,6 +238,7 @@ class WorkerPool:
         except subprocess.TimeoutExpired:
             code = None
         lost = getattr(proc, "lost", None)
+        self._lost(worker, "never started" if lost is not None else f"ended ({code})")
         if lost is not None:
             return WorkerError(
                 f"tpufeed worker {worker} never started: {lost}. Workers are forked by that "
@@ -254,6 +262,7 @@ class WorkerPool:
 
     def _stopped_error(self, worker: int, seconds: float) -> WorkerError:
         pid = self._procs[worker].pid
+        self._lost(worker, f"stopped for {seconds:.0f} s")
         return WorkerError(
             f"tpufeed worker {worker} (pid {pid}) has been stopped (SIGSTOP or SIGTSTP: process "
             f"state T) for {seconds:.0f} s{self.work_of(worker)}; a "
