@@ -32,6 +32,7 @@ import fcntl
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -50,7 +51,7 @@ from tpufeed.storage.gcs import GcsObject
 from tpufeed.storage.retry import RetryPolicy
 from tpufeed.storage.transfers import PART_BYTES, URGENT
 
-__all__ = ["CacheEntry", "ShardCache", "default_cache_dir", "entry_key"]
+__all__ = ["CacheEntry", "ShardCache", "default_cache_dir", "entry_key", "opened_caches"]
 
 # Without an explicit limit: this share of the space free when the cache is opened.
 _DEFAULT_SHARE_OF_FREE = 0.8
@@ -104,6 +105,7 @@ class ShardCache:
         self.filler = CacheFiller(self.layout, self.space, self.verified, self.retry, part_bytes)
         self._touched: dict[str, tuple[float, list[int]]] = {}
         self._checked: dict[str, tuple[float, list[int]]] = {}
+        _opened.add(self)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -294,3 +296,11 @@ class ShardCache:
             counts = remove_unused(self.root, self.layout, self.space)
         self.verified.clear()
         return counts
+
+
+_opened: weakref.WeakSet[ShardCache] = weakref.WeakSet()
+
+
+def opened_caches() -> dict[str, ShardCache]:
+    """The caches this process has opened and still uses, one per directory (for metrics)."""
+    return {cache.root: cache for cache in list(_opened)}
