@@ -41,9 +41,9 @@ def test_retries_counted_are_the_faults_injected(gcs, bucket, upload, tmp_path, 
     # The run reports its own share: everything read happened after it started.
     run = it.stats().counts
     assert run["bytes_read"] == counted["bytes_read"]
-    assert run["cache_hits"] + run["cache_misses"] == counted["cache_hits"] + counted[
-        "cache_misses"
-    ]
+    assert (
+        run["cache_hits"] + run["cache_misses"] == counted["cache_hits"] + counted["cache_misses"]
+    )
     summary = it.stats().summary()
     assert "shard cache:" in summary and "GCS:" in summary
 

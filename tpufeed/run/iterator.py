@@ -191,7 +191,7 @@ class PipelineRun(Iterator[Any]):
             waited = now() - started
             self._waited += waited
             self._window_wait += waited
-            self._waits[wait_bucket(waited)] += 1
+        self._waits[wait_bucket(waited)] += 1  # per item handed out
         self._position, self._stages = position, stages
         self._delivered += 1
         if self._adapt and self._delivered % _ADAPT_EVERY == 0:

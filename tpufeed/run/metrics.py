@@ -55,6 +55,10 @@ def _prometheus() -> Any:
 class PipelineCollector:
     """A prometheus_client collector of every tpufeed pipeline in this process."""
 
+    def describe(self) -> list[Any]:
+        """The metrics, for a registry to check that their names are free."""
+        return list(self.collect())
+
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import (
             CounterMetricFamily,

@@ -90,7 +90,9 @@ class PipelineStats:
     # counted in this process and in its workers.
     counts: dict[str, int] = field(default_factory=dict)
     per_worker: tuple[WorkerStats, ...] = ()  # the workers' shares (the rest is the parent's)
-    wait_histogram: tuple[int, ...] = ()  # next() calls per bucket of WAIT_BUCKETS, then longer
+    wait_histogram: tuple[
+        int, ...
+    ] = ()  # items handed out per bucket of WAIT_BUCKETS of their wait, then longer
     shm_bytes: int = 0  # shared memory the workers' batch slots take now
 
     @property
