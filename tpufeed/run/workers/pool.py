@@ -78,31 +78,39 @@ class WorkerPool:
             for index in range(count):
                 task_r, task_w = os.pipe()
                 result_r, result_w = os.pipe()
-                proc = (
-                    _forked(server, task_r, result_w, self._beacon_fd, stopped_s)
-                    if server is not None
-                    else subprocess.Popen(
-                        python_running(
-                            "tpufeed.run.workers.worker",
-                            [str(task_r), str(result_w), str(os.getpid()), str(self._beacon_fd)],
-                        ),
-                        pass_fds=(task_r, result_w, self._beacon_fd),
-                        stdin=subprocess.DEVNULL,
-                        env=env,
-                        close_fds=True,
-                    )
-                )
+                proc = self._spawn(index, server, task_r, result_w, env)
                 os.close(task_r)
                 os.close(result_w)
                 self._procs.append(proc)
                 self._tasks.append(Connection(task_w, readable=False))
                 self._results.append(Inbox(result_r))
                 self._tasks[-1].send_bytes(encode_start(Start(list(sys.path), payload, index)))
-                counts.count("workers_started")
-                timeline.instant("worker started", "workers", {"worker": index, "pid": proc.pid})
         except BaseException:
             self.close()
             raise
+
+    def _spawn(
+        self, index: int, server: ForkServer | None, task_r: int, result_w: int, env: Any
+    ) -> subprocess.Popen | ForkedProcess:
+        """Worker `index`, forked by the fork server, or a fresh interpreter without one."""
+        beacon = self._beacon_fd
+        proc: subprocess.Popen | ForkedProcess = (
+            _forked(server, task_r, result_w, beacon, self.stopped_s)
+            if server is not None
+            else subprocess.Popen(
+                python_running(
+                    "tpufeed.run.workers.worker",
+                    [str(task_r), str(result_w), str(os.getpid()), str(beacon)],
+                ),
+                pass_fds=(task_r, result_w, beacon),
+                stdin=subprocess.DEVNULL,
+                env=env,
+                close_fds=True,
+            )
+        )
+        counts.count("workers_started")
+        timeline.instant("worker started", "workers", {"worker": index, "pid": proc.pid})
+        return proc
 
     @property
     def size(self) -> int:
