@@ -158,7 +158,8 @@ class PipelineRun(Iterator[Any]):
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
         self._counted = counts.snapshot()  # stats() reports what is counted after this
         self._waits = [0] * (len(WAIT_BUCKETS) + 1)  # next() calls per bucket of their wait
-        self._log_every, self._logged = log_every_s, None  # the periodic log line, if asked
+        self._log_every = log_every_s  # the periodic log line, if asked; the last one's stats:
+        self._logged: PipelineStats | None = None
         self._log_at = self._started + log_every_s if log_every_s else math.inf
         self._closed = True  # until construction succeeds
         self._executor = executor(self._counters, self._clock)
