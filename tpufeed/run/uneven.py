@@ -183,6 +183,10 @@ class EvenHosts(Iterator[Any]):
             padded_rows=stats.padded_rows + self.padded_rows,
             agreements=self.agreements,
             agreement_seconds=self.agreement_seconds,
+            counts={
+                **stats.counts,
+                "agreements": self.agreements,
+            },  # this host's, not the process's
         )
 
     @property
