@@ -23,6 +23,7 @@ from tpufeed.errors import (
 )
 from tpufeed.order.state import accept_changed_shards
 from tpufeed.run.iterator import DatasetIterator
+from tpufeed.run.metrics import register_metrics, serve_metrics
 
 __version__ = "0.1.0"
 
@@ -46,4 +47,6 @@ __all__ = [
     "accept_changed_shards",
     "checkpoint",
     "codec",
+    "register_metrics",
+    "serve_metrics",
 ]

@@ -226,6 +226,7 @@ class Dataset(SourceConstructors):
         timeout_s: float | None = None,
         stopped_s: float | None = STOPPED_S,
         shm_budget_bytes: int | None = None,
+        log_every_s: float | None = None,
     ) -> Dataset:
         """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
 
@@ -239,9 +240,11 @@ class Dataset(SourceConstructors):
         (default 10 s; None: until it continues), then raises `WorkerError` naming it.
         `shm_budget_bytes`: the most /dev/shm the workers' batches hold at once, split evenly
         between them (default: half its free space); a batch over a share raises `WorkerError`.
-        Every wait and its bound: docs/faults.md.
+        Every wait and its bound: docs/faults.md. `log_every_s`: a line on the `tpufeed` logger
+        this often: rate, wait, bottleneck, cache hits (default: never; docs/metrics.md).
         """
-        return self._set(options=Options(ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes))
+        options = Options(ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes, log_every_s)
+        return self._set(options=options)
 
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.

@@ -2,6 +2,7 @@
 
 import gc
 import glob
+import logging
 import os
 import time
 
@@ -194,3 +195,29 @@ def test_set_state_with_hosts_ending_together():
     [t.join(60) for t in threads]
     for first, again in out:
         assert again == first and len(first) > 0
+
+
+def test_log_every_s_logs_a_progress_line(caplog):
+    def consume(ds):
+        got = []
+        for x in ds:  # a consumer that takes about 0.3 s
+            time.sleep(0.01)
+            got.append(x)
+        return got
+
+    ds = tpufeed.Dataset.from_sequence(list(range(30))).map(lambda x: x + 1)
+    with caplog.at_level(logging.INFO, logger="tpufeed"):
+        assert consume(ds.options(log_every_s=0.05)) == list(range(1, 31))
+    lines = [r.getMessage() for r in caplog.records if r.name == "tpufeed"]
+    assert len(lines) >= 2
+    assert all("records/s, consumer waited" in line and "bottleneck" in line for line in lines)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tpufeed"):
+        consume(ds)  # off by default
+    assert not [r for r in caplog.records if r.name == "tpufeed"]
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, "60", True])
+def test_log_every_s_must_be_a_positive_number(bad):
+    with pytest.raises(tpufeed.InvalidArgumentError, match="log_every_s"):
+        tpufeed.Dataset.from_sequence([1]).options(log_every_s=bad)

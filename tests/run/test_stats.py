@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tpufeed
+from tpufeed.run.stats import WAIT_BUCKETS
 
 
 def slow(e):
@@ -52,3 +53,51 @@ def test_wait_is_small_when_the_consumer_is_slower_than_the_pipeline():
     for _ in it:
         time.sleep(0.01)
     assert it.stats().wait_fraction < 0.2
+
+
+@pytest.fixture
+def shards(tmp_path):
+    """Three local ArrayRecord files of 200 records each: (glob, every record)."""
+    from tpufeed.sources.array_record import write_array_records
+
+    everything = []
+    for s in range(3):
+        records = [f"shard {s} record {i} ".encode() * (1 + i % 5) for i in range(200)]
+        write_array_records(str(tmp_path / f"part-{s}.array_record"), records)
+        everything += records
+    return str(tmp_path / "part-*.array_record"), everything
+
+
+@pytest.mark.multiprocess
+def test_per_worker_shares_add_up_to_the_run(shards):
+    url, records = shards
+    ds = tpufeed.Dataset.from_array_record(url).map(slow).batch(20).workers(2, isolate=True)
+    it = ds.iterator()
+    got = [r for batch in it for r in batch]
+    stats = it.stats()
+    assert sorted(got) == sorted(records)
+    assert stats.counts["bytes_read"] == sum(map(len, records))
+    assert stats.counts["workers_started"] == 2
+    workers = stats.per_worker
+    assert [w.worker for w in workers] == [0, 1] and all(w.pid > 0 for w in workers)
+    # Isolated, the parent reads nothing: the workers' shares are the whole run's.
+    assert sum(w.counts.get("bytes_read", 0) for w in workers) == stats.counts["bytes_read"]
+    for stage in ("read", "map(slow)"):
+        assert sum(w.stages[stage].records for w in workers) == stats.stages[stage].records
+        assert sum(w.stages[stage].seconds for w in workers) == pytest.approx(
+            stats.stages[stage].seconds
+        )
+    assert all(w.counts.get("bytes_read", 0) > 0 for w in workers)  # both did some
+    table = stats.summary().splitlines()
+    assert any(line.startswith("worker ") for line in table)
+    as_dict = json.loads(json.dumps(stats.to_dict()))
+    assert [w["worker"] for w in as_dict["per_worker"]] == [0, 1]
+
+
+def test_the_wait_histogram_counts_every_next():
+    it = tpufeed.Dataset.from_sequence(list(range(50))).batch(5).iterator()
+    items = list(it)
+    stats = it.stats()
+    assert len(stats.wait_histogram) == len(WAIT_BUCKETS) + 1
+    assert sum(stats.wait_histogram) == len(items) == stats.batches
+    assert stats.to_dict()["wait_histogram"]["counts"] == list(stats.wait_histogram)

@@ -191,3 +191,10 @@ def test_a_host_that_stops_agreeing_fails_the_others_instead_of_hanging():
     it = make("filter", 2, 0).iterator(uneven="shortest", agreement=agreements[0])
     with pytest.raises(tpufeed.TpufeedError, match="another host stopped iterating"):
         next(it)
+
+
+def test_each_host_counts_its_own_agreements():
+    results = run_hosts("filter", 2, "shortest")
+    for _, _, stats in results:
+        assert stats.agreements > 0
+        assert stats.counts["agreements"] == stats.agreements  # not the process's, two hosts'

@@ -332,3 +332,17 @@ def test_gs_files_through_the_shard_cache_or_by_ranges(
     assert [int(r["id"]) for r in iter_parquet_rows(url, columns=["id"])] == list(
         range(ROWS, 2 * ROWS)
     )
+
+
+def test_bytes_read_counts_the_row_groups_read_as_stored(tmp_path):
+    from tpufeed.observe import counts
+
+    path = str(tmp_path / "counted.parquet")
+    table = pa.table({"a": np.arange(1000), "b": [f"row {i}" for i in range(1000)]})
+    pq.write_table(table, path, row_group_size=250)
+    meta = pq.read_metadata(path)
+    stored_a = sum(meta.row_group(g).column(0).total_compressed_size for g in range(4))
+    before = counts.snapshot()
+    source = ParquetSource(path, columns=["a"])
+    assert len(source.__getitems__(list(range(1000)))) == 1000
+    assert counts.since(before)["bytes_read"] == stored_a  # column "a" only, each group once

@@ -4,17 +4,22 @@
 answers (`drain`, then `add` there), so the parent's tally is the host's. A run reports the
 difference between two `snapshot()`s: its share, whatever ran before it in the process.
 
-Names, with what counts them:
-    bytes_read        bytes read from shard files, local or remote (sources)
-    cache_hits        reads served by the shard cache from local disk (storage.cache)
-    cache_misses      reads that had to fetch a shard first
-    cache_evictions   shards evicted to stay within the cache's size
-    cache_bytes       bytes fetched into the cache
-    gcs_requests      requests sent to GCS (storage.gcs)
+Names, with what counts them (each once per request, shard or chunk, never per record):
+    bytes_read        bytes of records read from shard files, local or gs:// (sources:
+                      ArrayRecord and TFRecord records; Parquet row groups as stored)
+    cache_hits        opens of a gs:// shard served by the shard cache from local disk
+                      (storage.cache)
+    cache_misses      opens that had to wait for the shard to be fetched first
+    cache_evictions   shards evicted to stay within the cache's byte limit
+    cache_bytes       bytes fetched into the cache (whole shards, read-ahead included)
+    gcs_requests      GCS requests sent (storage.retry: every attempt of a listing, a metadata
+                      read or a byte range)
     gcs_retries       of those, retries after a transient failure
-    gcs_bytes         bytes received from GCS
-    worker_restarts   worker processes started again after one died
-    agreements        steps agreed with the other hosts
+    gcs_bytes         bytes of object data received from GCS (storage.gcs)
+    workers_started   worker processes started (run.workers.pool)
+    workers_lost      workers found dead or stopped: the run then ends with WorkerError
+                      (a worker is never restarted; a new iterator starts new ones)
+    agreements        steps agreed with the other hosts (run.uneven)
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ NAMES = (
     "gcs_requests",
     "gcs_retries",
     "gcs_bytes",
-    "worker_restarts",
+    "workers_started",
+    "workers_lost",
     "agreements",
 )
 

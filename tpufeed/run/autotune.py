@@ -39,15 +39,17 @@ class Options:
     `timeout_s`: the longest `next()` waits for an item (None: no limit). `stopped_s`: the
     longest the iterator waits for a stopped worker (SIGSTOP) before raising (None: no limit).
     `shm_budget_bytes`: what workers' batch slots may hold in shared memory together (None:
-    half of the space free in /dev/shm when the iterator starts)."""
+    half of the space free in /dev/shm when the iterator starts). `log_every_s`: a line on
+    the `tpufeed` logger this often (rate, wait, bottleneck, cache hits; None: never)."""
 
     ram_budget_bytes: int | None = None
     timeout_s: float | None = None
     stopped_s: float | None = STOPPED_S
     shm_budget_bytes: int | None = None
+    log_every_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("timeout_s", "stopped_s"):
+        for name in ("timeout_s", "stopped_s", "log_every_s"):
             seconds = getattr(self, name)
             if seconds is not None and (
                 isinstance(seconds, bool)

@@ -16,6 +16,7 @@ from tpufeed.ops.base import Chunk, End, PieceLike, Reread, StageClock
 from tpufeed.order.cursor import Cursor
 from tpufeed.run.chunks import ChunkRunner, WarmPieces, reread
 from tpufeed.run.plan import Plan
+from tpufeed.run.stats import WorkerStats
 from tpufeed.run.walk import walk
 
 
@@ -36,6 +37,9 @@ class Executor(Protocol):
 
     @property
     def worker_pids(self) -> list[int]: ...
+
+    def worker_stats(self) -> tuple[WorkerStats, ...]:
+        """Each worker process's share of the run so far (none where chunks run here)."""
 
     @property
     def queue_depth(self) -> int:
@@ -83,6 +87,9 @@ class InProcessExecutor:
     @property
     def worker_pids(self) -> list[int]:
         return []
+
+    def worker_stats(self) -> tuple[WorkerStats, ...]:
+        return ()
 
     @property
     def queue_depth(self) -> int:

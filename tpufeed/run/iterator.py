@@ -7,25 +7,31 @@ over one run of the pipeline (`PipelineRun`, or the run wrapped so that hosts en
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from tpufeed.observe import counts
 from tpufeed.ops.base import Counters, StageClock, now
 from tpufeed.order.cursor import Cursor
+from tpufeed.run import live
 from tpufeed.run.autotune import MAX_PREFETCH, Tuning
 from tpufeed.run.executor import Executor
 from tpufeed.run.plan import MixPlan, StreamPlan
 from tpufeed.run.prefetch import ThreadPrefetcher
 from tpufeed.run.resources import rss_bytes
 from tpufeed.run.resume import Start
-from tpufeed.run.stats import PipelineStats, StageStats
+from tpufeed.run.stats import WAIT_BUCKETS, PipelineStats, StageStats, wait_bucket
 from tpufeed.run.stream import stream
 from tpufeed.run.watch import Beacon, timed_out
 
 _ADAPT_EVERY = 16  # items between prefetch adjustments
+
+log = logging.getLogger("tpufeed")
 
 
 class Run(Protocol):
@@ -140,6 +146,7 @@ class PipelineRun(Iterator[Any]):
         adapt_prefetch: bool = False,
         timeout_s: float | None = None,
         beacon: Beacon | None = None,
+        log_every_s: float | None = None,
     ):
         self._plan = plan
         self._position, self._stages = start.position, start.stages
@@ -149,6 +156,11 @@ class PipelineRun(Iterator[Any]):
         self._timeout_s, self._beacon = timeout_s, beacon
         self._window_start, self._window_wait = now(), 0.0
         self._started, self._waited, self._delivered, self._records = now(), 0.0, 0, 0
+        self._counted = counts.snapshot()  # stats() reports what is counted after this
+        self._waits = [0] * (len(WAIT_BUCKETS) + 1)  # next() calls per bucket of their wait
+        self._log_every = log_every_s  # the periodic log line, if asked; the last one's stats:
+        self._logged: PipelineStats | None = None
+        self._log_at = self._started + log_every_s if log_every_s else math.inf
         self._closed = True  # until construction succeeds
         self._executor = executor(self._counters, self._clock)
         reread = self._executor.reread() if start.stages else None
@@ -159,6 +171,7 @@ class PipelineRun(Iterator[Any]):
             ThreadPrefetcher(self._items, prefetch) if prefetch and not workers else None
         )
         self._closed = False
+        live.started(self)
 
     def __iter__(self) -> PipelineRun:
         return self
@@ -179,12 +192,21 @@ class PipelineRun(Iterator[Any]):
             waited = now() - started
             self._waited += waited
             self._window_wait += waited
+        self._waits[wait_bucket(waited)] += 1  # per item handed out
         self._position, self._stages = position, stages
         self._delivered += 1
         if self._adapt and self._delivered % _ADAPT_EVERY == 0:
             self._adapt_prefetch()
         self._records += _record_count(item) if self._plan.batch is not None else 1
+        if started >= self._log_at:
+            self._log_progress(started)
         return item
+
+    def _log_progress(self, at: float) -> None:
+        """The periodic line of `options(log_every_s=...)`, through the `tpufeed` logger."""
+        stats = self.stats()
+        log.info("%s", stats.progress(self._logged))
+        self._logged, self._log_at = stats, at + (self._log_every or math.inf)
 
     def _get(self, prefetcher: ThreadPrefetcher) -> Any:
         """The prefetch thread's next item; past `timeout_s`, an error naming where it is."""
@@ -239,7 +261,7 @@ class PipelineRun(Iterator[Any]):
             self._prefetcher.depth() if self._prefetcher is not None else self._executor.queue_depth
         )
         pids = [os.getpid()] + self._executor.worker_pids
-        counters = self._counters
+        counters, per_worker = self._counters, self._executor.worker_stats()
         return PipelineStats(
             wall_seconds=now() - self._started,
             wait_seconds=self._waited,
@@ -258,6 +280,26 @@ class PipelineRun(Iterator[Any]):
             stages=stages,
             tuning=self._tuning.reason if self._tuning is not None else None,
             mixture=self._mixture_stats(),
+            counts=counts.since(self._counted),
+            per_worker=per_worker,
+            wait_histogram=tuple(self._waits),
+            shm_bytes=sum(w.shm_bytes for w in per_worker),
+        )
+
+    def figures(self) -> live.RunFigures:
+        """What this run has delivered, and its gauges now (what metrics read)."""
+        depth = (
+            self._prefetcher.depth() if self._prefetcher is not None else self._executor.queue_depth
+        )
+        return live.RunFigures(
+            batches=self._delivered,
+            records=self._records,
+            skipped=self._counters.errors,
+            wait_seconds=self._waited,
+            wait_counts=list(self._waits),
+            prefetch=self._prefetch,
+            queue_depth=depth,
+            shm_bytes=sum(w.shm_bytes for w in self._executor.worker_stats()),
         )
 
     def _mixture_stats(self) -> list[dict[str, Any]] | None:
@@ -287,6 +329,7 @@ class PipelineRun(Iterator[Any]):
         if self._closed:
             return
         self._closed = True
+        live.finished(self)
         try:
             if self._prefetcher is not None:
                 self._prefetcher.close()

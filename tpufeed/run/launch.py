@@ -83,7 +83,7 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
         return _mixture_run(plan, start, settings)
     if not isinstance(plan, Plan):
         raise TypeError(f"no run for a {type(plan).__name__}")
-    timeout_s = settings.options.timeout_s
+    timeout_s, log_every_s = settings.options.timeout_s, settings.options.log_every_s
     tuning = None
     if isinstance(settings.workers, int) and isinstance(settings.prefetch, int):
         workers, prefetch = settings.workers, settings.prefetch
@@ -111,7 +111,9 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
                 warm=warm,
             )
 
-        return PipelineRun(plan, start, in_workers, prefetch, workers, tuning, adapt, timeout_s)
+        return PipelineRun(
+            plan, start, in_workers, prefetch, workers, tuning, adapt, timeout_s, None, log_every_s
+        )
     beacon = None
     if timeout_s is not None:  # the work leaves this thread, so a wait can end
         beacon = Beacon(labels_of(plan))
@@ -120,7 +122,9 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
     def here(counters: Counters, clock: StageClock) -> Executor:
         return InProcessExecutor(plan, position, clock, beacon, warm)
 
-    return PipelineRun(plan, start, here, prefetch, 0, tuning, adapt, timeout_s, beacon)
+    return PipelineRun(
+        plan, start, here, prefetch, 0, tuning, adapt, timeout_s, beacon, log_every_s
+    )
 
 
 def _mixture_run(plan: MixPlan, start: Start, settings: RunSettings) -> PipelineRun:
@@ -136,4 +140,6 @@ def _mixture_run(plan: MixPlan, start: Start, settings: RunSettings) -> Pipeline
             plan, start.position, counters, clock, options.stopped_s, options.shm_budget_bytes
         )
 
-    return PipelineRun(plan, start, mixture, settings.prefetch)
+    return PipelineRun(
+        plan, start, mixture, settings.prefetch, log_every_s=settings.options.log_every_s
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -27,6 +27,7 @@ from tpufeed.run.autotune import AUTO
 from tpufeed.run.chunks import ChunkRunner
 from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.plan import MixPlan, component_plan
+from tpufeed.run.stats import WorkerStats
 from tpufeed.run.stream import ErrorBudget
 from tpufeed.run.workers.liveness import STOPPED_S
 
@@ -262,6 +263,13 @@ class MixtureExecutor:
     @property
     def worker_pids(self) -> list[int]:
         return [pid for executor in self.components for pid in executor.worker_pids]
+
+    def worker_stats(self) -> tuple[WorkerStats, ...]:
+        """The components' workers, numbered on from one component to the next."""
+        out: list[WorkerStats] = []
+        for executor in self.components:
+            out += [replace(w, worker=len(out) + w.worker) for w in executor.worker_stats()]
+        return tuple(out)
 
     @property
     def queue_depth(self) -> int:

@@ -2,7 +2,9 @@
 
 Stages are timed per chunk (`tpufeed.ops.base.StageClock`: two clock reads per stage and chunk,
 never per record), in worker processes as in the parent; workers ship their times with each
-batch.
+batch, and their counts (`tpufeed.observe.counts`: bytes read, cache, GCS), which a run reports
+as its share (`counts`) and per worker (`per_worker`). The consumer's wait per `next()` is kept
+as a histogram over `WAIT_BUCKETS`.
 
 >>> it = iter(tpufeed.Dataset.from_sequence(range(1000)).map(str).batch(10))  # doctest: +SKIP
 >>> _ = list(it); print(it.stats().summary())                                 # doctest: +SKIP
@@ -10,12 +12,21 @@ batch.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import plural
 
 PARENT_STAGES = ("transfer", "to_device")
+# Upper bounds (seconds) of the buckets of the consumer's wait per next(), log-spaced from
+# 10 us to 10 s; one more bucket holds the longer waits.
+WAIT_BUCKETS = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0, 10.0)
+
+
+def wait_bucket(seconds: float) -> int:
+    """The index of the bucket a wait of `seconds` falls in (its bound is >= `seconds`)."""
+    return bisect_left(WAIT_BUCKETS, seconds)
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,28 @@ class StageStats:
     def records_per_s(self) -> float:
         """Throughput the stage alone could sustain with its parallelism."""
         return self.records * self.parallelism / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker process's share of a run: its stages' times and what it counted."""
+
+    worker: int
+    pid: int
+    stages: dict[str, StageStats]  # parallelism 1: this process alone
+    counts: dict[str, int]
+    shm_bytes: int = 0  # shared memory its batch slots take now
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "pid": self.pid,
+            "stages": {
+                n: {"seconds": s.seconds, "records": s.records} for n, s in self.stages.items()
+            },
+            "counts": dict(self.counts),
+            "shm_bytes": self.shm_bytes,
+        }
 
 
 @dataclass(frozen=True)
@@ -53,6 +86,14 @@ class PipelineStats:
     mixture: list[dict[str, Any]] | None = None  # per component: taken, share, weight
     agreements: int = 0  # steps agreed with the other hosts
     agreement_seconds: float = 0.0  # time spent agreeing
+    # This run's share of `tpufeed.observe.counts` (bytes_read, cache_hits, gcs_retries, ...),
+    # counted in this process and in its workers.
+    counts: dict[str, int] = field(default_factory=dict)
+    per_worker: tuple[WorkerStats, ...] = ()  # the workers' shares (the rest is the parent's)
+    wait_histogram: tuple[
+        int, ...
+    ] = ()  # items handed out per bucket of WAIT_BUCKETS of their wait, then longer
+    shm_bytes: int = 0  # shared memory the workers' batch slots take now
 
     @property
     def records_per_s(self) -> float:
@@ -68,6 +109,12 @@ class PipelineStats:
         """The stage with the lowest sustainable throughput."""
         timed = {name: s for name, s in self.stages.items() if s.records and s.seconds > 0}
         return min(timed, key=lambda name: timed[name].records_per_s) if timed else None
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """Share of the opens of gs:// shards that the shard cache served from disk."""
+        hits, misses = self.counts.get("cache_hits", 0), self.counts.get("cache_misses", 0)
+        return hits / (hits + misses) if hits + misses else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +139,14 @@ class PipelineStats:
             "agreement_seconds": self.agreement_seconds,
             "pack_fill": self.pack_fill,
             "mixture": self.mixture,
+            "counts": dict(self.counts),
+            "cache_hit_rate": self.cache_hit_rate,
+            "shm_bytes": self.shm_bytes,
+            "wait_histogram": {
+                "buckets_s": list(WAIT_BUCKETS),
+                "counts": list(self.wait_histogram),
+            },
+            "per_worker": [w.to_dict() for w in self.per_worker],
             "stages": {
                 name: {
                     "seconds": s.seconds,
@@ -129,6 +184,7 @@ class PipelineStats:
                     for c in self.mixture or []
                 ]
             ),
+            *self._storage_lines(),
             f"{'stage':<32} {'seconds':>9} {'records':>11} {'records/s':>12} {'procs':>5}",
         ]
         bottleneck = self.bottleneck
@@ -138,4 +194,52 @@ class PipelineStats:
             lines.append(
                 f"{name:<32} {s.seconds:>9.3f} {s.records:>11,} {rate:>12} {s.parallelism:>5}{mark}"
             )
-        return "\n".join(lines)
+        return "\n".join(lines + self._worker_lines())
+
+    def _storage_lines(self) -> list[str]:
+        """One line for the shard cache and one for GCS, each where something was counted."""
+        c, lines = self.counts, []
+        if c.get("cache_hits") or c.get("cache_misses") or c.get("cache_evictions"):
+            lines.append(
+                f"shard cache: {c.get('cache_hits', 0):,} hits, {c.get('cache_misses', 0):,} "
+                f"misses ({self.cache_hit_rate or 0:.1%} hit), {c.get('cache_evictions', 0):,} "
+                f"evictions, {c.get('cache_bytes', 0) / 2**20:,.1f} MiB fetched"
+            )
+        if c.get("gcs_requests"):
+            lines.append(
+                f"GCS: {c['gcs_requests']:,} requests, {c.get('gcs_retries', 0):,} retries, "
+                f"{c.get('gcs_bytes', 0) / 2**20:,.1f} MiB received"
+            )
+        return lines
+
+    def _worker_lines(self) -> list[str]:
+        """Per worker: seconds and records of its busiest stage, and the bytes it read."""
+        if not self.per_worker:
+            return []
+        lines = [
+            f"{'worker':<8} {'pid':>8} {'busiest stage':<24} {'seconds':>9} {'records':>11} "
+            f"{'MiB read':>9}"
+        ]
+        for w in self.per_worker:
+            name, s = max(w.stages.items(), key=lambda kv: kv[1].seconds, default=("-", None))
+            seconds, records = (s.seconds, s.records) if s is not None else (0.0, 0)
+            lines.append(
+                f"{w.worker:<8} {w.pid:>8} {name:<24} {seconds:>9.3f} {records:>11,} "
+                f"{w.counts.get('bytes_read', 0) / 2**20:>9.1f}"
+            )
+        return lines
+
+    def progress(self, before: PipelineStats | None = None) -> str:
+        """One line for a periodic log: the rate and the consumer's wait since `before` (an
+        earlier `stats()` of the same run; None: since the start), the bottleneck, the cache's
+        hit rate."""
+        seconds = self.wall_seconds - (before.wall_seconds if before else 0.0)
+        records = self.records - (before.records if before else 0)
+        waited = self.wait_seconds - (before.wait_seconds if before else 0.0)
+        hit = self.cache_hit_rate
+        return (
+            f"tpufeed: {records / seconds if seconds > 0 else 0.0:,.0f} records/s, consumer "
+            f"waited {waited / seconds if seconds > 0 else 0.0:.1%} over the last {seconds:.1f} "
+            f"s; {self.records:,} records in all; bottleneck {self.bottleneck or '-'}"
+            + (f"; cache hit {hit:.1%}" if hit is not None else "")
+        )

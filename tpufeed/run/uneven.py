@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, TpufeedError
+from tpufeed.observe import counts, timeline
 from tpufeed.ops.base import now
 from tpufeed.order.cursor import Cursor, epoch_start
 from tpufeed.run.agreement import HostAgreement, JaxAgreement
@@ -125,13 +126,16 @@ class EvenHosts(Iterator[Any]):
         flags = tuple(i < ready for i in range(LOOKAHEAD)) + (bool(self._fill(1)),)
         everyone = self._hosts
         if self._agreement is None:  # the counts are even: nothing to agree on
-            everyone, counts = 1, tuple(map(int, flags))
+            everyone, totals = 1, tuple(map(int, flags))
         else:
             started = now()
-            counts = self._agreement.count(flags)
-            self.agreement_seconds += now() - started
+            totals = self._agreement.count(flags)
+            seconds = now() - started
+            self.agreement_seconds += seconds
             self.agreements += 1
-        having, alive = counts[:-1], counts[-1]
+            counts.count("agreements")
+            timeline.complete("host agreement", seconds, "agreement", {"totals": list(totals)})
+        having, alive = totals[:-1], totals[-1]
         common = sum(1 for c in having if c == everyone)  # steps every host can make
         longest = sum(1 for c in having if c)  # steps some host can make
         if not longest and not alive:
@@ -179,6 +183,10 @@ class EvenHosts(Iterator[Any]):
             padded_rows=stats.padded_rows + self.padded_rows,
             agreements=self.agreements,
             agreement_seconds=self.agreement_seconds,
+            counts={
+                **stats.counts,
+                "agreements": self.agreements,
+            },  # this host's, not the process's
         )
 
     @property

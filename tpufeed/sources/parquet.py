@@ -39,6 +39,7 @@ from tpufeed.errors import (
     TpufeedError,
     missing_dependency,
 )
+from tpufeed.observe import counts
 from tpufeed.sources.sharded import ShardedSource, checked_indices
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.gcs import GcsObject, is_gcs_url
@@ -217,9 +218,22 @@ class ParquetFile:
             source, metadata=self.metadata, pre_buffer=True, page_checksum_verification=True
         )
         try:
-            return reader.read_row_group(g, columns=self.columns, use_threads=False)
+            table = reader.read_row_group(g, columns=self.columns, use_threads=False)
         finally:
             reader.close()
+        counts.count("bytes_read", self._stored_bytes(g))
+        return table
+
+    def _stored_bytes(self, g: int) -> int:
+        """Bytes row group `g`'s selected columns take in the file (compressed): what a read
+        of the group reads."""
+        group, wanted = self.metadata.row_group(g), set(self.columns)
+        chunks = (group.column(c) for c in range(group.num_columns))
+        return sum(
+            chunk.total_compressed_size
+            for chunk in chunks
+            if chunk.path_in_schema.split(".")[0] in wanted
+        )
 
     def _rows(self, table: Any, row: int) -> list[dict[str, Any]]:
         try:
@@ -301,6 +315,9 @@ class ParquetSource(ShardedSource[ParquetFile]):
     """The rows of the Parquet files named by `paths` (paths or globs, local or gs://), as one
     sequence of dicts of the `columns` asked for (default all); every file must have them, of
     the same types."""
+
+    def _count_read(self, records: list[Any]) -> None:
+        """Rows are dicts: a file's bytes are counted as its row groups are decoded."""
 
     def __init__(
         self,

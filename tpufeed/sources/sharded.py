@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, RecordIndexError
+from tpufeed.observe import counts
 from tpufeed.order.state import ShardStamp
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.storage.local import FileIdentity, check_regular
@@ -145,6 +146,16 @@ class ShardedSource(Generic[F]):
         )
         if not idx.size:
             return []
+        records = self._read(idx)
+        self._count_read(records)
+        return records
+
+    def _count_read(self, records: list[Any]) -> None:
+        """Counts the bytes of records read (`bytes_read`): once per batched read."""
+        counts.count("bytes_read", sum(map(len, records)))
+
+    def _read(self, idx: np.ndarray) -> list[Any]:
+        """The records at global `idx` (checked), in that order."""
         file_ids = np.searchsorted(self._starts, idx, side="right") - 1
         if self._remote_ids and time.monotonic() - self._last_sweep > _SWEEP_EVERY_S:
             self.release_evicted()

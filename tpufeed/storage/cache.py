@@ -32,10 +32,12 @@ import fcntl
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError, SourceError
+from tpufeed.observe import counts
 from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_errors import check_not_a_file, disk_errors
 from tpufeed.storage.cache_fill import CacheFiller
@@ -49,7 +51,7 @@ from tpufeed.storage.gcs import GcsObject
 from tpufeed.storage.retry import RetryPolicy
 from tpufeed.storage.transfers import PART_BYTES, URGENT
 
-__all__ = ["CacheEntry", "ShardCache", "default_cache_dir", "entry_key"]
+__all__ = ["CacheEntry", "ShardCache", "default_cache_dir", "entry_key", "opened_caches"]
 
 # Without an explicit limit: this share of the space free when the cache is opened.
 _DEFAULT_SHARE_OF_FREE = 0.8
@@ -103,6 +105,7 @@ class ShardCache:
         self.filler = CacheFiller(self.layout, self.space, self.verified, self.retry, part_bytes)
         self._touched: dict[str, tuple[float, list[int]]] = {}
         self._checked: dict[str, tuple[float, list[int]]] = {}
+        _opened.add(self)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -143,13 +146,16 @@ class ShardCache:
             fd = self.layout.open_lock(key)
         try:
             with self._disk_errors(obj):
+                missed = False
                 while True:
                     fcntl.flock(fd, fcntl.LOCK_SH)
                     st = files.stat(data)
                     if st is not None and self.verified.trusted(key, obj, st):
                         break
                     fcntl.flock(fd, fcntl.LOCK_UN)
+                    missed = True
                     self.filler.fill(obj, key, fd, self.plans.chooser(), URGENT, wait=True)
+                counts.count("cache_misses" if missed else "cache_hits")
             self._mark_read(key, files.stamp(st))
             yield data
         finally:
@@ -290,3 +296,11 @@ class ShardCache:
             counts = remove_unused(self.root, self.layout, self.space)
         self.verified.clear()
         return counts
+
+
+_opened: weakref.WeakSet[ShardCache] = weakref.WeakSet()
+
+
+def opened_caches() -> dict[str, ShardCache]:
+    """The caches this process has opened and still uses, one per directory (for metrics)."""
+    return {cache.root: cache for cache in list(_opened)}

@@ -13,8 +13,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import time
 
 from tpufeed.errors import CorruptDataError
+from tpufeed.observe import counts, timeline
 from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_layout import CacheLayout
 from tpufeed.storage.cache_space import CacheSpace
@@ -22,7 +24,7 @@ from tpufeed.storage.cache_verified import VerifiedCopies
 from tpufeed.storage.eviction import VictimChooser
 from tpufeed.storage.gcs import GcsObject
 from tpufeed.storage.retry import RetryPolicy
-from tpufeed.storage.transfers import download
+from tpufeed.storage.transfers import URGENT, download
 
 __all__ = ["CacheFiller"]
 
@@ -57,7 +59,15 @@ class CacheFiller:
             if part is None:
                 return None
             try:
+                started = time.perf_counter()
                 self._download(obj, part, priority)
+                counts.count("cache_bytes", obj.size)
+                timeline.complete(
+                    "cache download",
+                    time.perf_counter() - started,
+                    "cache",
+                    {"url": obj.url, "bytes": obj.size, "urgent": priority == URGENT},
+                )
                 with self.space.global_lock():  # a scan must see it as a part or as data
                     os.rename(part, self.layout.data(key))
             except BaseException:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tpufeed.errors import SourceError
+from tpufeed.observe import counts, timeline
 from tpufeed.storage.cache_holds import stuck_holds
 from tpufeed.storage.cache_layout import CacheLayout, key_of, remove, stat
 from tpufeed.storage.eviction import VictimChooser
@@ -166,18 +167,22 @@ class CacheSpace:
                     now += copies[victim][0]
             for victim, _, held in taken:
                 if held == (now < need):  # enough: delete the free ones; else evict the held
-                    self.evict(victim)
-                    log.debug(
-                        "evicted %s (%d bytes%s) for %s",
-                        victim,
-                        copies[victim][0],
-                        ", closing" if held else "",
-                        obj.url,
-                    )
+                    self._evict_for(obj, victim, copies[victim][0], held)
             return now >= need
         finally:
             for _, fd, _ in taken:
                 os.close(fd)
+
+    def _evict_for(self, obj: GcsObject, victim: str, disk: int, held: bool) -> None:
+        """Evicts `victim` (taking `disk` bytes) to make room for `obj`, and counts it."""
+        self.evict(victim)
+        counts.count("cache_evictions")
+        timeline.instant(
+            "cache eviction", "cache", {"key": victim, "bytes": disk, "for": obj.url, "held": held}
+        )
+        log.debug(
+            "evicted %s (%d bytes%s) for %s", victim, disk, ", closing" if held else "", obj.url
+        )
 
     def held(self, key: str) -> bool:
         """Whether a reader holds the entry's copy open (a `CopyHold`)."""

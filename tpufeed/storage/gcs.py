@@ -29,6 +29,7 @@ from tpufeed.errors import (
     SourceNotFoundError,
     missing_dependency,
 )
+from tpufeed.observe import counts
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry, status_of
 
 __all__ = ["GcsObject", "fetch_into", "is_gcs_url", "list_objects", "list_prefix", "read_range"]
@@ -248,6 +249,7 @@ def read_range(obj: GcsObject, start: int, end: int, policy: RetryPolicy = DEFAU
             timeout=timeout,
             single_shot_download=True,
         )
+        counts.count("gcs_bytes", len(data))
         served = int(blob.generation or 0)
         if obj.generation and served and served != obj.generation:
             raise ObjectChangedError(_changed(obj, served), path=obj.url)

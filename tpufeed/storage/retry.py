@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tpufeed.errors import InvalidArgumentError, SourceError, SourceNotFoundError
+from tpufeed.observe import counts, timeline
 
 __all__ = ["RetryPolicy", "ShortReadError", "call_with_retry"]
 
@@ -149,6 +150,7 @@ def call_with_retry(
     attempt = 0
     while True:
         left = policy.deadline_s - (time.monotonic() - start)
+        counts.count("gcs_requests")
         try:
             return fn(max(_MIN_REQUEST_S, min(policy.timeout_s, left)))
         except Exception as exc:
@@ -166,6 +168,12 @@ def call_with_retry(
                     f"timeout_s= sets the bound); last failure: {describe(exc)}",
                     path=url,
                 ) from exc
+            counts.count("gcs_retries")
+            timeline.instant(
+                "gcs retry",
+                "gcs",
+                {"url": url, "what": what, "failure": describe(exc), "retry": attempt + 1},
+            )
             log.info(
                 "%s: %s failed (%s), retry %d in %.2f s",
                 url,

@@ -13,13 +13,13 @@ as views of that slot, lent until it drops them (`leases.py`): the parent copies
 from __future__ import annotations
 
 import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import InputTimeoutError
-from tpufeed.observe import shipping, timeline
+from tpufeed.observe import timeline
 from tpufeed.ops.base import Chunk, EpochEnd, Piece, Reread, StageClock, now
 from tpufeed.order.cursor import Cursor
 from tpufeed.run.chunks import ChunkRunner, WarmPieces, reread
@@ -33,6 +33,7 @@ from tpufeed.run.workers.leases import Leases
 from tpufeed.run.workers.liveness import STOPPED_S
 from tpufeed.run.workers.messages import Answer, Failure, encode_free, encode_task
 from tpufeed.run.workers.pool import WorkerPool, rebuild_error
+from tpufeed.run.workers.shares import WorkerShares, WorkerStats
 from tpufeed.run.workers.slots import segment_prefix
 
 _QUEUED_PER_WORKER = 2  # one task running, one waiting, so a worker never waits for the parent
@@ -253,13 +254,16 @@ class WorkerExecutor:
         self.queue_depth = 0
         self._pool: WorkerPool | None = None
         self.shm_budget = shm_budget(self.shm_budget_bytes)
-        self.worker_counts: dict[int, Counter[str]] = {}  # per worker: what it counted
+        self.shares = WorkerShares()  # per worker: its stage times and counts
         self.start()  # from the moment the run is made: workers boot while the caller goes on
 
     @property
     def worker_pids(self) -> list[int]:
         """The workers' pids (forked workers: the first call waits until they are forked)."""
         return self._pool.pids if self._pool is not None else []
+
+    def worker_stats(self) -> tuple[WorkerStats, ...]:
+        return self.shares.stats(self.worker_pids, self._pool.slot_maps if self._pool else None)
 
     def depth_for(self, prefetch: int) -> int:
         """Sets (and returns) the chunks in flight for a prefetch depth."""
@@ -363,11 +367,7 @@ class WorkerExecutor:
     ) -> Piece:
         if isinstance(answer, Failure):
             raise rebuild_error(answer.fields, worker)
-        if answer.times:
-            self.clock.merge(answer.times)
-        if answer.observed:  # counted here as well as per worker
-            counted = shipping.receive(answer.observed)
-            self.worker_counts.setdefault(worker, Counter()).update(counted)
+        self.shares.add(worker, answer, self.clock)  # the run's times and counts, and the worker's
         payload = answer.payload
         if answer.slot is not None:
             started = now()

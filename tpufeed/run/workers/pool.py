@@ -17,6 +17,7 @@ import cloudpickle
 
 from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
+from tpufeed.observe import counts, timeline
 from tpufeed.run.watch import beacon_file, beacon_map
 from tpufeed.run.workers.environment import worker_environment
 from tpufeed.run.workers.forked import ForkedProcess
@@ -77,20 +78,7 @@ class WorkerPool:
             for index in range(count):
                 task_r, task_w = os.pipe()
                 result_r, result_w = os.pipe()
-                proc = (
-                    _forked(server, task_r, result_w, self._beacon_fd, stopped_s)
-                    if server is not None
-                    else subprocess.Popen(
-                        python_running(
-                            "tpufeed.run.workers.worker",
-                            [str(task_r), str(result_w), str(os.getpid()), str(self._beacon_fd)],
-                        ),
-                        pass_fds=(task_r, result_w, self._beacon_fd),
-                        stdin=subprocess.DEVNULL,
-                        env=env,
-                        close_fds=True,
-                    )
-                )
+                proc = self._spawn(index, server, task_r, result_w, env)
                 os.close(task_r)
                 os.close(result_w)
                 self._procs.append(proc)
@@ -100,6 +88,29 @@ class WorkerPool:
         except BaseException:
             self.close()
             raise
+
+    def _spawn(
+        self, index: int, server: ForkServer | None, task_r: int, result_w: int, env: Any
+    ) -> subprocess.Popen | ForkedProcess:
+        """Worker `index`, forked by the fork server, or a fresh interpreter without one."""
+        beacon = self._beacon_fd
+        proc: subprocess.Popen | ForkedProcess = (
+            _forked(server, task_r, result_w, beacon, self.stopped_s)
+            if server is not None
+            else subprocess.Popen(
+                python_running(
+                    "tpufeed.run.workers.worker",
+                    [str(task_r), str(result_w), str(os.getpid()), str(beacon)],
+                ),
+                pass_fds=(task_r, result_w, beacon),
+                stdin=subprocess.DEVNULL,
+                env=env,
+                close_fds=True,
+            )
+        )
+        counts.count("workers_started")
+        timeline.instant("worker started", "workers", {"worker": index, "pid": proc.pid})
+        return proc
 
     @property
     def size(self) -> int:
@@ -224,6 +235,10 @@ class WorkerPool:
                 if isinstance(message, Failure):
                     raise rebuild_error(message.fields, worker)
 
+    def _lost(self, worker: int, how: str) -> None:
+        counts.count("workers_lost")
+        timeline.instant("worker lost", "workers", {"worker": worker, "how": how})
+
     def _death(self, worker: int) -> WorkerError:
         proc = self._procs[worker]
         try:
@@ -231,6 +246,7 @@ class WorkerPool:
         except subprocess.TimeoutExpired:
             code = None
         lost = getattr(proc, "lost", None)
+        self._lost(worker, "never started" if lost is not None else f"ended ({code})")
         if lost is not None:
             return WorkerError(
                 f"tpufeed worker {worker} never started: {lost}. Workers are forked by that "
@@ -254,6 +270,7 @@ class WorkerPool:
 
     def _stopped_error(self, worker: int, seconds: float) -> WorkerError:
         pid = self._procs[worker].pid
+        self._lost(worker, f"stopped for {seconds:.0f} s")
         return WorkerError(
             f"tpufeed worker {worker} (pid {pid}) has been stopped (SIGSTOP or SIGTSTP: process "
             f"state T) for {seconds:.0f} s{self.work_of(worker)}; a "

@@ -8,6 +8,7 @@ prefix per iterator, and `SlotMaps.close` removes any file a dead worker left be
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import mmap
@@ -208,6 +209,16 @@ class SlotMaps:
         if old is not None:
             self._released[worker] = self._released.get(worker, 0) + len(old)
             old.close()  # a slot is replaced or dropped only while free: nothing views it
+
+    def mapped_bytes(self, worker: int) -> int:
+        """Shared memory of `worker`'s segments mapped now (its slots in use or ready); read
+        from any thread (a segment unmapped meanwhile counts as gone)."""
+        total = 0
+        for (owner, _), segment in list(self._maps.items()):
+            if owner == worker:
+                with contextlib.suppress(ValueError):  # closed since the list was taken
+                    total += len(segment)
+        return total
 
     def take_released(self, worker: int) -> int:
         """Bytes of `worker`'s segments unmapped since the last call."""
