@@ -42,7 +42,7 @@ def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
     """The parser of the subcommand `name`."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return action.choices[name]  # type: ignore[no-any-return]
+            return action.choices[name]
     raise LookupError(name)  # build_parser always adds the subcommands
 
 
