@@ -170,7 +170,7 @@ def test_a_bad_transform_spec_is_a_clear_error(tmp_path, spec, says):
 def test_the_help_says_dataset_records_arrive_decoded():
     result = bench("--help")
     text = " ".join(result.stdout.split())
-    assert "records arrive already decoded" in text and "fails with CodecError" in text
+    assert "records arrive already decoded" in text and "refused before the run" in text
     assert "(default: 0.0)" in text and "(default: 256)" in text
 
 

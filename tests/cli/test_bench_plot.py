@@ -53,6 +53,12 @@ def test_a_trace_path_that_cannot_be_written_is_named(tmp_path):
         check_writable(str(tmp_path / "missing" / "t.json"), "--trace", "json")
     with pytest.raises(InvalidArgumentError, match=r"it is a folder; .*bench\.json"):
         check_writable(str(tmp_path), "--trace", "json")
+    with pytest.raises(InvalidArgumentError, match="--trace needs a file name, e.g. --trace b"):
+        check_writable("", "--trace", "json")
+    if os.path.isdir("/proc/self"):  # a folder where no file can be made: not "missing"
+        with pytest.raises(InvalidArgumentError) as e:
+            check_writable("/proc/t.json", "--trace", "json")
+        assert "does not exist" not in str(e.value) and "writable folder" in str(e.value)
     check_writable(str(tmp_path / "t.json"), "--trace", "json")
     assert os.listdir(tmp_path) == []  # checked, not left behind
     timeline = Timeline()

@@ -125,7 +125,7 @@ def add_parser(sub: Subcommands) -> None:
         "seconds per batch, then names the slowest stage and suggests a change. "
         "On a dataset folder (built by `tpufeed build`) records arrive already "
         "decoded, as dicts of arrays: a --transform gets those, so a decode "
-        "transform is not needed there and fails with CodecError.",
+        "transform is not needed there, and one is refused before the run.",
     )
     # In the order --help lists them.
     _target_options(bench)
@@ -171,12 +171,14 @@ def _setting_options(bench: argparse.ArgumentParser) -> None:
         "--workers",
         type=count_or_auto,
         default=None,
+        metavar="N",
         help="N or auto: run with .workers(N) instead of the pipeline's own setting",
     )
     bench.add_argument(
         "--prefetch",
         type=count_or_auto,
         default=None,
+        metavar="N",
         help="N or auto: run with .prefetch(N) instead of the pipeline's own setting",
     )
     bench.add_argument(
@@ -218,6 +220,7 @@ def _report_options(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "--trace",
         default=None,
+        metavar="FILE",
         help="write the run's timeline of every process as Chrome trace-event JSON (opens in "
         "https://ui.perfetto.dev)",
     )
@@ -226,9 +229,9 @@ def _report_options(bench: argparse.ArgumentParser) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Benchmarks `args.target` and prints the statistics and the verdict (or JSON); with
     --try, runs the advised change too and reports what it did."""
-    if args.plot:
+    if args.plot is not None:
         check_plot_path(args.plot)
-    if args.trace:
+    if args.trace is not None:
         check_writable(args.trace, "--trace", "json")
     ds = _with_settings(make_target(args), args)
     progress = not args.json

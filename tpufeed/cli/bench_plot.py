@@ -37,7 +37,7 @@ def _unwritable(path: str, option: str, suffix: str, error: OSError) -> InvalidA
         while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
             folder = os.path.dirname(folder)
         why = f"{folder} is a file, not a folder; name a .{suffix} file in a folder"
-    elif isinstance(error, FileNotFoundError):
+    elif isinstance(error, FileNotFoundError) and not os.path.isdir(folder):
         why = f"its folder {folder} does not exist; create it, or name a file in a folder that does"
     else:
         why = f"{error.strerror or error}; name a .{suffix} file in a writable folder"
@@ -46,6 +46,8 @@ def _unwritable(path: str, option: str, suffix: str, error: OSError) -> InvalidA
 
 def check_writable(path: str, option: str, suffix: str) -> None:
     """Refuses, before the bench runs, an `option` file that could not be written at its end."""
+    if not path:
+        raise InvalidArgumentError(f"{option} needs a file name, e.g. {option} bench.{suffix}")
     existed = os.path.lexists(path)
     try:
         # Opened to append (changes nothing in a file already there), without blocking on a FIFO.
