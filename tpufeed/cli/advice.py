@@ -32,9 +32,10 @@ _SATURATED = 0.5  # fewer cores' worth idle than this: all busy
 
 @dataclass(frozen=True)
 class CoreUse:
-    """How busy the cores were while a pipeline ran: `busy` counts every process on the
-    cores this one may run on (other work too; None where /proc/stat is missing), `consumer`
-    the process that iterated (its prefetch and transfer threads, chunks it made itself)."""
+    """How busy the cores were while a pipeline ran (bench: from its first batch, when the
+    start-up's work is mostly done). `busy` counts every process on the cores this one may
+    run on (other work too; None where /proc/stat is missing); `consumer`, the process that
+    iterated (its prefetch and transfer threads, chunks it made itself)."""
 
     cores: int
     busy: float | None
@@ -42,8 +43,7 @@ class CoreUse:
 
     @property
     def free(self) -> float:
-        """Cores' worth idle; without /proc/stat, what the workers (taken as busy) and the
-        consumer process left."""
+        """Cores' worth idle (NaN where unknown)."""
         return self.cores - self.busy if self.busy is not None else math.nan
 
     @property
