@@ -43,6 +43,7 @@ def test_quickstart_trains_on_the_local_devices_and_checks_itself(tmp_path, devi
     assert re.search(r"throughput\s+[\d,]+ records/s", out)
     wait = float(re.search(r"input wait\s+([\d.]+)%", out).group(1))
     assert 0.0 <= wait <= 100.0
+    assert "spent waiting for the next batch; high = input-bound" in out
     assert float(re.search(r"test accuracy\s+([\d.]+)", out).group(1)) > 0.5
     assert "training on" in proc.stderr  # the progress bar
     assert len(list(out_dir.glob("*.array_record"))) == 4
@@ -62,3 +63,21 @@ def test_one_epoch_checks_resume_within_it(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "mid-epoch state continues exactly: True" in proc.stdout
+
+
+def test_the_input_wait_line_says_what_it_means(capsys):
+    """ "input wait 84.8%" alone left the reader to guess what it measures."""
+    from tpufeed.cli.quickstart import print_result
+
+    print_result(
+        {
+            "dataset": "qs", "shards": 4, "train_records": 1536, "epochs": 3,
+            "exactly_once_every_epoch": True, "resume_matches": True, "records_per_s": 900.0,
+            "devices": 1, "input_wait_fraction": 0.848, "test_accuracy": 0.9, "seconds": 5.0,
+        }
+    )  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    wait = next(i for i, line in enumerate(lines) if line.startswith("input wait"))
+    assert lines[wait] == "input wait     84.8% of the loop's time"
+    assert "share of the training loop's time spent waiting for the next batch" in lines[wait + 1]
+    assert "high = input-bound" in lines[wait + 1]

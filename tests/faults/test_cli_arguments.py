@@ -114,6 +114,7 @@ VALUES_BY_DEST = {
     "output": (OUTPUTS, FILES + BAD_PATHS),
     "dir": (["cache", "elsewhere"], BAD_PATHS),
     "plot": (["plot.png"], ["nowhere/plot.png", "/proc/plot.png", "", "built", "plot"]),
+    "trace": (["trace.json"], ["nowhere/trace.json", "/proc/trace.json", "", "built", "."]),
     "transform": (TRANSFORMS, BAD_TRANSFORMS),
     "num_shards": (NUMBERS, BAD_SHARD_COUNTS),
 }

@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cloudpickle
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, TransformError
@@ -109,6 +110,8 @@ def _load_file(module_name: str, spec: str, option: str) -> Any:
     except BaseException:
         del sys.modules[unique]
         raise
+    # Its functions travel by value: a worker process cannot import the file by this name.
+    cloudpickle.register_pickle_by_value(module)
     return module
 
 

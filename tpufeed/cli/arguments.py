@@ -9,18 +9,23 @@ infinities included) is a usage error that quotes it, before the command starts 
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
-from collections.abc import Callable
-from typing import TypeAlias
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
 
 __all__ = [
     "HelpFormatter",
+    "Parser",
     "Subcommands",
+    "close_match",
+    "count_or_auto",
     "non_negative_int",
     "non_negative_seconds",
     "number_type",
     "positive_int",
     "positive_seconds",
+    "unrecognized",
 ]
 
 # What `ArgumentParser.add_subparsers` returns: each command module adds its parser to it.
@@ -54,6 +59,63 @@ positive_seconds = number_type(
 non_negative_seconds = number_type(
     float, lambda v: math.isfinite(v) and v >= 0, "a finite number of seconds >= 0"
 )
+
+
+def count_or_auto(text: str) -> int | str:
+    """`--workers` / `--prefetch`: a whole number >= 0, or "auto" (a near miss is named)."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        hint = " (did you mean auto?)" if close_match(text, ["auto"]) else ""
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number >= 0 or auto, got {text!r}{hint}"
+        )
+    return value
+
+
+count_or_auto.__name__ = "a whole number >= 0 or auto"
+
+
+def close_match(word: str, options: Iterable[str]) -> str | None:
+    """The one of `options` that `word` most likely misspells, if one is close."""
+    close = difflib.get_close_matches(word, list(options), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unrecognized(parser: argparse.ArgumentParser, extra: list[str]) -> str:
+    """The usage error for arguments `parser` does not take, naming the option meant where
+    one is close (`--step-tme` -> `--step-time`)."""
+    ours = [o for action in parser._actions for o in action.option_strings if o.startswith("--")]
+    notes = []
+    for token in extra:
+        name = token.split("=", 1)[0]
+        meant = close_match(name, ours) if name.startswith("-") else None
+        if meant:
+            notes.append(f"{name}: did you mean {meant}?")
+    return f"unrecognized arguments: {' '.join(extra)}" + (
+        f" ({'; '.join(notes)})" if notes else ""
+    )
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose "invalid choice" error names the choice meant, where one is
+    close (`--format arayrecord` -> array_record); subcommands' parsers are of its class too."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and value not in choices:
+            meant = close_match(str(value), map(str, choices))
+            if meant is not None:
+                listed = ", ".join(map(repr, choices))
+                raise argparse.ArgumentError(
+                    action,
+                    f"invalid choice: {value!r} (did you mean {meant!r}? choose from {listed})",
+                )
+        super()._check_value(action, value)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

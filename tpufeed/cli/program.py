@@ -24,9 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of `tpufeed` and, from each command's module, its subcommand's."""
     from tpufeed import __version__
     from tpufeed.cli import bench, build, cache, inspection, quickstart
-    from tpufeed.cli.arguments import HelpFormatter
+    from tpufeed.cli.arguments import HelpFormatter, Parser
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tpufeed", description="The `tpufeed` command.", formatter_class=HelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"tpufeed {__version__}")
@@ -36,6 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     for subparser in sub.choices.values():
         subparser.formatter_class = HelpFormatter
     return parser
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand `name`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[name]
+    raise LookupError(name)  # build_parser always adds the subcommands
 
 
 def _silence_stdout() -> None:
@@ -53,7 +61,10 @@ def _run(argv: list[str] | None) -> int:
     if args.command == "build":
         args.beam_args = extra
     elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        from tpufeed.cli.arguments import unrecognized
+
+        command = _subparser(parser, args.command)
+        command.error(unrecognized(command, extra))
     try:
         code = args.run(args)
         sys.stdout.flush()  # here, where a closed pipe can still be handled

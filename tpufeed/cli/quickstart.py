@@ -239,6 +239,13 @@ def add_parser(sub: Subcommands) -> None:
 def run_command(args: argparse.Namespace) -> int:
     """Runs the quickstart and prints its findings; exit 1 if exactly-once or resume failed."""
     result = run(args.output, epochs=args.epochs)
+    print_result(result)
+    ok = result["exactly_once_every_epoch"] and result["resume_matches"]
+    return 0 if ok else 1
+
+
+def print_result(result: dict[str, Any]) -> None:
+    """What `run` found, one line each; the input wait says what it means."""
     print(
         f"dataset        {result['dataset']} ({result['shards']} ArrayRecord shards, "
         f"{result['train_records']} training records: scikit-learn digits)"
@@ -256,7 +263,9 @@ def run_command(args: argparse.Namespace) -> int:
         f"step on {result['devices']} device(s))"
     )
     print(f"input wait     {result['input_wait_fraction']:.1%} of the loop's time")
+    print(
+        "               (the share of the training loop's time spent waiting for the next "
+        "batch; high = input-bound: the pipeline, not the model, sets the pace)"
+    )
     print(f"test accuracy  {result['test_accuracy']:.3f}")
     print(f"total          {result['seconds']:.1f} s")
-    ok = result["exactly_once_every_epoch"] and result["resume_matches"]
-    return 0 if ok else 1

@@ -1,0 +1,47 @@
+"""`tpufeed.cli.arguments`: shared argument types and the usage errors that name what was meant."""
+
+import argparse
+
+import pytest
+
+from tpufeed.cli.arguments import Parser, close_match, count_or_auto, unrecognized
+
+
+def test_count_or_auto():
+    assert count_or_auto("auto") == "auto" and count_or_auto("0") == 0 and count_or_auto("8") == 8
+    for text, says in [("atuo", "(did you mean auto?)"), ("-1", "got '-1'"), ("2.5", "'2.5'")]:
+        with pytest.raises(argparse.ArgumentTypeError, match="a whole number >= 0 or auto") as e:
+            count_or_auto(text)
+        assert says in str(e.value)
+    with pytest.raises(argparse.ArgumentTypeError) as e:
+        count_or_auto("lots")
+    assert "did you mean" not in str(e.value)
+
+
+def test_close_match():
+    assert close_match("--step-tme", ["--step-time", "--seconds"]) == "--step-time"
+    assert close_match("--zzz", ["--step-time", "--seconds"]) is None
+
+
+def test_unrecognized_names_the_option_meant():
+    parser = Parser(prog="p")
+    parser.add_argument("--batch-size")
+    message = unrecognized(parser, ["--batch-sise=3", "extra", "--nothing-like-it"])
+    assert message == (
+        "unrecognized arguments: --batch-sise=3 extra --nothing-like-it "
+        "(--batch-sise: did you mean --batch-size?)"
+    )
+
+
+def test_an_invalid_choice_names_the_one_meant(capsys):
+    parser = Parser(prog="p")
+    parser.add_argument("--format", choices=["array_record", "tfrecord"])
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--format", "tfrecrod"])
+    assert (
+        "invalid choice: 'tfrecrod' (did you mean 'tfrecord'? choose from"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--format", "zzz"])
+    assert "invalid choice: 'zzz' (choose from" in capsys.readouterr().err
