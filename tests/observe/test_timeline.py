@@ -88,7 +88,11 @@ def test_a_two_worker_run_has_a_track_per_process(tmp_path, monkeypatch, fork_se
     document = read_trace(tmp_path / "run.json")
     processes = names_of_processes(document)
     assert processes[os.getpid()] == "tpufeed consumer"
-    assert sorted(processes.values()) == ["tpufeed consumer", "tpufeed worker 0", "tpufeed worker 1"]
+    assert sorted(processes.values()) == [
+        "tpufeed consumer",
+        "tpufeed worker 0",
+        "tpufeed worker 1",
+    ]
     threads = names_of_threads(document)
     nexts = [e for e in document["traceEvents"] if e["name"] == "next"]
     assert len(nexts) == items + 1 and all(e["pid"] == os.getpid() for e in nexts)
@@ -103,9 +107,7 @@ def test_a_two_worker_run_has_a_track_per_process(tmp_path, monkeypatch, fork_se
         assert busy > 0
         assert sum(stages[pid].values()) >= 0.9 * busy, (processes[pid], stages[pid], busy)
     # Every task's span arrived: together they read each record once.
-    read = sum(
-        e["args"]["records"] for e in document["traceEvents"] if e.get("cat") == "chunk"
-    )
+    read = sum(e["args"]["records"] for e in document["traceEvents"] if e.get("cat") == "chunk")
     assert read == records
     # The workers' stage spans are the stage seconds the run's statistics report.
     for stage in ("read", "map(_slow)", "batch"):
