@@ -259,6 +259,16 @@ def test_a_traced_iterator_writes_on_close_and_again_longer_after_set_state(tmp_
     it.close()
 
 
+def test_a_traced_iterator_writes_its_file_when_it_fails(tmp_path):
+    path = tmp_path / "run.json"
+    ds = source().map(lambda e: e if e["id"] != 99 else 1 // 0).batch(4).options(trace=path)
+    it = ds.iterator()
+    made = []
+    with pytest.raises(tpufeed.TransformError):
+        made.extend(it)
+    assert trace_names(path).count("next") == len(made) + 1  # the batches, and the failure
+
+
 @pytest.mark.multiprocess
 def test_a_traced_iterator_records_its_workers(tmp_path):
     from tests.observe.trace_events import names_of_processes, read_trace

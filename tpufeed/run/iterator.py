@@ -66,7 +66,8 @@ class DatasetIterator(Iterator[Any]):
 
     def __init__(self, launch: Launch, state: Any = None, trace: Any = None):
         """`trace`: a file to write the timeline of this iterator's runs to (`options(trace=)`):
-        recorded from now (the workers' included), written when the iterator ends or closes."""
+        recorded from now (the workers' included), written when the iterator ends, fails or
+        closes, and again after each `set_state` (each write holds all recorded before it)."""
         self._launch = launch
         self._lock = threading.Lock()
         self._closed = True  # until the first run starts
@@ -98,8 +99,8 @@ class DatasetIterator(Iterator[Any]):
                     return next(self._run)
                 with spans("next", "wait"):
                     return next(self._run)
-            except StopIteration:
-                if self._trace is not None:  # the end: the file is written now
+            except BaseException:  # the end, or an error: the run has stopped
+                if self._trace is not None:  # the file is written now
                     self.close()
                 raise
 
