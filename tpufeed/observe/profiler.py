@@ -55,6 +55,7 @@ def _torch() -> Probe | None:
 
 _FRAMEWORKS: dict[str, Callable[[], Probe | None]] = {"jax": _jax, "torch": _torch}
 _probes: dict[str, Probe] = {}  # the frameworks found imported so far
+_modules_seen = -1  # len(sys.modules) when they were last looked for
 
 
 class Spans:
@@ -106,13 +107,16 @@ _NOTHING = nullcontext()
 def check() -> Spans | None:
     """Asks the imported profilers and the timeline whether any records (once per `next()`);
     None when none does."""
-    global _latest
-    if len(_probes) < len(_FRAMEWORKS):
+    global _latest, _modules_seen
+    if len(_probes) < len(_FRAMEWORKS) and len(sys.modules) != _modules_seen:
+        _modules_seen = len(sys.modules)  # looked again only after an import
         for name, find in _FRAMEWORKS.items():
             if name not in _probes and name in sys.modules:
                 probe = find()
                 if probe is not None:
                     _probes[name] = probe
+                else:  # still being imported: look again next time
+                    _modules_seen = -1
     annotations: tuple[Annotate, ...] = ()
     for recording, annotate in _probes.values():
         if recording():
