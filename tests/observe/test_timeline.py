@@ -113,3 +113,25 @@ def test_a_two_worker_run_has_a_track_per_process(tmp_path, monkeypatch, fork_se
     for stage in ("read", "map(_slow)", "batch"):
         spans = sum(stages[pid][stage] for pid in workers)
         assert spans == pytest.approx(stats.stages[stage].seconds, rel=1e-3, abs=1e-4)
+
+
+def _threads_of(document) -> dict[str, set[str]]:
+    """Per thread track name: the names of the events on it."""
+    threads = names_of_threads(document)
+    out: dict[str, set[str]] = {}
+    for e in document["traceEvents"]:
+        if e["ph"] != "M":
+            out.setdefault(threads[(e["pid"], e["tid"])], set()).add(e["name"])
+    return out
+
+
+def test_the_prefetch_and_transfer_threads_have_tracks_of_their_own(tmp_path):
+    pytest.importorskip("jax")
+    ds = tpufeed.Dataset.from_sequence(range(64)).map(_slow).batch(8).prefetch(2)
+    with tpufeed.trace(tmp_path / "run.json"):
+        with ds.to_jax(prefetch=2) as it:
+            assert sum(1 for _ in it) == 8
+    threads = _threads_of(read_trace(tmp_path / "run.json"))
+    assert threads["MainThread"] == {"next"}  # the loop only waits: the work is elsewhere
+    assert {"next", "to_device"} <= threads["tpufeed to_device"]
+    assert {"read", "map(_slow)", "batch"} <= threads["tpufeed prefetch"]
