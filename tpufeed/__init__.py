@@ -21,6 +21,7 @@ from tpufeed.errors import (
     TransformError,
     WorkerError,
 )
+from tpufeed.observe.trace_file import trace
 from tpufeed.order.state import accept_changed_shards
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.metrics import register_metrics, serve_metrics
@@ -49,4 +50,5 @@ __all__ = [
     "codec",
     "register_metrics",
     "serve_metrics",
+    "trace",
 ]

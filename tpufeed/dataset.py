@@ -26,7 +26,7 @@ from tpufeed.ops.registry import Stage, check_next, stage_label
 from tpufeed.ops.user_functions import check_callable
 from tpufeed.order.sharding import Sharding
 from tpufeed.run.agreement import HostAgreement
-from tpufeed.run.autotune import Options
+from tpufeed.run.autotune import Options, TracePath
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
 from tpufeed.run.mixture import Mixture, check_component, check_mix
@@ -227,6 +227,7 @@ class Dataset(SourceConstructors):
         stopped_s: float | None = STOPPED_S,
         shm_budget_bytes: int | None = None,
         log_every_s: float | None = None,
+        trace: TracePath = None,
     ) -> Dataset:
         """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
 
@@ -242,9 +243,10 @@ class Dataset(SourceConstructors):
         between them (default: half its free space); a batch over a share raises `WorkerError`.
         Every wait and its bound: docs/faults.md. `log_every_s`: a line on the `tpufeed` logger
         this often: rate, wait, bottleneck, cache hits (default: never; docs/metrics.md).
+        `trace`: a file each iterator writes its timeline to (`tpufeed.trace`; docs/timeline.md).
         """
-        options = Options(ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes, log_every_s)
-        return self._set(options=options)
+        settings = (ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes, log_every_s, trace)
+        return self._set(options=Options(*settings))
 
     def ignore_errors(self, max_errors: int) -> Dataset:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.
@@ -307,7 +309,7 @@ class Dataset(SourceConstructors):
         (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
         """
         launch = launcher(self._plan(), self._settings, uneven, agreement, self._first_item)
-        return DatasetIterator(launch, state)
+        return DatasetIterator(launch, state, self._settings.options.trace)
 
     def to_jax(
         self,

@@ -12,6 +12,7 @@ import pytest
 import tpufeed
 from tests.processes import worker_processes
 from tpufeed.errors import StateError
+from tpufeed.observe import timeline
 from tpufeed.run.agreement import ThreadAgreement
 
 
@@ -221,3 +222,66 @@ def test_log_every_s_logs_a_progress_line(caplog):
 def test_log_every_s_must_be_a_positive_number(bad):
     with pytest.raises(tpufeed.InvalidArgumentError, match="log_every_s"):
         tpufeed.Dataset.from_sequence([1]).options(log_every_s=bad)
+
+
+# -- options(trace=path): the iterator's timeline, written as it ends ---------------------------
+
+
+def trace_names(path):
+    from tests.observe.trace_events import read_trace
+
+    return [e["name"] for e in read_trace(path)["traceEvents"] if e["ph"] != "M"]
+
+
+@pytest.mark.parametrize("name", ["batch", "pack", "mix"])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_traced_iterator_writes_its_file_at_the_end(tmp_path, name, prefetch):
+    path = tmp_path / "run.json"
+    it = PIPELINES[name](source()).prefetch(prefetch).options(trace=path).iterator()
+    items = sum(1 for _ in it)
+    names = trace_names(path)  # written when the end was reached, without a close
+    assert names.count("next") == items + 1
+    assert name in names  # the stream stage's spans
+    assert timeline.recording() is None
+
+
+def test_a_traced_iterator_writes_on_close_and_again_longer_after_set_state(tmp_path):
+    path = tmp_path / "run.json"
+    it = PIPELINES["batch"](source()).options(trace=path).iterator()
+    take(it, 3)
+    state = it.get_state()
+    it.close()
+    assert trace_names(path).count("next") == 3
+    it.set_state(state)
+    take(it, 2)
+    it.set_state(state)  # closes the run: the file now holds both runs
+    assert trace_names(path).count("next") == 5
+    it.close()
+
+
+def test_a_traced_iterator_writes_its_file_when_it_fails(tmp_path):
+    path = tmp_path / "run.json"
+    ds = source().map(lambda e: e if e["id"] != 99 else 1 // 0).batch(4).options(trace=path)
+    it = ds.iterator()
+    made = []
+    with pytest.raises(tpufeed.TransformError):
+        made.extend(it)
+    assert trace_names(path).count("next") == len(made) + 1  # the batches, and the failure
+
+
+@pytest.mark.multiprocess
+def test_a_traced_iterator_records_its_workers(tmp_path):
+    from tests.observe.trace_events import names_of_processes, read_trace
+
+    path = tmp_path / "run.json"
+    ds = PIPELINES["filter"](source()).workers(2, isolate=True).options(trace=path)
+    with ds.iterator() as it:
+        assert sum(1 for _ in it)
+    names = names_of_processes(read_trace(path))
+    assert sorted(names.values()) == ["tpufeed consumer", "tpufeed worker 0", "tpufeed worker 1"]
+
+
+@pytest.mark.parametrize("trace", [7, b"run.json", "", ["run.json"]])
+def test_a_trace_that_is_not_a_path_is_named(trace):
+    with pytest.raises(tpufeed.InvalidArgumentError, match=r"options\(trace=\.\.\.\).*got"):
+        source().options(trace=trace)

@@ -20,6 +20,7 @@ from jax.sharding import NamedSharding
 from tpufeed.adapters._jax_layout import BatchLayout, check_sharding, data_parallel_sharding
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.observe import profiler
 from tpufeed.ops.base import StageClock, now
 from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.iterator import DatasetIterator
@@ -96,7 +97,9 @@ class JaxIterator(Iterator[Any]):
         """Starts moving batches from the pipeline to the devices, `prefetch` ahead."""
         items = _transferred(self._inner, BatchLayout(self.sharding), self._device_clock)
         self._items: Generator[tuple[Any, dict], None, None] = items
-        self._prefetcher = ThreadPrefetcher(items, self._prefetch) if self._prefetch else None
+        self._prefetcher = (
+            ThreadPrefetcher(items, self._prefetch, "tpufeed to_device") if self._prefetch else None
+        )
         self._closed = False
 
     def _stop_transfer(self) -> None:
@@ -112,7 +115,12 @@ class JaxIterator(Iterator[Any]):
         if self._closed:
             raise StopIteration
         source = self._prefetcher.get if self._prefetcher is not None else self._items.__next__
-        arrays, self._state = self._clock.call(source)
+        spans = profiler.check()  # the one check per batch: does a profiler record?
+        if spans is None:
+            arrays, self._state = self._clock.call(source)
+        else:
+            with spans("next", "wait"):
+                arrays, self._state = self._clock.call(source)
         return arrays
 
     def get_state(self) -> dict[str, Any]:
@@ -206,7 +214,8 @@ def _transferred(
     for index, batch in enumerate(inner):
         state = inner.get_state()
         started = now()
-        arrays = jax.block_until_ready(layout.place(batch, index))
+        with profiler.span("to_device", on_timeline=False):  # the clock puts it there
+            arrays = jax.block_until_ready(layout.place(batch, index))
         clock.add("to_device", now() - started, _leading_dim(batch))
         yield arrays, state
 

@@ -12,23 +12,28 @@ from tpufeed.observe import counts, timeline
 
 
 def pack() -> bytes:
-    """This worker's counts and events since its last answer ("" if none)."""
+    """This worker's counts and events since its last answer ("" if none), with the names of
+    its process tracks ("tpufeed worker N") when there are events."""
     increments = counts.drain()
     events = timeline.drain()
     if not increments and not events:
         return b""
-    return pickle.dumps((increments, events), protocol=pickle.HIGHEST_PROTOCOL)
+    recording = timeline.recording()
+    names = recording.processes if events and recording is not None else {}
+    return pickle.dumps((increments, events, names), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def receive(blob: bytes) -> dict[str, int]:
     """A worker's blob, counted and recorded in this process (the parent); its increments."""
     if not blob:
         return {}
-    increments, events = pickle.loads(blob)
+    increments, events, names = pickle.loads(blob)
     if increments:
         counts.add(increments)
     if events:
         recording = timeline.recording()
         if recording is not None:
             recording.extend(events)
+            for pid, name in names.items():
+                recording.name_process(pid, name)
     return increments

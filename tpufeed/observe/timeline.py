@@ -137,6 +137,31 @@ def stop() -> Timeline | None:
     return timeline
 
 
+_users = 0  # of the timeline recording now, those that joined it
+_joining = threading.Lock()
+
+
+def join(capacity: int = CAPACITY, resume: Timeline | None = None) -> Timeline:
+    """The timeline recording now, joined; if none, starts one (`resume`: that one again).
+    It records until every one that joined has left."""
+    global _recording, _users
+    with _joining:
+        if _recording is None:
+            _recording, _users = resume if resume is not None else Timeline(capacity), 0
+        _users += 1
+        return _recording
+
+
+def leave(timeline: Timeline) -> None:
+    """Leaves `timeline`: the last to leave stops the recording."""
+    global _recording, _users
+    with _joining:
+        if _recording is timeline:
+            _users -= 1
+            if _users <= 0:
+                _recording = None
+
+
 def _thread() -> str:
     return threading.current_thread().name
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from tpufeed.errors import BatchError, TpufeedError
+from tpufeed.observe import profiler
 from tpufeed.ops.base import End, Piece
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.padding import pad_elements
@@ -184,7 +185,9 @@ class MixedPieces:
                 if n
             }
             if len(order):
-                piece = MixPiece(order, parts, cursor, self._payload(order, parts))
+                with profiler.span("mix"):  # the outputs in order: what mixing costs here
+                    payload = self._payload(order, parts)
+                piece = MixPiece(order, parts, cursor, payload)
                 cursor = piece.cursor_after(len(order) - 1)
                 yield piece
             if short:

@@ -7,10 +7,12 @@ budget allows. While running, the prefetch depth grows when the consumer keeps w
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.observe.trace_file import trace_path
 from tpufeed.ops.base import StageClock, now
 from tpufeed.order.cursor import Cursor
 from tpufeed.run.plan import Plan
@@ -30,6 +32,7 @@ _SHORT_TASK_SECONDS = 0.010
 _WARMUP_SECONDS = 0.25
 _WARMUP_TASKS = 4
 MAX_PREFETCH = 16
+TracePath = str | os.PathLike[str] | None  # where an iterator writes its timeline (or not)
 
 
 @dataclass(frozen=True)
@@ -40,15 +43,19 @@ class Options:
     longest the iterator waits for a stopped worker (SIGSTOP) before raising (None: no limit).
     `shm_budget_bytes`: what workers' batch slots may hold in shared memory together (None:
     half of the space free in /dev/shm when the iterator starts). `log_every_s`: a line on
-    the `tpufeed` logger this often (rate, wait, bottleneck, cache hits; None: never)."""
+    the `tpufeed` logger this often (rate, wait, bottleneck, cache hits; None: never).
+    `trace`: a file each iterator writes its timeline to (tpufeed.observe.trace_file), or None."""
 
     ram_budget_bytes: int | None = None
     timeout_s: float | None = None
     stopped_s: float | None = STOPPED_S
     shm_budget_bytes: int | None = None
     log_every_s: float | None = None
+    trace: TracePath = None
 
     def __post_init__(self) -> None:
+        if self.trace is not None:
+            trace_path(self.trace, "options(trace=...)")
         for name in ("timeout_s", "stopped_s", "log_every_s"):
             seconds = getattr(self, name)
             if seconds is not None and (

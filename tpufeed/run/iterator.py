@@ -15,7 +15,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from tpufeed.observe import counts
+from tpufeed.observe import counts, profiler
+from tpufeed.observe.trace_file import TraceFile
 from tpufeed.ops.base import Counters, StageClock, now
 from tpufeed.order.cursor import Cursor
 from tpufeed.run import live
@@ -63,12 +64,27 @@ class DatasetIterator(Iterator[Any]):
     >>> it.set_state(state)     # the next batch is the second one again  # doctest: +SKIP
     """
 
-    def __init__(self, launch: Launch, state: Any = None):
+    def __init__(self, launch: Launch, state: Any = None, trace: Any = None):
+        """`trace`: a file to write the timeline of this iterator's runs to (`options(trace=)`):
+        recorded from now (the workers' included), written when the iterator ends, fails or
+        closes, and again after each `set_state` (each write holds all recorded before it)."""
         self._launch = launch
         self._lock = threading.Lock()
         self._closed = True  # until the first run starts
-        self._run: Run = launch(state)()
+        self._trace = TraceFile(trace) if trace is not None else None
+        self._run: Run = self._start(launch(state))
         self._closed = False
+
+    def _start(self, run: Callable[[], Run]) -> Run:
+        """`run` started, recorded from before its workers start where a trace is asked."""
+        if self._trace is None:
+            return run()
+        self._trace.begin()
+        try:
+            return run()
+        except BaseException:
+            self._trace.end()
+            raise
 
     def __iter__(self) -> DatasetIterator:
         return self
@@ -77,7 +93,16 @@ class DatasetIterator(Iterator[Any]):
         with self._lock:  # threads sharing one iterator each get whole items, in turn
             if self._closed:
                 raise StopIteration
-            return next(self._run)
+            spans = profiler.check()  # the one check per item: does a profiler record?
+            try:
+                if spans is None:
+                    return next(self._run)
+                with spans("next", "wait"):
+                    return next(self._run)
+            except BaseException:  # the end, or an error: the run has stopped
+                if self._trace is not None:  # the file is written now
+                    self.close()
+                raise
 
     def get_state(self) -> dict[str, Any]:
         """A small JSON-able dict; `ds.iterator(state)` or `set_state(state)` resumes right
@@ -93,7 +118,7 @@ class DatasetIterator(Iterator[Any]):
         with self._lock:
             launch = self._launch(state)
             self.close()
-            self._run = launch()
+            self._run = self._start(launch)
             self._closed = False
 
     def stats(self) -> PipelineStats:
@@ -117,7 +142,11 @@ class DatasetIterator(Iterator[Any]):
         """Stops background work. Safe to call more than once."""
         if not self._closed:
             self._closed = True
-            self._run.close()
+            try:
+                self._run.close()
+            finally:
+                if self._trace is not None:  # the timeline so far, the workers' last included
+                    self._trace.end()
 
     def __enter__(self) -> DatasetIterator:
         return self

@@ -30,13 +30,16 @@ class PrefetchStopped(Stopped):
 class ThreadPrefetcher:
     """Runs a generator on a thread, up to `depth` items ahead; errors re-raise in the consumer."""
 
-    def __init__(self, items: Generator[Any, None, None], depth: int):
+    def __init__(
+        self, items: Generator[Any, None, None], depth: int, name: str = "tpufeed prefetch"
+    ):
+        """`name`: the thread's, as it shows on the timeline (`tpufeed.trace`)."""
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=_fill,
             args=(items, self._queue, self._stop),
-            name="tpufeed-prefetch",
+            name=name,
             daemon=True,
         )
         self._thread.start()

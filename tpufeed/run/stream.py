@@ -11,17 +11,19 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from tpufeed.errors import TpufeedError
-from tpufeed.ops.base import Counters, End, PieceLike, Reread, StageClock
+from tpufeed.observe import profiler
+from tpufeed.ops.base import Counters, End, Item, PieceLike, Reread, StageClock
 from tpufeed.ops.item_stages import ItemStages
 from tpufeed.ops.registry import stream_stage
 from tpufeed.run.plan import Stages, StreamPlan
 
 _log = logging.getLogger("tpufeed")
+T = TypeVar("T")
 
 
 @dataclass
@@ -86,6 +88,15 @@ def _cause(first_line: str) -> str:
     return first_line.split(" (on ", 1)[0].split(":", 1)[0][:80]
 
 
+def _marked(name: str | None, run: Callable[[T], list[Item]], arg: T) -> list[Item]:
+    """`run(arg)`, a span `name` in the profilers and on the timeline while they record."""
+    spans = profiler.latest()
+    if spans is None or name is None:
+        return run(arg)
+    with spans(name):
+        return run(arg)
+
+
 def stream(
     plan: StreamPlan,
     pieces: Iterator[PieceLike | End],
@@ -105,11 +116,12 @@ def stream(
         for saved in stages.values():
             stage.set_state(saved, reread)
     after = ItemStages(plan.tail, plan.names, plan.rng_seed, clock, plan.max_errors > 0)
+    name = "pack" if plan.pack is not None else "batch" if plan.batch is not None else None
     made = False  # anything this epoch
     for piece in pieces:
         if isinstance(piece, End):
             counters.dropped_records += piece.dropped
-            items = stage.end_epoch(piece)
+            items = _marked(name, stage.end_epoch, piece)
         else:
             budget.charge(piece.skipped)
             if piece.final:  # one whole batch, the stages after batch already run on it
@@ -117,7 +129,7 @@ def stream(
                     made = True
                     yield piece.payload, piece.cursor_after(piece.size - 1), None
                 continue
-            items = stage.push(piece)
+            items = _marked(name, stage.push, piece)
         for value, position, record, held in items:
             if after.stages:
                 skipped: list[TpufeedError] = []

@@ -12,6 +12,7 @@ import os
 import pickle
 import signal
 import sys
+import time
 import traceback
 from collections import deque
 from multiprocessing.connection import Connection
@@ -163,13 +164,14 @@ class Worker:
                 continue
             if isinstance(message, Stop):
                 return
+            started = time.perf_counter()
             try:
                 answer = self._task(message)
             except Exception as exc:  # noqa: BLE001 - every failure goes to the parent
                 self._send(Failure(message.task_id, error_fields(exc)))
                 continue
             try:
-                self._send(answer)  # pickled whole before anything is written
+                self._send(_observed(message, answer, started))  # pickled whole, then written
             except Exception as exc:  # noqa: BLE001 - an element that cannot be pickled
                 self._send(Failure(message.task_id, error_fields(_unsendable(exc, message))))
 
@@ -236,7 +238,6 @@ class Worker:
             [error_fields(e) for e in piece.skipped],
             self.clock.drain(),
             elements,
-            shipping.pack(),
         )
 
     @staticmethod
@@ -277,6 +278,16 @@ class Worker:
             raise WorkerStopped("tpufeed worker told to stop while it waited for a free slot")
         if message is not None:
             self.backlog.append(message)
+
+
+def _observed(task: Task, answer: Answer, started: float) -> Answer:
+    """`answer` with what this worker counted and recorded since its last one, the task's own
+    span (`chunk`, from receiving it to its answer made) last."""
+    if timeline.recording() is not None:
+        args = {"task": task.task_id, "records": len(task.indices) // 8, "epoch": task.epoch}
+        timeline.complete("chunk", time.perf_counter() - started, "chunk", args)
+    observed = shipping.pack()
+    return answer._replace(observed=observed) if observed else answer
 
 
 class WorkerStopped(Stopped):
