@@ -3,6 +3,9 @@
     git worktree add /tmp/before <commit>
     python -m benchmarks.versus --reference /tmp/before --rounds 3 --workload W1 --systems tpufeed
 
+`--observe` turns on a timeline and live metrics in this checkout's rows only: against a
+worktree of the same commit, it measures what observing costs.
+
 Each round runs `benchmarks/compare.py` once in the reference checkout, then once in this one
 (each imports its own tpufeed: the rows run with their checkout as working directory), on the
 same shards (`--data-dir`, default this checkout's benchmarks/data). Each row pools its passes
@@ -34,13 +37,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--records", type=int, default=None)
     p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
     p.add_argument("--json", dest="json_path", default=None)
+    p.add_argument(
+        "--observe",
+        action="store_true",
+        help="this checkout's tpufeed rows record a timeline and serve metrics, scraped every "
+        "second (TPUFEED_BENCH_OBSERVE=1); with the same commit as --reference: on against off",
+    )
     args = p.parse_args(argv)
     if not os.path.isfile(os.path.join(args.reference, "benchmarks", "compare.py")):
         p.error(f"{args.reference} has no benchmarks/compare.py: not a tpufeed checkout")
     return args
 
 
-def run_compare(tree: str, args: argparse.Namespace, out: str) -> dict:
+def run_compare(tree: str, args: argparse.Namespace, out: str, observe: bool = False) -> dict:
     cmd = [
         sys.executable,
         "benchmarks/compare.py",
@@ -59,7 +68,9 @@ def run_compare(tree: str, args: argparse.Namespace, out: str) -> dict:
     ]
     if args.records is not None:
         cmd += ["--records", str(args.records)]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TPUFEED_BENCH_OBSERVE")}
+    if observe:
+        env["TPUFEED_BENCH_OBSERVE"] = "1"
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
@@ -72,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for round_number in range(args.rounds):
             for side, tree in trees.items():
-                report = run_compare(tree, args, os.path.join(tmp, f"{side}-{round_number}.json"))
+                out = os.path.join(tmp, f"{side}-{round_number}.json")
+                report = run_compare(tree, args, out, observe=args.observe and side == "this")
                 for workload, data in report["workloads"].items():
                     for row in data["rows"]:
                         key = (workload, row["system"], row["workers"], side)

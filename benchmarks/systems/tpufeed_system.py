@@ -4,6 +4,10 @@ pipeline over the same bytes in Parquet (`from_parquet`, the fn applied to the `
 from __future__ import annotations
 
 import functools
+import os
+import tempfile
+import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,11 +51,31 @@ def batches(
     workers = spec.workers if workers is None else workers
     if workers:
         ds = ds.workers(workers)
+    if os.environ.get("TPUFEED_BENCH_OBSERVE") == "1":  # issue 28's "on": trace + live metrics
+        ds = ds.options(trace=os.path.join(_observed_dir(), "run.json"))
     it = iter(ds)
     try:
         yield from it
     finally:
         it.close()
+
+
+@functools.cache
+def _observed_dir() -> str:
+    """Where an observed row writes its timeline, once metrics are served and scraped every
+    second by a thread of this process (as a Prometheus server would, over HTTP)."""
+    import tpufeed
+
+    server = tpufeed.serve_metrics(port=0)
+    url = f"http://127.0.0.1:{server.port}/metrics"
+
+    def scrape() -> None:
+        while True:
+            urllib.request.urlopen(url, timeout=5).read()
+            threading.Event().wait(1.0)
+
+    threading.Thread(target=scrape, daemon=True, name="bench scraper").start()
+    return tempfile.mkdtemp(prefix="tpufeed-observed-")
 
 
 def batches_auto(spec: RowSpec) -> Iterator[dict]:
