@@ -192,3 +192,13 @@ def test_vision_classifier_trains_with_the_training_crops_and_evaluates_with_the
     out = run_example("vision_classifier.py", *args)
     assert float(field(out, "last-loss")) < float(field(out, "first-loss"))
     assert float(field(out, "accuracy")) > 0.6 and int(field(out, "eval-images")) == 24
+
+
+@pytest.mark.multiprocess
+def test_input_bound_example_sees_the_wait_three_ways_and_draws_the_timeline(tmp_path):
+    picture = tmp_path / "timeline.png"
+    out = run_example("input_bound.py", "--steps", "40", "--picture", str(picture))
+    assert float(field(out, "wait_fraction")) > 0.3  # two workers cannot feed this loop
+    assert float(field(out, "tpufeed/next")) > 0.3  # the profile says so too
+    assert float(field(out, "tpufeed_next_wait_seconds_sum")) > 0
+    assert picture.stat().st_size > 10_000  # a PNG with the tracks drawn
