@@ -295,3 +295,24 @@ def test_anchor_variants_sweep_pools_each_variant(tmp_path):
     for p in pooled:
         assert not p["errors"] and len(p["rates"]) == 2 and p["rate"] > 0
     assert "| torch-row | 0 |" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_an_observed_tpufeed_row_records_its_timeline_and_is_scraped(tmp_path):
+    """versus --observe's rows (TPUFEED_BENCH_OBSERVE=1): the same row, with a timeline file
+    written and the metrics served; the rate is still measured."""
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "compare.py"), "--workload", "W1"]
+    cmd += ["--records", "600", "--passes", "1", "--workers", "2", "--systems", "tpufeed"]
+    cmd += ["--json", str(out), "--data-dir", str(tmp_path / "data"), "--timeout", "120"]
+    env = {**os.environ, "TPUFEED_BENCH_OBSERVE": "1", "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["workloads"]["W1"]["rows"]
+    assert {r["workers"] for r in rows if r["system"] == "tpufeed"} == {0, 2}
+    assert all("error" not in r and r["rate"] > 0 for r in rows), rows
+    timelines = list(tmp_path.glob("tpufeed-observed-*/run.json"))
+    assert timelines, "no timeline written"
+    events = json.loads(timelines[0].read_text())["traceEvents"]
+    assert any(e["name"] == "next" for e in events)
