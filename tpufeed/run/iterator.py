@@ -286,9 +286,6 @@ class PipelineRun(Iterator[Any]):
         for name, seconds in list(self._clock.seconds.items()):
             procs = 1 if name == "transfer" or workers == 0 else workers
             stages[name] = StageStats(seconds, self._clock.records[name], procs)
-        depth = (
-            self._prefetcher.depth() if self._prefetcher is not None else self._executor.queue_depth
-        )
         pids = [os.getpid()] + self._executor.worker_pids
         counters, per_worker = self._counters, self._executor.worker_stats()
         return PipelineStats(
@@ -298,7 +295,7 @@ class PipelineRun(Iterator[Any]):
             records=self._records,
             workers=workers,
             prefetch=self._prefetch,
-            queue_depth=depth,
+            queue_depth=self._queue_depth(),
             memory_bytes=sum(rss_bytes(pid) for pid in pids),
             dropped_records=counters.dropped_records,
             errors=counters.errors,
@@ -317,9 +314,6 @@ class PipelineRun(Iterator[Any]):
 
     def figures(self) -> live.RunFigures:
         """What this run has delivered, and its gauges now (what metrics read)."""
-        depth = (
-            self._prefetcher.depth() if self._prefetcher is not None else self._executor.queue_depth
-        )
         return live.RunFigures(
             batches=self._delivered,
             records=self._records,
@@ -327,9 +321,15 @@ class PipelineRun(Iterator[Any]):
             wait_seconds=self._waited,
             wait_counts=list(self._waits),
             prefetch=self._prefetch,
-            queue_depth=depth,
+            queue_depth=self._queue_depth(),
             shm_bytes=sum(w.shm_bytes for w in self._executor.worker_stats()),
         )
+
+    def _queue_depth(self) -> int:
+        """Items ready on the prefetch thread, or chunks dealt ahead to the workers."""
+        if self._prefetcher is not None:
+            return self._prefetcher.depth()
+        return self._executor.queue_depth
 
     def _mixture_stats(self) -> list[dict[str, Any]] | None:
         """Per component of a mixture: elements taken into it, their share, the weight."""

@@ -29,7 +29,10 @@ class WorkerShares:
         into this process's (`observe.shipping`) and the worker's own."""
         if answer.times:
             clock.merge(answer.times)
-            self.clocks.setdefault(worker, StageClock()).merge(answer.times)
+            own = self.clocks.get(worker)
+            if own is None:  # made once per worker, not per answer
+                own = self.clocks[worker] = StageClock()
+            own.merge(answer.times)
         counted = shipping.receive(answer.observed)
         if counted:
             self.counts.setdefault(worker, Counter()).update(counted)
