@@ -70,3 +70,23 @@ def test_an_iterator_traced_inside_a_block_shares_its_timeline(tmp_path):
     assert _names(tmp_path / "it.json")[0] == "before"
     assert _names(tmp_path / "it.json").count("next") == 3
     assert _names(tmp_path / "all.json") == _names(tmp_path / "it.json")
+
+
+def test_a_path_that_cannot_be_written_fails_before_the_run(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(tpufeed.InvalidArgumentError, match="cannot make the folder"):
+        with tpufeed.trace(tmp_path / "a-file" / "run.json"):
+            raise AssertionError("the block must not run")
+    with pytest.raises(tpufeed.InvalidArgumentError, match="is a folder"):
+        tpufeed.trace(tmp_path).__enter__()
+    assert timeline.recording() is None  # nothing was left recording
+    ds = tpufeed.Dataset.from_sequence(range(4)).options(trace=tmp_path / "a-file" / "it.json")
+    with pytest.raises(tpufeed.InvalidArgumentError, match="cannot make the folder"):
+        ds.iterator()
+    assert timeline.recording() is None
+
+
+def test_the_folder_of_a_trace_file_is_made(tmp_path):
+    with tpufeed.trace(tmp_path / "new" / "deeper" / "run.json"):
+        timeline.instant("mine")
+    assert _names(tmp_path / "new" / "deeper" / "run.json") == ["mine"]

@@ -30,6 +30,22 @@ def trace_path(path: object, what: str = "trace") -> Path:
     )
 
 
+def _writable(path: Path) -> Path:
+    """`path`, its folder made: checked before anything is recorded, so a path that cannot be
+    written fails now, not after the whole run it was to record."""
+    if path.is_dir():
+        raise InvalidArgumentError(f"trace file {path} is a folder: name a file in it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InvalidArgumentError(
+            f"cannot make the folder of trace file {path}: {error.strerror or error}"
+        ) from None
+    if not os.access(path.parent, os.W_OK):
+        raise InvalidArgumentError(f"cannot write trace file {path}: its folder is not writable")
+    return path
+
+
 class TraceFile:
     """The recording behind one trace file: `begin()` joins (or starts) the process's timeline,
     `write()` writes all it holds so far, `end()` writes and leaves. `begin()` again after
@@ -40,7 +56,7 @@ class TraceFile:
             raise InvalidArgumentError(
                 f"trace capacity must be a positive int (events kept), got {capacity!r}"
             )
-        self.path, self.capacity = trace_path(path), capacity
+        self.path, self.capacity = _writable(trace_path(path)), capacity
         self.timeline: Timeline | None = None
         self.recording = False
 
