@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import urllib.request
 
 import numpy as np
@@ -113,3 +115,12 @@ def test_a_bad_port_is_named(port):
 def test_a_port_in_use_is_named(server):
     with pytest.raises(tpufeed.InvalidArgumentError, match=str(server.port)):
         tpufeed.serve_metrics(server.port)
+
+
+def test_importing_tpufeed_pulls_in_no_storage_client():
+    """The metrics' exports are at the top of the package: reading the caches' gauges must not
+    make every `import tpufeed` import the GCS client's http, ssl and email modules."""
+    code = "import sys, tpufeed; print(sorted({'http.client', 'ssl', 'tpufeed.storage.cache'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -14,6 +14,7 @@ Needs the `metrics` extra: `pip install tpufeed[metrics]`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,6 @@ from tpufeed.errors import InvalidArgumentError, missing_dependency
 from tpufeed.observe import counts
 from tpufeed.run import live
 from tpufeed.run.stats import WAIT_BUCKETS
-from tpufeed.storage.cache import opened_caches
 
 __all__ = ["MetricsServer", "PipelineCollector", "register_metrics", "serve_metrics"]
 
@@ -106,7 +106,10 @@ class PipelineCollector:
         limit = family(
             "tpufeed_cache_limit_bytes", "The shard cache's byte limit", labels=["directory"]
         )
-        for root, cache in opened_caches().items():
+        # Not imported: no cache is open. (Importing it would pull the GCS client's http, ssl
+        # and email modules into every `import tpufeed`.)
+        module = sys.modules.get("tpufeed.storage.cache")
+        for root, cache in (module.opened_caches() if module is not None else {}).items():
             used.add_metric([root], cache.usage())
             limit.add_metric([root], cache.max_bytes)
         yield used
