@@ -38,15 +38,16 @@ from typing import Any
 import numpy as np
 
 from tpufeed.adapters._leaves import describe_path, map_leaves
+from tpufeed.adapters._tensorflow import import_tensorflow
 from tpufeed.adapters._tf_input import HISTORY, TfInput
-from tpufeed.errors import BatchError, missing_dependency
+from tpufeed.errors import BatchError
 
 __all__ = ["HISTORY", "TfInput", "element_spec", "to_tf"]
 
 
 def to_tf(ds: Any, state: Any = None) -> Any:
     """A `tf.data.Dataset` over `ds` whose passes start after `state` (from the start: None)."""
-    _tensorflow()
+    import_tensorflow()
     first_iterator = ds.iterator(state)
     try:
         start = first_iterator.get_state()
@@ -90,7 +91,7 @@ def to_tf(ds: Any, state: Any = None) -> Any:
 
 def element_spec(batch: Any, batch_size: int | None = None) -> Any:
     """The `tf.TensorSpec` structure of `batch`: leading dimension `batch_size` (None: any)."""
-    tf = _tensorflow()
+    tf = import_tensorflow()
 
     def spec(path: str, leaf: Any) -> Any:
         array = leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf)
@@ -138,11 +139,3 @@ def _tuples(tree: Any) -> Any:
     if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
         return tuple(_tuples(v) for v in tree)
     return tree
-
-
-def _tensorflow() -> Any:
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise missing_dependency("tensorflow", "tf") from None
-    return tf
