@@ -11,10 +11,10 @@ markers and extras, so a tool installed by hand next to tpufeed does not become 
 from __future__ import annotations
 
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

@@ -86,7 +86,9 @@ def check(venv: Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--venv", type=Path, help="where to make the venv (default: a temporary one)")
+    parser.add_argument(
+        "--venv", type=Path, help="where to make the venv (default: a temporary one)"
+    )
     args = parser.parse_args()
     scratch = None if args.venv else Path(tempfile.mkdtemp(prefix="tpufeed-user-stack-"))
     try:

@@ -27,7 +27,10 @@ def test_the_floor_and_newer_builds_pass(version):
 
 @pytest.mark.parametrize("version", ["2.16.0", "2.15.1", "2.9.3", "1.15.5"])
 def test_an_older_tensorflow_is_refused_naming_its_version(version):
-    with pytest.raises(MissingDependencyError, match=rf"TensorFlow {version} is installed; tpufeed needs {TENSORFLOW_FLOOR}"):
+    with pytest.raises(
+        MissingDependencyError,
+        match=rf"TensorFlow {version} is installed; tpufeed needs {TENSORFLOW_FLOOR}",
+    ):
         require_version(version)
 
 
