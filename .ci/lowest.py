@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -184,6 +185,8 @@ def smoke(group: Group, venv: Path) -> tuple[list[str], int, int]:
 
 def main(names: list[str]) -> int:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    if shutil.which("uv") is None:
+        sys.exit("uv is not installed; it is in the dev extra: pip install -e '.[dev]'")
     unknown = set(names) - {group.name for group in GROUPS}
     if unknown:
         sys.exit(f"no group {sorted(unknown)}; the groups: {[g.name for g in GROUPS]}")
@@ -193,7 +196,12 @@ def main(names: list[str]) -> int:
         start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix=f"lowest-{group.name}-") as scratch:
             venv = Path(scratch) / "venv"
-            versions = install(group, venv, project)
+            try:
+                versions = install(group, venv, project)
+            except subprocess.CalledProcessError as error:  # uv said why, above
+                failed[group.name] = [f"the install failed: {' '.join(error.cmd)}"]
+                tests["failed"] += 1
+                continue
             direct = ", ".join(
                 f"{r.name} {versions.get(canonicalize_name(r.name))}"
                 for r in own_requirements(project, group)
