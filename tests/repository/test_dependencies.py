@@ -44,13 +44,18 @@ def ci_pins() -> dict[str, Version]:
 
 
 @functools.cache
-def lowest_groups():
-    """`.ci/lowest.py`'s groups (a script, not a module of a package)."""
-    spec = importlib.util.spec_from_file_location("ci_lowest", ROOT / ".ci" / "lowest.py")
+def script(path: str):
+    """A script of the repository (not a module of a package), loaded as a module."""
+    name = Path(path).stem
+    spec = importlib.util.spec_from_file_location(f"script_{name}", ROOT / path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up there
+    sys.modules[spec.name] = module  # a dataclass looks its module up there
     spec.loader.exec_module(module)
-    return module.GROUPS
+    return module
+
+
+def lowest_groups():
+    return script(".ci/lowest.py").GROUPS
 
 
 @pytest.mark.parametrize("extra", sorted(USERS))
@@ -132,3 +137,14 @@ def test_the_wheel_lists_every_package_of_the_checkout():
         if "transforms" not in init.relative_to(ROOT).parts
     }
     assert found | {"tpufeed.transforms"} == listed
+
+
+def test_the_user_stack_check_names_a_moved_framework_and_a_second_tensorflow():
+    problems = script("scripts/check_user_stack.py").problems
+    before = {"torch": "2.15.0", "tensorflow": "2.21.0", "jax": "0.10.2", "jaxlib": "0.10.2"}
+    assert problems(before, {**before, "numpy": "2.4.6"}) == []
+    after = {**before, "torch": "2.13.0", "tensorflow-cpu": "2.21.0"}
+    assert problems(before, after) == [
+        "torch 2.15.0 became 2.13.0",
+        "two TensorFlow distributions: tensorflow, tensorflow-cpu",
+    ]
