@@ -142,6 +142,30 @@ def test_guide_code_runs(page, tmp_path, request):
 
 
 @pytest.mark.slow
+def test_streaming_guide_runs_whole_beside_streaming(tmp_path):
+    """docs/coming-from/streaming.md with its skipped blocks, in an environment that has
+    MosaicML Streaming (which pins numpy < 2.2): `TPUFEED_STREAMING_PYTHON` names its python,
+    made by `python -m venv V && V/bin/pip install -c constraints/ci.txt torch mosaicml-streaming
+    && V/bin/pip install -e .`."""
+    python = os.environ.get("TPUFEED_STREAMING_PYTHON")
+    if not python:
+        pytest.skip("set TPUFEED_STREAMING_PYTHON to a python that has mosaicml-streaming")
+    page = [b for b in blocks("coming-from/streaming.md") if b["lang"] == "python"]
+    assert sum(b["skip"] for b in page) == 2
+    (tmp_path / "blocks.json").write_text(json.dumps(page))
+    (tmp_path / "run_page.py").write_text(RUNNER)
+    result = subprocess.run(
+        [python, str(tmp_path / "run_page.py"), str(tmp_path / "blocks.json")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+
+
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python", reason="pip install -e '.[dev]'")
