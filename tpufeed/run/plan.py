@@ -20,7 +20,7 @@ from tpufeed.ops.base import RecordNames, RecordStage
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.mix import Mix
 from tpufeed.ops.pack import Pack
-from tpufeed.ops.registry import Stage, split
+from tpufeed.ops.registry import Stage, idle_stage_state, split
 from tpufeed.order.cursor import Cursor, MixCursor, epoch_start, mixture_start
 from tpufeed.order.permutation import Shuffle
 from tpufeed.order.state import (
@@ -188,7 +188,8 @@ class Plan:
         return shards_seen(self.shard_stamps)
 
     def state_of(self, position: Cursor, stages: Stages | None) -> dict[str, Any]:
-        return state_to_dict(position, self.fingerprint, stages, self.shards)
+        held = stages or idle_stage_state(self.pack)  # the same keys at every step
+        return state_to_dict(position, self.fingerprint, held, self.shards)
 
     def position_from(self, state: dict[str, Any]) -> Cursor:
         return cursor_from_state(state)
@@ -243,7 +244,7 @@ class MixPlan:
             position,
             self.fingerprint,
             [component.fingerprint for component in self.components],
-            stages,
+            stages or idle_stage_state(self.pack),
             self.shards,
         )
 
