@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from tpufeed.run.plan import MixPlan, component_plan
 from tpufeed.run.stats import WorkerStats
 from tpufeed.run.stream import ErrorBudget
 from tpufeed.run.workers.liveness import STOPPED_S
+
+if TYPE_CHECKING:  # launch imports this module: only type checkers read it here
+    from tpufeed.run.launch import RunSettings
 
 
 @dataclass(frozen=True)
@@ -95,15 +98,9 @@ class Mixture:
         return fingerprint_of({**self.describe(), "ops": [stage.describe() for stage in stages]})
 
 
-def check_component(
-    i: int,
-    stages: tuple[Stage, ...],
-    sharded: bool,
-    workers: int | str,
-    prefetch: int | str,
-    timeout_s: float | None,
-) -> None:
+def check_component(i: int, stages: tuple[Stage, ...], sharded: bool, settings: RunSettings) -> None:
     """Raises unless a dataset of these stages and settings can be component `i` of a mixture."""
+    workers, prefetch, timeout_s = settings.workers, settings.prefetch, settings.options.timeout_s
     if any(isinstance(stage, (Batch, Pack)) for stage in stages):
         raise InvalidArgumentError(
             f"mix component {i} batches or packs: batch and pack the mixture, after mix"

@@ -325,6 +325,19 @@ def epoch_length(plan: Plan | MixPlan) -> int:
     return plan.items_per_epoch()
 
 
+def pass_length(plan: Plan | MixPlan) -> int:
+    """Items of one whole pass, every epoch of it (what `len()` of `to_torch()` says): the
+    epoch's count times the epochs; TypeError saying why where the data decides it, or where
+    a pass never ends."""
+    per_epoch = epoch_length(plan)
+    if plan.epochs is None:
+        raise TypeError(
+            f"len() is unknown for a pipeline that repeats forever (repeat()): a pass never "
+            f"ends. Each epoch has {per_epoch} items (len(ds)); repeat(n) makes a pass of n"
+        )
+    return per_epoch * plan.epochs
+
+
 def pipeline_fingerprint(
     source: SourceView, seed: int | None, window: int | None, stages: tuple[Stage, ...]
 ) -> str:
