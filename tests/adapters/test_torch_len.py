@@ -15,8 +15,8 @@ N = 23
 
 
 def records(n=N):
-    return tpufeed.Dataset.from_sequence(list(range(n))).shuffle(1).map(
-        lambda r: {"id": np.int64(r)}
+    return (
+        tpufeed.Dataset.from_sequence(list(range(n))).shuffle(1).map(lambda r: {"id": np.int64(r)})
     )
 
 

@@ -14,8 +14,8 @@ import tpufeed
 
 
 def records(n=20):
-    return tpufeed.Dataset.from_sequence(list(range(n))).shuffle(4).map(
-        lambda r: {"id": np.int64(r)}
+    return (
+        tpufeed.Dataset.from_sequence(list(range(n))).shuffle(4).map(lambda r: {"id": np.int64(r)})
     )
 
 

@@ -46,7 +46,9 @@ class RandomMap(RecordStage):
     kind: ClassVar[str] = "random_map"
 
     def __post_init__(self) -> None:
-        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+        if self.seed is not None and (
+            not isinstance(self.seed, int) or isinstance(self.seed, bool)
+        ):
             raise InvalidArgumentError(f"random_map seed must be None or an int, got {self.seed!r}")
 
     def describe(self) -> Any:

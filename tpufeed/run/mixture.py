@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, split
 from tpufeed.order.cursor import MixCursor
 from tpufeed.order.state import fingerprint as fingerprint_of
-from tpufeed.run.autotune import AUTO
+from tpufeed.run.autotune import AUTO, Options
 from tpufeed.run.chunks import ChunkRunner
 from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.plan import MixPlan, component_plan
@@ -31,8 +31,17 @@ from tpufeed.run.stats import WorkerStats
 from tpufeed.run.stream import ErrorBudget
 from tpufeed.run.workers.liveness import STOPPED_S
 
-if TYPE_CHECKING:  # launch imports this module: only type checkers read it here
-    from tpufeed.run.launch import RunSettings
+
+class ComponentSettings(Protocol):
+    """What `check_component` reads of a component's `RunSettings` (tpufeed.run.launch, which
+    imports this module)."""
+
+    @property
+    def workers(self) -> int | str: ...
+    @property
+    def prefetch(self) -> int | str: ...
+    @property
+    def options(self) -> Options: ...
 
 
 @dataclass(frozen=True)
@@ -98,7 +107,9 @@ class Mixture:
         return fingerprint_of({**self.describe(), "ops": [stage.describe() for stage in stages]})
 
 
-def check_component(i: int, stages: tuple[Stage, ...], sharded: bool, settings: RunSettings) -> None:
+def check_component(
+    i: int, stages: tuple[Stage, ...], sharded: bool, settings: ComponentSettings
+) -> None:
     """Raises unless a dataset of these stages and settings can be component `i` of a mixture."""
     workers, prefetch, timeout_s = settings.workers, settings.prefetch, settings.options.timeout_s
     if any(isinstance(stage, (Batch, Pack)) for stage in stages):
