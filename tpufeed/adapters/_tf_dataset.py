@@ -21,6 +21,7 @@ from tensorflow.python.framework import ops
 
 from tpufeed.adapters._tf_input import TfInput
 from tpufeed.errors import StateError
+from tpufeed.run.state_names import TorchStateNames
 
 __all__ = ["CHECKPOINT_REFUSED", "TfDataset"]
 
@@ -34,9 +35,10 @@ CHECKPOINT_REFUSED = (
 )
 
 
-class TfDataset(dataset_ops.UnaryUnchangedStructureDataset):
+class TfDataset(TorchStateNames, dataset_ops.UnaryUnchangedStructureDataset):
     """A `tf.data.Dataset` over a tpufeed pipeline whose position is saved with tpufeed's
-    `get_state()` and restored with `set_state(state)` at the start of the next pass.
+    `get_state()` and restored with `set_state(state)` at the start of the next pass
+    (`state_dict()` / `load_state_dict(state)`: the same under torch's names).
 
     >>> state = tf_ds.get_state(); tf_ds.set_state(state)   # doctest: +SKIP
     """

@@ -18,13 +18,14 @@ import numpy as np
 
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import StateError
+from tpufeed.run.state_names import TorchStateNames
 
 __all__ = ["HISTORY", "TfInput"]
 
 HISTORY = 1024  # states kept per pass: more than TensorFlow or Keras ever pull ahead
 
 
-class TfInput:
+class TfInput(TorchStateNames):
     """The input side of a `to_tf()` dataset: where its next pass starts, the exact state after
     each recent batch of the latest pass, and that pass's wait and statistics."""
 

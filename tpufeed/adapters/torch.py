@@ -38,6 +38,7 @@ from tpufeed.adapters._leaves import map_leaves
 from tpufeed.adapters._torch_stride import WORKER_KEY, is_worker_state, strided_iterator
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import StateError, missing_dependency
+from tpufeed.run.plan import pass_length
 from tpufeed.run.resume import resume
 
 try:
@@ -85,6 +86,16 @@ class TorchIterable(IterableDataset):
             inner = self._worker_share(info.id, info.num_workers).iterator(state)
         self._iterator = TorchIterator(inner, _pinning(self._pin_memory, info is not None))
         return self._iterator
+
+    def __len__(self) -> int:
+        """Batches of one pass (what `len(DataLoader(data, batch_size=None))` reports): `len(ds)`
+        for each epoch of this host's share, whatever `num_workers`; a TypeError saying why
+        where the data decides the count or the pipeline repeats forever. A pass resumed by
+        `set_state` makes fewer."""
+        return pass_length(self._ds._plan())
+
+    def __bool__(self) -> bool:
+        return True  # a description, like the Dataset: truthy even where len() is unknown
 
     def get_state(self) -> dict[str, Any]:
         """The position of the running (or last) pass; before any pass, where the next starts."""
