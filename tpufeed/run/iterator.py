@@ -360,14 +360,16 @@ class PipelineRun(Iterator[Any]):
         if self._closed:
             return
         self._closed = True
-        live.finished(self)
         try:
-            if self._prefetcher is not None:
-                self._prefetcher.close()
-            else:
-                self._items.close()
+            live.finished(self)  # before the executor closes: its figures read the workers'
         finally:
-            self._executor.close()
+            try:
+                if self._prefetcher is not None:
+                    self._prefetcher.close()
+                else:
+                    self._items.close()
+            finally:
+                self._executor.close()
 
     def __del__(self) -> None:
         if hasattr(self, "_closed"):  # construction may have failed before it was set
