@@ -90,8 +90,6 @@ def add_json_option(parser: argparse.ArgumentParser, *schemas: JsonSchema) -> No
     parser.set_defaults(json_schemas=schemas)
 
 
-_FILE = "a record file or shard"
-
 INSPECT = JsonSchema(
     "tpufeed.inspect",
     1,
@@ -107,7 +105,7 @@ INSPECT = JsonSchema(
         "tpufeed_version": "the tpufeed that built the dataset; null otherwise",
         "num_records": "records in all files",
         "num_bytes": "bytes of all shards, as the manifest lists them; null without one",
-        "files": f"one object per {_FILE}, in order",
+        "files": "one object per record file or shard, in order",
         "files[].path": "its path (a dataset's: relative to the dataset's folder)",
         "files[].num_records": "its records",
         "files[].num_bytes": "its size, as the manifest lists it; null without one",
