@@ -10,6 +10,7 @@ renders it from the docstrings.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pathlib
@@ -133,12 +134,14 @@ def test_guide_code_runs(page, tmp_path, request):
     assert result.returncode == 0, f"{page}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
 
 
-@pytest.mark.slow
-def test_mkdocs_build_strict(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The site as `mkdocs build --strict` writes it."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("mkdocstrings_handlers.python", reason="pip install -e '.[dev]'")
+    folder = tmp_path_factory.mktemp("site")
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -146,6 +149,88 @@ def test_mkdocs_build_strict(tmp_path):
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
     assert result.returncode == 0, result.stderr[-6000:]
-    reference = (tmp_path / "site" / "reference" / "dataset" / "index.html").read_text()
+    return folder
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict(site):
+    reference = (site / "reference" / "dataset" / "index.html").read_text()
     assert "from_array_record" in reference and "&gt;&gt;&gt;" in reference  # rendered docstrings
     assert "<blockquote" not in reference and "doctest" not in reference  # examples as code
+
+
+# Modules whose `__all__` is public: each of its names is on a page of the API reference, as
+# is each name that the README, the guides and the examples import from tpufeed.
+PUBLIC_MODULES = [
+    "tpufeed",
+    "tpufeed.codec",
+    "tpufeed.checkpoint",
+    "tpufeed.beam",
+    "tpufeed.transforms",
+    "tpufeed.adapters.jax",
+    "tpufeed.adapters.tf",
+    "tpufeed.adapters.torch",
+    "tpufeed.adapters.keras",
+    "tpufeed.run.agreement",
+    "tpufeed.run.metrics",
+]
+NOT_IN_REFERENCE = {
+    "tpufeed.cli.quickstart.build": "the quickstart's digits, written for its page's second example",
+}
+IMPORT = re.compile(r"^\s*from (tpufeed(?:\.\w+)*) import \(?([\w ,\n]+?)\)?$", re.M)
+
+
+def module_path(module: str) -> pathlib.Path:
+    """The file of `module` in the checkout (tpufeed.transforms is installed from transforms/)."""
+    parts = module.split(".")[1:]
+    base = ROOT / "transforms" / pathlib.Path(*parts[1:]) if parts[:1] == ["transforms"] else None
+    base = base or ROOT / "tpufeed" / pathlib.Path(*parts)
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def exported(module: str) -> list[str]:
+    tree = ast.parse(module_path(module).read_text())
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and ast.unparse(statement.targets[0]) == "__all__":
+            return [f"{module}.{name}" for name in ast.literal_eval(statement.value)]
+    raise AssertionError(f"{module} has no __all__")
+
+
+def imported_by_docs() -> set[str]:
+    """Every `from tpufeed... import name` in the README, the guides and the examples."""
+    texts = [ROOT / "README.md", *(DOCS / page for page in GUIDES), *ROOT.glob("examples/*.py")]
+    return {
+        f"{module}.{name.split(' as ')[0].strip()}"
+        for path in texts
+        for module, names in IMPORT.findall(path.read_text())
+        for name in names.replace("\n", ",").split(",")
+        if name.strip()
+    }
+
+
+def shown(name: str, ids: set[str]) -> bool:
+    """Whether the reference renders `name`, at that path or where it is defined in a module
+    below it (`tpufeed.TpufeedError` as `tpufeed.errors.TpufeedError`)."""
+    if name in ids:
+        return True
+    module, _, attr = name.rpartition(".")
+    return any(
+        found.startswith(module + ".")
+        and found.endswith("." + attr)
+        and module_path(found.removesuffix("." + attr)).exists()
+        for found in ids
+    )
+
+
+@pytest.mark.slow
+def test_every_public_name_is_in_the_api_reference(site):
+    ids = {
+        found
+        for page in (site / "reference").rglob("index.html")
+        for found in re.findall(r'<h\d id="([^"]+)" class="doc doc-heading"', page.read_text())
+    }
+    public = {name for module in PUBLIC_MODULES for name in exported(module)}
+    public |= imported_by_docs() - set(NOT_IN_REFERENCE)
+    assert "tpufeed.sources.array_record.write_array_records" in public  # the README's
+    missing = sorted(name for name in public if not shown(name, ids))
+    assert not missing, f"add to a page of docs/reference/: {missing}"
