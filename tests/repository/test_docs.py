@@ -11,10 +11,12 @@ renders it from the docstrings.
 from __future__ import annotations
 
 import ast
+import html
 import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -43,6 +45,10 @@ SKIPPED = {
     "and threads of one process)",
     ("offline-build.md", 6): "runs the build on Dataflow: needs a Google Cloud project and bucket",
 }
+
+# Pages whose blocks write files that a checkout's .gitignore does not cover: what they write.
+# Every other page, run in a checkout, leaves `git status` as it was.
+LEAVES_FILES: dict[str, str] = {}
 
 # Pages whose blocks need a GCS bucket: they run against the local emulator (tests/gcs_emulator.py)
 # with the bucket they name created there.
@@ -122,7 +128,7 @@ def test_guide_code_runs(page, tmp_path, request):
     (tmp_path / "blocks.json").write_text(json.dumps(runnable(page)))
     (tmp_path / "run_page.py").write_text(RUNNER)
     work = tmp_path / "work"
-    work.mkdir()
+    before = checkout(work)
     result = subprocess.run(
         [sys.executable, str(tmp_path / "run_page.py"), str(tmp_path / "blocks.json")],
         cwd=work,
@@ -132,6 +138,26 @@ def test_guide_code_runs(page, tmp_path, request):
         timeout=240,
     )
     assert result.returncode == 0, f"{page}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    if page not in LEAVES_FILES:  # as a user runs it in a checkout: what it writes, git ignores
+        assert git_status(work) == before, f"{page} wrote files git sees: ignore them or move them"
+
+
+def checkout(folder: pathlib.Path) -> str:
+    """`folder` made a git repository with the checkout's .gitignore; its `git status`."""
+    folder.mkdir()
+    shutil.copy(ROOT / ".gitignore", folder / ".gitignore")
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    return git_status(folder)
+
+
+def git_status(folder: pathlib.Path) -> str:
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +260,54 @@ def test_every_public_name_is_in_the_api_reference(site):
     assert "tpufeed.sources.array_record.write_array_records" in public  # the README's
     missing = sorted(name for name in public if not shown(name, ids))
     assert not missing, f"add to a page of docs/reference/: {missing}"
+
+
+@pytest.mark.slow
+def test_signatures_are_formatted_and_link_their_types(site):
+    """mkdocs.yml's `line_length` and `signature_crossrefs`: ruff (the dev extra) formats each
+    signature, one parameter a line where it is long, and its types link to their pages."""
+    signatures = [
+        (page, code)
+        for page in (site / "reference").rglob("index.html")
+        for code in re.findall(
+            r'class="doc-signature highlight"><pre><span></span><code>(.*?)</code>',
+            page.read_text(),
+            re.S,
+        )
+    ]
+    text = {code: html.unescape(re.sub(r"<[^>]+>", "", code)) for _, code in signatures}
+    wide = [line for shown in text.values() for line in shown.splitlines() if len(line) > 80]
+    assert not wide, f"signatures wider than line_length: {wide}"
+    parquet = next(shown for shown in text.values() if shown.startswith("from_parquet("))
+    assert parquet.startswith("from_parquet(\n    paths: PathsLike,\n"), parquet
+    iterator = next(code for code in text if text[code].startswith("iterator("))
+    assert 'href="#tpufeed.DatasetIterator"' in iterator, iterator
+
+
+# What a page's column shows without scrolling (Material's content column, both sidebars shown,
+# code at 0.68rem): about 80 characters. Diagrams keep within this many.
+DIAGRAM_COLUMNS = 76
+
+
+def test_diagrams_fit_the_column():
+    wide = [
+        f"{b['where']}: {max(map(len, b['code'].splitlines()))} characters"
+        for page in GUIDES
+        for b in blocks(page)
+        if b["lang"] in ("", "text")
+        and max(map(len, b["code"].splitlines() or [""])) > DIAGRAM_COLUMNS
+    ]
+    assert not wide, f"narrow these to {DIAGRAM_COLUMNS} characters: {wide}"
+
+
+def test_the_cli_reference_is_written_from_the_parser():
+    result = subprocess.run(
+        [sys.executable, str(DOCS / "generate_cli_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    page = (DOCS / "reference" / "cli.md").read_text()
+    for command in ("quickstart", "inspect", "bench", "build", "cache"):
+        assert f"## tpufeed {command}" in page and f"`tpufeed.{command}" in page
