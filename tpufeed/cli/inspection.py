@@ -128,7 +128,7 @@ def _files_report(
     """Record files with no manifest: their counts, and record 0, decoded when it is a
     tpufeed.codec record (rows of Parquet files are shown as they are read)."""
     record = source[0] if sample and len(source) else None
-    first = None
+    first: Report | None = None
     if isinstance(record, dict):  # a format of rows (Parquet): shown like a decoded record
         first = {"num_bytes": None, "fields": _fields(record), "head_hex": None}
     elif record is not None:
