@@ -31,7 +31,7 @@ prints the version; `tpufeed COMMAND --help` lists a command's options with thei
 | 1 | `inspect --verify`: a shard failed (each named); `quickstart`: its exactly-once or resume check failed |
 | 2 | a usage error, or an error explained in one line (`tpufeed: error: ...`) |
 | 130 | interrupted (Ctrl-C) |
-| 141 | the reader of stdout went away (`tpufeed inspect ... \\| head`) |
+| 141 | the reader of stdout went away (the output piped into `head`, which stopped reading) |
 
 ## Machine-readable output: `--json`
 
