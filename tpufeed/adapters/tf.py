@@ -40,82 +40,62 @@ import numpy as np
 from tpufeed.adapters._leaves import describe_path, map_leaves
 from tpufeed.adapters._tf_input import HISTORY, TfInput
 from tpufeed.errors import BatchError, missing_dependency
+from tpufeed.run.element_spec import TensorSpec, spec_of
 
-__all__ = ["HISTORY", "TfInput", "element_spec", "to_tf"]
+__all__ = ["HISTORY", "TfInput", "element_spec", "to_tf", "to_tf_spec"]
 
 
 def to_tf(ds: Any, state: Any = None) -> Any:
-    """A `tf.data.Dataset` over `ds` whose passes start after `state` (from the start: None)."""
+    """A `tf.data.Dataset` over `ds`; its first pass starts after `state` (None: the start)."""
     _tensorflow()
-    first_iterator = ds.iterator(state)
-    try:
-        start = first_iterator.get_state()
-        first = next(first_iterator)
-    except StopIteration:
-        first_iterator.close()
-        raise BatchError(
-            f"to_tf: the pipeline yields nothing, so it has no element_spec: {ds!r}"
-        ) from None
-    except BaseException:
-        first_iterator.close()
-        raise
-    plan = ds._plan()
-    fixed_batch = (
-        plan.batch.batch_size
-        if plan.batch is not None and plan.batch.drop_remainder and not plan.tail
-        else None
-    )
-    spec = element_spec(first, fixed_batch)
+    spec = to_tf_spec(ds.element_spec)
     tracker = TfInput(ds, state)
-    tracker.hold(first_iterator, start, first)  # the first pass goes on from here: no work redone
 
     def generate() -> Iterator[Any]:
-        number, it, items = tracker.start_pass()
+        items = tracker.items()
         try:
-            while True:
-                try:
-                    item = tracker.clock.call(items.__next__)
-                except StopIteration:
-                    tracker.ended(number)
-                    return
-                tracker.took(number, it)
+            for item in items:
                 yield _tuples(map_leaves(_tf_value, item))
         finally:
-            it.close()
+            items.close()
 
     from tpufeed.adapters._tf_dataset import TfDataset
 
     return TfDataset(generate, spec, tracker)
 
 
-def element_spec(batch: Any, batch_size: int | None = None) -> Any:
-    """The `tf.TensorSpec` structure of `batch`: leading dimension `batch_size` (None: any)."""
+def to_tf_spec(spec: Any) -> Any:
+    """The `tf.TensorSpec` structure of a `Dataset.element_spec` (lists become tuples)."""
     tf = _tensorflow()
 
-    def spec(path: str, leaf: Any) -> Any:
-        array = leaf if isinstance(leaf, np.ndarray) else np.asarray(leaf)
-        shape = list(array.shape)
-        if shape and batch_size is not None and shape[0] == batch_size:
-            pass
-        elif shape:
-            shape[0] = None
-        if array.dtype.kind in "OSU":
-            if array.dtype.kind == "O" and not all(isinstance(v, (bytes, str)) for v in array.flat):
-                kinds = sorted({type(v).__name__ for v in array.flat})
-                raise BatchError(
-                    f"to_tf: batch leaf {describe_path(path)} holds Python objects of "
-                    f"types {kinds}; tf.data takes numbers, booleans, bytes and str"
-                )
-            return tf.TensorSpec(shape, tf.string)
+    def convert(path: str, leaf: TensorSpec) -> Any:
+        if leaf.dtype.kind in "SU":
+            return tf.TensorSpec(leaf.shape, tf.string)
+        if leaf.dtype.kind == "O":
+            raise BatchError(
+                f"to_tf: leaf {describe_path(path)} holds Python objects (numpy dtype object); "
+                "tf.data takes numbers, booleans, bytes and str: convert it in a map()"
+            )
         try:
-            return tf.TensorSpec(shape, tf.as_dtype(array.dtype))
+            return tf.TensorSpec(leaf.shape, tf.as_dtype(leaf.dtype))
         except TypeError:
             raise BatchError(
-                f"to_tf: batch leaf {describe_path(path)} has numpy dtype "
-                f"{array.dtype}, which TensorFlow cannot hold"
+                f"to_tf: leaf {describe_path(path)} has numpy dtype "
+                f"{leaf.dtype}, which TensorFlow cannot hold"
             ) from None
 
-    return _tuples(map_leaves(spec, batch))
+    return _tuples(map_leaves(convert, spec))
+
+
+def element_spec(batch: Any, batch_size: int | None = None) -> Any:
+    """The `tf.TensorSpec` structure of `batch`: leading dimension `batch_size` (None: any)."""
+
+    def lead(spec: TensorSpec) -> TensorSpec:
+        if not spec.shape or spec.shape[0] == batch_size:
+            return spec
+        return TensorSpec((None, *spec.shape[1:]), spec.dtype)
+
+    return to_tf_spec(map_leaves(lambda path, leaf: lead(leaf), spec_of(batch)))
 
 
 def _tf_value(path: str, leaf: Any) -> Any:
