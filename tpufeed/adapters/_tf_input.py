@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -134,7 +134,7 @@ class TfInput:
         if old is not None and old.iterator is not None:
             old.iterator.close()
 
-    def items(self) -> Iterator[Any]:
+    def items(self) -> Generator[Any, None, None]:
         """A new pass: the items TensorFlow takes from it, each state after them kept."""
         number, start = self._begin()
         it, count = self._open(number, start), 0

@@ -70,7 +70,7 @@ class Passes:
 
     def explicit(self, state: Any) -> Start:
         """A start right after `state` (checked here: a StateError names what is wrong)."""
-        if self._group is None:
+        if self._group is None or self._forever is None:
             it = self._ds.iterator(state)
             return Start(state, None, True, self._endless or self._ds._epochs == 0, it)
         position = resume(self._forever._plan(), state)

@@ -1,12 +1,21 @@
 """`Dataset.to_tf`: the pipeline as a real `tf.data.Dataset`, usable with `model.fit`.
 
-The element_spec comes from the first batch: dtypes and shapes of every leaf, with the batch
-dimension fixed when the pipeline batches with `drop_remainder=True` (as `tf.data` does) and
-`None` otherwise. Bytes and str leaves become `tf.string`.
+Its `element_spec` is the pipeline's (`Dataset.element_spec`, converted by `to_tf_spec`):
+the first record through the functions, the batch dimension fixed where every batch has it
+(`drop_remainder=True`, as `tf.data` does; also through maps after `batch`), `None`
+otherwise. Bytes and str leaves become `tf.string`.
 
-Each iteration of the returned dataset (each Keras epoch) is a fresh pass from the start of
-the pipeline, so give the pipeline its epochs with `.repeat(n)` (a new shuffle each) and pass
-`steps_per_epoch` to `fit`.
+Each iteration of the returned dataset (each Keras epoch) is the pipeline's next epochs, a new
+shuffle and new `random_map` draws each, as `tf.data` reshuffles on every iteration: pass p
+runs epochs [p * n, (p + 1) * n) of a pipeline that `.repeat(n)`s (n = 1 by default), the same
+on every run (`tpufeed.adapters._tf_passes`). A pipeline that repeats forever is one endless
+pass, and a mixture's passes start alike: a second pass repeats the first, with a warning.
+
+Its `cardinality()` (and so `len()`) is the batches of a pass where `len(ds)` is known (an
+endless pass: infinite), asserted so that datasets made from it keep it, and Keras runs each
+epoch to its end without "Your input ran out of data". Unknown where the data decides the
+counts (`filter`, `flat_map`, `pack` without `batch`, a mixture), or where the first pass
+starts mid-epoch (`to_tf(state=...)`).
 
 `tf_ds.tpufeed` (a `TfInput`) tells how long the latest pass kept TensorFlow waiting for the
 next batch (`wait_fraction`, the pipeline's `stats()`): with no `prefetch` added on the
@@ -20,14 +29,16 @@ Saving the position (the protocol of every tpufeed iterator, for a dataset of pa
   the first n batches of the pass (the last 1024 are kept). `tpufeed.adapters.keras.
   BackupAndRestore` counts the batches `fit` trained on and uses it.
 - `tf_ds.set_state(state)`: the next pass (the next `iter(tf_ds)`, the next Keras epoch
-  without `steps_per_epoch`, the next `fit`) starts right after `state`; the passes after
-  it start at `to_tf(state=...)` again, and a pass already running is not changed.
+  without `steps_per_epoch`, the next `fit`) starts right after `state` and runs to the end of
+  its group of n epochs; the passes after it go on from there. A pass already running is not
+  changed. A pass set mid-epoch is shorter than `cardinality()`: iterate `tf_ds` itself there
+  (Keras does), as datasets made from it assert the whole length.
 - `tf.train.Checkpoint` of an iterator of `tf_ds` raises a `StateError` on save naming these
   calls: tf.data cannot serialize the Python generator underneath (TensorFlow's own error is
   "PyFunc is stateful", which iterators of datasets derived from `tf_ds` still raise).
 
->>> tf_ds = ds.map(lambda e: (e["image"], e["label"])).batch(32).repeat(5).to_tf()  # doctest: +SKIP
->>> model.fit(tf_ds, epochs=5, steps_per_epoch=batches_per_epoch)                   # doctest: +SKIP
+>>> tf_ds = ds.map(lambda e: (e["image"], e["label"])).batch(32, drop_remainder=True).to_tf()  # doctest: +SKIP
+>>> model.fit(tf_ds, epochs=5, validation_data=val.to_tf())  # each epoch the next, reshuffled  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -164,12 +164,12 @@ def _spec(plan: Plan | MixPlan, element: Any, item: Any, schema: Any, after_batc
     """The spec of `item` with what the stages and the schema say of its dimensions."""
     batch, pack = plan.batch, plan.pack
     element_spec = _with_schema(spec_of(element), schema)
-    if batch is None and pack is None:
-        return spec_of(item) if after_batch else element_spec
-    if pack is not None and batch is None:
-        return spec_of(item) if after_batch else spec_of(item, sampled=False)
-    size = batch.batch_size if batch is not None else 1
-    lead = size if pack is not None or (batch is not None and batch.drop_remainder) else None
+    if batch is None:
+        if after_batch:
+            return spec_of(item)
+        return element_spec if pack is None else spec_of(item, sampled=False)
+    size = batch.batch_size
+    lead = size if pack is not None or batch.drop_remainder else None
     if after_batch:  # a leading dimension of batch_size is taken to be the batch's
         return _map(lambda s: _lead(s, lead) if s.shape[:1] == (size,) else s, spec_of(item))
     if pack is not None:
@@ -185,13 +185,15 @@ def _batched(batch: Batch, element: Any, item: Any, lead: int | None) -> Any:
         return out
     for key, spec in out.items():
         one = element.get(key)
-        known = isinstance(one, TensorSpec) and len(spec.shape) == len(one.shape) + 1
+        if not (isinstance(one, TensorSpec) and len(spec.shape) == len(one.shape) + 1):
+            one = None  # not a leaf the batch stacked: its shape stays the batch's
         if key in pads and len(spec.shape) >= 2:
             buckets = pads[key]
             padded = buckets[0] if len(buckets) == 1 else None
-            rest = one.shape[1:] if known else spec.shape[2:]
-            out[key] = TensorSpec((lead, padded, *rest), spec.dtype, one.sampled if known else True)
-        elif known:
+            rest = one.shape[1:] if one is not None else spec.shape[2:]
+            sampled = one.sampled if one is not None else True
+            out[key] = TensorSpec((lead, padded, *rest), spec.dtype, sampled)
+        elif one is not None:
             out[key] = TensorSpec((lead, *one.shape), spec.dtype, one.sampled)
         elif key.endswith("_lengths") and key[: -len("_lengths")] in pads:
             out[key] = TensorSpec((lead,), spec.dtype, sampled=False)
