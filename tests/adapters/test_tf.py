@@ -50,6 +50,11 @@ def test_each_pass_is_the_pipelines_next_epochs_as_repeat_would_go_on():
     for batch, first in zip(again.take(2), expected[10:12]):  # a pass left early...
         assert batch["id"].numpy().tolist() == first
     assert ids(again.as_numpy_iterator()) == expected[20:30]  # ...shifts none after it
+    for host in (0, 1):  # each host's share of the next epochs
+        shard = tpufeed.Dataset.from_sequence(list(range(N))).shuffle(1).shard(host, 2).batch(4)
+        tf_host = shard.to_tf()
+        passes = [[b.tolist() for b in tf_host.as_numpy_iterator()] for _ in range(2)]
+        assert passes[0] + passes[1] == [b.tolist() for b in shard.repeat(2)]
     got = list(make(epochs=2).to_tf().as_numpy_iterator())
     for a, b in zip(got, list(make(epochs=2))):
         assert np.array_equal(a["x"], b["x"])

@@ -89,21 +89,20 @@ class Passes:
     def take(self) -> Start:
         """The start of the next pass (a set state, else the next group of epochs)."""
         start, self.upcoming = self.upcoming, None
-        if start is None:
-            start = self.fresh()
+        repeated = start is None and self._started > 0
+        start = start or self.fresh()
         self._started += 1
-        if start.epochs is not None and self._group is not None:
+        if start.epochs is not None:
             self._next_epoch = start.epochs
-        elif self._started > 1 and not start.explicit:
+        elif repeated:
             self._warn_repeat()
         return start
 
     def fresh(self) -> Start:
         """Where the next pass starts unless a state is set: the next group's first epoch."""
-        if self._group is None:
-            if self._base is not None:
-                return self.explicit(self._base)
-            return Start(None, None, False, True)
+        if self._group is None:  # every pass where the first started
+            whole = self._endless or self._ds._epochs == 0
+            return Start(self._base, None, self._base is not None, whole)
         e = self._next_epoch
         state = self._plan.state_of(epoch_start(e, self._plan.hosts, self._plan.host), None)
         return Start(state, e + self._group, False, True)
@@ -116,6 +115,7 @@ class Passes:
         return self.take_fresh()
 
     def take_fresh(self) -> Start:
+        """The next group's start, taken (the pass goes on there)."""
         start = self.fresh()
         self._next_epoch = start.epochs or self._next_epoch
         return start
@@ -126,7 +126,13 @@ class Passes:
             return start.iterator.get_state()
         if start.state is None:
             return self._plan.state_of(self._plan.start(), None)
-        return dict(start.state)
+        if isinstance(start.state, dict):
+            return dict(start.state)
+        it = self._ds.iterator(start.state)  # every host's states: where this host starts
+        try:
+            return it.get_state()
+        finally:
+            it.close()
 
     def _cardinality(self, epochs: int | None) -> int | None:
         """Batches in a whole pass, where the record counts alone decide them (tf.data's
