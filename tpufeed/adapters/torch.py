@@ -3,9 +3,10 @@
 Hand it to `DataLoader(..., batch_size=None)`: tpufeed batches already, and a DataLoader
 that batches again (its default `batch_size=1`) is refused with an error naming
 `batch_size=None`. Tuples arrive as tuples (torch's default collation makes other tuples
-lists). Under
-`DataLoader(num_workers=W)` the loop receives the same batches, in the same order, as with
-`num_workers=0` wherever every batch is cut from a fixed number of records (`batch` with no
+lists).
+
+Under `DataLoader(num_workers=W)` the loop receives the same batches, in the same order, as
+with `num_workers=0` wherever every batch is cut from a fixed number of records (`batch` with no
 `filter`, `flat_map`, `pack` or `ignore_errors` before it): worker w makes batches w, w+W,
 ... of this host's stream, and the DataLoader takes them from its workers in turn. Inside the
 workers the pipeline runs in process (tpufeed's own `.workers` and `.prefetch` are not used:
