@@ -27,6 +27,7 @@ from tpufeed.ops.user_functions import check_callable
 from tpufeed.order.sharding import Sharding
 from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.autotune import Options, TracePath
+from tpufeed.run.element_spec import element_spec
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
 from tpufeed.run.lookup import element_at
@@ -288,6 +289,12 @@ class Dataset(SourceConstructors):
         where a filter drops it): for map, random_map and filter (`tpufeed.run.lookup`)."""
         return element_at(self._plan(), index)
 
+    @property
+    def element_spec(self) -> Any:
+        """Each item's structure, a `TensorSpec` (shape, dtype) per leaf, as in tf.data; from the
+        first record, functions run on one element (`sampled=True`): `tpufeed.run.element_spec`."""
+        return element_spec(self._plan())
+
     def __len__(self) -> int:
         """Items (batches, or elements) in one epoch of this host's share, where the record
         count alone decides it; raises TypeError saying why where the data decides it."""
@@ -323,17 +330,10 @@ class Dataset(SourceConstructors):
         Every process ends each epoch at the same step (`uneven`: "shortest" or "pad")."""
         from tpufeed.adapters.jax import to_jax
 
-        return to_jax(
-            self,
-            sharding=sharding,
-            prefetch=prefetch,
-            state=state,
-            uneven=uneven,
-            agreement=agreement,
-        )
+        return to_jax(self, sharding, prefetch, state, uneven, agreement)
 
     def to_tf(self, state: dict[str, Any] | None = None) -> Any:
-        """A `tf.data.Dataset` over this pipeline, with its `element_spec` from the first batch."""
+        """A `tf.data.Dataset` over this pipeline (spec: `element_spec`); each pass the next epoch."""
         from tpufeed.adapters.tf import to_tf
 
         return to_tf(self, state=state)
