@@ -1,7 +1,9 @@
 """Fit a Keras model on a tpufeed pipeline through `Dataset.to_tf()`.
 
-The pipeline runs its epochs itself (`.repeat(epochs)`: a new shuffle each), so `fit` gets
-`steps_per_epoch`; the tf.data.Dataset's `element_spec` comes from the first batch.
+The pipeline runs its epochs itself (`.repeat(epochs)`: a new shuffle each) in one pass, so
+`fit` gets `steps_per_epoch` and mid-epoch backups resume exactly; the tf.data.Dataset's
+`element_spec` is the pipeline's (`Dataset.element_spec`). Without backups mid-epoch a plain
+`fit(ds.to_tf(), epochs=...)` also gives each Keras epoch a new shuffle.
 
 With `--backup-dir`, tpufeed's `BackupAndRestore` backs up model, optimizer and the data
 position every `--save-freq` steps; run the same command again after an interruption and

@@ -132,6 +132,24 @@ def test_from_source_takes_any_len_getitem_object_and_exposes_it():
     assert isinstance(ds.source, Squares)
 
 
+def test_from_source_getitems_gets_a_list_of_ints_as_the_protocol_says():
+    class ListOnly:  # as TFDS's data sources: `if not keys:` refuses an array
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            return i
+
+        def __getitems__(self, keys):
+            assert type(keys) is list and all(type(k) is int for k in keys), type(keys)
+            if not keys:
+                return []
+            return [k * 10 for k in keys]
+
+    ds = tpufeed.Dataset.from_source(ListOnly()).shuffle(0).batch(4)
+    assert sorted(int(x) for batch in ds for x in batch) == list(range(0, 100, 10))
+
+
 def test_from_source_rejects_objects_without_the_protocol():
     with pytest.raises(InvalidArgumentError, match="__len__ and __getitem__"):
         tpufeed.Dataset.from_source(object())

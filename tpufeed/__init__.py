@@ -23,6 +23,7 @@ from tpufeed.errors import (
 )
 from tpufeed.observe.trace_file import trace
 from tpufeed.order.state import accept_changed_shards
+from tpufeed.run.element_spec import TensorSpec
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.metrics import register_metrics, serve_metrics
 
@@ -42,6 +43,7 @@ __all__ = [
     "SourceError",
     "SourceNotFoundError",
     "StateError",
+    "TensorSpec",
     "TpufeedError",
     "TransformError",
     "WorkerError",

@@ -27,8 +27,10 @@ from tpufeed.ops.user_functions import check_callable
 from tpufeed.order.sharding import Sharding
 from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.autotune import Options, TracePath
+from tpufeed.run.element_spec import element_spec
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
+from tpufeed.run.lookup import element_at
 from tpufeed.run.mixture import Mixture, check_component, check_mix
 from tpufeed.run.plan import (
     MixPlan,
@@ -103,15 +105,7 @@ class Dataset(SourceConstructors):
                 raise InvalidArgumentError(
                     f"mix component {i} must be a Dataset (not a mixture), got {ds!r}"
                 )
-            settings = ds._settings
-            check_component(
-                i,
-                ds._stages,
-                ds._sharding != Sharding(0, 1),
-                settings.workers,
-                settings.prefetch,
-                settings.options.timeout_s,
-            )
+            check_component(i, ds._stages, ds._sharding != Sharding(0, 1), ds._settings)
         return cls(None, _mixture=Mixture(tuple(datasets), checked, seed, on_end))
 
     @property
@@ -147,11 +141,12 @@ class Dataset(SourceConstructors):
         A transform class is given constructed, `map(DecodeImage())`: the class is refused."""
         return self._add(Map(check_callable(fn, "map")))
 
-    def random_map(self, fn: Callable[[Any, Any], Any]) -> Dataset:
+    def random_map(self, fn: Callable[[Any, Any], Any], seed: int | None = None) -> Dataset:
         """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)
-        and, after a `flat_map`, by the piece of the record."""
+        and, after a `flat_map`, by the piece of the record. `seed`: this stage's own (as
+        Grain's `random_map(fn, seed=...)`); None: the pipeline's (its shuffle seed, or 0)."""
         stream = sum(isinstance(stage, RandomMap) for stage in self._stages)
-        return self._add(RandomMap(check_callable(fn, "random_map"), stream))
+        return self._add(RandomMap(check_callable(fn, "random_map"), stream, seed))
 
     def filter(self, fn: Callable[[Any], bool]) -> Dataset:
         """Keeps the elements for which fn(element) is true."""
@@ -289,6 +284,17 @@ class Dataset(SourceConstructors):
     def __bool__(self) -> bool:
         return True  # a Dataset is a description: truthy, whatever len() would say
 
+    def __getitem__(self, index: int) -> Any:
+        """The element at position `index` of this host's stream, as iteration makes it (None
+        where a filter drops it): for map, random_map and filter (`tpufeed.run.lookup`)."""
+        return element_at(self._plan(), index)
+
+    @property
+    def element_spec(self) -> Any:
+        """Each item's structure, a `TensorSpec` (shape, dtype) per leaf, as in tf.data; from the
+        first record, functions run on one element (`sampled=True`): `tpufeed.run.element_spec`."""
+        return element_spec(self._plan())
+
     def __len__(self) -> int:
         """Items (batches, or elements) in one epoch of this host's share, where the record
         count alone decides it; raises TypeError saying why where the data decides it."""
@@ -324,17 +330,10 @@ class Dataset(SourceConstructors):
         Every process ends each epoch at the same step (`uneven`: "shortest" or "pad")."""
         from tpufeed.adapters.jax import to_jax
 
-        return to_jax(
-            self,
-            sharding=sharding,
-            prefetch=prefetch,
-            state=state,
-            uneven=uneven,
-            agreement=agreement,
-        )
+        return to_jax(self, sharding, prefetch, state, uneven, agreement)
 
     def to_tf(self, state: dict[str, Any] | None = None) -> Any:
-        """A `tf.data.Dataset` over this pipeline, with its `element_spec` from the first batch."""
+        """A `tf.data.Dataset` over this pipeline (spec: `element_spec`); each pass the next epoch."""
         from tpufeed.adapters.tf import to_tf
 
         return to_tf(self, state=state)

@@ -70,8 +70,7 @@ def train(argv: list[str]) -> None:
             return inputs["x"]
 
     class Kill(keras.callbacks.Callback):
-        """SIGKILL after the --kill-at-th trained step (counted here: without steps_per_epoch
-        the step that meets the end of the data also counts in optimizer.iterations)."""
+        """SIGKILL after the --kill-at-th trained step."""
 
         steps = 0
 
@@ -123,11 +122,11 @@ def run(tmp: Path, name: str, *args: str, killed: bool = False) -> tuple[list, d
     return batches, end
 
 
-def expected_ids(epochs: int, steps_per_epoch: int) -> list[list[int]]:
-    """The ids of the batches an uninterrupted fit trains on, read from the pipeline itself."""
-    if steps_per_epoch:  # one pass over all the pipeline's epochs
-        return [features["id"].tolist() for features, _ in pipeline(epochs)]
-    return [features["id"].tolist() for features, _ in pipeline(1)] * epochs  # a pass per epoch
+def expected_ids(epochs: int) -> list[list[int]]:
+    """The ids of the batches an uninterrupted fit trains on, read from the pipeline itself:
+    one pass over all its epochs, or (without steps_per_epoch) a pass per epoch, each the
+    pipeline's next epoch."""
+    return [features["id"].tolist() for features, _ in pipeline(epochs)]
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +147,7 @@ def uninterrupted(tmp_path_factory) -> tuple[list, dict]:
 @pytest.mark.slow
 def test_uninterrupted_fit_trains_on_the_pipelines_batches_in_order(uninterrupted):
     pytest.importorskip("keras")
-    assert uninterrupted[0] == expected_ids(3, 12)
+    assert uninterrupted[0] == expected_ids(3)
 
 
 @pytest.mark.slow
@@ -157,14 +156,14 @@ def test_uninterrupted_fit_trains_on_the_pipelines_batches_in_order(uninterrupte
     [
         (12, "epoch", 17, 12),  # killed in epoch 2: resumes at its start, data right after step 12
         (12, "5", 22, 20),  # backup mid-epoch: resumed epoch 2 is cut where it would have ended
-        (0, "epoch", 17, 12),  # each Keras epoch a pass of the pipeline: the next starts afresh
+        (0, "epoch", 17, 12),  # each Keras epoch a pass: the pipeline's next epoch
     ],
 )
 def test_killed_fit_resumes_on_the_batches_it_would_have_seen(
     tmp_path, uninterrupted, steps_per_epoch, save_freq, kill_at, saved_at
 ):
     pytest.importorskip("keras")
-    expected = expected_ids(3, steps_per_epoch)
+    expected = expected_ids(3)
     common = [
         "--backup",
         str(tmp_path / "backup"),
@@ -179,8 +178,8 @@ def test_killed_fit_resumes_on_the_batches_it_would_have_seen(
     assert killed == expected[:kill_at]
     resumed, end = run(tmp_path, "resumed", *common)
     assert killed[:saved_at] + resumed == expected
-    if steps_per_epoch == 12:  # the same model, optimizer and batches: the same weights
-        assert end["weights"] == pytest.approx(uninterrupted[1]["weights"], rel=1e-5)
+    # the same model, optimizer and batches: the same weights
+    assert end["weights"] == pytest.approx(uninterrupted[1]["weights"], rel=1e-5)
     assert not (tmp_path / "backup").exists()  # finished: the backup is deleted, as Keras does
 
 
@@ -194,14 +193,55 @@ def small_model():
     return model
 
 
-def test_mid_epoch_backups_without_steps_per_epoch_are_refused(tmp_path):
+def test_mid_epoch_backups_without_steps_per_epoch_or_in_short_passes_are_refused(tmp_path):
     from tpufeed.adapters.keras import BackupAndRestore
     from tpufeed.errors import InvalidArgumentError
 
-    train_ds = pipeline(1).to_tf()
-    backup = BackupAndRestore(train_ds, str(tmp_path / "b"), save_freq=5)
+    def fit(train_ds, **kwargs):
+        backup = BackupAndRestore(train_ds, str(tmp_path / "b"), save_freq=5)
+        small_model().fit(train_ds, epochs=3, callbacks=[backup], verbose=0, **kwargs)
+
+    unknown = pipeline(1).filter(lambda e: True).to_tf()  # a length Keras cannot know
     with pytest.raises(InvalidArgumentError, match=r"save_freq=5.*steps_per_epoch"):
-        small_model().fit(train_ds, epochs=2, callbacks=[backup], verbose=0)
+        fit(unknown)
+    with pytest.raises(InvalidArgumentError, match=r"a pass has 12 batches.*36 batches"):
+        fit(pipeline(1).to_tf())  # a pass an epoch: a restart mid-pass would end it early
+    with pytest.raises(InvalidArgumentError, match=r"a pass has 24 batches.*36 batches"):
+        fit(pipeline(2).to_tf(), steps_per_epoch=12)
+
+
+def fit_ids(epochs: int, **fit) -> list[list[int]]:
+    """The ids of the batches a plain `fit(pipeline(1).to_tf(), epochs)` trains on, in order,
+    with the warnings it gave (`fit` keyword arguments: `validation_data`, ...)."""
+    keras = pytest.importorskip("keras")
+    import tensorflow as tf
+
+    seen: list[list[int]] = []
+
+    class Spy(keras.layers.Layer):
+        def call(self, inputs, training=None):
+            if training:
+                log = lambda ids: seen.append(ids.numpy().tolist()) or ids  # noqa: E731
+                ids = tf.py_function(log, [inputs["id"]], tf.int64)
+                return inputs["x"] + 0.0 * tf.cast(tf.reduce_sum(ids), tf.float32)
+            return inputs["x"]
+
+    keras.utils.set_random_seed(0)
+    inputs = {"x": keras.Input((4,), name="x"), "id": keras.Input((), dtype="int64", name="id")}
+    model = keras.Model(inputs, keras.layers.Dense(2)(Spy()(inputs)))
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(True))
+    model.fit(pipeline(1).to_tf(), epochs=epochs, verbose=0, **fit)
+    return seen
+
+
+def test_plain_fit_sees_each_epoch_in_a_fresh_order_with_no_warning(recwarn):
+    trained = fit_ids(3, validation_data=pipeline(1).to_tf())
+    assert trained == expected_ids(3)  # each Keras epoch the pipeline's next epoch
+    epochs = [sorted(map(tuple, trained[i : i + 12])) for i in range(0, 36, 12)]
+    assert trained[:12] != trained[12:24] != trained[24:] and epochs[0] != epochs[1]
+    assert fit_ids(3) == trained  # and the same on every run
+    messages = [str(w.message) for w in recwarn]
+    assert not [m for m in messages if "ran out of data" in m or "repeats" in m], messages
 
 
 def test_a_backup_without_data_states_is_refused(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tpufeed
-from tpufeed.errors import BatchError, StateError
+from tpufeed.errors import BatchError, InvalidArgumentError, StateError
 
 tf = pytest.importorskip("tensorflow")
 
@@ -23,7 +23,7 @@ def make(n=N, batch=8, drop=False, epochs=1, structure=None):
     return ds.batch(batch, drop_remainder=drop).repeat(epochs)
 
 
-def test_element_spec_comes_from_the_first_batch():
+def test_element_spec_is_the_pipelines_with_the_batch_dimension_fixed_by_drop_remainder():
     spec = make().to_tf().element_spec
     assert spec == {
         "id": tf.TensorSpec((None,), tf.int64),
@@ -32,18 +32,33 @@ def test_element_spec_comes_from_the_first_batch():
     }
     fixed = make(drop=True).to_tf().element_spec
     assert fixed["x"] == tf.TensorSpec((8, 2, 3), tf.float32)
+    mapped = make(drop=True).map(lambda b: (b["x"] * 2, b["id"])).to_tf()  # a map after batch
+    assert mapped.element_spec == (
+        tf.TensorSpec((8, 2, 3), tf.float32),
+        tf.TensorSpec((8,), tf.int64),
+    )
+    assert [tuple(x.shape) for x, _ in mapped] == [(8, 2, 3)] * 5
 
 
-def test_yields_exactly_the_pipelines_batches_on_every_pass():
-    expected = list(make(epochs=2))
+def test_each_pass_is_the_pipelines_next_epochs_as_repeat_would_go_on():
+    expected = ids(make(epochs=6))  # 5 batches an epoch
     tf_ds = make(epochs=2).to_tf()
-    for _ in range(2):  # each pass over a tf.data.Dataset starts the pipeline from the start
-        got = list(tf_ds.as_numpy_iterator())
-        assert len(got) == len(expected)
-        for a, b in zip(got, expected):
-            assert a["id"].tolist() == b["id"].tolist()
-            assert np.array_equal(a["x"], b["x"])
-            assert [s.decode() for s in a["name"]] == b["name"].tolist()
+    for p in range(3):  # each pass over the dataset (each Keras epoch): two epochs more
+        assert ids(tf_ds.as_numpy_iterator()) == expected[10 * p : 10 * (p + 1)]
+    again = make(epochs=2).to_tf()  # the same passes on every run
+    assert ids(again.as_numpy_iterator()) == expected[:10]
+    for batch, first in zip(again.take(2), expected[10:12]):  # a pass left early...
+        assert batch["id"].numpy().tolist() == first
+    assert ids(again.as_numpy_iterator()) == expected[20:30]  # ...shifts none after it
+    for host in (0, 1):  # each host's share of the next epochs
+        shard = tpufeed.Dataset.from_sequence(list(range(N))).shuffle(1).shard(host, 2).batch(4)
+        tf_host = shard.to_tf()
+        passes = [[b.tolist() for b in tf_host.as_numpy_iterator()] for _ in range(2)]
+        assert passes[0] + passes[1] == [b.tolist() for b in shard.repeat(2)]
+    got = list(make(epochs=2).to_tf().as_numpy_iterator())
+    for a, b in zip(got, list(make(epochs=2))):
+        assert np.array_equal(a["x"], b["x"])
+        assert [s.decode() for s in a["name"]] == b["name"].tolist()
 
 
 def test_tuples_and_namedtuples_keep_their_structure():
@@ -75,9 +90,9 @@ def test_works_with_keras_model_fit():
 
 
 def test_unusable_pipelines_say_why():
-    with pytest.raises(BatchError, match="yields nothing"):
+    with pytest.raises(InvalidArgumentError, match="no record of the source's 0 makes an item"):
         tpufeed.Dataset.from_sequence([]).batch(4).to_tf()
-    with pytest.raises(BatchError, match=r"\['obj'\].*NoneType"):
+    with pytest.raises(BatchError, match=r"\['obj'\] holds Python objects"):
         tpufeed.Dataset.from_sequence(list(range(4))).map(lambda r: {"obj": None}).batch(2).to_tf()
 
 
@@ -107,9 +122,9 @@ def ids(batches):
 
 def test_get_state_is_after_the_last_batch_the_loop_took_and_resumes_there():
     expected = ids(make(epochs=2))
-    tf_ds = make(epochs=2).to_tf()
-    assert tf_ds.get_state() == make(epochs=2).iterator().get_state()  # before any pass: the start
+    assert make(epochs=2).to_tf().get_state() == make(epochs=2).iterator().get_state()
     for stop in (0, 3, 7):
+        tf_ds = make(epochs=2).to_tf()
         it = iter(tf_ds)
         for _ in range(stop):
             next(it)
@@ -118,8 +133,8 @@ def test_get_state_is_after_the_last_batch_the_loop_took_and_resumes_there():
         assert ids(make(epochs=2).to_tf(state=state).as_numpy_iterator()) == expected[stop:]
 
 
-def test_set_state_starts_the_next_pass_there_and_later_passes_at_the_start():
-    expected = ids(make(epochs=2))
+def test_set_state_starts_the_next_pass_there_and_the_passes_after_it_go_on():
+    expected = ids(make(epochs=4))
     tf_ds = make(epochs=2).to_tf()
     it = iter(tf_ds)
     for _ in range(4):
@@ -128,10 +143,51 @@ def test_set_state_starts_the_next_pass_there_and_later_passes_at_the_start():
     tf_ds.set_state(state)
     assert tf_ds.get_state() == state
     assert next(it)["id"].numpy().tolist() == expected[4]  # the running pass goes on
-    assert ids(tf_ds.as_numpy_iterator()) == expected[4:]
-    assert ids(tf_ds.as_numpy_iterator()) == expected
+    assert ids(tf_ds.as_numpy_iterator()) == expected[4:10]  # to the end of its two epochs
+    assert ids(tf_ds.as_numpy_iterator()) == expected[10:20]
     tf_ds.set_state([state])  # the list of every host's states (one host here)
-    assert ids(tf_ds.as_numpy_iterator()) == expected[4:]
+    assert ids(tf_ds.as_numpy_iterator()) == expected[4:10]
+    taken = list(tf_ds.as_numpy_iterator())
+    tf_ds.set_state(tf_ds.tpufeed.state_after(len(taken)))  # after the last batch of a pass
+    assert ids(tf_ds.as_numpy_iterator()) == ids(make(epochs=6))[20:30]  # the next two epochs
+
+
+def test_cardinality_and_len_are_known_where_the_pipelines_length_is():
+    tf_ds = make(epochs=3).to_tf()
+    assert len(tf_ds) == 15 and int(tf_ds.cardinality()) == 15
+    assert int(tf_ds.map(lambda b: b["x"]).prefetch(2).cardinality()) == 15  # asserted, so kept
+    assert len(list(tf_ds.map(lambda b: b["x"]))) == 15
+    forever = tpufeed.Dataset.from_sequence(list(range(8))).batch(4).repeat().to_tf()
+    assert int(forever.cardinality()) == tf.data.INFINITE_CARDINALITY
+    filtered = tpufeed.Dataset.from_sequence(list(range(8))).filter(lambda i: i % 2).batch(2)
+    assert int(filtered.to_tf().cardinality()) == tf.data.UNKNOWN_CARDINALITY
+    it = make().iterator()
+    next(it)
+    mid = make().to_tf(state=it.get_state())  # its first pass is short: length unknown
+    it.close()
+    assert int(mid.cardinality()) == tf.data.UNKNOWN_CARDINALITY and len(list(mid)) == 4
+
+
+def test_a_pass_set_mid_epoch_is_short_and_the_next_whole():
+    tf_ds = make().to_tf()
+    it = iter(tf_ds)
+    next(it), next(it)
+    tf_ds.set_state(tf_ds.get_state())
+    assert len(list(tf_ds)) == 3  # no cardinality assertion on the short pass
+    assert ids(tf_ds.as_numpy_iterator()) == ids(make(epochs=2))[5:]
+
+
+def test_passes_of_an_endless_pipeline_or_a_mixture_repeat_with_a_warning():
+    forever = tpufeed.Dataset.from_sequence(list(range(8))).shuffle(0).batch(4).repeat()
+    tf_ds = forever.to_tf()
+    first = [b.numpy().tolist() for b in tf_ds.take(3)]
+    with pytest.warns(RuntimeWarning, match="repeats forever.*set_state"):
+        assert [b.numpy().tolist() for b in tf_ds.take(3)] == first
+    parts = [tpufeed.Dataset.from_sequence([i] * 4) for i in (1, 2)]
+    mixed = tpufeed.Dataset.mix(parts, on_end="stop").batch(2).to_tf()
+    once = [b.numpy().tolist() for b in mixed]
+    with pytest.warns(RuntimeWarning, match="is a mixture"):
+        assert [b.numpy().tolist() for b in mixed] == once
 
 
 def test_state_after_gives_the_state_after_any_recent_batch_of_the_pass():
@@ -150,6 +206,8 @@ def test_a_bad_state_is_refused_and_changes_nothing():
     other = tpufeed.Dataset.from_sequence(list(range(7))).batch(2).iterator().get_state()
     with pytest.raises(StateError):
         tf_ds.set_state(other)
+    with pytest.raises(StateError):
+        make().to_tf(state=other)
     assert ids(tf_ds.as_numpy_iterator()) == ids(make())
 
 

@@ -93,6 +93,46 @@ def test_dataloader_workers_batch_their_own_shares_where_a_filter_decides_the_co
     assert got == {0: [[0, 1, 2, 3], [4, 6, 7, 8], [9]], 2: [[0, 2, 4, 6], [1, 3, 7, 9], [8]]}
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_dataloader_that_batches_the_batches_again_is_refused_naming_batch_size_none(
+    num_workers,
+):
+    from tpufeed.adapters.torch import BATCHED_TWICE
+    from tpufeed.errors import InvalidArgumentError
+
+    for batched in (make(), make().map(lambda b: b)):
+        with pytest.raises(InvalidArgumentError, match=r"batch_size=None") as refused:
+            next(iter(DataLoader(batched.to_torch(), num_workers=num_workers)))
+        assert BATCHED_TWICE.split(":")[0] in str(refused.value)
+        del refused  # its traceback holds the loader's workers
+    unbatched = tpufeed.Dataset.from_sequence(list(range(8))).map(to_element)
+    loader = DataLoader(unbatched.to_torch(), batch_size=4, num_workers=num_workers)
+    assert sorted(ids(loader)) == list(range(8))  # the DataLoader may batch elements
+    rows = tpufeed.Dataset.from_sequence([{"t": np.arange(3)}] * 4).pack({"t": 4})
+    loader = DataLoader(rows.to_torch(), batch_size=2, num_workers=num_workers)
+    assert [b["t"].shape for b in loader] == [(2, 4), (2, 4)]  # and packed rows
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_tuples_arrive_as_tuples_through_the_dataloaders_collation(num_workers, pin_memory):
+    pair = lambda r: (np.full(3, r, np.float32), {"id": np.int64(r), "both": (np.int64(r), 1.5)})  # noqa: E731
+    batched = tpufeed.Dataset.from_sequence(list(range(8))).map(pair)
+    direct = next(iter(batched.batch(4).to_torch()))
+    loader = DataLoader(
+        batched.batch(4).to_torch(), batch_size=None, num_workers=num_workers, pin_memory=pin_memory
+    )
+    through = next(iter(loader))
+    for batch in (direct, through):
+        assert type(batch) is tuple and type(batch[1]["both"]) is tuple
+        assert batch[0].shape == (4, 3) and batch[1]["both"][0].tolist() == [0, 1, 2, 3]
+    collated = next(iter(DataLoader(batched.to_torch(), batch_size=4, num_workers=num_workers)))
+    assert type(collated) is tuple and type(collated[1]["both"]) is tuple  # elements collated
+    assert collated[0].shape == (4, 3) and collated[1]["id"].shape == (4,)
+
+
 @pytest.mark.parametrize("stop", [0, 1, 5, 12, 17])  # 12 batches an epoch
 def test_state_dict_resumes_exactly_across_epochs(stop):
     ds = make(epochs=2)

@@ -61,7 +61,7 @@ def test_json_output_names_the_slow_stage_and_suggests_workers(target, tmp_path)
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"stats", "verdict", "trace"} and data["trace"] is None
+    assert set(data) == {"schema", "stats", "verdict", "trace"} and data["trace"] is None
     stats, verdict = data["stats"], data["verdict"]
     for key in (
         "wall_seconds",

@@ -262,14 +262,18 @@ def run_main(argv: list[str], zoo: Path) -> tuple[int, str, str]:
 
 def assert_ends_well(argv: list[str], code: int, out: str, err: str) -> None:
     """0; 2 with a usage message or a named error; 1 from `inspect --verify` naming what
-    failed. A traceback only where a named error quotes the user function that raised."""
+    failed; with --json, stdout one JSON document. A traceback only where a named error quotes the user function that raised."""
     said = f"argv={argv!r} exit={code}\nstdout: {out[-1500:]}\nstderr: {err[-3000:]}"
     assert code in (0, 1, 2), said
     named = "tpufeed: error: " in err
     if code == 2:
         assert named or ("usage: tpufeed" in err and ": error: " in err), said
+    as_json = "--json" in argv and not {"-h", "--help", "--version"} & set(argv)
     if code == 1:
-        assert argv[0] == "inspect" and "--verify" in argv and "FAILED" in out, said
+        assert argv[0] == "inspect" and "--verify" in argv, said
+        assert json.loads(out)["verify"]["failures"] if as_json else "FAILED" in out, said
+    if code in (0, 1) and as_json:  # one JSON document on stdout, nothing else
+        assert json.loads(out)["schema"].startswith(f"tpufeed.{argv[0]}"), said
     if "Traceback (most recent call last)" in out + err:
         assert named and err.index("tpufeed: error: ") < err.index("Traceback"), said
         assert " raised " in err[err.index("tpufeed: error: ") :].splitlines()[0], said

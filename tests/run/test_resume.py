@@ -154,7 +154,7 @@ def test_every_state_of_a_pipeline_has_the_same_keys(tmp_path):
     assert len(json.dumps(it.get_state())) < 300
 
 
-CURSOR = ["epoch", "base", "hosts", "host", "consumed"]
+CURSOR = ["epoch", "base", "hosts", "host", "consumed", "emitted", "layers", "carries"]
 
 
 def test_states_without_a_record_of_their_files_still_load(tmp_path):

@@ -43,7 +43,7 @@ def test_state_is_small_versioned_json():
     it = make(n=10**6, batch=256, epochs=None).iterator()
     next(it)
     state = it.get_state()
-    assert state["version"] == 2 and "fingerprint" in state
+    assert state["version"] == 3 and "fingerprint" in state
     assert len(json.dumps(state)) < 1024
 
 

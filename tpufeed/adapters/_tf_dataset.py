@@ -21,6 +21,7 @@ from tensorflow.python.framework import ops
 
 from tpufeed.adapters._tf_input import TfInput
 from tpufeed.errors import StateError
+from tpufeed.run.state_names import TorchStateNames
 
 __all__ = ["CHECKPOINT_REFUSED", "TfDataset"]
 
@@ -34,9 +35,14 @@ CHECKPOINT_REFUSED = (
 )
 
 
-class TfDataset(dataset_ops.UnaryUnchangedStructureDataset):
+class TfDataset(TorchStateNames, dataset_ops.UnaryUnchangedStructureDataset):
     """A `tf.data.Dataset` over a tpufeed pipeline whose position is saved with tpufeed's
-    `get_state()` and restored with `set_state(state)` at the start of the next pass.
+    `get_state()` and restored with `set_state(state)` at the start of the next pass
+    (`state_dict()` / `load_state_dict(state)`: the same under torch's names).
+
+    Its `cardinality()` is the batches of a whole pass where tpufeed knows them (asserted,
+    so datasets made from it know it too). A pass started mid-epoch by `set_state` is
+    shorter: iterating this dataset itself (as Keras does) reads it without the assertion.
 
     >>> state = tf_ds.get_state(); tf_ds.set_state(state)   # doctest: +SKIP
     """
@@ -47,7 +53,11 @@ class TfDataset(dataset_ops.UnaryUnchangedStructureDataset):
         inner = tf.data.Dataset.from_generator(generate, output_signature=spec).with_options(
             options
         )
-        super().__init__(inner, inner._variant_tensor)
+        counted = inner
+        if tracker.cardinality is not None:
+            counted = inner.apply(tf.data.experimental.assert_cardinality(tracker.cardinality))
+        super().__init__(counted, counted._variant_tensor)
+        self._uncounted = inner
         self.tpufeed = tracker
 
     def get_state(self) -> dict[str, Any]:
@@ -65,8 +75,9 @@ class TfDataset(dataset_ops.UnaryUnchangedStructureDataset):
     def __iter__(self) -> iterator_ops.OwnedIterator:
         if not (tf.executing_eagerly() or ops.inside_function()):
             return super().__iter__()  # TensorFlow's own error for graph mode
+        whole = self.tpufeed.next_pass_whole()
         with ops.colocate_with(self._variant_tensor):
-            return _Iterator(self)
+            return _Iterator(self if whole else self._uncounted)
 
 
 class _Iterator(iterator_ops.OwnedIterator):

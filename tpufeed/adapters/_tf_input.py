@@ -1,9 +1,9 @@
 """`TfInput`: the input side of a `to_tf()` dataset, which `tf_ds.tpufeed` holds.
 
-It starts each pass of the `tf.data.Dataset` (a fresh DatasetIterator, or the one made ahead
-for the element_spec), keeps the exact state after each recent batch TensorFlow took, and
-times TensorFlow's wait for the next batch. It imports no TensorFlow: `adapters/tf.py` makes
-one for `to_tf`, and `adapters/_tf_dataset.py` hands it out as `tf_ds.tpufeed`.
+It runs each pass of the `tf.data.Dataset` (where each starts: `adapters/_tf_passes.py`),
+keeps the exact state after each recent batch TensorFlow took, and times TensorFlow's wait for
+the next batch. It imports no TensorFlow: `adapters/tf.py` makes one for `to_tf`, and
+`adapters/_tf_dataset.py` hands it out as `tf_ds.tpufeed`.
 """
 
 from __future__ import annotations
@@ -11,33 +11,42 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
+from tpufeed.adapters._tf_passes import Passes, Start
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import StateError
+from tpufeed.run.state_names import TorchStateNames
 
 __all__ = ["HISTORY", "TfInput"]
 
 HISTORY = 1024  # states kept per pass: more than TensorFlow or Keras ever pull ahead
 
 
-class TfInput:
+class TfInput(TorchStateNames):
     """The input side of a `to_tf()` dataset: where its next pass starts, the exact state after
     each recent batch of the latest pass, and that pass's wait and statistics."""
 
     def __init__(self, ds: Any, state: Any, history: int = HISTORY):
-        self._ds, self._base = ds, state
+        self._ds = ds
         self._lock = threading.Lock()
-        self._pending: _Pending | None = None
+        self._starts = Passes(ds, state)  # checks `state`
         self._passes = 0
         self._finished = False
+        self._whole = False  # the latest pass is a whole one (`cardinality` batches)
         self._history = history
         self._states: deque[tuple[int, dict[str, Any]]] = deque(maxlen=history + 1)
         self.clock = WaitClock()
         self.iterator: Any = None
+
+    @property
+    def cardinality(self) -> int | None:
+        """Batches in every pass, as tf.data's `cardinality()` (-1: endless), where the record
+        counts alone decide them and the first pass is a whole one; else None."""
+        return self._starts.cardinality
 
     @property
     def wait_fraction(self) -> float:
@@ -70,13 +79,32 @@ class TfInput:
         """Whether TensorFlow has taken the latest pass's last batch and seen its end."""
         return self._finished
 
+    def ends_after(self, batches: int) -> bool:
+        """Whether the latest pass has nothing after its first `batches` batches: TensorFlow
+        saw its end there, or it is a whole pass of `cardinality` batches."""
+        with self._lock:
+            taken = self._states[-1][0] if self._states else 0
+            if self._finished and batches >= taken:
+                return True
+            return self._whole and self.cardinality is not None and batches == self.cardinality
+
     def get_state(self) -> dict[str, Any]:
         """The state after the last batch TensorFlow took from the latest pass; before the
         first pass and after `set_state`, the state the next pass starts at."""
         with self._lock:
-            if self._pending is not None:
-                return dict(self._pending.start)
+            if self._starts.upcoming is not None or not self._states:
+                return self.next_state()
             return dict(self._states[-1][1])
+
+    def next_state(self) -> dict[str, Any]:
+        """The state the next pass starts at: the one set, else the next group of epochs'."""
+        starts = self._starts
+        return starts.start_state(starts.upcoming or starts.fresh())
+
+    def next_pass_whole(self) -> bool:
+        """Whether the next pass will be a whole one (`cardinality` batches)."""
+        upcoming = self._starts.upcoming
+        return upcoming is None or upcoming.whole
 
     def state_after(self, batches: int) -> dict[str, Any]:
         """The state right after the first `batches` batches of the latest pass: exact for a
@@ -97,63 +125,67 @@ class TfInput:
             )
 
     def set_state(self, state: Any) -> None:
-        """The next pass starts right after `state` (one host's state, or every host's); the
-        passes after it start where `to_tf(state=...)` says again. A running pass is not
-        changed. The state is checked here: a StateError leaves everything as it was."""
-        fresh = self._ds.iterator(state)
+        """The next pass starts right after `state` (one host's state, or every host's) and
+        runs to the end of its group of epochs; the passes after it go on from there. A
+        running pass is not changed. The state is checked here: a StateError leaves
+        everything as it was."""
+        start = self._starts.explicit(state)
         with self._lock:
-            old, self._pending = self._pending, _Pending(fresh, fresh.get_state())
-        if old is not None:
+            old, self._starts.upcoming = self._starts.upcoming, start
+        if old is not None and old.iterator is not None:
             old.iterator.close()
 
-    def hold(self, first: Any, start: dict[str, Any], head: Any) -> None:
-        """Keeps the iterator that made the element_spec's batch `head` for the first pass."""
-        self._pending = _Pending(first, start, head)
+    def items(self) -> Generator[Any, None, None]:
+        """A new pass: the items TensorFlow takes from it, each state after them kept."""
+        number, start = self._begin()
+        it, count = self._open(number, start), 0
+        try:
+            while True:
+                try:
+                    item = self.clock.call(it.__next__)
+                except StopIteration:
+                    following = None if count else self._starts.after(start)
+                    if following is None:
+                        self._ended(number)
+                        return
+                    it.close()  # a state taken after its group's last batch: the next group
+                    start, it = following, self._open(number, following)
+                    continue
+                count += 1
+                self._took(number, it)
+                yield item
+        finally:
+            it.close()
 
-    def start_pass(self) -> tuple[int, Any, Iterator[Any]]:
-        """A new pass: its number, its DatasetIterator and the batches to hand over."""
+    def _begin(self) -> tuple[int, Start]:
         with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is None:
-            it = self._ds.iterator(self._base)
-            pending = _Pending(it, it.get_state())
-        items = (
-            pending.iterator if pending.head is _NOTHING else _chain(pending.head, pending.iterator)
-        )
-        with self._lock:
+            start = self._starts.take()
             self._passes += 1
             self._finished = False
             self._states.clear()
-            self._states.append((0, pending.start))
-            self.clock, self.iterator = WaitClock(), pending.iterator
-            return self._passes, pending.iterator, items
+            self.clock = WaitClock()
+            return self._passes, start
 
-    def took(self, number: int, it: Any) -> None:
+    def _open(self, number: int, start: Start) -> Any:
+        it = start.open(self._ds)
+        state = it.get_state()
+        with self._lock:
+            if number == self._passes:
+                self._whole = start.whole
+                self._states.clear()
+                self._states.append((0, state))
+                self.iterator = it
+        return it
+
+    def _took(self, number: int, it: Any) -> None:
         """Pass `number` handed TensorFlow one more batch; `it` is right after it."""
         state = it.get_state()
         with self._lock:
             if number == self._passes:
                 self._states.append((self._states[-1][0] + 1, state))
 
-    def ended(self, number: int) -> None:
+    def _ended(self, number: int) -> None:
         """Pass `number` handed TensorFlow its end."""
         with self._lock:
             if number == self._passes:
                 self._finished = True
-
-
-_NOTHING = object()
-
-
-@dataclasses.dataclass
-class _Pending:
-    """An iterator made ahead of the pass it starts: its start state and a batch it peeked."""
-
-    iterator: Any
-    start: dict[str, Any]
-    head: Any = _NOTHING
-
-
-def _chain(head: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    yield head
-    yield from rest

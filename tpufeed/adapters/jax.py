@@ -25,6 +25,7 @@ from tpufeed.ops.base import StageClock, now
 from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.prefetch import ThreadPrefetcher
+from tpufeed.run.state_names import TorchStateNames
 from tpufeed.run.stats import PipelineStats, StageStats
 from tpufeed.run.uneven import check_uneven
 
@@ -65,10 +66,10 @@ def to_jax(
     return JaxIterator(ds, check_sharding(sharding), prefetch, state, uneven, agreement)
 
 
-class JaxIterator(Iterator[Any]):
-    """Batches already on the devices. `get_state()` counts only batches `__next__` returned,
-    never the ones still waiting in the prefetch buffer; `wait_fraction` says how much of the
-    loop's time went to waiting for them."""
+class JaxIterator(TorchStateNames, Iterator[Any]):
+    """Batches already on the devices. `get_state()` (= `state_dict()`) counts only batches
+    `__next__` returned, never the ones still waiting in the prefetch buffer; `wait_fraction`
+    says how much of the loop's time went to waiting for them."""
 
     def __init__(
         self,

@@ -13,8 +13,12 @@ lost. `BackupAndRestore(tf_ds, backup_dir)` here is Keras' callback plus the dat
   the callback ends it where the uninterrupted epoch would have ended (it sets
   `model.stop_training` at that step and clears it in `on_epoch_end`). This needs
   `fit(steps_per_epoch=...)`, and `save_freq=N` without it is refused: Keras would take every
-  later epoch's length from the shortened one. Without `steps_per_epoch` each Keras epoch is
-  a fresh pass over the pipeline, and `save_freq="epoch"` resumes exactly.
+  later epoch's length from the shortened one. It also needs the whole fit in one pass of the
+  dataset (`.repeat(n)` with enough epochs, or `.repeat()`), else it is refused: Keras counts
+  a pass's batches from the start of each `fit`, so a pass resumed mid-way would end early.
+- each Keras epoch that starts a pass (every one without `steps_per_epoch`) gets the
+  pipeline's next epochs (`adapters/_tf_passes.py`); the backup saves where the next pass
+  starts, so `save_freq="epoch"` resumes exactly there.
 
 Batches trained on after the restart are those the uninterrupted `fit` would have trained
 on. Use it in place of `keras.callbacks.BackupAndRestore`, on a dataset from `Dataset.to_tf()`
@@ -90,6 +94,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"epoch from the first one it runs, which after a restart mid-epoch is only the "
                 f"rest of that epoch. Pass steps_per_epoch, or back up with save_freq='epoch'"
             )
+        self._check_one_pass()
         super().on_train_begin(logs)  # weights, optimizer and epoch, if a backup is there
         self._pass, self._pass_batches, self._epoch_steps = None, 0, 0
         self._restored = None
@@ -118,6 +123,21 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model._initial_epoch = self._restored[
             "epoch"
         ]  # Keras' own field, as its parent sets it
+
+    def _check_one_pass(self) -> None:
+        """Mid-epoch backups need the whole fit in one pass: Keras counts a pass's batches
+        from the start of each fit, so one resumed mid-pass would end early."""
+        steps, epochs, length = self.params.get("steps"), self.params.get("epochs"), None
+        if self.save_freq != "epoch" and steps and epochs:
+            length = self._input.cardinality
+        if length is not None and 0 <= length < steps * epochs:
+            raise InvalidArgumentError(
+                f"BackupAndRestore(save_freq={self.save_freq!r}) resumes mid-epoch, which needs "
+                f"one pass of the dataset to last the whole fit: a pass has {length} batches, "
+                f"and fit runs {epochs} epochs of {steps} steps. Give the pipeline epochs for "
+                f"{steps * epochs} batches with .repeat(n) (or .repeat()), or back up with "
+                "save_freq='epoch'"
+            )
 
     def on_epoch_begin(self, epoch: int, logs: dict[str, Any] | None = None) -> None:
         self._current_epoch = epoch  # Keras only sets it at an epoch's end: wrong after a restart
@@ -164,14 +184,14 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         tf.io.gfile.rename(temporary, self._data_path, overwrite=True)
         super()._save_model()
 
-    def _data_state(self) -> dict[str, Any] | None:
-        """After the batches consumed so far; None when the next pass starts afresh."""
-        if self._pass is None:  # no step yet in this fit: where it started
-            return self._restored["data"] if self._restored is not None else None
+    def _data_state(self) -> dict[str, Any]:
+        """After the batches consumed so far (each pass is the pipeline's next epochs)."""
+        if self._pass is None:  # no step yet in this fit: where its first pass starts
+            return self._input.next_state()
         if self._pass != self._input.passes:
-            return None  # a new pass has begun and none of its batches is trained on yet
-        if self._input.finished and self._pass_batches >= self._input.batches:
-            return None  # the pass is over (an epoch without steps_per_epoch): the next starts anew
+            return self._input.state_after(0)  # a new pass has begun, none of it trained on
+        if self._input.ends_after(self._pass_batches):
+            return self._input.next_state()  # the pass is over: where the next one starts
         return self._input.state_after(self._pass_batches)
 
     def _records(self) -> list[dict[str, Any]]:

@@ -1,8 +1,12 @@
 """`Dataset.to_torch`: an `IterableDataset` yielding batches of torch tensors.
 
-Hand it to `DataLoader(..., batch_size=None)`: tpufeed batches already. Under
-`DataLoader(num_workers=W)` the loop receives the same batches, in the same order, as with
-`num_workers=0` wherever every batch is cut from a fixed number of records (`batch` with no
+Hand it to `DataLoader(..., batch_size=None)`: tpufeed batches already, and a DataLoader
+that batches again (its default `batch_size=1`) is refused with an error naming
+`batch_size=None`. Tuples arrive as tuples (torch's default collation makes other tuples
+lists).
+
+Under `DataLoader(num_workers=W)` the loop receives the same batches, in the same order, as
+with `num_workers=0` wherever every batch is cut from a fixed number of records (`batch` with no
 `filter`, `flat_map`, `pack` or `ignore_errors` before it): worker w makes batches w, w+W,
 ... of this host's stream, and the DataLoader takes them from its workers in turn. Inside the
 workers the pipeline runs in process (tpufeed's own `.workers` and `.prefetch` are not used:
@@ -19,7 +23,9 @@ Checkpoints: torchdata's `StatefulDataLoader` saves and restores every worker's 
 by fork are safe after the parent has read: open files are reopened in each worker, and
 ArrayRecord files are read through a helper process (see `sources._reader_process`). Numeric
 leaves become tensors (sharing memory with the batch); bytes and str leaves become lists, as
-torch's default collation makes them.
+torch's default collation makes them. Tuples stay tuples through a DataLoader's default
+collation: inside one they travel as `KeptTuple`, which that collation turns back into a
+plain tuple (it rebuilds namedtuples by their type, and makes lists of other tuples).
 
 >>> loader = StatefulDataLoader(ds.batch(32).to_torch(), batch_size=None, num_workers=2)  # doctest: +SKIP
 >>> saved = loader.state_dict()        # after k batches: resumes at batch k + 1  # doctest: +SKIP
@@ -28,6 +34,7 @@ torch's default collation makes them.
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -37,16 +44,24 @@ import numpy as np
 from tpufeed.adapters._leaves import map_leaves
 from tpufeed.adapters._torch_stride import WORKER_KEY, is_worker_state, strided_iterator
 from tpufeed.adapters._wait_clock import WaitClock
-from tpufeed.errors import StateError, missing_dependency
+from tpufeed.errors import InvalidArgumentError, StateError, missing_dependency
+from tpufeed.run.plan import pass_length
 from tpufeed.run.resume import resume
 
 try:
     import torch
-    from torch.utils.data import IterableDataset, get_worker_info
+    from torch.utils.data import IterableDataset, default_collate, default_convert, get_worker_info
 except ImportError:  # pragma: no cover - the adapter is only imported through to_torch
     raise missing_dependency("torch", "torch") from None
 
-__all__ = ["TorchIterable", "TorchIterator", "to_torch"]
+__all__ = ["BATCHED_TWICE", "KeptTuple", "TorchIterable", "TorchIterator", "to_torch"]
+
+BATCHED_TWICE = (
+    "DataLoader(ds.to_torch()) batches the batches tpufeed already makes: each would arrive "
+    "stacked again, with a leading dimension of the loader's batch_size (1 by default). Pass "
+    "batch_size=None: DataLoader(ds.to_torch(), batch_size=None); or, to let the DataLoader "
+    "batch, leave .batch() out of the pipeline"
+)
 
 
 def to_torch(ds: Any, pin_memory: bool = False) -> TorchIterable:
@@ -69,12 +84,18 @@ class TorchIterable(IterableDataset):
         # in a DataLoader worker forked from a process that imported torch crashes it.
         self._host, self._hosts = ds._sharding.resolve()
         self._ds = ds.shard(self._host, self._hosts)
-        self._strided = self._ds._plan().fused  # each chunk one batch: workers can stride
+        plan = self._ds._plan()
+        self._strided = plan.fused  # each chunk one batch: workers can stride
+        self._batches = plan.batch is not None
         self._pin_memory = bool(pin_memory)
         self._pending: Any = None
         self._iterator: TorchIterator | None = None
 
     def __iter__(self) -> TorchIterator:
+        collation = _collation(sys._getframe(1))  # the DataLoader's, if one calls
+        if collation is not None and collation[0] and self._batches:
+            raise InvalidArgumentError(BATCHED_TWICE)
+        keep_tuples = collation is not None and collation[1] in (default_convert, default_collate)
         info = get_worker_info()
         state, self._pending = self._pending, None
         if info is None or info.num_workers <= 1:
@@ -83,8 +104,19 @@ class TorchIterable(IterableDataset):
             inner = strided_iterator(self._ds, info.id, info.num_workers, state)
         else:
             inner = self._worker_share(info.id, info.num_workers).iterator(state)
-        self._iterator = TorchIterator(inner, _pinning(self._pin_memory, info is not None))
+        pin = _pinning(self._pin_memory, info is not None)
+        self._iterator = TorchIterator(inner, pin, keep_tuples)
         return self._iterator
+
+    def __len__(self) -> int:
+        """Batches of one pass (what `len(DataLoader(data, batch_size=None))` reports): `len(ds)`
+        for each epoch of this host's share, whatever `num_workers`; a TypeError saying why
+        where the data decides the count or the pipeline repeats forever. A pass resumed by
+        `set_state` makes fewer."""
+        return pass_length(self._ds._plan())
+
+    def __bool__(self) -> bool:
+        return True  # a description, like the Dataset: truthy even where len() is unknown
 
     def get_state(self) -> dict[str, Any]:
         """The position of the running (or last) pass; before any pass, where the next starts."""
@@ -150,9 +182,10 @@ class TorchIterator(Iterator[Any]):
     >>> it.set_state(s)    # the next batch is the second one again   # doctest: +SKIP
     """
 
-    def __init__(self, inner: Any, pin_memory: bool):
+    def __init__(self, inner: Any, pin_memory: bool, keep_tuples: bool = False):
         self._inner = inner
         self._pin = pin_memory
+        self._keep_tuples = keep_tuples  # inside a DataLoader that collates the torch way
         self._clock = WaitClock()
         self._state = inner.get_state()
         self._fresh = True  # nothing returned since the inner run started
@@ -164,7 +197,8 @@ class TorchIterator(Iterator[Any]):
         batch = self._clock.call(self._inner.__next__)
         self._state = self._inner.get_state()
         self._fresh = False
-        return map_leaves(self._tensor, batch)
+        out = map_leaves(self._tensor, batch)
+        return _kept(out) if self._keep_tuples else out
 
     def get_state(self) -> dict[str, Any]:
         return copy.deepcopy(self._state)
@@ -200,6 +234,39 @@ class TorchIterator(Iterator[Any]):
             torch.from_numpy(array) if array.flags.writeable else torch.from_numpy(array.copy())
         )
         return tensor.pin_memory() if self._pin else tensor
+
+
+class KeptTuple(tuple):
+    """A tuple on its way through a DataLoader's default collation, which gives it back as a
+    plain tuple: torch rebuilds anything with `_fields` (a namedtuple) by calling its type with
+    the items, and this type makes a plain tuple of them. (Plain tuples become lists there.)"""
+
+    _fields: tuple[str, ...] = ()
+
+    def __new__(cls, *items: Any) -> Any:
+        return tuple(items)
+
+
+def _kept(tree: Any) -> Any:
+    """`tree` with its plain tuples as `KeptTuple`s."""
+    if isinstance(tree, dict):
+        return {k: _kept(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_kept(v) for v in tree]
+    if isinstance(tree, tuple):
+        items = [_kept(v) for v in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple.__new__(KeptTuple, items)
+    return tree
+
+
+def _collation(caller: Any) -> tuple[bool, Any] | None:
+    """(whether it batches, its collate_fn) of the DataLoader whose fetcher is `caller` (the
+    frame that called iter() on the dataset: torch's `_IterableDatasetFetcher.__init__`, in
+    the loop's process and in every worker); None when no DataLoader called."""
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    if type(fetcher).__name__ != "_IterableDatasetFetcher":
+        return None
+    return bool(getattr(fetcher, "auto_collation", False)), getattr(fetcher, "collate_fn", None)
 
 
 def _plain(state: Any) -> Any:

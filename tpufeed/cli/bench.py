@@ -9,7 +9,6 @@ change on the same records and reports what it did; `--trace` writes the run's t
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -24,6 +23,7 @@ from tpufeed.cli.arguments import (
     positive_seconds,
 )
 from tpufeed.cli.bench_plot import check_plot_path, check_writable, plot, write_trace
+from tpufeed.cli.json_output import BENCH, add_json_option
 from tpufeed.cli.targets import load_callable, make_target
 from tpufeed.dataset import Dataset
 from tpufeed.observe import timeline
@@ -211,7 +211,7 @@ def _length_options(bench: argparse.ArgumentParser) -> None:
 
 def _report_options(bench: argparse.ArgumentParser) -> None:
     """How the result is given: as JSON, and as a plot."""
-    bench.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    add_json_option(bench, BENCH)
     bench.add_argument(
         "--plot",
         default=None,
@@ -248,7 +248,7 @@ def run_command(args: argparse.Namespace) -> int:
         advice["measured"] = True
     result = {"stats": measured.stats.to_dict(), "verdict": advice, "trace": args.trace}
     if args.json:
-        print(json.dumps(result, indent=2))
+        BENCH.emit(result)
     else:
         _print_verdict(measured, advice)
     sys.stdout.flush()  # the numbers first: a failed write of a file does not lose them

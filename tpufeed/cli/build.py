@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpufeed.cli.arguments import Subcommands, non_negative_int, positive_int
+from tpufeed.cli.json_output import BUILD, add_json_option
 from tpufeed.sources.formats import writable_formats
 from tpufeed.sources.record_formats import RECORD_FORMATS
 
@@ -41,6 +42,7 @@ def add_parser(sub: Subcommands) -> None:
     _format_options(build)
     _record_options(build)
     build.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    add_json_option(build, BUILD)
     build.set_defaults(run=run_command, parser=build)
 
 
@@ -151,7 +153,18 @@ def run_command(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
         )
         summary = build(config)
-    _print_summary(summary, args, file_format)
+    rate = summary["records_out"] / summary["seconds"] if summary["seconds"] else 0.0
+    if args.json:
+        BUILD.emit(
+            {
+                **summary,
+                "records_per_s": rate,
+                "file_format": file_format,
+                "record_format": args.record_format,
+            }
+        )
+    else:
+        _print_summary(summary, args, file_format, rate)
     return 0
 
 
@@ -222,8 +235,9 @@ def _progress_to_stderr(quiet: bool) -> Iterator[None]:
         logger.level, logger.propagate = saved
 
 
-def _print_summary(summary: dict[str, Any], args: argparse.Namespace, file_format: str) -> None:
-    rate = summary["records_out"] / summary["seconds"] if summary["seconds"] else 0.0
+def _print_summary(
+    summary: dict[str, Any], args: argparse.Namespace, file_format: str, rate: float
+) -> None:
     print(f"records in     {summary['records_in']:,}")
     print(f"records out    {summary['records_out']:,}")
     print(f"skipped        {summary['skipped']:,} (bad records, --max-bad {args.max_bad})")

@@ -9,10 +9,12 @@ removes every file no running job holds, and says how many it kept.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
 from tpufeed.cli.arguments import Subcommands
+from tpufeed.cli.json_output import CACHE_CLEAR, CACHE_LS, add_json_option
 from tpufeed.errors import SourceError, plural
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ def add_parser(sub: Subcommands) -> None:
         type=_directory,
         help="cache directory (default: $TPUFEED_CACHE_DIR, else ~/.cache/tpufeed)",
     )
+    add_json_option(cache, CACHE_LS, CACHE_CLEAR)
     cache.set_defaults(run=run_command)
 
 
@@ -55,7 +58,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     cache = ShardCache(args.dir)
     try:
-        return _clear(cache) if args.action == "clear" else _list(cache)
+        return _clear(cache, args.json) if args.action == "clear" else _list(cache, args.json)
     except OSError as e:  # e.g. /proc, where nothing can be made: one line, not a traceback
         where = f" ({e.filename})" if e.filename and e.filename != cache.root else ""
         raise SourceError(
@@ -66,8 +69,18 @@ def run_command(args: argparse.Namespace) -> int:
         ) from e
 
 
-def _clear(cache: ShardCache) -> int:
+def _clear(cache: ShardCache, as_json: bool) -> int:
     removed, freed, skipped = cache.clear()
+    if as_json:
+        CACHE_CLEAR.emit(
+            {
+                "dir": cache.root,
+                "removed_files": removed,
+                "freed_bytes": freed,
+                "kept_in_use": skipped,
+            }
+        )
+        return 0
     kept = (
         f"; {plural(skipped, 'entry', 'entries')} in use by a running job "
         f"{'was' if skipped == 1 else 'were'} kept"
@@ -78,8 +91,15 @@ def _clear(cache: ShardCache) -> int:
     return 0
 
 
-def _list(cache: ShardCache) -> int:
+def _list(cache: ShardCache, as_json: bool) -> int:
     entries = cache.entries()
+    total = sum(e.size for e in entries)
+    if as_json:
+        listed = [dataclasses.asdict(e) for e in entries]
+        CACHE_LS.emit(
+            {"dir": cache.root, "entries": listed, "num_entries": len(listed), "total_bytes": total}
+        )
+        return 0
     for e in entries:
         read = (
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.last_read))
@@ -88,6 +108,5 @@ def _list(cache: ShardCache) -> int:
         )
         state = "cached" if e.complete else "partial"
         print(f"{e.size:>15,}  {state:<8} {read:<19}  {e.url or e.key}")
-    total = sum(e.size for e in entries)
     print(f"{plural(len(entries), 'shard')}, {total:,} bytes in {cache.root}")
     return 0

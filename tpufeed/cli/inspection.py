@@ -1,16 +1,18 @@
 """`tpufeed inspect`: what is in a built dataset, a plain folder of shards, or record files;
 with `verify=True`, whether every shard is intact.
 
-`sources.manifest` (and the remote-storage code it imports) is imported where a dataset is
-opened, not at the top: `tpufeed --help` makes this command's parser without it.
+`inspect_report` gathers it as the `tpufeed.inspect/1` document that `--json` prints;
+inspection_text.py words it for people. `sources.manifest` (and the remote-storage code it
+imports) is imported where a dataset is opened, not at the top: `tpufeed --help` makes this
+command's parser without it.
 
->>> lines, failures = inspect_paths(["data/train"], verify=True)  # doctest: +SKIP
+>>> inspect_report(["data/train"], verify=True)["verify"]["failures"]  # doctest: +SKIP
+[]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -19,6 +21,8 @@ import numpy as np
 
 from tpufeed import codec
 from tpufeed.cli.arguments import Subcommands
+from tpufeed.cli.inspection_text import report_lines
+from tpufeed.cli.json_output import INSPECT, add_json_option
 from tpufeed.errors import (
     CodecError,
     InvalidArgumentError,
@@ -34,24 +38,29 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_parser",
-    "describe",
-    "describe_dataset",
     "folder_shards",
     "inspect_paths",
+    "inspect_report",
     "open_source",
     "run_command",
 ]
 
+Report = dict[str, Any]
 _VERIFY_BATCH = 1024
 
 
 def open_source(paths: list[str], fmt: str | None) -> ShardedSource[Any]:
     """The record files `paths` (paths or globs) in format `fmt` (None: told by the first
     file's name), as one source; only that format's reader is imported."""
+    return _open(paths, fmt)[0]
+
+
+def _open(paths: list[str], fmt: str | None) -> tuple[ShardedSource[Any], str]:
+    """`open_source`, and the name of the format the files were read as."""
     files = expand_paths(paths)
     file_format = get_format(fmt, "--format") if fmt is not None else guess_format(files[0])
     source: ShardedSource[Any] = file_format.open_source(files)
-    return source
+    return source, file_format.name
 
 
 def folder_shards(path: str) -> tuple[str, list[str]] | None:
@@ -79,68 +88,120 @@ def folder_shards(path: str) -> tuple[str, list[str]] | None:
     return next(iter(found.items()), None)
 
 
-def describe(paths: list[str], fmt: str | None = None) -> str:
-    """Record files: their counts and record 0, decoded when it is a tpufeed.codec record (rows
-    of Parquet files are shown as they are read)."""
-    return _describe_files(open_source(paths, fmt))
+def inspect_report(paths: list[str], fmt: str | None = None, verify: bool = False) -> Report:
+    """What `paths` hold, as the `tpufeed.inspect/1` document (`json_output.INSPECT`): a
+    dataset's manifest, or record files' counts; record 0; with `verify`, every shard checked."""
+    from tpufeed.sources.manifest import ManifestSource, is_dataset_path
+
+    kind = "files"
+    source: ShardedSource[Any]
+    if len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
+        kind, (file_format, files) = "folder", plain
+        source = open_source(files, file_format)
+    elif len(paths) == 1 and is_dataset_path(paths[0]):
+        _refuse_unfinished(paths[0])
+        kind, source = "dataset", ManifestSource(paths[0])
+    else:
+        source, file_format = _open(paths, fmt)
+    checked = None
+    if verify:  # first, so that a damaged first shard is listed with the others
+        checked = (_verify_dataset if kind == "dataset" else _verify_files)(source)
+    sample = not (checked and checked["failures"])
+    if kind == "dataset":
+        report = _dataset_report(source, paths, sample)
+    else:
+        report = _files_report(source, paths, kind, file_format, sample)
+    return {**report, "verify": checked}
 
 
-def _describe_files(source: Any, sample: bool = True) -> str:
-    lines = [f"{plural(len(source.files), 'file')}, {plural(len(source), 'record')}"]
-    lines += [f"  {f.path}: {plural(len(f), 'record')}" for f in source.files]
-    if sample and len(source):
-        record = source[0]
-        if isinstance(record, dict):  # a format of rows (Parquet): shown like a decoded record
-            lines.append(f"record 0: {plural(len(record), 'field')}")
-            lines += _fields(record)
-            return "\n".join(lines)
-        lines.append(f"record 0: {plural(len(record), 'byte')}")
+def inspect_paths(
+    paths: list[str], fmt: str | None = None, verify: bool = False
+) -> tuple[list[str], list[str]]:
+    """([the text `tpufeed inspect PATHS` prints], verification failures)."""
+    report = inspect_report(paths, fmt, verify)
+    return ["\n".join(report_lines(report))], report["verify"]["failures"] if verify else []
+
+
+def _files_report(
+    source: Any, paths: list[str], kind: str, file_format: str, sample: bool
+) -> Report:
+    """Record files with no manifest: their counts, and record 0, decoded when it is a
+    tpufeed.codec record (rows of Parquet files are shown as they are read)."""
+    record = source[0] if sample and len(source) else None
+    first: Report | None = None
+    if isinstance(record, dict):  # a format of rows (Parquet): shown like a decoded record
+        first = {"num_bytes": None, "fields": _fields(record), "head_hex": None}
+    elif record is not None:
         try:
             decoded = codec.decode(record)
         except CodecError:
-            lines.append(f"  raw bytes: {record[:64]!r}{'...' if len(record) > 64 else ''}")
+            first = {"num_bytes": len(record), "fields": None, "head_hex": record[:64].hex()}
         else:
-            lines += _fields(decoded)
-    return "\n".join(lines)
+            first = {"num_bytes": len(record), "fields": _fields(decoded), "head_hex": None}
+    files = [
+        {"path": f.path, "num_records": len(f), "num_bytes": None, "crc32c": None}
+        for f in source.files
+    ]
+    return _report(kind, paths, file_format, files, first, num_records=len(source))
 
 
-def describe_dataset(source: Any, sample: bool = True) -> str:
-    """A built dataset (a `ManifestSource`): its manifest's summary, schema, and record 0 (which
-    checks shard 0) if `sample`."""
+def _dataset_report(source: Any, paths: list[str], sample: bool) -> Report:
+    """A built dataset (a `ManifestSource`): its manifest's summary and schema, and record 0
+    (which checks shard 0) if `sample`."""
     m = source.manifest
-    total_bytes = sum(s["num_bytes"] for s in m["shards"])
-    lines = [
-        f"{source.manifest_path}: {plural(m['num_records'], 'record')} in "
-        f"{plural(len(m['shards']), m['file_format'] + ' shard')}, "
-        f"{plural(total_bytes, 'byte')} ({m['record_format']} records, built by tpufeed "
-        f"{m.get('tpufeed_version')}); counts and crc32c as the manifest lists them "
-        "(--verify checks them)"
-    ]
-    lines += [
-        f"  {s['path']}: {plural(s['num_records'], 'record')}, "
-        f"{plural(s['num_bytes'], 'byte')}, crc32c {s['crc32c']}"
-        for s in m["shards"]
-    ]
-    for key, spec in (source.schema or {}).items():
-        lines.append(f"  schema {key}: {json.dumps(spec, sort_keys=True)}")
+    files = [{k: s[k] for k in ("path", "num_records", "num_bytes", "crc32c")} for s in m["shards"]]
+    first = None
     if sample and len(source):
         record = source[0]
-        lines.append("record 0:")
-        lines += _fields(record if isinstance(record, dict) else {"": record})
-    return "\n".join(lines)
+        fields = _fields(record if isinstance(record, dict) else {"": record})
+        first = {"num_bytes": None, "fields": fields, "head_hex": None}
+    return _report(
+        "dataset",
+        paths,
+        m["file_format"],
+        files,
+        first,
+        num_records=m["num_records"],
+        record_format=m["record_format"],
+        manifest=source.manifest_path,
+        tpufeed_version=m.get("tpufeed_version"),
+        num_bytes=sum(f["num_bytes"] for f in files),
+        features=dict(source.schema or {}),
+    )
 
 
-def _fields(record: dict) -> list[str]:
-    lines = []
+def _report(
+    kind: str, paths: list[str], file_format: str, files: list[dict], first: Any, **more: Any
+) -> Report:
+    """The document's keys in their order; null where `more` does not give them."""
+    return {
+        "kind": kind,
+        "paths": list(paths),
+        "file_format": file_format,
+        "record_format": more.get("record_format"),
+        "manifest": more.get("manifest"),
+        "tpufeed_version": more.get("tpufeed_version"),
+        "num_records": more["num_records"],
+        "num_bytes": more.get("num_bytes"),
+        "files": files,
+        "features": more.get("features", {}),
+        "record_0": first,
+        "verify": None,
+    }
+
+
+def _fields(record: dict) -> dict[str, dict[str, Any]]:
+    """Each field of a record: an array's dtype and shape, or another value's type and repr."""
+    fields: dict[str, dict[str, Any]] = {}
     for key, value in record.items():
         if isinstance(value, np.ndarray):
-            lines.append(f"  {key}: {value.dtype}{list(value.shape)}")
+            fields[key] = {"dtype": str(value.dtype), "shape": list(value.shape)}
         else:
-            lines.append(f"  {key}: {type(value).__name__} = {value!r:.60}")
-    return lines
+            fields[key] = {"type": type(value).__name__, "repr": f"{value!r:.60}"}
+    return fields
 
 
-def _verify_dataset(source: Any) -> tuple[str, list[str]]:
+def _verify_dataset(source: Any) -> Report:
     """Every shard's size, CRC32C and record count against the manifest."""
     failures = []
     for shard in source.files:
@@ -149,14 +210,10 @@ def _verify_dataset(source: Any) -> tuple[str, list[str]]:
             shard.read(np.arange(min(len(shard), 1)))  # opening it compares the record count
         except TpufeedError as e:
             failures.append(str(e))
-    checked = plural(len(source.files), "shard")
-    return (
-        f"verify: {checked}: size, crc32c and record count checked against the manifest",
-        failures,
-    )
+    return {"checked": len(source.files), "method": "manifest", "failures": failures}
 
 
-def _verify_files(source: Any) -> tuple[str, list[str]]:
+def _verify_files(source: Any) -> Report:
     """Every record of every file read (the formats' own checksums); no manifest to compare."""
     failures = []
     for shard in source.files:
@@ -165,39 +222,7 @@ def _verify_files(source: Any) -> tuple[str, list[str]]:
                 shard.read(np.arange(start, min(len(shard), start + _VERIFY_BATCH)))
         except TpufeedError as e:
             failures.append(str(e))
-    checked = plural(len(source.files), "file")
-    return f"verify: {checked}: every record read (no manifest, so no crc32c to compare)", failures
-
-
-def inspect_paths(
-    paths: list[str], fmt: str | None = None, verify: bool = False
-) -> tuple[list[str], list[str]]:
-    """(lines to print, verification failures) for `tpufeed inspect PATHS`."""
-    from tpufeed.sources.manifest import MANIFEST_NAME, ManifestSource, is_dataset_path
-
-    header: list[str] = []
-    source: ShardedSource[Any]
-    if len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
-        file_format, files = plain
-        found = FORMATS[file_format]
-        glob = os.path.join(paths[0], f"*{found.extension}")
-        header = [
-            f"{paths[0]}: a plain folder of {plural(len(files), found.title + ' file')} "
-            f"with no {MANIFEST_NAME} (not written by `tpufeed build`); open it with "
-            f"Dataset.{found.constructor}({glob!r})"
-        ]
-        source = open_source(files, file_format)
-    elif len(paths) == 1 and is_dataset_path(paths[0]):
-        _refuse_unfinished(paths[0])
-        source = ManifestSource(paths[0])
-    else:
-        source = open_source(paths, fmt)
-    describe_source = describe_dataset if hasattr(source, "manifest") else _describe_files
-    if not verify:
-        return [*header, describe_source(source)], []
-    # Verified first, so that a damaged first shard is listed with the others.
-    summary, failures = (_verify_dataset if hasattr(source, "manifest") else _verify_files)(source)
-    return [*header, describe_source(source, sample=not failures), summary], failures
+    return {"checked": len(source.files), "method": "read", "failures": failures}
 
 
 def _refuse_unfinished(path: str) -> None:
@@ -224,7 +249,7 @@ def _refuse_unfinished(path: str) -> None:
 
 
 def add_parser(sub: Subcommands) -> None:
-    """`tpufeed inspect PATHS [--format F] [--verify]`."""
+    """`tpufeed inspect PATHS [--format F] [--verify] [--json]`."""
     inspect = sub.add_parser(
         "inspect",
         help="what a dataset or record files hold: counts, schema, a sample record",
@@ -245,20 +270,27 @@ def add_parser(sub: Subcommands) -> None:
         "against its manifest; plain files: every record read); exit 1 "
         "naming the shards that fail",
     )
+    add_json_option(inspect, INSPECT)
     inspect.set_defaults(run=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Prints what `args.paths` hold; with --verify, exit 1 naming the shards that fail."""
-    lines, failures = inspect_paths(args.paths, args.format, verify=args.verify)
-    for line in lines:
-        print(line)
-    for failure in failures:
-        print(f"  FAILED {failure}")
+    """Prints what `args.paths` hold (or its JSON document); with --verify, exit 1 naming the
+    shards that fail."""
+    report = inspect_report(args.paths, args.format, verify=args.verify)
+    failures = report["verify"]["failures"] if args.verify else []
+    if args.json:
+        INSPECT.emit(report)
+    else:
+        for line in report_lines(report):
+            print(line)
+        for failure in failures:
+            print(f"  FAILED {failure}")
     if failures:
+        listed = "in the JSON's verify.failures" if args.json else "above as FAILED"
         print(
             f"tpufeed: error: {plural(len(failures), 'shard')} failed verification (listed "
-            "above as FAILED)",
+            f"{listed})",
             file=sys.stderr,
         )
         return 1

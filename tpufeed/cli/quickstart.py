@@ -22,6 +22,7 @@ import numpy as np
 
 from tpufeed import codec
 from tpufeed.cli.arguments import Subcommands, positive_int
+from tpufeed.cli.json_output import QUICKSTART, add_json_option
 from tpufeed.dataset import Dataset
 from tpufeed.errors import MissingDependencyError
 
@@ -233,13 +234,17 @@ def add_parser(sub: Subcommands) -> None:
     )
     quick.add_argument("--output", default="tpufeed-quickstart", help="folder for its shards")
     quick.add_argument("--epochs", type=positive_int, default=20, help="training epochs")
+    add_json_option(quick, QUICKSTART)
     quick.set_defaults(run=run_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
     """Runs the quickstart and prints its findings; exit 1 if exactly-once or resume failed."""
     result = run(args.output, epochs=args.epochs)
-    print_result(result)
+    if args.json:
+        QUICKSTART.emit(result)
+    else:
+        print_result(result)
     ok = result["exactly_once_every_epoch"] and result["resume_matches"]
     return 0 if ok else 1
 

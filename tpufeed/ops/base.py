@@ -99,13 +99,16 @@ class Context:
     rng_seed: int
     clock: StageClock = field(default_factory=StageClock)
     skipped: list[TpufeedError] | None = None  # read and transform errors alike
-    _rngs: dict[int, RecordRngs] = field(default_factory=dict)
+    _rngs: dict[tuple[int, int], RecordRngs] = field(default_factory=dict)
     beacon: Any = None  # a watch.Beacon (options(timeout_s=...)): marks each element begun
 
-    def rngs(self, stream: int) -> RecordRngs:
-        rngs = self._rngs.get(stream)
+    def rngs(self, stream: int, seed: int | None = None) -> RecordRngs:
+        """The generators of random_map `stream`, keyed by its own `seed` (None: the
+        pipeline's `rng_seed`)."""
+        key = (self.rng_seed if seed is None else seed, stream)
+        rngs = self._rngs.get(key)
         if rngs is None:
-            rngs = self._rngs[stream] = RecordRngs(self.rng_seed, stream)
+            rngs = self._rngs[key] = RecordRngs(*key)
         return rngs
 
 

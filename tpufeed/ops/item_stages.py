@@ -32,7 +32,7 @@ class ItemStages:
         self.labels = stage_names(self.stages, " on batches")
         self.names, self.rng_seed, self.clock = names, rng_seed, clock
         self.tolerant, self.beacon = tolerant, beacon
-        self._rngs: dict[int, RecordRngs] = {}
+        self._rngs: dict[tuple[int, int], RecordRngs] = {}
 
     def run(self, item: Any, record: int, epoch: int, skipped: list[TpufeedError]) -> Any | None:
         """The item after the stages (None if they drop it); `record` is its first record. The

@@ -1,5 +1,6 @@
 """`map(fn)`: fn(element) -> element. `random_map(fn)`: fn(element, rng) -> element, where rng
-depends only on (seed, epoch, record, piece), never on hosts, workers or timing."""
+depends only on (seed, epoch, record, piece), never on hosts, workers or timing; the seed is the
+stage's own (`random_map(fn, seed=3)`) or else the pipeline's (its shuffle seed, or 0)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.base import Context, Elements, RecordStage
 
 
@@ -40,10 +42,20 @@ class Map(RecordStage):
 class RandomMap(RecordStage):
     fn: Callable[[Any, Any], Any]
     stream: int  # tells the random_maps of one pipeline apart
+    seed: int | None = None  # the stage's own seed; None: the pipeline's
     kind: ClassVar[str] = "random_map"
 
+    def __post_init__(self) -> None:
+        if self.seed is not None and (
+            not isinstance(self.seed, int) or isinstance(self.seed, bool)
+        ):
+            raise InvalidArgumentError(f"random_map seed must be None or an int, got {self.seed!r}")
+
+    def describe(self) -> Any:
+        return self.kind if self.seed is None else [self.kind, self.seed]
+
     def apply_all(self, elements: Elements, context: Context) -> Elements:
-        fn, for_record = self.fn, context.rngs(self.stream).for_record
+        fn, for_record = self.fn, context.rngs(self.stream, self.seed).for_record
         epoch, records = context.epoch, context.records
         if elements.ids is None:
             values = [
@@ -58,4 +70,5 @@ class RandomMap(RecordStage):
         return Elements(values, elements.units, elements.ids)
 
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
-        return [self.fn(value, context.rngs(self.stream).for_record(context.epoch, record, piece))]
+        rngs = context.rngs(self.stream, self.seed)
+        return [self.fn(value, rngs.for_record(context.epoch, record, piece))]

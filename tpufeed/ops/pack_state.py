@@ -4,10 +4,12 @@ A segment waiting in a row is named by its ref: the ints that find its record ag
 position; in a mixture, component, epoch and position), the output of that record and the
 piece of it. An entry is `[1, *refs]`, one row and its segments, or `[n, *ref]`, n rows that
 consecutive pieces of one record fill alone (a long document waiting to be handed out stays a
-few ints). `{"closed": entries closed, "rows": entries}`; after a change of host count a host
-gets `{"loose": entries}`, segments it places afresh.
+few ints). `{"closed": entries closed, "rows": entries, "loose": entries}`, where `loose` are
+segments a host places afresh after a change of host count. Every state writes all three keys,
+the entries as their JSON text (their number changes from item to item: a string keeps the
+state's structure fixed); states of version 2 wrote lists, and only the keys that held some.
 
->>> SavedPack.from_dict({"closed": 1, "rows": [[1, 7, 0, 0], [1, 9, 0, 0, 11, 0, 0]]}, 3).rows
+>>> SavedPack.from_dict({"closed": 1, "rows": "[[1,7,0,0],[1,9,0,0,11,0,0]]"}, 3).rows
 ((1, ((7, 0, 0),)), (1, ((9, 0, 0), (11, 0, 0))))
 """
 
@@ -18,6 +20,7 @@ from typing import Any, NamedTuple
 
 from tpufeed.errors import StateError
 from tpufeed.ops.first_fit import Row
+from tpufeed.order.state import list_text, read_list
 
 Ref = tuple[int, ...]  # the element's name (its piece's refs()), then the piece of it
 Entry = tuple[int, tuple[Ref, ...]]  # (n, refs): one row of refs, or n rows of pieces of refs[0]
@@ -32,7 +35,8 @@ class PackState(NamedTuple):
     closed: int
 
     def to_dict(self) -> dict[str, Any]:
-        """`{"closed": ..., "rows": ...}`, runs of whole rows of one record written as one."""
+        """`{"closed": ..., "rows": ..., "loose": "[]"}`, runs of whole rows of one record
+        written as one."""
         entries: list[list[int]] = []
         closed = 0
         for r, (row, count) in enumerate(zip(self.rows, self.counts)):
@@ -51,7 +55,7 @@ class PackState(NamedTuple):
                 continue
             entries.append([1, *(n for ref in refs for n in ref)])
             closed += r < self.closed
-        return {"closed": closed, "rows": entries}
+        return {"closed": closed, "rows": list_text(entries), "loose": "[]"}
 
 
 class SavedPack(NamedTuple):
@@ -66,9 +70,11 @@ class SavedPack(NamedTuple):
         """The pack part of a state, its refs `arity` ints each (record ints, output, piece)."""
         if not isinstance(state, dict):
             raise StateError(f"iterator state field 'pack' must be a dict, got {state!r}")
-        rows = tuple(_entry(e, arity) for e in _field(state, "rows", []))
-        loose = tuple(_entry(e, arity) for e in _field(state, "loose", []))
-        closed = _field(state, "closed", 0)
+        rows = tuple(_entry(e, arity) for e in read_list(state.get("rows", []), "pack.rows"))
+        loose = tuple(_entry(e, arity) for e in read_list(state.get("loose", []), "pack.loose"))
+        closed = state.get("closed", 0)
+        if not isinstance(closed, int) or isinstance(closed, bool):
+            raise StateError(f"iterator state field pack.closed must be an int, got {closed!r}")
         if not 0 <= closed <= len(rows):
             raise StateError(
                 f"iterator state field pack.closed is {closed}, but it holds {len(rows)} rows"
@@ -81,10 +87,16 @@ class SavedPack(NamedTuple):
 
     def to_dict(self) -> dict[str, Any]:
         """The state this was read from: what a state taken before the next item says."""
-        state: dict[str, Any] = {"closed": self.closed, "rows": _entries(self.rows)}
-        if self.loose:
-            state["loose"] = _entries(self.loose)
-        return state
+        return {
+            "closed": self.closed,
+            "rows": list_text(_entries(self.rows)),
+            "loose": list_text(_entries(self.loose)),
+        }
+
+    @property
+    def holds_nothing(self) -> bool:
+        """Whether the stage held no segment (every state of a pack pipeline has this part)."""
+        return not self.rows and not self.loose
 
     def records(self) -> list[tuple[int, ...]]:
         """The records whose outputs the saved segments are, in order, once each."""
@@ -133,15 +145,6 @@ def _entry(entry: Any, arity: int) -> Entry:
     if entry[0] > 1 and len(refs) != 1:
         raise StateError(f"iterator state field pack holds a run {entry!r} of more than one piece")
     return entry[0], refs
-
-
-def _field(state: dict[str, Any], key: str, default: Any) -> Any:
-    value = state.get(key, default)
-    if not isinstance(value, type(default)) or isinstance(value, bool):
-        raise StateError(
-            f"iterator state field pack.{key} must be a {type(default).__name__}, got {value!r}"
-        )
-    return value
 
 
 def _refs(flat: Sequence[Any], arity: int) -> tuple[Ref, ...]:

@@ -16,7 +16,7 @@ from tpufeed.ops.base import Counters, RecordStage, StreamStage
 from tpufeed.ops.batch import Batch, Batcher
 from tpufeed.ops.flat_map import FlatMap
 from tpufeed.ops.pack import Pack, Packer
-from tpufeed.ops.pack_state import SavedPack
+from tpufeed.ops.pack_state import PackState, SavedPack
 from tpufeed.ops.unbatched import Unbatched
 
 Stage = RecordStage | Pack | Batch
@@ -81,6 +81,12 @@ def stream_stage(pack: Pack | None, batch: Batch | None, counters: Counters) -> 
 def state_key(pack: Pack | None, batch: Batch | None) -> str:
     """The key under which a plan's stream stage writes what it holds into a state."""
     return Packer.key if pack is not None else Batcher.key if batch is not None else Unbatched.key
+
+
+def idle_stage_state(pack: Pack | None) -> dict[str, PackState]:
+    """What a plan's stream stage writes into a state before it holds anything (at the start,
+    and after a restore that left it nothing): the part every later state has, empty."""
+    return {Packer.key: PackState((), (), 0)} if pack is not None else {}
 
 
 def read_stage_state(key: str, value: Any, arity: int) -> Any:

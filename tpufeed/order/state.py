@@ -1,19 +1,25 @@
 """Iterator state: a small, versioned, JSON-serialisable description of a position.
 
->>> state = {"version": 2, "fingerprint": "3f2a...", "epoch": 2, "base": 0, "hosts": 4,
-...          "host": 1, "consumed": 4096}
+>>> state = {"version": 3, "fingerprint": "3f2a...", "epoch": 2, "base": 0, "hosts": 4,
+...          "host": 1, "consumed": 4096, "emitted": 0, "layers": "[]", "carries": "[]"}
 
-Only what differs from a plain cursor is written: `emitted` (outputs of the next unit already
+Every state of one pipeline's iterator has the same keys and value types, from the first
+`get_state()` on, so that a checkpoint library restoring into a template of the first state
+(Orbax's PyTree checkpointing, Grain's `assert_equal_output_after_checkpoint`) finds the same
+structure at every step. Besides the cursor: `emitted` (outputs of the next unit already
 delivered, after a `flat_map`), `layers` (what stops out of lockstep left, each as
 [base, hosts, least consumed, [each host's consumed minus the least]]) and `carries`
-([position, outputs delivered] pairs this host finishes first), and the state of stream stages
-that hold elements between items (`pack`: the segments waiting in its rows, named by epoch
-position). A mixture writes `mix`: each component's cursor and the count taken from each.
-A pipeline that reads files writes `shards` in every state: [a digest of each file's name, size
-and version (modification time, GCS checksum or generation, manifest CRC32C), the newest
-modification time], so a state is refused where its files changed (`check_shards`), unless
-accepted knowingly (`accept_changed_shards`). Version 1 states (before those existed), and
-version 2 states without `shards`, still load.
+([position, outputs delivered] pairs this host finishes first); lists whose length changes
+from step to step are written as their compact JSON text, a string. The stream stage that
+holds elements between items writes its part in every state too (`pack`: the segments waiting
+in its rows, named by epoch position; none held at first). A mixture writes `mix`: each
+component's cursor and the count taken from each. A pipeline that reads files writes `shards`
+in every state: [a digest of each file's name, size and version (modification time, GCS
+checksum or generation, manifest CRC32C), the newest modification time], so a state is refused
+where its files changed (`check_shards`), unless accepted knowingly (`accept_changed_shards`).
+Older states still load: version 1 (before `shards`), version 2 (with or without `shards`;
+`emitted`, `layers`, `carries` and the stage's part only where they held something, the lists
+as lists).
 
 Reading is done once, where a state enters (tpufeed.run.resume): `load_state`, `check_header`,
 then `cursor_from_state` or `mix_cursor_from_state`; each stage reads its own part.
@@ -29,8 +35,8 @@ from typing import Any, NamedTuple, Protocol
 from tpufeed.errors import StateError
 from tpufeed.order.cursor import Cursor, Layer, MixCursor
 
-STATE_VERSION = 2
-_READABLE = (1, 2)
+STATE_VERSION = 3
+_READABLE = (1, 2, 3)
 _CURSOR_KEYS = ("epoch", "base", "hosts", "host", "consumed")
 SHARDS_KEY = "shards"
 
@@ -107,7 +113,7 @@ def accept_changed_shards(state: Any) -> Any:
     """`state` (one state, JSON text, or a list of every host's) made to resume even where the
     files it was taken on have changed since: its `shards` record is cleared.
 
-    >>> accept_changed_shards({"version": 2, "shards": ["0123456789abcdef", 0]})["shards"]
+    >>> accept_changed_shards({"version": 3, "shards": ["0123456789abcdef", 0]})["shards"]
     """
     if isinstance(state, (list, tuple)):
         return [accept_changed_shards(one) for one in state]
@@ -163,15 +169,32 @@ def mix_state_to_dict(
 
 
 def cursor_fields(cursor: Cursor) -> dict[str, Any]:
-    """A cursor's own keys of a state."""
+    """A cursor's own keys of a state: the same keys whatever the cursor holds."""
     fields: dict[str, Any] = {key: getattr(cursor, key) for key in _CURSOR_KEYS}
-    if cursor.emitted:
-        fields["emitted"] = cursor.emitted
-    if cursor.layers:
-        fields["layers"] = [_layer_to_list(layer) for layer in cursor.layers]
-    if cursor.carries:
-        fields["carries"] = [list(carry) for carry in cursor.carries]
+    fields["emitted"] = cursor.emitted
+    fields["layers"] = list_text([_layer_to_list(layer) for layer in cursor.layers])
+    fields["carries"] = list_text([list(carry) for carry in cursor.carries])
     return fields
+
+
+def list_text(items: list[Any]) -> str:
+    """A list of a state whose length changes from step to step, as its compact JSON text: a
+    string keeps the state's structure the same at every step (`read_list` reads it back)."""
+    return json.dumps(items, separators=(",", ":"))
+
+
+def read_list(value: Any, key: str) -> list[Any]:
+    """A list field of a state: JSON text (version 3), or a list (versions 1 and 2)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except (ValueError, RecursionError):
+            raise StateError(
+                f"iterator state field {key!r} must be the JSON text of a list, got {value!r}"
+            ) from None
+    if not isinstance(value, list):
+        raise StateError(f"iterator state field {key!r} must be a list, got {value!r}")
+    return value
 
 
 def load_state(state: Any) -> dict[str, Any]:
@@ -215,8 +238,8 @@ def cursor_from_state(state: Mapping[str, Any]) -> Cursor:
     if values["hosts"] < 1 or values["host"] >= values["hosts"]:
         raise StateError(f"iterator state has host {values['host']} of {values['hosts']} hosts")
     emitted = _count(state.get("emitted", 0), "emitted")
-    layers = tuple(_layer_from_list(item) for item in _list(state.get("layers", []), "layers"))
-    carries = tuple(_carry(item) for item in _list(state.get("carries", []), "carries"))
+    layers = tuple(_layer_from_list(item) for item in read_list(state.get("layers", []), "layers"))
+    carries = tuple(_carry(item) for item in read_list(state.get("carries", []), "carries"))
     return Cursor(**values, emitted=emitted, layers=layers, carries=carries)
 
 
@@ -276,12 +299,6 @@ def _carry(item: Any) -> tuple[int, int]:
             f"iterator state field 'carries' holds {item!r}, not [position, delivered]"
         )
     return _count(item[0], "carries"), _count(item[1], "carries")
-
-
-def _list(value: Any, key: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise StateError(f"iterator state field {key!r} must be a list, got {value!r}")
-    return value
 
 
 def _count(value: Any, key: str) -> int:

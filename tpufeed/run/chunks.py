@@ -72,7 +72,7 @@ class ChunkRunner:
         self.after_batch = ItemStages(
             plan.tail, plan.source, plan.rng_seed, clock, self.tolerant, beacon
         )
-        self._rngs: dict[int, RecordRngs] = {}
+        self._rngs: dict[tuple[int, int], RecordRngs] = {}
 
     def context(self, epoch: int, records: list[int]) -> Context:
         return Context(

@@ -26,6 +26,7 @@ from tpufeed.run.plan import MixPlan, StreamPlan
 from tpufeed.run.prefetch import ThreadPrefetcher
 from tpufeed.run.resources import rss_bytes
 from tpufeed.run.resume import Start
+from tpufeed.run.state_names import TorchStateNames
 from tpufeed.run.stats import WAIT_BUCKETS, PipelineStats, StageStats, wait_bucket
 from tpufeed.run.stream import stream
 from tpufeed.run.watch import Beacon, timed_out
@@ -55,9 +56,10 @@ class Run(Protocol):
 Launch = Callable[[Any], Callable[[], Run]]
 
 
-class DatasetIterator(Iterator[Any]):
+class DatasetIterator(TorchStateNames, Iterator[Any]):
     """Iterator over a Dataset. `get_state()` describes what `__next__` has returned so far;
     `set_state(state)` continues right after `state` (one host's, or the list of all hosts').
+    `state_dict()` / `load_state_dict(state)` are the same under torch's names.
 
     >>> it = iter(tpufeed.Dataset.from_sequence(range(10)).batch(4))   # doctest: +SKIP
     >>> next(it); state = it.get_state(); next(it)                      # doctest: +SKIP
@@ -358,14 +360,16 @@ class PipelineRun(Iterator[Any]):
         if self._closed:
             return
         self._closed = True
-        live.finished(self)
         try:
-            if self._prefetcher is not None:
-                self._prefetcher.close()
-            else:
-                self._items.close()
+            live.finished(self)  # before the executor closes: its figures read the workers'
         finally:
-            self._executor.close()
+            try:
+                if self._prefetcher is not None:
+                    self._prefetcher.close()
+                else:
+                    self._items.close()
+            finally:
+                self._executor.close()
 
     def __del__(self) -> None:
         if hasattr(self, "_closed"):  # construction may have failed before it was set

@@ -7,6 +7,7 @@ iterators come and go. Nothing here runs per item: a scrape asks each live run f
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -55,7 +56,11 @@ def started(run: FiguredRun) -> None:
 
 
 def finished(run: FiguredRun) -> None:
-    """`run` has closed: its figures join the finished tally (once)."""
+    """`run` has closed: its figures join the finished tally (once). Not at interpreter exit:
+    nothing reads the tally then, and a run closed by its `__del__` there may find the modules
+    its figures need already torn down."""
+    if sys.is_finalizing():
+        return
     with _lock:
         if run in _live:
             _live.discard(run)

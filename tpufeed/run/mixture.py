@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,13 +23,25 @@ from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, split
 from tpufeed.order.cursor import MixCursor
 from tpufeed.order.state import fingerprint as fingerprint_of
-from tpufeed.run.autotune import AUTO
+from tpufeed.run.autotune import AUTO, Options
 from tpufeed.run.chunks import ChunkRunner
 from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.plan import MixPlan, component_plan
 from tpufeed.run.stats import WorkerStats
 from tpufeed.run.stream import ErrorBudget
 from tpufeed.run.workers.liveness import STOPPED_S
+
+
+class ComponentSettings(Protocol):
+    """What `check_component` reads of a component's `RunSettings` (tpufeed.run.launch, which
+    imports this module)."""
+
+    @property
+    def workers(self) -> int | str: ...
+    @property
+    def prefetch(self) -> int | str: ...
+    @property
+    def options(self) -> Options: ...
 
 
 @dataclass(frozen=True)
@@ -96,14 +108,10 @@ class Mixture:
 
 
 def check_component(
-    i: int,
-    stages: tuple[Stage, ...],
-    sharded: bool,
-    workers: int | str,
-    prefetch: int | str,
-    timeout_s: float | None,
+    i: int, stages: tuple[Stage, ...], sharded: bool, settings: ComponentSettings
 ) -> None:
     """Raises unless a dataset of these stages and settings can be component `i` of a mixture."""
+    workers, prefetch, timeout_s = settings.workers, settings.prefetch, settings.options.timeout_s
     if any(isinstance(stage, (Batch, Pack)) for stage in stages):
         raise InvalidArgumentError(
             f"mix component {i} batches or packs: batch and pack the mixture, after mix"

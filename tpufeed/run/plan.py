@@ -20,7 +20,7 @@ from tpufeed.ops.base import RecordNames, RecordStage
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.mix import Mix
 from tpufeed.ops.pack import Pack
-from tpufeed.ops.registry import Stage, split
+from tpufeed.ops.registry import Stage, idle_stage_state, split
 from tpufeed.order.cursor import Cursor, MixCursor, epoch_start, mixture_start
 from tpufeed.order.permutation import Shuffle
 from tpufeed.order.state import (
@@ -188,7 +188,8 @@ class Plan:
         return shards_seen(self.shard_stamps)
 
     def state_of(self, position: Cursor, stages: Stages | None) -> dict[str, Any]:
-        return state_to_dict(position, self.fingerprint, stages, self.shards)
+        held = stages or idle_stage_state(self.pack)  # the same keys at every step
+        return state_to_dict(position, self.fingerprint, held, self.shards)
 
     def position_from(self, state: dict[str, Any]) -> Cursor:
         return cursor_from_state(state)
@@ -243,7 +244,7 @@ class MixPlan:
             position,
             self.fingerprint,
             [component.fingerprint for component in self.components],
-            stages,
+            stages or idle_stage_state(self.pack),
             self.shards,
         )
 
@@ -322,6 +323,19 @@ def epoch_length(plan: Plan | MixPlan) -> int:
             "depend on the data (filter, flat_map, pack, mix or ignore_errors)"
         )
     return plan.items_per_epoch()
+
+
+def pass_length(plan: Plan | MixPlan) -> int:
+    """Items of one whole pass, every epoch of it (what `len()` of `to_torch()` says): the
+    epoch's count times the epochs; TypeError saying why where the data decides it, or where
+    a pass never ends."""
+    per_epoch = epoch_length(plan)
+    if plan.epochs is None:
+        raise TypeError(
+            f"len() is unknown for a pipeline that repeats forever (repeat()): a pass never "
+            f"ends. Each epoch has {per_epoch} items (len(ds)); repeat(n) makes a pass of n"
+        )
+    return per_epoch * plan.epochs
 
 
 def pipeline_fingerprint(

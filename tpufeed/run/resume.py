@@ -60,8 +60,8 @@ def _read_one(plan: StreamPlan, state: Any) -> Saved:
     check_shards(state, plan.shard_stamps)
     position = plan.position_from(state)
     key = state_key(plan.pack, plan.batch)
-    stages = {key: read_stage_state(key, state[key], plan.record_key + 2)} if key in state else {}
-    return Saved(position, stages)
+    held = read_stage_state(key, state[key], plan.record_key + 2) if key in state else None
+    return Saved(position, {} if held is None or held.holds_nothing else {key: held})
 
 
 def resume(plan: StreamPlan, state: Any) -> Start:

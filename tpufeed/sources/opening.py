@@ -31,7 +31,7 @@ __all__ = [
 
 def any_source(source: Any) -> SourceView:
     """Any object with `__len__` and `__getitem__(int)`."""
-    return SourceView(source)
+    return SourceView(source, foreign=True)
 
 
 def sequence(items: Sequence[Any]) -> SourceView:

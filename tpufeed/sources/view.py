@@ -19,13 +19,18 @@ from tpufeed.order.state import ShardStamp
 
 
 class SourceView:
-    def __init__(self, source: Any):
+    """`foreign`: a user's source (`Dataset.from_source`), whose `__getitems__` gets a list of
+    ints as the Grain and PyTorch protocols say (TFDS's sources test `if not keys`, which an
+    array refuses); tpufeed's own sources take the plan's index array as it is."""
+
+    def __init__(self, source: Any, foreign: bool = False):
         if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
             raise InvalidArgumentError(
                 f"a source needs __len__ and __getitem__(int); {type(source).__name__} lacks them"
             )
         self.source = source
         self._getitems = getattr(source, "__getitems__", None)
+        self._foreign = foreign
         self._locate = getattr(source, "locate", None)
         self._will_read = getattr(source, "will_read", None)
 
@@ -45,7 +50,7 @@ class SourceView:
         """Reads records at `indices` in one call where the source allows it."""
         try:
             if self._getitems is not None:
-                return list(self._getitems(indices))
+                return list(self._getitems(indices.tolist() if self._foreign else indices))
             return [self.source[i] for i in indices.tolist()]
         except TpufeedError:
             raise
