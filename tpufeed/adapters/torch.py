@@ -54,7 +54,7 @@ try:
 except ImportError:  # pragma: no cover - the adapter is only imported through to_torch
     raise missing_dependency("torch", "torch") from None
 
-__all__ = ["BATCHED_TWICE", "KeptTuple", "TorchIterable", "TorchIterator", "to_torch"]
+__all__ = ["KeptTuple", "TorchIterable", "TorchIterator", "to_torch"]
 
 BATCHED_TWICE = (
     "DataLoader(ds.to_torch()) batches the batches tpufeed already makes: each would arrive "
