@@ -1,6 +1,6 @@
 """Where the time goes: py-spy samples of the bare loop and of tpufeed with N workers, by stage.
 
-    pip install -e ".[dev]"   # py-spy, the sampling profiler, is in the dev extra
+    pip install -e ".[all,dev]" -c constraints/ci.txt   # py-spy, the sampling profiler, is in dev
     python -m benchmarks.profiling --workload W2 --workers 2 [--records 100000] [--json F]
 
 Each row runs one epoch of the workload under `py-spy record --subprocesses --idle

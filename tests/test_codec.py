@@ -266,6 +266,15 @@ def test_not_a_buffer():
         decode(memoryview(bytes(24))[::2])
 
 
+# numpy 2 makes arrays of up to 64 dimensions, past the codec's 32; numpy 1 (1.26, the floor)
+# stops at 32 itself.
+TOO_MANY_DIMENSIONS = (
+    [({"k": np.zeros((1,) * 33)}, "record key 'k': array has 33 dimensions")]
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0"
+    else []
+)
+
+
 @pytest.mark.parametrize(
     "record, message",
     [
@@ -281,7 +290,7 @@ def test_not_a_buffer():
         ({"k": -(2**63) - 1}, "record key 'k': int .* outside"),
         ({"k": "\ud800"}, "record key 'k': str value"),
         ({"\ud800": 1}, "record key '\\\\ud800'"),
-        ({"k": np.zeros((1,) * 33)}, "record key 'k': array has 33 dimensions"),
+        *TOO_MANY_DIMENSIONS,
     ],
 )
 def test_encode_errors_name_the_key(record, message):

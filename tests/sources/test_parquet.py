@@ -346,3 +346,33 @@ def test_bytes_read_counts_the_row_groups_read_as_stored(tmp_path):
     source = ParquetSource(path, columns=["a"])
     assert len(source.__getitems__(list(range(1000)))) == 1000
     assert counts.since(before)["bytes_read"] == stored_a  # column "a" only, each group once
+
+
+def test_list_columns_decode_without_pandas(tmp_path):
+    """The parquet extra brings no pandas: an empty list takes its dtype from Arrow (pyarrow's
+    `to_pandas_dtype` imports pandas, and failed every read of a list column without it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = str(tmp_path / "lists.parquet")
+    pq.write_table(
+        pa.table({"tokens": pa.array([[1, None], [], None], pa.list_(pa.int32()))}), path
+    )
+    code = (
+        "import sys\n"
+        "class NoPandas:  # as if not installed\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'pandas':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, NoPandas())\n"
+        "from tpufeed.sources.parquet import ParquetSource\n"
+        f"rows = [ParquetSource({path!r})[i]['tokens'] for i in range(3)]\n"
+        "print([None if v is None else int(v) for v in rows[0]], rows[1].dtype, rows[1].shape, rows[2])\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[1,", "None]", "int32", "(0,)", "None"]

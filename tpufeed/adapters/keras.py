@@ -33,13 +33,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tpufeed.errors import InvalidArgumentError, StateError, missing_dependency
+from tpufeed.adapters._tensorflow import import_tensorflow
+from tpufeed.errors import InvalidArgumentError, StateError
 
-try:
-    import keras
-    import tensorflow as tf
-except ImportError:  # pragma: no cover - the adapter is only imported by users of Keras
-    raise missing_dependency("keras", "tf") from None
+tf = import_tensorflow()  # Keras 3 comes with every TensorFlow from the floor on
+import keras  # noqa: E402
 
 __all__ = ["DATA_FILE", "BackupAndRestore"]
 

@@ -49,8 +49,9 @@ from typing import Any
 import numpy as np
 
 from tpufeed.adapters._leaves import describe_path, map_leaves
+from tpufeed.adapters._tensorflow import import_tensorflow
 from tpufeed.adapters._tf_input import HISTORY, TfInput
-from tpufeed.errors import BatchError, missing_dependency
+from tpufeed.errors import BatchError
 from tpufeed.run.element_spec import TensorSpec, spec_of
 
 __all__ = ["HISTORY", "TfInput", "element_spec", "to_tf", "to_tf_spec"]
@@ -58,7 +59,7 @@ __all__ = ["HISTORY", "TfInput", "element_spec", "to_tf", "to_tf_spec"]
 
 def to_tf(ds: Any, state: Any = None) -> Any:
     """A `tf.data.Dataset` over `ds`; its first pass starts after `state` (None: the start)."""
-    _tensorflow()
+    import_tensorflow()
     spec = to_tf_spec(ds.element_spec)
     tracker = TfInput(ds, state)
 
@@ -77,7 +78,7 @@ def to_tf(ds: Any, state: Any = None) -> Any:
 
 def to_tf_spec(spec: Any) -> Any:
     """The `tf.TensorSpec` structure of a `Dataset.element_spec` (lists become tuples)."""
-    tf = _tensorflow()
+    tf = import_tensorflow()
 
     def convert(path: str, leaf: TensorSpec) -> Any:
         if leaf.dtype.kind in "SU":
@@ -129,11 +130,3 @@ def _tuples(tree: Any) -> Any:
     if isinstance(tree, tuple) and not hasattr(tree, "_fields"):
         return tuple(_tuples(v) for v in tree)
     return tree
-
-
-def _tensorflow() -> Any:
-    try:
-        import tensorflow as tf
-    except ImportError:
-        raise missing_dependency("tensorflow", "tf") from None
-    return tf

@@ -123,9 +123,9 @@ def _empty(kind: pa.DataType) -> np.ndarray:
     depth = 1
     while _is_list(kind):
         kind, depth = kind.value_type, depth + 1
-    try:
-        dtype = np.dtype(kind.to_pandas_dtype())
-    except (NotImplementedError, TypeError):
+    try:  # not `kind.to_pandas_dtype()`: that imports pandas, which the parquet extra lacks
+        dtype = pa.array([], type=kind).to_numpy(zero_copy_only=False).dtype
+    except (pa.ArrowException, NotImplementedError, TypeError):
         dtype = np.dtype(object)
     return np.empty((0,) * depth, dtype=dtype)
 
