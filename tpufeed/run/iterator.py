@@ -322,7 +322,7 @@ class PipelineRun(Iterator[Any]):
             wait_counts=list(self._waits),
             prefetch=self._prefetch,
             queue_depth=self._queue_depth(),
-            shm_bytes=sum(w.shm_bytes for w in self._executor.worker_stats()),
+            shm_bytes=self._executor.shm_bytes,
         )
 
     def _queue_depth(self) -> int:
