@@ -68,17 +68,22 @@ def _values(feature: Any) -> Any:
 
 
 def _packed_varints(buf: bytes, start: int, end: int) -> np.ndarray:
-    """Decodes packed varints with numpy: each byte contributes (b & 0x7f) << 7k."""
+    """Decodes packed varints (as protobuf writes them: whole) with numpy: the k-th byte of a
+    varint adds its low 7 bits << 7k, one pass per byte of the longest."""
     raw = np.frombuffer(buf, np.uint8, end - start, start)
     last = raw < 0x80
     if last.all():
         return raw.astype(np.int64)
     ends = np.flatnonzero(last)
-    starts = np.concatenate([[0], ends[:-1] + 1])
-    which = np.repeat(np.arange(ends.size), ends - starts + 1)
-    shift = (np.arange(raw.size) - starts[which]).astype(np.uint64) * np.uint64(7)
-    parts = (raw & 0x7F).astype(np.uint64) << shift
-    return np.add.reduceat(parts, starts).view(np.int64)
+    starts = np.empty_like(ends)
+    starts[0], starts[1:] = 0, ends[:-1] + 1
+    lengths = ends - starts + 1
+    low = (raw & 0x7F).astype(np.uint64)
+    out = low[starts]
+    for k in range(1, int(lengths.max())):
+        longer = lengths > k
+        out[longer] |= low[starts[longer] + k] << np.uint64(7 * k)
+    return out.view(np.int64)
 
 
 @functools.cache

@@ -40,6 +40,21 @@ def test_encode_then_parse_round_trips(features):
             assert parsed[key] == value
 
 
+@pytest.mark.parametrize(
+    "low, high", [(0, 255), (-1000, 1000), (0, 1 << 40), (-(2**63), 2**63 - 1)]
+)
+@pytest.mark.parametrize("count", [65, 3072])  # past the few read one by one
+def test_long_int_and_float_lists_round_trip(low, high, count):
+    rng = np.random.default_rng(count)
+    ints = rng.integers(low, high, count, dtype=np.int64, endpoint=True)
+    ints[:2] = [low, high]
+    floats = rng.standard_normal(count).astype(np.float32)
+    parsed = parse_example(encode_example({"i": ints, "f": floats}))
+    np.testing.assert_array_equal(parsed["i"], ints)
+    np.testing.assert_array_equal(parsed["f"], floats)
+    assert parsed["i"].dtype == np.int64 and parsed["f"].dtype == np.float32
+
+
 def test_encoding_is_deterministic_and_key_order_free():
     a = encode_example({"b": 1, "a": [1.5, 2.5], "c": "text"})
     assert a == encode_example({"c": "text", "a": [1.5, 2.5], "b": 1})
