@@ -88,3 +88,44 @@ def test_decode_ab_compares_two_codec_files():
         "| text and numbers",
         "| bool masks",
     ]
+
+
+def _run_module(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": ROOT},
+    )
+
+
+def test_example_parse_compares_two_example_files():
+    example = os.path.join(ROOT, "transforms", "example.py")
+    result = _run_module(
+        "benchmarks.example_parse", example, example, "--rounds", "2", "--calls", "5"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split(" | ")[0] for line in result.stdout.splitlines() if line.startswith("| ")]
+    assert rows[1:] == [
+        "| W2-like: image bytes, label, 2 floats, id",
+        "| image as 3072 int64s + shape",
+        "| 1024 floats, 16 ints",
+    ]
+
+
+@pytest.mark.emulator
+def test_gcs_retry_counts_every_fault_it_retries():
+    pytest.importorskip("gcp_storage_emulator")
+    retry = os.path.join(ROOT, "tpufeed", "storage", "retry.py")
+    result = _run_module("benchmarks.gcs_retry", retry, retry, "--reads", "20", "--rounds", "1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [
+        line.split(" | ")
+        for line in result.stdout.splitlines()
+        if line.startswith("| before") or line.startswith("| after")
+    ]
+    assert len(rows) == 2
+    for _, _, retries, requests, faults in (row[:4] + [row[4].rstrip(" |")] for row in rows):
+        assert int(retries) == int(faults) > 0 and int(requests) == 20 + int(faults)

@@ -52,6 +52,54 @@ def test_globs_list_one_level_sorted(objects):
     ]
 
 
+_TRICKY = ["g/a/b.bin", "g/a/x/b.bin", "g/ab.bin", "g/x.bin", "g/y.bin", "g/{x,y}.bin"]
+
+
+@pytest.mark.parametrize(
+    ("glob", "sent", "expected"),
+    [
+        ("g/*.bin", True, ["g/ab.bin", "g/x.bin", "g/y.bin", "g/{x,y}.bin"]),
+        ("g/**", True, _TRICKY),
+        # GCS's `**/` also matches no folder (g/a/b.bin): the check here keeps one or more.
+        ("g/a/**/b.bin", True, ["g/a/x/b.bin"]),
+        ("g/[xy].bin", True, ["g/x.bin", "g/y.bin"]),
+        ("g/?.bin", True, ["g/x.bin", "g/y.bin"]),
+        # Braces are GCS alternatives but plain characters here; `[!..]` is left to us.
+        ("g/{x,y}*", False, ["g/{x,y}.bin"]),
+        ("g/[!x].bin", False, ["g/y.bin"]),
+    ],
+)
+def test_globs_are_matched_by_the_server_and_mean_what_they_mean_here(
+    gcs, bucket, upload, glob, sent, expected
+):
+    """GCS matches the glob (`matchGlob`) where its syntax means the same as ours; every name
+    it lists is matched here too, so its wider `**/` and its braces change nothing."""
+    for name in _TRICKY:
+        upload(bucket, name, name.encode())
+    gcs.reset()
+    assert [o.name for o in list_objects(f"gs://{bucket}/{glob}")] == expected
+    listings = [p for p in gcs.counters.only(bucket).paths if "/o?" in p or p.endswith("/o")]
+    assert len(listings) == 1
+    assert ("matchGlob=" in listings[0]) == sent
+
+
+def test_what_gcs_is_sent_as_its_glob():
+    assert gcs_module.server_glob("train-*.array_record") == "train-*.array_record"
+    assert gcs_module.server_glob("d/**/part-[0-9a-f]?.tfrecord") == "d/**/part-[0-9a-f]?.tfrecord"
+    for odd in [
+        "a***",
+        "a{b,c}*",
+        "a\\*",
+        "x[!a]*",
+        "x[^a]*",
+        "x[]a]*",
+        "x[a/b]*",
+        "x[z-a]*",
+        "x[ab",
+    ]:
+        assert gcs_module.server_glob(odd) is None, odd
+
+
 def test_lists_mix_objects_globs_and_local_files(objects, tmp_path):
     bucket, data = objects
     local = tmp_path / "x.bin"

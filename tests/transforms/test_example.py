@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -33,6 +38,21 @@ def test_encode_then_parse_round_trips(features):
             np.testing.assert_array_equal(parsed[key], value)
         else:
             assert parsed[key] == value
+
+
+@pytest.mark.parametrize(
+    "low, high", [(0, 255), (-1000, 1000), (0, 1 << 40), (-(2**63), 2**63 - 1)]
+)
+@pytest.mark.parametrize("count", [65, 3072])  # past the few read one by one
+def test_long_int_and_float_lists_round_trip(low, high, count):
+    rng = np.random.default_rng(count)
+    ints = rng.integers(low, high, count, dtype=np.int64, endpoint=True)
+    ints[:2] = [low, high]
+    floats = rng.standard_normal(count).astype(np.float32)
+    parsed = parse_example(encode_example({"i": ints, "f": floats}))
+    np.testing.assert_array_equal(parsed["i"], ints)
+    np.testing.assert_array_equal(parsed["f"], floats)
+    assert parsed["i"].dtype == np.int64 and parsed["f"].dtype == np.float32
 
 
 def test_encoding_is_deterministic_and_key_order_free():
@@ -68,6 +88,39 @@ def test_unpacked_encodings_parse_too():
 def test_malformed_examples_raise_value_error(data, match):
     with pytest.raises(ValueError, match=match):
         parse_example(data)
+
+
+def test_features_come_in_name_order_as_writable_arrays():
+    parsed = parse_example(encode_example({"z": [1.5, 2.5], "a": np.arange(100), "m": b"x"}))
+    assert list(parsed) == ["a", "m", "z"]
+    parsed["z"][0] = 7.0  # the caller's own arrays, not views of the record's bytes
+    parsed["a"][0] = 7
+    assert parsed["z"].tolist() == [7.0, 2.5] and parsed["a"][:2].tolist() == [7, 1]
+
+
+def test_parsing_imports_protobuf_not_tensorflow():
+    """protobuf's parser, with the Example classes made here: no TensorFlow import, and
+    TensorFlow's own classes still register when it is imported after (no name clash)."""
+    code = textwrap.dedent("""
+        import sys
+        from tpufeed.transforms import encode_example, parse_example
+        assert parse_example(encode_example({"a": 3}))["a"].tolist() == [3]
+        print(sorted(m for m in ("tensorflow", "google.protobuf") if m in sys.modules))
+        try:
+            import tensorflow as tf
+        except ImportError:
+            raise SystemExit(0)
+        example = tf.train.Example()
+        example.features.feature["b"].int64_list.value.append(4)
+        assert parse_example(example.SerializeToString())["b"].tolist() == [4]
+        print("tensorflow after: ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    expected = ["['google.protobuf']"]
+    if importlib.util.find_spec("tensorflow") is not None:
+        expected.append("tensorflow after: ok")
+    assert proc.stdout.splitlines() == expected
 
 
 def test_parse_example_shapes_and_missing_features():

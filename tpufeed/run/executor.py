@@ -42,6 +42,11 @@ class Executor(Protocol):
         """Each worker process's share of the run so far (none where chunks run here)."""
 
     @property
+    def shm_bytes(self) -> int:
+        """Shared memory of the workers' batch slots mapped now, without waiting for a worker
+        still being forked (as `worker_stats` and `worker_pids` do)."""
+
+    @property
     def queue_depth(self) -> int:
         """Chunks dealt ahead of the consumer."""
 
@@ -90,6 +95,10 @@ class InProcessExecutor:
 
     def worker_stats(self) -> tuple[WorkerStats, ...]:
         return ()
+
+    @property
+    def shm_bytes(self) -> int:
+        return 0
 
     @property
     def queue_depth(self) -> int:

@@ -7,11 +7,13 @@ over one run of the pipeline (`PipelineRun`, or the run wrapped so that hosts en
 
 from __future__ import annotations
 
+import atexit
 import logging
 import math
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -76,6 +78,7 @@ class DatasetIterator(TorchStateNames, Iterator[Any]):
         self._trace = TraceFile(trace) if trace is not None else None
         self._run: Run = self._start(launch(state))
         self._closed = False
+        _open.add(self)
 
     def _start(self, run: Callable[[], Run]) -> Run:
         """`run` started, recorded from before its workers start where a trace is asked."""
@@ -159,6 +162,18 @@ class DatasetIterator(TorchStateNames, Iterator[Any]):
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
             self.close()
+
+
+_open: weakref.WeakSet[DatasetIterator] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterators() -> None:
+    """Closes the iterators a script left open before its modules are torn down: closed by
+    `__del__` during that teardown, one found tpufeed's functions gone and printed a
+    traceback at exit (a script that imported torch)."""
+    for it in list(_open):
+        it.close()
 
 
 class PipelineRun(Iterator[Any]):
@@ -324,7 +339,7 @@ class PipelineRun(Iterator[Any]):
             wait_counts=list(self._waits),
             prefetch=self._prefetch,
             queue_depth=self._queue_depth(),
-            shm_bytes=sum(w.shm_bytes for w in self._executor.worker_stats()),
+            shm_bytes=self._executor.shm_bytes,
         )
 
     def _queue_depth(self) -> int:

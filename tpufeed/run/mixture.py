@@ -280,5 +280,9 @@ class MixtureExecutor:
         return tuple(out)
 
     @property
+    def shm_bytes(self) -> int:
+        return sum(executor.shm_bytes for executor in self.components)
+
+    @property
     def queue_depth(self) -> int:
         return 0

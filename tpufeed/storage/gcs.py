@@ -128,7 +128,9 @@ def _new_client() -> Any:
 def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[GcsObject]:
     """The objects a gs:// URL names: one object, or a glob's matches sorted by name.
 
-    `*` and `?` do not cross `/`, as in a local glob; `**` does.
+    `*` and `?` do not cross `/`, as in a local glob; `**` does. GCS matches the glob itself
+    where its syntax means the same (`server_glob`), so only the matches travel; every name
+    listed is matched here too, so the result is the same with any server.
     """
     bucket, name = split_url(pattern)
     if not name:
@@ -140,8 +142,9 @@ def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[Gcs
     prefix = re.split(r"[*?\[]", name, maxsplit=1)[0]
     matcher = re.compile(_glob_regex(name))
     recursive = "/" in name[len(prefix) :] or "**" in name
+    server = server_glob(name)
     listed = call_with_retry(
-        lambda timeout: _list(bucket, prefix, recursive, timeout),
+        lambda timeout: _list(bucket, prefix, recursive, timeout, server),
         pattern,
         "listing objects",
         policy,
@@ -180,9 +183,16 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
     return call_with_retry(get, url, "reading object metadata", policy)
 
 
-def _list(bucket: str, prefix: str, recursive: bool, timeout: float) -> list[GcsObject]:
+def _list(
+    bucket: str, prefix: str, recursive: bool, timeout: float, match_glob: str | None = None
+) -> list[GcsObject]:
     blobs = client().list_blobs(
-        bucket, prefix=prefix, delimiter=None if recursive else "/", retry=None, timeout=timeout
+        bucket,
+        prefix=prefix,
+        delimiter=None if recursive else "/",
+        match_glob=match_glob,
+        retry=None,
+        timeout=timeout,
     )
     return [_object(b) for b in blobs if not b.name.endswith("/")]
 
@@ -194,6 +204,21 @@ def _object(blob: Any) -> GcsObject:
     return GcsObject(
         blob.bucket.name, blob.name, int(blob.size or 0), int(blob.generation or 0), crc
     )
+
+
+# What GCS's `matchGlob` is sent: `*`, `**` and `?` as here, and classes of letters, digits,
+# `_` and `.` (`[0-9]`, `[ab_]`). Anything else (`\\`, braces, `[!...]`, `***`, a reversed
+# range, other characters in a class) GCS reads otherwise or refuses: matched here alone.
+_SERVER_GLOB = re.compile(r"(?:[^\\{}\[\]*?]|\*\*?(?!\*)|\?|\[(?:[\w.](?:-[\w.])?)+\])+", re.ASCII)
+
+
+def server_glob(name: str) -> str | None:
+    """`name` as GCS's `matchGlob`, where GCS matches every object that `_glob_regex` does
+    (it may match more: a `**/` also matches no folder); else None (listed by prefix)."""
+    if not _SERVER_GLOB.fullmatch(name):
+        return None
+    ranges = (r for c in re.findall(r"\[([^\]]*)\]", name) for r in re.findall(r"(.)-(.)", c))
+    return name if all(low <= high for low, high in ranges) else None
 
 
 def _glob_regex(pattern: str) -> str:

@@ -7,7 +7,8 @@ at most `timeout_s` for the server (to connect, and between bytes), and never pa
 of `deadline_s`: a call, retries included, ends within `deadline_s` even against a server that
 accepts connections and never answers. 401/403/404 fail on the first answer, naming the `gs://`
 path. Messages carry the path, the HTTP status and the exception's class; never request headers
-(which hold the credentials).
+(which hold the credentials). The loop is google.api_core's `retry_target` (the client's own);
+the cap on attempts, the timeouts, the counters and the errors are tpufeed's (`_Call`).
 
 >>> RetryPolicy.within(30).deadline_s  # what a constructor's `timeout_s=30` asks for
 30.0
@@ -16,12 +17,13 @@ path. Messages carry the path, the HTTP status and the exception's class; never 
 from __future__ import annotations
 
 import http.client
+import itertools
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tpufeed.errors import InvalidArgumentError, SourceError, SourceNotFoundError
 from tpufeed.observe import counts, timeline
@@ -144,46 +146,94 @@ def call_with_retry(
     rng: random.Random | None = None,
 ) -> T:
     """Runs `fn(request_timeout_s)`, retrying transient failures under `policy`, each attempt
-    given what is left of the deadline at most; raises a SourceError naming `url`."""
-    rng = rng or random.Random()
-    start = time.monotonic()
-    attempt = 0
-    while True:
-        left = policy.deadline_s - (time.monotonic() - start)
+    given what is left of the deadline at most; raises a SourceError naming `url`.
+
+    The loop is google.api_core's `retry_target` (its backoff is ours: it has no cap on
+    attempts, and draws from the global rng); `_Call` is what tpufeed adds to it.
+    """
+    from google.api_core.retry import retry_target
+
+    call = _Call(fn, url, what, policy, rng or random.Random())
+    return retry_target(
+        call.attempt,
+        call.retryable,
+        call.waits(),
+        policy.deadline_s,
+        on_error=call.failed,
+        exception_factory=call.error,
+    )
+
+
+class _Call:
+    """One call's retries: per-request timeouts from what is left of the deadline, the cap on
+    attempts, the counters, and errors that name the path."""
+
+    def __init__(
+        self, fn: Callable[[float], T], url: str, what: str, policy: RetryPolicy, rng: random.Random
+    ):
+        self.fn, self.url, self.what, self.policy, self.rng = fn, url, what, policy, rng
+        self.start = time.monotonic()
+        self.tries = 0
+        self.last: BaseException | None = None  # the failure the next attempt retries
+        self.wait = 0.0
+
+    def attempt(self) -> Any:
+        if self.tries:  # a retry, counted as it is made (not a give-up at the deadline)
+            self._retrying()
+        self.tries += 1
         counts.count("gcs_requests")
-        try:
-            return fn(max(_MIN_REQUEST_S, min(policy.timeout_s, left)))
-        except Exception as exc:
-            if isinstance(exc, SourceError):
-                raise
-            if not is_transient(exc):
-                raise permanent_error(exc, url, what) from exc
-            elapsed = time.monotonic() - start
-            wait = policy.backoff(attempt, rng)
-            if attempt + 1 >= policy.attempts or elapsed + wait > policy.deadline_s:
-                raise SourceError(
-                    f"{url}: gave up {what} after {attempt + 1} attempts in {elapsed:.1f} s "
-                    f"(a GCS call may take {policy.deadline_s:g} s, retries included, and a "
-                    f"request wait {policy.timeout_s:g} s for an answer; a constructor's "
-                    f"timeout_s= sets the bound); last failure: {describe(exc)}",
-                    path=url,
-                ) from exc
-            counts.count("gcs_retries")
-            timeline.instant(
-                "gcs retry",
-                "gcs",
-                {"url": url, "what": what, "failure": describe(exc), "retry": attempt + 1},
-            )
-            log.info(
-                "%s: %s failed (%s), retry %d in %.2f s",
-                url,
-                what,
-                describe(exc),
-                attempt + 1,
-                wait,
-            )
-            time.sleep(wait)
-            attempt += 1
+        left = self.policy.deadline_s - (time.monotonic() - self.start)
+        return self.fn(max(_MIN_REQUEST_S, min(self.policy.timeout_s, left)))
+
+    def retryable(self, exc: Exception) -> bool:
+        return not isinstance(exc, SourceError) and is_transient(exc)
+
+    def failed(self, exc: Exception) -> None:
+        """A transient failure: the last attempt's ends the call here (retry_target would
+        retry until the deadline)."""
+        self.last = exc
+        if self.tries >= self.policy.attempts:
+            raise self.gave_up(exc) from exc
+
+    def waits(self) -> Iterator[float]:
+        for attempt in itertools.count():
+            self.wait = self.policy.backoff(attempt, self.rng)
+            yield self.wait
+
+    def error(self, errors: list[Exception], reason: Any, _timeout: Any) -> tuple[Exception, Any]:
+        """What retry_target raises (and from what) when the call ends without an answer."""
+        from google.api_core.retry import RetryFailureReason
+
+        exc = errors[-1]
+        if isinstance(exc, SourceError):  # raised by `fn` itself: as it is
+            return exc, exc.__cause__
+        if reason == RetryFailureReason.NON_RETRYABLE_ERROR:
+            return permanent_error(exc, self.url, self.what), exc
+        return self.gave_up(exc), exc  # the next wait would pass the deadline
+
+    def gave_up(self, exc: BaseException) -> SourceError:
+        policy = self.policy
+        return SourceError(
+            f"{self.url}: gave up {self.what} after {self.tries} attempts in "
+            f"{time.monotonic() - self.start:.1f} s (a GCS call may take {policy.deadline_s:g} "
+            f"s, retries included, and a request wait {policy.timeout_s:g} s for an answer; a "
+            f"constructor's timeout_s= sets the bound); last failure: {describe(exc)}",
+            path=self.url,
+        )
+
+    def _retrying(self) -> None:
+        failure = describe(self.last) if self.last is not None else "?"
+        counts.count("gcs_retries")
+        args = {"url": self.url, "what": self.what, "failure": failure, "retry": self.tries}
+        timeline.instant("gcs retry", "gcs", args)
+        log.info(
+            "%s: %s failed (%s), retry %d after %.2f s",
+            self.url,
+            self.what,
+            failure,
+            self.tries,
+            self.wait,
+        )
 
 
 def _short(exc: BaseException) -> str:

@@ -165,3 +165,76 @@ def test_workers_import_the_tpufeed_their_parent_imported_not_the_working_direct
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["1560"]
+
+
+_HEAVY = "torch jax tensorflow keras apache_beam grain pyarrow datasets pandas sklearn".split()
+
+
+@pytest.mark.parametrize("server", ["1", "0"])
+def test_workers_import_no_framework_that_their_pipeline_does_not_use(server, tmp_path):
+    """A PyTorch script's workers: the parent's torch is not theirs to import, unless the
+    pipeline's own functions or source need it (each import of torch costs a worker seconds
+    of start-up). `google.cloud.storage` likewise, where no gs:// path is read."""
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import sys
+        import torch
+        import tpufeed
+
+        heavy = {_HEAVY + ["google.cloud.storage"]!r}
+
+
+        def loaded(i):
+            return ",".join(m for m in heavy if m in sys.modules) or "none"
+
+
+        def uses_torch(i):
+            return loaded(i) if torch.tensor(i).item() == i else "wrong"
+
+
+        assert "torch" in sys.modules
+        for fn in (loaded, uses_torch):
+            ds = tpufeed.Dataset.from_sequence(list(range(8))).map(fn)
+            print(fn.__name__, sorted(set(ds.workers(2, isolate=True))))
+    """)
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TPUFEED_FORKSERVER": server},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["loaded ['none']", "uses_torch ['torch']"]
+
+
+def _server_pid() -> int:
+    list(tpufeed.Dataset.from_sequence(list(range(4))).workers(1, isolate=True))
+    (server,) = [c for c in psutil.Process().children() if is_fork_server(c)]
+    return server.pid
+
+
+def test_the_first_batch_does_not_wait_for_the_fork_server():
+    """Until a worker has started, the parent makes the batches itself: a fork server that is
+    still importing (here: stopped, and waited for without limit) holds nothing back, nor
+    does asking for a worker's pid."""
+    import signal
+    import threading
+
+    server = _server_pid()
+    ds = tpufeed.Dataset.from_sequence(list(range(40))).map(lambda i: i * 2).batch(4)
+    got: list = []
+    os.kill(server, signal.SIGSTOP)
+    try:
+        it = ds.workers(2).options(stopped_s=None).iterator()
+        reader = threading.Thread(target=lambda: got.append(next(it)), daemon=True)
+        reader.start()
+        reader.join(30)  # not a timing: a first batch that waits for the server never comes
+        assert [b.tolist() for b in got] == [[0, 2, 4, 6]]
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert sum(int(b.sum()) for b in it) == 2 * sum(range(40)) - 12
+    it.close()

@@ -240,7 +240,7 @@ class WorkerExecutor:
     warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
 
     def __post_init__(self) -> None:
-        self.depth = self.depth_for(self.prefetch)
+        self.deepen(self.prefetch)
         deepest = max(1, self.prefetch, self.max_prefetch) + 2 * self.workers
         # Lent to the consumer: the prefetched batches, the one it holds, the one it is about to
         # take, and a few it keeps a little longer (steps in flight under async dispatch, the
@@ -265,13 +265,13 @@ class WorkerExecutor:
     def worker_stats(self) -> tuple[WorkerStats, ...]:
         return self.shares.stats(self.worker_pids, self._pool.slot_maps if self._pool else None)
 
-    def depth_for(self, prefetch: int) -> int:
-        """Sets (and returns) the chunks in flight for a prefetch depth."""
-        self.depth = max(1, prefetch) + 2 * self.workers
-        return self.depth
+    @property
+    def shm_bytes(self) -> int:
+        return self._pool.slot_maps.mapped_bytes() if self._pool is not None else 0
 
     def deepen(self, prefetch: int) -> None:
-        self.depth_for(prefetch)
+        """Sets the chunks in flight for a prefetch depth."""
+        self.depth = max(1, prefetch) + 2 * self.workers
 
     def start(self) -> WorkerPool:
         """Starts the workers now, so they boot while the caller does other work."""

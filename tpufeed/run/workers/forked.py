@@ -37,6 +37,11 @@ class ForkedProcess:
                 self.lost, self._pid = str(error), -1
         return self._pid
 
+    @property
+    def known_pid(self) -> int | None:
+        """Its pid if the server has already said it, without waiting for the server."""
+        return self._pid
+
     def poll(self) -> int | None:
         """Its returncode once it has ended, else None. The kernel is asked first (a running
         worker costs no round trip to the server); the server, which reaps it, for how it
@@ -64,9 +69,15 @@ class ForkedProcess:
         return self.returncode
 
     def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def _signal(self, number: int) -> None:
         if self.pid < 0:
             return
         try:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, number)
         except ProcessLookupError:
             pass

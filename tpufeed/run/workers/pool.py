@@ -109,7 +109,11 @@ class WorkerPool:
             )
         )
         counts.count("workers_started")
-        timeline.instant("worker started", "workers", {"worker": index, "pid": proc.pid})
+        if timeline.recording() is not None:
+            # A forked worker's pid is known once the fork server answers, which waits for its
+            # imports: asking here would hold the first batch back (0.4 s) for a trace's label.
+            pid = proc.pid if isinstance(proc, subprocess.Popen) else proc.known_pid
+            timeline.instant("worker started", "workers", {"worker": index, "pid": pid})
         return proc
 
     @property
@@ -290,9 +294,14 @@ class WorkerPool:
                 conn.send_bytes(encode_stop())
             except (BrokenPipeError, OSError):
                 pass
-        for proc in self._procs:
+        for worker, proc in enumerate(self._procs):
             if is_stopped(proc.pid):  # it would not hear the stop: no point in waiting for it
                 proc.kill()
+            elif worker not in self._ready and not _ended(proc):
+                # Still starting (importing the pipeline's modules as it unpickles it, which
+                # for a torch Dataset takes seconds): it would read the stop only then. SIGTERM
+                # is its clean exit, now.
+                proc.terminate()
         deadline = time.monotonic() + 2.0
         for proc in self._procs:
             try:

@@ -210,12 +210,12 @@ class SlotMaps:
             self._released[worker] = self._released.get(worker, 0) + len(old)
             old.close()  # a slot is replaced or dropped only while free: nothing views it
 
-    def mapped_bytes(self, worker: int) -> int:
-        """Shared memory of `worker`'s segments mapped now (its slots in use or ready); read
-        from any thread (a segment unmapped meanwhile counts as gone)."""
+    def mapped_bytes(self, worker: int | None = None) -> int:
+        """Shared memory of `worker`'s segments (None: every worker's) mapped now (its slots in
+        use or ready); read from any thread (a segment unmapped meanwhile counts as gone)."""
         total = 0
         for (owner, _), segment in list(self._maps.items()):
-            if owner == worker:
+            if worker is None or owner == worker:
                 with contextlib.suppress(ValueError):  # closed since the list was taken
                     total += len(segment)
         return total
