@@ -87,7 +87,7 @@ def test_workers_that_never_start_fail_the_build_after_the_timeout(tmp_path, cap
     with worker_pool(python, tmp_path / "pool.log") as address:
         code, err = _build(tmp_path, capsys, address, "--worker-start-timeout", "8")
     assert code != 0 and err.count("\n") == 1, err
-    assert "no worker answered within 8 s (--worker-start-timeout)" in err
+    assert "the check job did not finish within 8 s (--worker-start-timeout)" in err
     assert "No module named 'apache_beam'" in (tmp_path / "pool.log").read_text()
     assert not (tmp_path / "out").exists()
 

@@ -86,11 +86,11 @@ def _cause(report: dict[str, str]) -> str:
 
     if "timeout" in report:
         return (
-            f"no worker answered within {report['timeout']} s (--worker-start-timeout). A "
-            "worker whose Python lacks apache_beam dies before it connects, and the runner "
-            "waits for it with no end; read the log of the worker pool, the job server or "
-            "the container, and check that its Python has apache_beam and "
-            f"tpufeed=={__version__}"
+            f"the check job did not finish within {report['timeout']} s "
+            "(--worker-start-timeout). A worker whose Python lacks apache_beam dies before "
+            "it connects, and the runner waits for it with no end; read the log of the "
+            "worker pool, the job server or the container, and check that the job server "
+            f"is reachable and the workers' Python has apache_beam and tpufeed=={__version__}"
         )
     if "missing" in report:
         return (
