@@ -44,6 +44,8 @@ SKIPPED = {
     "host of a pod slice (the rest of the page runs the hosts as shards "
     "and threads of one process)",
     ("offline-build.md", 6): "runs the build on Dataflow: needs a Google Cloud project and bucket",
+    ("build-at-scale.md", 2): "runs the build on Flink and on a job server: needs those "
+    "services (tests/beam/test_build_portable.py runs the path with Beam's embedded one)",
     ("coming-from/streaming.md", 1): "MosaicML Streaming pins numpy < 2.2: it runs in an "
     "environment of its own, not beside this one",
     ("coming-from/streaming.md", 2): "the conversion reads MDS with Streaming itself (its own "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from tpufeed.beam.block_plan import DEFAULT_BLOCK_BYTES
 from tpufeed.beam.shard_size import DEFAULT_MAX_SHARD_BYTES
 from tpufeed.beam.user_transforms import resolve_spec
+from tpufeed.beam.worker_check import DEFAULT_TIMEOUT_S
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.record_formats import get_record_format
@@ -29,7 +30,9 @@ class BuildConfig:
     `record_format`: "codec" (tpufeed's) or "tf_example" (`tf.train.Example`).
     `num_shards=None` picks shards of about 256 MB of input; a count that would make a shard
     larger than `max_shard_bytes` (what one worker holds while writing it) is refused.
-    `workers` local worker processes; `block_bytes` is the size of the blocks inputs are cut into."""
+    `workers` local worker processes; `block_bytes` is the size of the blocks inputs are cut into.
+    `worker_start_timeout` bounds the check that a portable runner's workers can run the build
+    (`tpufeed.beam.worker_check`), in seconds."""
 
     inputs: tuple[str, ...]
     output: str
@@ -43,6 +46,7 @@ class BuildConfig:
     workers: int = 1
     block_bytes: int = DEFAULT_BLOCK_BYTES
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
+    worker_start_timeout: float = DEFAULT_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str) or not self.inputs:
@@ -60,6 +64,11 @@ class BuildConfig:
         if not isinstance(self.max_bad, int) or self.max_bad < 0:
             raise InvalidArgumentError(
                 f"--max-bad must be a non-negative int, got {self.max_bad!r}"
+            )
+        timeout = self.worker_start_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise InvalidArgumentError(
+                f"--worker-start-timeout must be a positive number of seconds, got {timeout!r}"
             )
         if not isinstance(self.overwrite, bool):
             raise InvalidArgumentError(f"overwrite must be True or False, got {self.overwrite!r}")

@@ -43,6 +43,7 @@ from tpufeed.beam.publish import leftover_builds
 from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.beam.shard_size import check_shard_size, input_bytes, suggest_num_shards
 from tpufeed.beam.user_transforms import load_transform
+from tpufeed.beam.worker_check import check_workers, needs_check
 from tpufeed.errors import TpufeedError, plural
 from tpufeed.sources.record_formats import get_record_format
 
@@ -146,6 +147,9 @@ def build(config: BuildConfig) -> dict[str, Any]:
     options = PipelineOptions(list(worker_args(config.workers, config.beam_args)))
     runner = runner_for(options, config.workers)
     blocks, num_shards = _plan(config)
+    if needs_check(config.beam_args):
+        log.info("checking that the runner's workers can run tpufeed")
+        check_workers(config.beam_args, config.worker_start_timeout)
     pipeline = beam.Pipeline(runner=runner, options=options)
     writer = _pipeline_parts(pipeline, config, blocks, num_shards)
     with noting_interrupts() as interrupted:

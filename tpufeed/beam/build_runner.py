@@ -11,6 +11,9 @@ starts, through `tpufeed.beam.worker_process`), which gives byte-identical shard
 - BundleBasedDirectRunner: a side input made from a step with tagged outputs arrives empty.
 After the run, the steps' own counters are compared with the manifest; a runner that reports
 no counters fails the build, because lost records would then go unnoticed.
+Any other runner is Beam's to make. The portable ones (PortableRunner, Flink, Spark) report
+the counters through their job service, and are tested with Beam's embedded job server and
+LOOPBACK or worker-pool workers; `tpufeed.beam.worker_check` first checks their workers.
 """
 
 from __future__ import annotations

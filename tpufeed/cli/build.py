@@ -92,6 +92,15 @@ def _scale_options(build: argparse.ArgumentParser) -> None:
         default=64,
         help="inputs are read in blocks of about this size, in parallel",
     )
+    build.add_argument(
+        "--worker-start-timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="with a portable runner (PortableRunner, Flink, Spark), fail if its workers "
+        "cannot run a one-element check job within this time (they lack tpufeed, or "
+        "never start)",
+    )
 
 
 def _format_options(build: argparse.ArgumentParser) -> None:
@@ -146,6 +155,7 @@ def run_command(args: argparse.Namespace) -> int:
             workers=args.workers,
             block_bytes=args.block_mb << 20,
             max_shard_bytes=args.max_shard_mb << 20,
+            worker_start_timeout=args.worker_start_timeout,
             record_format=args.record_format,
             transforms=tuple(args.transform),
             max_bad=args.max_bad,
