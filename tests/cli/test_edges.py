@@ -454,6 +454,30 @@ def test_inspect_verify_checks_record_counts(tmp_path):
     )
 
 
+def test_inspect_shows_scalar_values_and_words_verify_as_done(tmp_path):
+    """Scalars (stored as 0-d arrays) and small arrays show their values, a large array its
+    dtype and shape; "(--verify checks them)" only where --verify was not passed."""
+    pytest.importorskip("apache_beam")
+    from tpufeed.beam import BuildConfig, build
+
+    (tmp_path / "t.py").write_text(
+        "import numpy as np\n"
+        "def arrays(r):\n"
+        "    return {'label': np.int32(r['id']), 'ids': np.arange(3), 'big': np.zeros(40)}\n"
+    )
+    write_jsonl(tmp_path / "in.jsonl", 4)
+    transform = f"{tmp_path / 't.py'}:arrays"
+    build(BuildConfig((str(tmp_path / "in.jsonl"),), str(tmp_path / "ds"), transforms=(transform,)))
+    plain = tpufeed("inspect", "ds", cwd=tmp_path).stdout.splitlines()
+    assert plain[0].endswith("as the manifest lists them (--verify checks them)")
+    assert {"  label: int32[] = 0", "  ids: int64[3] = [0, 1, 2]", "  big: float64[40]"} <= set(
+        plain
+    )
+    checked = tpufeed("inspect", "--verify", "ds", cwd=tmp_path).stdout.splitlines()
+    assert checked[0].endswith("as the manifest lists them")
+    assert checked[-1].startswith("verify: 1 shard: size, crc32c and record count checked")
+
+
 def test_inspect_describes_the_quickstart_folder_as_a_plain_folder_of_shards(tmp_path):
     pytest.importorskip("sklearn")
     from tpufeed.cli.quickstart import NUM_SHARDS, build
