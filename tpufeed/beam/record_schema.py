@@ -33,51 +33,73 @@ __all__ = ["RecordSchema", "first_record_schema"]
 _SEARCH_RECORDS = 1000  # input records read, at most, to find the first good one
 
 
-def value_kind(value: Any) -> str:
+Kind = Any  # a Python type, or (dtype, number of dimensions) for a numpy value
+
+
+def value_kind(value: Any) -> Kind:
     """What a value is, as far as batching goes: its type, or an array's dtype and dims."""
-    if isinstance(value, np.ndarray):
-        return f"{value.dtype.name} array of {value.ndim} dims"
-    if isinstance(value, np.generic):
-        return f"{value.dtype.name} array of 0 dims"  # stored as one
-    return type(value).__name__
+    cls = type(value)
+    if cls is np.ndarray:
+        return value.dtype, value.ndim
+    if issubclass(cls, np.generic):
+        return value.dtype, 0  # stored as a 0-d array
+    return cls
+
+
+def describe_kind(kind: Kind) -> str:
+    """A kind in words: "int", "float32 array of 2 dims"."""
+    if isinstance(kind, tuple):
+        return f"{kind[0].name} array of {kind[1]} dims"
+    return "a dict" if kind is dict else kind.__name__
 
 
 class RecordSchema:
     """The keys and value kinds of a reference record (a dict), or its type (bytes)."""
 
-    def __init__(self, kinds: dict[str, str] | str, origin: str):
+    def __init__(self, kinds: dict[str, Kind] | type, origin: str):
         self.kinds, self.origin = kinds, origin
 
     @classmethod
     def of(cls, record: Any, origin: str) -> RecordSchema:
         if isinstance(record, dict):
             return cls({k: value_kind(v) for k, v in record.items()}, origin)
-        return cls(type(record).__name__, origin)
+        return cls(type(record), origin)
 
     def mismatch(self, record: Any) -> str | None:
-        """None if `record` has the reference's keys and value kinds, else what differs."""
+        """None if `record` has the reference's keys and value kinds, else what differs.
+        (Run on every record: the common case, the same kinds, is kept to a few checks.)"""
         kinds = self.kinds
-        if not isinstance(kinds, dict) or not isinstance(record, dict):
-            got = "a dict" if isinstance(record, dict) else type(record).__name__
-            want = "a dict" if isinstance(kinds, dict) else kinds
-            return (
-                None
-                if got == want
-                else f"the record is {got}, but the first record ({self.origin}) is {want}"
-            )
+        if not isinstance(kinds, dict) or type(record) is not dict:
+            return self._other_type(record)
         if record.keys() != kinds.keys():
             return (
-                f"the record has keys {sorted(record)}, but the first record ({self.origin}) has "
-                f"{sorted(kinds)}"
+                f"the record has keys {sorted(record)}, but the first record ({self.origin}) "
+                f"has {sorted(kinds)}"
             )
         for key, value in record.items():
-            kind = value_kind(value)
-            if kind != kinds[key]:
-                return (
-                    f"key {key!r} is {kind} {_short(value)}, but it is {kinds[key]} in the "
-                    f"first record ({self.origin})"
-                )
+            want, cls = kinds[key], type(value)
+            if cls is want:
+                continue
+            if cls is np.ndarray and type(want) is tuple:
+                if value.ndim == want[1] and (value.dtype is want[0] or value.dtype == want[0]):
+                    continue
+            elif value_kind(value) == want:
+                continue
+            return (
+                f"key {key!r} is {describe_kind(value_kind(value))} {_short(value)}, but it is "
+                f"{describe_kind(want)} in the first record ({self.origin})"
+            )
         return None
+
+    def _other_type(self, record: Any) -> str | None:
+        got = dict if isinstance(record, dict) else type(record)
+        want = dict if isinstance(self.kinds, dict) else self.kinds
+        if got is want:
+            return None
+        return (
+            f"the record is {describe_kind(got)}, but the first record ({self.origin}) is "
+            f"{describe_kind(want)}"
+        )
 
 
 def _short(value: Any) -> str:
