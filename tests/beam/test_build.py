@@ -16,7 +16,12 @@ pytest.importorskip("apache_beam")
 import tpufeed
 from tpufeed import cli
 from tpufeed.beam import BuildConfig, build
-from tpufeed.errors import SourceError, SourceNotFoundError, TransformError
+from tpufeed.errors import (
+    InvalidArgumentError,
+    SourceError,
+    SourceNotFoundError,
+    TransformError,
+)
 from tpufeed.sources.array_record import write_array_records
 from tpufeed.sources.tfrecord import write_tfrecords
 from tpufeed.transforms import encode_example
@@ -114,6 +119,21 @@ def test_two_builds_are_byte_identical(tmp_path):
     assert len(one) == 4 and one == two
 
 
+def test_more_shards_than_records_is_refused_with_the_record_count(tmp_path):
+    """Before any shard is written: 8 shards of 5 records would leave 3 empty files."""
+    path = write_jsonl(tmp_path / "in.jsonl", _json_records(5))
+    with pytest.raises(
+        InvalidArgumentError,
+        match=r"--num-shards 8 is more than the 5 records this build made \(after --transform "
+        r"and skips\): 3 shards would be empty. Pass --num-shards 5 or fewer",
+    ):
+        build(BuildConfig(inputs=(path,), output=str(tmp_path / "ds"), num_shards=8))
+    assert not os.path.exists(tmp_path / "ds") or os.listdir(tmp_path / "ds") == []
+    assert [n for n in os.listdir(tmp_path) if ".tpufeed-build-" in n] == []
+    summary = build(BuildConfig(inputs=(path,), output=str(tmp_path / "ds"), num_shards=5))
+    assert summary["shards"] == 5 and summary["records_out"] == 5
+
+
 def test_a_transform_that_raises_leaves_nothing_that_opens(tmp_path):
     write_jsonl(tmp_path / "in.jsonl", _json_records(30))
     (tmp_path / "t.py").write_text(
@@ -199,7 +219,7 @@ def _png(color: int, size=(6, 8)) -> bytes:
     return buf.getvalue()
 
 
-def test_image_folder_with_classes_decode_transform_and_a_bad_image(tmp_path):
+def test_image_folder_with_classes_decode_transform_and_a_bad_image(tmp_path, capsys):
     pytest.importorskip("PIL")
     for cls, colors in (("cat", (10, 20)), ("dog", (30,))):
         os.makedirs(tmp_path / "img" / cls)
@@ -225,6 +245,11 @@ def test_image_folder_with_classes_decode_transform_and_a_bad_image(tmp_path):
         ("dog", 1, "dog/0.png"),
     ]
     assert got[2]["image"].shape == (4, 4, 3) and (got[2]["image"] == 30).all()
+    # The label-to-class list, in the manifest and as inspect shows it.
+    manifest = json.loads((tmp_path / "ds" / "manifest.json").read_text())
+    assert manifest["build"]["classes"] == ["cat", "dog"]
+    assert cli.main(["inspect", str(tmp_path / "ds")]) == 0
+    assert "  classes (label i is the i-th): cat, dog" in capsys.readouterr().out.splitlines()
 
 
 def test_tfrecord_examples_and_array_record_inputs(tmp_path):

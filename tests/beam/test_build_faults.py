@@ -131,7 +131,8 @@ def _clean_rerun_matches_a_fresh_build(tmp_path) -> None:
 @pytest.mark.parametrize(
     "sig, at",
     [
-        (signal.SIGINT, 0),  # before any record is through
+        (signal.SIGINT, 1),  # before any record is through the pipeline (record 0 is run
+        # through the transforms first, to learn the schema)
         (signal.SIGINT, _NEW - 1),  # every other record read, transformed and spilled
         (signal.SIGKILL, _NEW - 1),  # no chance to clean up
     ],
@@ -217,6 +218,47 @@ def test_a_killed_beam_worker_fails_the_build_by_name_and_keeps_the_old_dataset(
     assert [n for n in os.listdir(tmp_path) if ".tpufeed-build-" in n] == []
     for pid in os.listdir(tmp_path / "pids"):  # no worker outlives the build
         assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == "zombie"
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_ctrl_c_on_workers_prints_one_line_and_leaves_no_process(tmp_path):
+    """Ctrl-C in a terminal signals the build's whole process group, its Beam workers too:
+    stderr is the one line, not their threads' tracebacks, and no process outlives it."""
+    old = _old_dataset(tmp_path)
+    (tmp_path / "block_at").write_text("5")
+    proc = subprocess.Popen(
+        _new_build_command("--workers", "2"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_ctrl_c,
+        start_new_session=True,  # its own group, as a terminal gives a command
+    )
+    try:
+        _wait_for(tmp_path / "blocked", proc)  # a worker is in the middle of a bundle
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        time.sleep(0.5)
+        left = [p.info for p in psutil.process_iter(["pid", "cmdline"]) if _session(p) == proc.pid]
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == [
+        "tpufeed: interrupted: the build was stopped: ds is as it was (the new dataset's "
+        "files were removed)"
+    ]
+    assert left == []
+    assert _files(tmp_path / "ds") == old
+
+
+def _session(process: psutil.Process) -> int | None:
+    try:
+        return os.getsid(process.pid)
+    except OSError:  # gone since it was listed
+        return None
 
 
 @pytest.fixture

@@ -217,10 +217,12 @@ def test_ctrl_c_during_a_build_prints_one_line_and_exits_130(tmp_path):
     pytest.importorskip("apache_beam")
     write_jsonl(tmp_path / "in.jsonl", 200)
     started = tmp_path / "started"
+    # From the second record: the build runs the first through the transforms before the
+    # pipeline starts, to learn the schema every record is checked against.
     (tmp_path / "slow.py").write_text(
         "import pathlib, time\n"
-        f"def slow(r):\n    pathlib.Path({str(started)!r}).touch()\n    time.sleep(0.05)\n"
-        "    return r\n"
+        f"def slow(r):\n    if r['id']:\n        pathlib.Path({str(started)!r}).touch()\n"
+        "    time.sleep(0.05)\n    return r\n"
     )
     proc = subprocess.Popen(
         [
@@ -452,6 +454,30 @@ def test_inspect_verify_checks_record_counts(tmp_path):
         "data-00001-of-00002.array_record: shard holds 5 records, the manifest says 4"
         in result.stdout
     )
+
+
+def test_inspect_shows_scalar_values_and_words_verify_as_done(tmp_path):
+    """Scalars (stored as 0-d arrays) and small arrays show their values, a large array its
+    dtype and shape; "(--verify checks them)" only where --verify was not passed."""
+    pytest.importorskip("apache_beam")
+    from tpufeed.beam import BuildConfig, build
+
+    (tmp_path / "t.py").write_text(
+        "import numpy as np\n"
+        "def arrays(r):\n"
+        "    return {'label': np.int32(r['id']), 'ids': np.arange(3), 'big': np.zeros(40)}\n"
+    )
+    write_jsonl(tmp_path / "in.jsonl", 4)
+    transform = f"{tmp_path / 't.py'}:arrays"
+    build(BuildConfig((str(tmp_path / "in.jsonl"),), str(tmp_path / "ds"), transforms=(transform,)))
+    plain = tpufeed("inspect", "ds", cwd=tmp_path).stdout.splitlines()
+    assert plain[0].endswith("as the manifest lists them (--verify checks them)")
+    assert {"  label: int32[] = 0", "  ids: int64[3] = [0, 1, 2]", "  big: float64[40]"} <= set(
+        plain
+    )
+    checked = tpufeed("inspect", "--verify", "ds", cwd=tmp_path).stdout.splitlines()
+    assert checked[0].endswith("as the manifest lists them")
+    assert checked[-1].startswith("verify: 1 shard: size, crc32c and record count checked")
 
 
 def test_inspect_describes_the_quickstart_folder_as_a_plain_folder_of_shards(tmp_path):

@@ -119,7 +119,7 @@ def test_inspect_files_a_folder_and_raw_bytes(files):
     doc = parsed(tpufeed("inspect", "codec.array_record", "--json", cwd=files), INSPECT)
     assert (doc["kind"], doc["file_format"], doc["num_records"]) == ("files", "array_record", 5)
     assert doc["record_0"]["fields"] == {
-        "x": {"dtype": "int64", "shape": [3]},
+        "x": {"dtype": "int64", "shape": [3], "repr": "[0, 1, 2]"},
         "label": {"type": "int", "repr": "0"},
     }
     doc = parsed(tpufeed("inspect", "raw.array_record", "--verify", "--json", cwd=files), INSPECT)

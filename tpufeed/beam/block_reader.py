@@ -22,6 +22,7 @@ from tpufeed.beam.blocks import read_block
 from tpufeed.beam.build_progress import progress
 from tpufeed.beam.inputs import Malformed
 from tpufeed.beam.record_bytes import CODEC, encode_record
+from tpufeed.beam.record_schema import RecordSchema
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.beam.user_transforms import TransformChain, normalize_record
 from tpufeed.errors import SourceError, TpufeedError, TransformError, plural
@@ -34,6 +35,16 @@ log = logging.getLogger("tpufeed.build")
 _PROGRESS_EVERY_S = 5.0
 _CHUNK_RECORDS = 4096  # records of one chunk: few elements for the runner, small to hold
 _CHUNK_BYTES = 8 << 20
+
+
+_ONE_SCHEMA = (
+    "; a batch needs every record to have the same keys and kinds of value: make them one "
+    "in a --transform"
+)
+
+
+class _OtherSchema(Exception):
+    """A record whose keys or kinds of value differ from the dataset's first record's."""
 
 
 class _Chunk:
@@ -64,7 +75,8 @@ class _Chunk:
 
 class ReadBlock(beam.DoFn):
     """Reads one block, runs the transforms and encodes: chunks (block, position, [bytes],
-    kinds); malformed records and failed transforms go to "bad" (or raise, with no skips), and
+    kinds); malformed records, failed transforms and records whose schema differs from
+    `schema` (the first record's) go to "bad" (or raise, with no skips), and
     (records read, records filtered) to "stats". Logs each block ("input k of N": the blocks
     this worker read of all), and every few seconds the records done, with this worker's share
     of the input bytes and an ETA."""
@@ -76,8 +88,9 @@ class ReadBlock(beam.DoFn):
         record_format: RecordFormat,
         total_bytes: int,
         total_blocks: int,
+        schema: RecordSchema | None = None,
     ):
-        self._total_blocks = total_blocks
+        self._total_blocks, self._schema = total_blocks, schema
         self._specs, self._fail_fast = transforms, fail_fast
         self._record_format, self._total_bytes = record_format, total_bytes
         self._summarize = record_format is CODEC_FORMAT
@@ -120,6 +133,9 @@ class ReadBlock(beam.DoFn):
                 continue
             try:
                 encoded = self._encoded(self._chain, record, origin, block.file_index, index)
+            except _OtherSchema as e:
+                yield self._bad(f"{origin}: {e}", None, block.path, index)
+                continue
             except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
                 yield self._bad(f"{origin}: {e}", e, block.path, index)
                 continue
@@ -141,6 +157,11 @@ class ReadBlock(beam.DoFn):
         """(bytes, kind, record) of each record the transforms make of `record` (none where
         they filter it out)."""
         outputs = [normalize_record(r) for r in chain(record, file_index, index)]
+        if self._schema is not None:
+            for out in outputs:
+                differs = self._schema.mismatch(out)
+                if differs is not None:
+                    raise _OtherSchema(differs + _ONE_SCHEMA)
         return [(*encode_record(r, origin, self._record_format), r) for r in outputs]
 
     def _block_done(

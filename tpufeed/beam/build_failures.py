@@ -6,6 +6,7 @@ it, and so is a worker process that died.
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import signal
 import threading
@@ -29,8 +30,12 @@ def noting_interrupts() -> Iterator[threading.Event]:
         yield interrupted  # signals go to the main thread; a caller's own handler stays
         return
 
+    muted: dict[logging.Logger, int] = {}
+
     def on_interrupt(signum: int, frame: Any) -> None:
         interrupted.set()
+        _quiet_runner_threads()
+        muted.update(_mute_beam_logs())
         signal.default_int_handler(signum, frame)
 
     signal.signal(signal.SIGINT, on_interrupt)
@@ -38,6 +43,48 @@ def noting_interrupts() -> Iterator[threading.Event]:
         yield interrupted
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        for logger, level in muted.items():
+            logger.setLevel(level)
+
+
+def _mute_beam_logs() -> dict[logging.Logger, int]:
+    """Silences Beam's loggers (for the rest of the build) and returns their levels: after
+    Ctrl-C it logs each channel that broke as its workers stopped, as an error."""
+    loggers = [logging.getLogger("apache_beam")] + [
+        logger
+        for name, logger in logging.Logger.manager.loggerDict.items()
+        if name.startswith("apache_beam.")
+        and isinstance(logger, logging.Logger)
+        and logger.level != logging.NOTSET
+    ]
+    levels = {logger: logger.level for logger in loggers}
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    return levels
+
+
+def _quiet_runner_threads() -> None:
+    """From now on, drops what Beam's and gRPC's threads raise: after Ctrl-C the workers and
+    channels go away under them, and each would print a traceback (about 150 lines with
+    --workers 2, with the runner's logs) around the one line that says the build was
+    stopped. Other threads' errors are reported as before."""
+    previous = threading.excepthook
+    if getattr(previous, "tpufeed_quiet", False):
+        return
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        tb = args.exc_traceback
+        while tb is not None:
+            if _RUNNER_CODE.search(tb.tb_frame.f_code.co_filename):
+                return
+            tb = tb.tb_next
+        previous(args)
+
+    hook.tpufeed_quiet = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+_RUNNER_CODE = re.compile(r"[/\\](apache_beam|grpc)[/\\]")
 
 
 def os_error_in(error: BaseException) -> OSError | None:

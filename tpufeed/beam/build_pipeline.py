@@ -40,6 +40,7 @@ from tpufeed.beam.build_failures import disk_failure, lost_worker, noting_interr
 from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
 from tpufeed.beam.inputs import expand_inputs
 from tpufeed.beam.publish import leftover_builds
+from tpufeed.beam.record_schema import first_record_schema
 from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.beam.shard_size import check_shard_size, input_bytes, suggest_num_shards
 from tpufeed.beam.user_transforms import load_transform
@@ -75,13 +76,25 @@ def _pipeline_parts(
             "inputs": list(config.inputs),
             "transforms": list(config.transforms),
             "max_bad": config.max_bad,
+            **_classes(blocks),
         },
         info=info,
         summaries=read.summary,
         switch=False,  # build() switches the datasets once it has checked the run's counts
+        full_shards=config.num_shards is not None,
     )
     read.chunks | "WriteShards" >> writer
     return writer
+
+
+def _classes(blocks: list[Block]) -> dict[str, Any]:
+    """{"classes": [class folder names]} for a build of image folders with class folders, the
+    names in the order of their `label`s (per folder, {folder: names}, where they differ)."""
+    by_folder = {b.path: list(b.classes) for b in blocks if b.classes is not None}
+    names = list(by_folder.values())
+    if not names:
+        return {}
+    return {"classes": names[0] if all(n == names[0] for n in names) else by_folder}
 
 
 def _file_starts(p: beam.Pipeline, blocks: list[Block]) -> beam.PCollection:
@@ -112,6 +125,7 @@ def _read_blocks(
         get_record_format(config.record_format),
         sum(b.size for b in blocks),
         len(blocks),
+        first_record_schema(blocks, config.transforms),
     )
     return (
         p

@@ -26,12 +26,20 @@ from tpufeed.sources.record_formats import get_record_format
 __all__ = ["ShardChunks"]
 
 
-def _block_starts(counts: list[tuple[int, int]]) -> dict[str, Any]:
-    """{"starts": first rank of each block, "total": records}: the ranks' side input."""
+def _block_starts(counts: list[tuple[int, int]], num_shards: int, full: bool) -> dict[str, Any]:
+    """{"starts": first rank of each block, "total": records}: the ranks' side input. With
+    `full`, refuses more shards than records, before any shard is written."""
     merged: dict[int, int] = {}
     for block, n in counts:
         merged[block] = merged.get(block, 0) + n
     starts, total = ranking.bucket_starts(merged)
+    if full and 1 < num_shards > total:
+        raise InvalidArgumentError(
+            f"--num-shards {num_shards} is more than the {total:,} records this build made "
+            f"(after --transform and skips): {num_shards - total:,} shards would be empty. "
+            f"Pass --num-shards {max(total, 1)} or fewer, or leave it out (one shard per "
+            "~256 MB of input)"
+        )
     return {"starts": starts, "total": total}
 
 
@@ -82,14 +90,14 @@ def _old_shards(_: Any, output: str) -> Iterator[list[str]]:
     yield shard_files.old_shard_names(output)
 
 
-def _block_ranks(spilled: beam.PCollection) -> beam.PCollection:
+def _block_ranks(spilled: beam.PCollection, num_shards: int, full: bool) -> beam.PCollection:
     """The ranks' side input (see `_block_starts`) from the spilled chunks' record counts."""
     return (
         spilled
         | "BlockSizes" >> beam.Map(lambda chunk: (chunk[0], chunk[3]))
         | "CountBlocks" >> beam.CombinePerKey(sum)
         | "AllBlocks" >> beam.combiners.ToList()
-        | "BlockStarts" >> beam.Map(_block_starts)
+        | "BlockStarts" >> beam.Map(_block_starts, num_shards, full)
     )
 
 
@@ -103,7 +111,8 @@ class ShardChunks(beam.PTransform):
 
     The dataset in `output` stays whole until the new one is complete; then its last step
     switches them (`tpufeed.beam.publish`), or with `switch=False` leaves that to the caller
-    (`switch_in`, after checking the run; `discard` after a failure)."""
+    (`switch_in`, after checking the run; `discard` after a failure). `full_shards=True`
+    fails the job, before any shard is written, when there are fewer records than shards."""
 
     def __init__(
         self,
@@ -118,6 +127,7 @@ class ShardChunks(beam.PTransform):
         info: beam.PCollection | None = None,
         summaries: beam.PCollection | None = None,
         switch: bool = True,
+        full_shards: bool = False,
     ):
         super().__init__()
         _check_args(output, num_shards, file_format, prefix)
@@ -137,6 +147,7 @@ class ShardChunks(beam.PTransform):
         self._info = info
         self._summaries = summaries if record_format == "codec" else None
         self._switch = switch
+        self._full_shards = full_shards
         self.build_id = uuid.uuid4().hex[:12]
 
     @property
@@ -164,7 +175,7 @@ class ShardChunks(beam.PTransform):
     def expand(self, chunks: beam.PCollection) -> beam.PCollection:
         p = chunks.pipeline
         spilled = chunks | "SpillChunks" >> beam.Map(_spill_chunk, self._output, self.build_id)
-        ranks = _block_ranks(spilled)
+        ranks = _block_ranks(spilled, self._num_shards, self._full_shards)
         spans = spilled | "SplitChunks" >> beam.ParDo(
             _SplitChunk(self._num_shards), AsSingleton(ranks)
         )

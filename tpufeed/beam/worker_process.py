@@ -7,6 +7,7 @@ own start-up lines dropped and tpufeed's progress lines kept at the caller's lev
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 __all__ = ["command", "main"]
@@ -18,6 +19,9 @@ def command(level: int) -> str:
 
 
 def main(argv: list[str]) -> None:
+    # Ctrl-C in a terminal reaches every process of its group, and the parent reports the
+    # stopped build in one line: a worker ends at once, without printing its threads' stacks.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     level = logging.getLevelName(argv[1]) if len(argv) > 1 else logging.INFO
     level = level if isinstance(level, int) else logging.INFO
     handler = logging.StreamHandler(sys.stderr)

@@ -53,8 +53,10 @@ def _folder_options(build: argparse.ArgumentParser) -> None:
         action="extend",
         nargs="+",
         required=True,
-        help="paths or globs: .jsonl, .csv, .tfrecord/.tfr (tf.train.Example), "
-        ".array_record/.ar, or a folder of images",
+        help="paths or globs: .jsonl, .csv (every column a str: cast in a --transform, "
+        "e.g. tpufeed.transforms.Cast), .parquet, .tfrecord/.tfr (tf.train.Example), "
+        ".array_record/.ar, or a folder of images (class folders give label; the "
+        "manifest lists the classes)",
     )
     build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
     build.add_argument(
@@ -70,7 +72,8 @@ def _scale_options(build: argparse.ArgumentParser) -> None:
         "--num-shards",
         type=positive_int,
         default=None,
-        help="shards to write (default: one per ~256 MB of input)",
+        help="shards to write (default: one per ~256 MB of input); more than the "
+        "records the build makes is refused",
     )
     build.add_argument(
         "--workers",
@@ -134,7 +137,9 @@ def _record_options(build: argparse.ArgumentParser) -> None:
         "--max-bad",
         type=non_negative_int,
         default=0,
-        help="skip (and count) up to N malformed records instead of failing",
+        help="skip (and count) up to N bad records instead of failing: malformed ones, "
+        "those a transform fails on, and those whose keys or kinds of value differ from "
+        "the first record's",
     )
 
 

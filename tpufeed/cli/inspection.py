@@ -167,6 +167,7 @@ def _dataset_report(source: Any, paths: list[str], sample: bool) -> Report:
         tpufeed_version=m.get("tpufeed_version"),
         num_bytes=sum(f["num_bytes"] for f in files),
         features=dict(source.schema or {}),
+        classes=m.get("build", {}).get("classes"),
     )
 
 
@@ -185,20 +186,27 @@ def _report(
         "num_bytes": more.get("num_bytes"),
         "files": files,
         "features": more.get("features", {}),
+        "classes": more.get("classes"),
         "record_0": first,
         "verify": None,
     }
 
 
 def _fields(record: dict) -> dict[str, dict[str, Any]]:
-    """Each field of a record: an array's dtype and shape, or another value's type and repr."""
+    """Each field of a record: an array's dtype and shape (and its values, for a scalar or a
+    small array), or another value's type and repr."""
     fields: dict[str, dict[str, Any]] = {}
     for key, value in record.items():
         if isinstance(value, np.ndarray):
             fields[key] = {"dtype": str(value.dtype), "shape": list(value.shape)}
+            if value.size <= _SHOWN_ELEMENTS:  # a scalar's dtype alone says little
+                fields[key]["repr"] = f"{value.tolist()!r:.60}"
         else:
             fields[key] = {"type": type(value).__name__, "repr": f"{value!r:.60}"}
     return fields
+
+
+_SHOWN_ELEMENTS = 16  # arrays up to this size show their values
 
 
 def _verify_dataset(source: Any) -> Report:

@@ -75,8 +75,8 @@ def _dataset_lines(report: dict[str, Any]) -> list[str]:
         f"{report['manifest']}: {plural(report['num_records'], 'record')} in "
         f"{plural(len(files), report['file_format'] + ' shard')}, "
         f"{plural(report['num_bytes'], 'byte')} ({report['record_format']} records, built by "
-        f"tpufeed {report['tpufeed_version']}); counts and crc32c as the manifest lists them "
-        "(--verify checks them)"
+        f"tpufeed {report['tpufeed_version']}); counts and crc32c as the manifest lists them"
+        + ("" if report["verify"] else " (--verify checks them)")
     ]
     lines += [
         f"  {f['path']}: {plural(f['num_records'], 'record')}, "
@@ -85,6 +85,11 @@ def _dataset_lines(report: dict[str, Any]) -> list[str]:
     ]
     for key, spec in report["features"].items():
         lines.append(f"  schema {key}: {json.dumps(spec, sort_keys=True)}")
+    classes = report["classes"]
+    if isinstance(classes, list):
+        lines.append(f"  classes (label i is the i-th): {', '.join(classes)}")
+    elif classes:
+        lines += [f"  classes of {folder}: {', '.join(names)}" for folder, names in classes.items()]
     if report["record_0"] is not None:
         lines.append("record 0:")
         lines += _field_lines(report["record_0"]["fields"])
@@ -93,7 +98,7 @@ def _dataset_lines(report: dict[str, Any]) -> list[str]:
 
 def _field_lines(fields: dict[str, dict[str, Any]]) -> list[str]:
     return [
-        f"  {key}: {f['dtype']}{f['shape']}"
+        f"  {key}: {f['dtype']}{f['shape']}{' = ' + f['repr'] if 'repr' in f else ''}"
         if "dtype" in f
         else f"  {key}: {f['type']} = {f['repr']}"
         for key, f in fields.items()

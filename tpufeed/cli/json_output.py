@@ -111,6 +111,8 @@ INSPECT = JsonSchema(
         "files[].num_bytes": "its size, as the manifest lists it; null without one",
         "files[].crc32c": "its CRC32C (hex), as the manifest lists it; null without one",
         "features": "a dataset's schema: each key's spec as the manifest infers it; {} otherwise",
+        "classes": "an image-folder dataset's class folder names in label order (label i is "
+        "classes[i]; an object of such lists by folder where folders differ); null otherwise",
         "record_0": "record 0 as read (null when there is none, or a shard failed --verify)",
         "record_0.num_bytes": "its size in bytes; null when it was read as fields (a dataset's "
         "records, Parquet rows)",
@@ -119,8 +121,9 @@ INSPECT = JsonSchema(
         "record_0.fields{}.dtype": "an array field's numpy dtype",
         "record_0.fields{}.shape": "an array field's shape",
         "record_0.fields{}.type": "another field's Python type",
-        "record_0.fields{}.repr": "another field's value, as Python shows it (60 characters at "
-        "most)",
+        "record_0.fields{}.repr": "the field's value, as Python shows it (60 characters at "
+        "most): another field's, or an array's of 16 elements or fewer (as a list); absent "
+        "for a larger array",
         "record_0.head_hex": "the first 64 bytes in hex, when the record does not decode; null "
         "otherwise",
         "verify": "with --verify, what was checked; null without it",
