@@ -15,19 +15,11 @@ import pytest
 pytest.importorskip("apache_beam")
 
 import tpufeed
+from tests.beam.expanding import EXPAND
 from tests.beam.worker_pool import this_python, worker_pool
 from tpufeed import cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
-
-_TRANSFORM = '''
-def expand(record, rng):
-    """Drops every 7th record, doubles every 5th, and draws from the per-record rng."""
-    if record["id"] % 7 == 3:
-        return []
-    out = dict(record, noise=float(rng.random()), copy=0)  # every record has every key
-    return [out, dict(out, copy=1)] if record["id"] % 5 == 0 else [out]
-'''
 
 
 def _inputs(tmp_path) -> list[str]:
@@ -38,7 +30,7 @@ def _inputs(tmp_path) -> list[str]:
         f.write(
             "".join(json.dumps({"id": i, "text": "c", "v": [0, 1]}) + "\n" for i in range(300, 420))
         )
-    (tmp_path / "t.py").write_text(_TRANSFORM)
+    (tmp_path / "t.py").write_text(EXPAND)
     return [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
 
 

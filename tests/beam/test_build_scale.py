@@ -12,19 +12,11 @@ import pytest
 pytest.importorskip("apache_beam")
 
 import tpufeed
+from tests.beam.expanding import EXPAND
 from tpufeed import cli
 from tpufeed.beam import BuildConfig, build
 from tpufeed.beam.shard_size import check_shard_size, suggest_num_shards
 from tpufeed.errors import InvalidArgumentError, TransformError
-
-_TRANSFORM = '''
-def expand(record, rng):
-    """Drops every 7th record, doubles every 5th, and draws from the per-record rng."""
-    if record["id"] % 7 == 3:
-        return []
-    out = dict(record, noise=float(rng.random()), copy=0)  # every record has every key
-    return [out, dict(out, copy=1)] if record["id"] % 5 == 0 else [out]
-'''
 
 
 def _inputs(tmp_path) -> list[str]:
@@ -35,7 +27,7 @@ def _inputs(tmp_path) -> list[str]:
             )
     with open(tmp_path / "b.csv", "w") as f:
         f.write("id,text\n" + "".join(f"{i},c{'x' * (i % 5)}\n" for i in range(90, 150)))
-    (tmp_path / "t.py").write_text(_TRANSFORM)
+    (tmp_path / "t.py").write_text(EXPAND)
     return [str(tmp_path / "a.jsonl"), str(tmp_path / "b.csv")]
 
 
