@@ -124,3 +124,41 @@ def test_length_stats_round_trip_and_empty():
         stats.add(n)
     again = LengthStats.from_json(stats.to_json())
     assert again.to_json() == stats.to_json()
+
+
+def _odd_records() -> list[dict | None]:
+    """Records that leave `add_many`'s fast passes: raw records (None), a key some records
+    lack, a numpy scalar among floats, arrays whose dtype and number of dimensions change."""
+    out: list[dict | None] = []
+    for i, record in enumerate(_records(60)):
+        record = dict(record)
+        if i % 9 == 4:
+            record["score"] = np.float64(i)
+        if i % 11 == 3:
+            record["tokens"] = np.arange(6, dtype=np.int64).reshape(2, 3)
+        out.append(None if i % 13 == 5 else record)
+    return out
+
+
+@pytest.mark.parametrize("records", [_records(60), _odd_records()], ids=["uniform", "odd"])
+@pytest.mark.parametrize("chunk", [1, 7, 60])
+def test_add_many_gives_what_add_gives(records, chunk):
+    sizes = [100 + i * 37 for i in range(len(records))]
+    one = RecordSummary()
+    for record, size in zip(records, sizes):
+        one.add(record, size)
+    many = RecordSummary()
+    for start in range(0, len(records), chunk):
+        many.add_many(records[start : start + chunk], sizes[start : start + chunk])
+    assert json.dumps(many.to_json()) == json.dumps(one.to_json())
+    assert json.dumps(many.schema()) == json.dumps(one.schema())
+
+
+def test_length_stats_add_many_buckets_by_bit_length():
+    lengths = [0, 1, 2, 3, 4, 1023, 1024, 2**40]
+    one, many = LengthStats(), LengthStats()
+    for n in lengths:
+        one.add(n)
+    many.add_many(lengths)
+    many.add_many([])
+    assert many.to_json() == one.to_json()

@@ -4,7 +4,13 @@ import argparse
 
 import pytest
 
-from tpufeed.cli.arguments import Parser, close_match, count_or_auto, unrecognized
+from tpufeed.cli.arguments import (
+    Parser,
+    close_match,
+    count_or_auto,
+    positive_or_auto,
+    unrecognized,
+)
 
 
 def test_count_or_auto():
@@ -16,6 +22,13 @@ def test_count_or_auto():
     with pytest.raises(argparse.ArgumentTypeError) as e:
         count_or_auto("lots")
     assert "did you mean" not in str(e.value)
+
+
+def test_positive_or_auto_is_build_workers():
+    assert positive_or_auto("auto") == "auto" and positive_or_auto("3") == 3
+    for text in ("0", "-2", "atuo"):
+        with pytest.raises(argparse.ArgumentTypeError, match="a whole number >= 1 or auto"):
+            positive_or_auto(text)
 
 
 def test_close_match():

@@ -73,6 +73,19 @@ class _Chunk:
         return chunk
 
 
+class _Summary:
+    """The summary of a block's codec records, added a chunk at a time (`add_many`)."""
+
+    def __init__(self) -> None:
+        self.records = RecordSummary()
+        self.pending: list[Any] = []  # the decoded records of the chunk not yet taken
+
+    def take(self, datas: list[bytes]) -> None:
+        """Adds the pending records, whose bytes are `datas`."""
+        self.records.add_many(self.pending, [len(d) for d in datas])
+        self.pending = []
+
+
 class ReadBlock(beam.DoFn):
     """Reads one block, runs the transforms and encodes: chunks (block, position, [bytes],
     kinds); malformed records, failed transforms and records whose schema differs from
@@ -124,7 +137,7 @@ class ReadBlock(beam.DoFn):
         if self._start is None:
             self._start = time.monotonic()
         chunk = _Chunk(block.id)
-        summary = RecordSummary() if self._summarize else None
+        summary = _Summary() if self._summarize else None
         read = filtered = 0
         for index, origin, record in read_block(block, starts[block.id]):
             read += 1
@@ -142,14 +155,19 @@ class ReadBlock(beam.DoFn):
             filtered += not encoded
             for data, kind, out in encoded:
                 if summary is not None:
-                    summary.add(out if kind == CODEC else None, len(data))
+                    summary.pending.append(out if kind == CODEC else None)
                 chunk.add(data, kind)
             if chunk.full():
+                if summary is not None:
+                    summary.take(chunk.datas)
                 yield chunk.take()
             self._log_progress(read)
         if chunk.datas:
+            if summary is not None:
+                summary.take(chunk.datas)
             yield chunk.take()
-        yield from self._block_done(block, read, filtered, chunk.position, summary)
+        records = None if summary is None else summary.records
+        yield from self._block_done(block, read, filtered, chunk.position, records)
 
     def _encoded(
         self, chain: TransformChain, record: Any, origin: str, file_index: int, index: int

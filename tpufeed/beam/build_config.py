@@ -11,6 +11,7 @@ from tpufeed.beam.block_plan import DEFAULT_BLOCK_BYTES
 from tpufeed.beam.shard_size import DEFAULT_MAX_SHARD_BYTES
 from tpufeed.beam.user_transforms import resolve_spec
 from tpufeed.beam.worker_check import DEFAULT_TIMEOUT_S
+from tpufeed.beam.worker_count import check_workers_setting
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.sources.formats import get_format
 from tpufeed.sources.record_formats import get_record_format
@@ -30,7 +31,8 @@ class BuildConfig:
     `record_format`: "codec" (tpufeed's) or "tf_example" (`tf.train.Example`).
     `num_shards=None` picks shards of about 256 MB of input; a count that would make a shard
     larger than `max_shard_bytes` (what one worker holds while writing it) is refused.
-    `workers` local worker processes; `block_bytes` is the size of the blocks inputs are cut into.
+    `workers` local worker processes, or "auto": as many as the input's size pays for (see
+    `tpufeed.beam.worker_count`); `block_bytes` is the size of the blocks inputs are cut into.
     `worker_start_timeout` bounds the check that a portable runner's workers can run the build
     (`tpufeed.beam.worker_check`), in seconds."""
 
@@ -43,7 +45,7 @@ class BuildConfig:
     beam_args: tuple[str, ...] = ()
     overwrite: bool = False
     record_format: str = "codec"
-    workers: int = 1
+    workers: int | str = "auto"
     block_bytes: int = DEFAULT_BLOCK_BYTES
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES
     worker_start_timeout: float = DEFAULT_TIMEOUT_S
@@ -55,7 +57,7 @@ class BuildConfig:
             )
         if self.num_shards is not None:
             _positive_int(self.num_shards, "--num-shards")
-        _positive_int(self.workers, "--workers")
+        check_workers_setting(self.workers)
         _positive_int(self.block_bytes, "block_bytes")
         _positive_int(self.max_shard_bytes, "max_shard_bytes")
         if get_format(self.file_format, "--format").writer is None:

@@ -38,6 +38,7 @@ from tpufeed.beam.blocks import count_block
 from tpufeed.beam.build_config import BuildConfig
 from tpufeed.beam.build_failures import disk_failure, lost_worker, noting_interrupts, os_error_in
 from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
+from tpufeed.beam.construction import no_ipython_probe, quick_options
 from tpufeed.beam.inputs import expand_inputs
 from tpufeed.beam.publish import leftover_builds
 from tpufeed.beam.record_schema import first_record_schema
@@ -45,6 +46,7 @@ from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.beam.shard_size import check_shard_size, input_bytes, suggest_num_shards
 from tpufeed.beam.user_transforms import load_transform
 from tpufeed.beam.worker_check import check_workers, needs_check
+from tpufeed.beam.worker_count import AUTO, choose_workers
 from tpufeed.errors import TpufeedError, plural
 from tpufeed.sources.record_formats import get_record_format
 
@@ -158,17 +160,22 @@ def build(config: BuildConfig) -> dict[str, Any]:
     output as it was.
     """
     start = time.monotonic()
-    options = PipelineOptions(list(worker_args(config.workers, config.beam_args)))
-    runner = runner_for(options, config.workers)
     blocks, num_shards = _plan(config)
+    workers = choose_workers(config.workers, blocks, config.beam_args)
+    options = PipelineOptions(list(worker_args(workers, config.beam_args)))
+    runner = runner_for(options, workers)
+    if config.workers == AUTO:
+        log.info("--workers auto: %s", plural(workers, "worker"))
     if needs_check(config.beam_args):
         log.info("checking that the runner's workers can run tpufeed")
         check_workers(config.beam_args, config.worker_start_timeout)
-    pipeline = beam.Pipeline(runner=runner, options=options)
-    writer = _pipeline_parts(pipeline, config, blocks, num_shards)
+    with no_ipython_probe():
+        pipeline = beam.Pipeline(runner=runner, options=quick_options(options, config.beam_args))
+        writer = _pipeline_parts(pipeline, config, blocks, num_shards)
     with noting_interrupts() as interrupted:
         try:
-            result = _run(pipeline)
+            with no_ipython_probe():
+                result = _run(pipeline)
             text, manifest = _staged(writer)
             runner_name = options.view_as(StandardOptions).runner or "FnApiRunner"
             check_counts(result, manifest, writer.output, runner_name)
@@ -190,7 +197,7 @@ def build(config: BuildConfig) -> dict[str, Any]:
         "bytes": sum(s["num_bytes"] for s in manifest["shards"]),
         "seconds": time.monotonic() - start,
         "blocks": len(blocks),
-        "workers": config.workers,
+        "workers": workers,
     }
 
 

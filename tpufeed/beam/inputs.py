@@ -122,8 +122,19 @@ def open_input(path: str) -> BinaryIO:
         raise SourceError(f"{path}: cannot open: {e}", path=path) from e
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
 def jsonl_record(line: bytes, origin: str) -> Any:
     """The dict of one JSONL line, or a Malformed saying why it is not one."""
+    if not line.startswith(_BOM):  # the common case: parsed as it is (JSON allows the line end)
+        try:
+            record = json.loads(line.decode())
+        except ValueError:  # not UTF-8, or not JSON: said exactly below
+            pass
+        else:
+            if type(record) is dict:
+                return record
     try:
         # Without its line end, so that an error at the end of the line is reported
         # there, not at column 1 of a next line; columns count characters.

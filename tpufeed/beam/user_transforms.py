@@ -170,6 +170,8 @@ class TransformChain:
     def __call__(self, record: Any, file_index: int, index: int) -> list[Any]:
         """The records out; a transform that raises gives a TransformError with its traceback."""
         records = [record]
+        if not self._fns:  # no --transform: every record as it is (a call a record)
+            return records
         for spec, fn, rngs in zip(self.specs, self._fns, self._rngs):
             out: list[Any] = []
             rng = rngs.for_record(file_index, index) if rngs is not None else None

@@ -24,6 +24,7 @@ __all__ = [
     "non_negative_seconds",
     "number_type",
     "positive_int",
+    "positive_or_auto",
     "positive_seconds",
     "unrecognized",
 ]
@@ -61,23 +62,33 @@ non_negative_seconds = number_type(
 )
 
 
-def count_or_auto(text: str) -> int | str:
-    """`--workers` / `--prefetch`: a whole number >= 0, or "auto" (a near miss is named)."""
+def _count_or_auto(text: str, lowest: int) -> int | str:
     if text == "auto":
         return text
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
+        value = lowest - 1
+    if value < lowest:
         hint = " (did you mean auto?)" if close_match(text, ["auto"]) else ""
         raise argparse.ArgumentTypeError(
-            f"expected a whole number >= 0 or auto, got {text!r}{hint}"
+            f"expected a whole number >= {lowest} or auto, got {text!r}{hint}"
         )
     return value
 
 
+def count_or_auto(text: str) -> int | str:
+    """`--workers` / `--prefetch`: a whole number >= 0, or "auto" (a near miss is named)."""
+    return _count_or_auto(text, 0)
+
+
+def positive_or_auto(text: str) -> int | str:
+    """`build --workers`: a whole number >= 1, or "auto" (a near miss is named)."""
+    return _count_or_auto(text, 1)
+
+
 count_or_auto.__name__ = "a whole number >= 0 or auto"
+positive_or_auto.__name__ = "a whole number >= 1 or auto"
 
 
 def close_match(word: str, options: Iterable[str]) -> str | None:

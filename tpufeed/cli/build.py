@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from tpufeed.cli.arguments import Subcommands, non_negative_int, positive_int
+from tpufeed.cli.arguments import Subcommands, non_negative_int, positive_int, positive_or_auto
 from tpufeed.cli.json_output import BUILD, add_json_option
 from tpufeed.sources.formats import writable_formats
 from tpufeed.sources.record_formats import RECORD_FORMATS
@@ -77,10 +77,12 @@ def _scale_options(build: argparse.ArgumentParser) -> None:
     )
     build.add_argument(
         "--workers",
-        type=positive_int,
-        default=1,
-        help="local worker processes (Beam's multi_processing mode); the "
-        "shards are byte-identical for any count",
+        type=positive_or_auto,
+        default="auto",
+        metavar="N",
+        help="N or auto: local worker processes (Beam's multi_processing mode); auto runs "
+        "one per CPU where the input is large enough to gain (about 192 MB a worker), else "
+        "1; the shards are byte-identical for any count",
     )
     build.add_argument(
         "--max-shard-mb",

@@ -1,0 +1,61 @@
+"""How many local worker processes a build runs: `--workers N`, or `auto` (the default).
+
+A worker process costs its start (importing Beam and tpufeed: ~1.5 s of CPU on the machine
+the build runs on) and the runner's traffic with it; it wins back time only with enough input
+to read in parallel. `auto` therefore runs one worker (no worker process: the runner's own)
+below `BYTES_PER_WORKER` of input per worker, and otherwise one per CPU this process may use,
+at most one per block (a block is what one worker reads at a time). Other runners than the
+local one (Dataflow, Flink, Spark) size their own workers: `auto` means 1 local worker there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+from tpufeed.beam.block_plan import Block
+from tpufeed.beam.shard_size import input_bytes
+from tpufeed.errors import InvalidArgumentError
+
+__all__ = ["AUTO", "BYTES_PER_WORKER", "check_workers_setting", "choose_workers"]
+
+AUTO = "auto"
+# Input a worker process must have to read before a second one pays for its start: measured
+# with benchmarks/build.py (1 vs 2 workers at 200k, 400k and 1M records of ~600 bytes).
+BYTES_PER_WORKER = 192 << 20
+
+
+def check_workers_setting(workers: object) -> None:
+    """Refuses what is neither a positive int nor "auto"."""
+    if workers == AUTO:
+        return
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise InvalidArgumentError(f"--workers must be a positive int or 'auto', got {workers!r}")
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _local(beam_args: Sequence[str]) -> bool:
+    """Whether `beam_args` leave the build on the local runner, with no worker options."""
+    options = PipelineOptions(list(beam_args))
+    if options.view_as(StandardOptions).runner is not None:
+        return False
+    direct = options.view_as(DirectOptions)
+    return direct.direct_num_workers in (None, 1) and direct.direct_running_mode == "in_memory"
+
+
+def choose_workers(workers: int | str, blocks: Sequence[Block], beam_args: Sequence[str]) -> int:
+    """`workers`, or for "auto" the count that the inputs' size and this machine pay for."""
+    if workers != AUTO:
+        return int(workers)
+    if not _local(beam_args):
+        return 1
+    by_size = input_bytes(list(blocks)) // BYTES_PER_WORKER
+    return max(1, min(_cpus(), len(blocks), by_size))
