@@ -172,7 +172,7 @@ class TarShard:
                 self._fd = open_regular(self.path, pinned=self.pinned)
             return self._fd
 
-    def read(self, indices: np.ndarray) -> list[dict[str, Any]]:
+    def read(self, indices: np.ndarray) -> list[Any]:  # dicts, where RecordFile says bytes
         """The samples at local `indices`, in that order."""
         n = len(self)
         idx = checked_indices(

@@ -25,7 +25,7 @@ import tarfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -82,58 +82,72 @@ def scan_tar(f: BinaryIO, path: str, size: int) -> TarIndex:
         tar = tarfile.TarFile(fileobj=f, mode="r")  # reads the first header
     except tarfile.TarError as e:
         raise CorruptDataError(f"{path}: not a tar file ({e})", path=path) from None
-    keys: list[str] = []
-    first: list[int] = []
-    offsets: list[int] = []
-    sizes: list[int] = []
-    field_ids: list[int] = []
-    fields: dict[str, int] = {}
-    seen: set[str] = set()
+    grouping = _Grouping(path)
     last = "(the first member)"
     while True:
         try:
             member = tar.next()
         except tarfile.TarError as e:
             raise _broken(path, last, tar.offset, size, str(e)) from None
-        tar.members = []  # what tarfile keeps of every member: nothing is needed of it
+        tar.members = []  # type: ignore[attr-defined]  # tarfile keeps every member: drop them
         if member is None:
             break
         last = member.name
-        if member.issparse():
-            raise CorruptDataError(
-                f"{path}: member {member.name!r} is a GNU sparse file, which WebDataset shards "
-                "do not hold; rewrite the shard with webdataset.TarWriter",
-                path=path,
-            )
         if member.offset_data + member.size > size:
             raise _broken(path, member.name, member.offset_data, size, "its data is cut off")
+        grouping.add(member)
+    _check_end(f, path, last, tar.offset, size)
+    return grouping.index()
+
+
+class _Grouping:
+    """Members into samples, as `webdataset.tariterators.group_by_keys` groups them."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.keys: list[str] = []
+        self.first: list[int] = []
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.field_ids: list[int] = []
+        self.fields: dict[str, int] = {}
+        self.seen: set[str] = set()
+
+    def add(self, member: tarfile.TarInfo) -> None:
+        if member.issparse():
+            raise CorruptDataError(
+                f"{self.path}: member {member.name!r} is a GNU sparse file, which WebDataset "
+                "shards do not hold; rewrite the shard with webdataset.TarWriter",
+                path=self.path,
+            )
         parts = _split_name(member.name) if member.isreg() else None
         if parts is None:
-            continue
+            return
         key, field = parts
-        if not keys or key != keys[-1]:
-            keys.append(key)
-            first.append(len(offsets))
-            seen = set()
-        if field in seen:
+        if not self.keys or key != self.keys[-1]:
+            self.keys.append(key)
+            self.first.append(len(self.offsets))
+            self.seen = set()
+        if field in self.seen:
             raise CorruptDataError(
-                f"{path}: member {member.name!r} repeats field {field!r} of sample {key!r} "
+                f"{self.path}: member {member.name!r} repeats field {field!r} of sample {key!r} "
                 "(WebDataset refuses this shard too: a duplicate file name in the tar)",
-                path=path,
+                path=self.path,
             )
-        seen.add(field)
-        offsets.append(member.offset_data)
-        sizes.append(member.size)
-        field_ids.append(fields.setdefault(field, len(fields)))
-    _check_end(f, path, last, tar.offset, size)
-    return TarIndex(
-        keys,
-        np.array(first + [len(offsets)], np.int64),
-        np.array(offsets, np.uint64),
-        np.array(sizes, np.uint64),
-        np.array(field_ids, np.int32),
-        list(fields),
-    )
+        self.seen.add(field)
+        self.offsets.append(member.offset_data)
+        self.sizes.append(member.size)
+        self.field_ids.append(self.fields.setdefault(field, len(self.fields)))
+
+    def index(self) -> TarIndex:
+        return TarIndex(
+            self.keys,
+            np.array(self.first + [len(self.offsets)], np.int64),
+            np.array(self.offsets, np.uint64),
+            np.array(self.sizes, np.uint64),
+            np.array(self.field_ids, np.int32),
+            list(self.fields),
+        )
 
 
 def _refuse_compressed(f: BinaryIO, path: str) -> None:
@@ -175,7 +189,7 @@ def save_tar_index(
     index: TarIndex,
 ) -> None:
     """Writes `index` to `index_path` through `write(path, fn)` (an atomic writer)."""
-    arrays = {
+    arrays: dict[str, Any] = {
         "head": np.array([_MAGIC, _VERSION, size, version & _U64], np.uint64),
         "first": index.first,
         "offsets": index.offsets,
