@@ -1,9 +1,10 @@
 """WebDataset's own pipeline over the same records written by `webdataset.TarWriter`: the anchor
 of the `tpufeed-tar` row (`Dataset.from_webdataset` on the same shards).
 
-The row is WebDataset as its documentation sets it up for training, at the settings measured
-fastest here (`WdsOptions`' defaults; variants and figures in RESULTS.md, "WebDataset shards"):
-shards shuffled (`shardshuffle` = the shard count, `detshuffle` with the seed), split among
+The row is WebDataset as its documentation sets it up for training (`WdsOptions`' defaults;
+other shuffle buffers and prefetch depths through $TPUFEED_BENCH_WDS_SHUFFLE and
+$TPUFEED_BENCH_WDS_PREFETCH; no sweep recorded yet, figures in RESULTS.md, "WebDataset shards"):
+shards shuffled (`shardshuffle` = the shard count, seeded), split among
 the DataLoader's workers by WebDataset itself, samples shuffled in a buffer, the workload's fn,
 then `batched(256)` in the worker with the limits' `np.stack`; with N workers, a
 `torch.utils.data.DataLoader(batch_size=None, num_workers=N, persistent_workers=True)` over
