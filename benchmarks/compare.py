@@ -314,7 +314,12 @@ def main(argv: list[str] | None = None) -> int:
         workload = WORKLOADS[name]
         records = args.records or workload.default_records
         data: DataFiles = prepare(
-            workload, records, args.data_dir, SEED, parquet="tpufeed-parquet" in args.systems
+            workload,
+            records,
+            args.data_dir,
+            SEED,
+            parquet="tpufeed-parquet" in args.systems,
+            tar=bool({"tpufeed-tar", "wds"} & set(args.systems)),
         )
         print(
             f"\n{name}: {workload.summary}; {records:,} records in {len(data.counts)} shards, "

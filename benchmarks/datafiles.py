@@ -39,6 +39,7 @@ class DataFiles:
     tfrecord: tuple[str, ...]
     counts: tuple[int, ...]
     parquet: tuple[str, ...] = ()
+    tar: tuple[str, ...] = ()  # WebDataset shards: sample `%08d` (global index), field `bin`
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -52,6 +53,7 @@ class DataFiles:
             tuple(data["tfrecord"]),
             tuple(data["counts"]),
             tuple(data.get("parquet", ())),
+            tuple(data.get("tar", ())),
         )
 
 
@@ -62,10 +64,15 @@ def shard_counts(records: int, shards: int = SHARDS) -> list[int]:
 
 
 def prepare(
-    workload: Workload, records: int, root: str, seed: int, parquet: bool = False
+    workload: Workload,
+    records: int,
+    root: str,
+    seed: int,
+    parquet: bool = False,
+    tar: bool = False,
 ) -> DataFiles:
     """The workload's shards under `root`, generated first if they are not there yet
-    (the Parquet shards only with `parquet`)."""
+    (the Parquet shards only with `parquet`, the WebDataset tar shards only with `tar`)."""
     if records < SHARDS:
         raise ValueError(f"--records must be at least {SHARDS} (one per shard), got {records}")
     folder = os.path.join(root, f"{workload.name}-{records}-seed{seed}")
@@ -78,6 +85,7 @@ def prepare(
         tuple(os.path.join(folder, f"{n}.tfrecord") for n in names),
         tuple(counts),
         tuple(os.path.join(folder, f"{n}.parquet") for n in names),
+        tuple(os.path.join(folder, f"{n}.tar") for n in names),
     )
     if not os.path.exists(os.path.join(folder, _DONE)):
         _generate(workload, files, folder, seed)
@@ -94,7 +102,35 @@ def prepare(
                 _write_parquet_shard,
                 [(workload.name, seed, s, files.counts[s], files.parquet[s]) for s in missing],
             )
+    missing_tar = [s for s, path in enumerate(files.tar) if not os.path.exists(path)]
+    if tar and missing_tar:
+        print(f"writing {len(missing_tar)} WebDataset shards of {workload.name} ...", flush=True)
+        first = [sum(files.counts[:s]) for s in range(SHARDS)]
+        with multiprocessing.get_context("spawn").Pool(1) as pool:  # as for Parquet above
+            pool.starmap(
+                _write_tar_shard,
+                [
+                    (workload.name, seed, s, files.counts[s], first[s], files.tar[s])
+                    for s in missing_tar
+                ],
+            )
     return files
+
+
+def _write_tar_shard(
+    workload_name: str, seed: int, shard: int, count: int, first: int, path: str
+) -> None:
+    """One shard written by webdataset.TarWriter itself: each record a sample of one member."""
+    import webdataset
+
+    from benchmarks.workloads import WORKLOADS
+
+    records = _shard_records(WORKLOADS[workload_name], seed, shard, count)
+    tmp = f"{path}.tmp"
+    with webdataset.TarWriter(tmp) as sink:
+        for i, record in enumerate(records):
+            sink.write({"__key__": f"{first + i:08d}", "bin": record})
+    os.replace(tmp, path)
 
 
 def _write_parquet_shard(workload_name: str, seed: int, shard: int, count: int, path: str) -> None:

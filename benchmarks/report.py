@@ -178,6 +178,14 @@ def check_targets(
     for row in sorted(parallel, key=lambda r: r["workers"]):  # workers never lose
         ratio(f"tpufeed {row['workers']}w >= tpufeed 0w", row["rate"], zero and zero["rate"], 1.0)
         ratio(f"tpufeed {row['workers']}w >= tpufeed 0w, early", early(row), early(zero), 1.0)
+    pair = [  # issue 31: the same tar shards read by tpufeed in place and by WebDataset
+        max((r for (system, _), r in rows.items() if system == name), key=lambda r: r["rate"])
+        if any(system == name for system, _ in rows)
+        else None
+        for name in ("tpufeed-tar", "wds")
+    ]
+    if any(pair):
+        ratio("best tpufeed-tar >= 1.2x best wds", *(r and r["rate"] for r in pair), 1.2)
     auto = rows.get(("tpufeed-auto", 0))
     if auto is not None and best_tpufeed is not None:
         ratio("tpufeed-auto >= 0.9x best fixed tpufeed", auto["rate"], best_tpufeed["rate"], 0.9)

@@ -142,5 +142,21 @@ SYSTEMS = {
             True,
             "DataLoader, map-style Dataset (__getitems__) over the ArrayRecord shards",
         ),
+        System(
+            "tpufeed-tar",
+            "tpufeed",
+            "benchmarks.systems.tpufeed_system",
+            "tar_batches",
+            True,
+            "Dataset.from_webdataset (TarWriter's shards, field 'bin') .shuffle ... batch(256)",
+        ),
+        System(
+            "wds",
+            "anchor",
+            "benchmarks.systems.wds_system",
+            "batches",
+            True,
+            "WebDataset(shardshuffle) .shuffle(1000) .batched(256), DataLoader workers",
+        ),
     ]
 }

@@ -86,3 +86,29 @@ def batches_auto(spec: RowSpec) -> Iterator[dict]:
 def parquet_batches(spec: RowSpec) -> Iterator[dict]:
     """The `batches` pipeline over the same records in Parquet: the read differs, the work not."""
     yield from batches(spec, parquet=True)
+
+
+def _on_bin(fn: Callable[..., Any], sample: dict, *rng: Any) -> Any:
+    """The workload's fn on a WebDataset sample's `bin` member (module level: workers pickle it)."""
+    return fn(sample["bin"], *rng)
+
+
+def tar_batches(spec: RowSpec) -> Iterator[dict]:
+    """The `batches` pipeline over the same records in WebDataset tar shards, read in place
+    (`from_webdataset`) with a global shuffle: the wds row's data, tpufeed's order."""
+    import tpufeed
+
+    workload = WORKLOADS[spec.workload]
+    if not spec.data.tar:
+        raise ValueError("the data has no tar shards: prepare(..., tar=True)")
+    ds = tpufeed.Dataset.from_webdataset(list(spec.data.tar)).shuffle(spec.seed)
+    fn = functools.partial(_on_bin, workload.fn)
+    ds = ds.random_map(fn) if workload.random else ds.map(fn)
+    ds = ds.batch(BATCH_SIZE).repeat(spec.epochs)
+    if spec.workers:
+        ds = ds.workers(spec.workers)
+    it = iter(ds)
+    try:
+        yield from it
+    finally:
+        it.close()

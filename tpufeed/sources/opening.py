@@ -26,6 +26,7 @@ __all__ = [
     "parquet",
     "sequence",
     "tfrecord",
+    "webdataset",
 ]
 
 
@@ -101,3 +102,18 @@ def built_dataset(
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(ManifestSource(path, verify=verify, cache=cache))
+
+
+def webdataset(
+    paths: PathsLike,
+    decode: bool,
+    index_dir: str | os.PathLike | None,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+    timeout_s: float | None = None,
+) -> SourceView:
+    """WebDataset tar shards, read by a sample index kept in `index_dir`."""
+    from tpufeed.sources.tar import WebDatasetSource
+
+    cache = cache_for(cache_dir, cache_bytes, timeout_s)
+    return SourceView(WebDatasetSource(paths, index_dir=index_dir, cache=cache, decode=decode))

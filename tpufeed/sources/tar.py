@@ -1,0 +1,349 @@
+"""WebDataset tar shards read in place, one sample by index: `Dataset.from_webdataset(paths)`.
+
+A shard's headers are scanned once into a sample index (`tpufeed.sources.tar_index`: members
+grouped into samples exactly as WebDataset groups them, the index cached and checked against
+the file's size and mtime); a sample is then one read of the span its members take. A sample
+is a dict as `WebDataset(urls).decode()` gives it: `__key__`, `__url__` (the shard's path or
+gs:// URL), and one field per member extension, decoded by extension
+(`tpufeed.sources.tar_fields`; `decode=False`: every field as bytes).
+
+>>> source = WebDatasetSource("shards/train-*.tar")  # doctest: +SKIP
+>>> source[0]  # doctest: +SKIP
+{'__key__': '000000', '__url__': 'shards/train-000.tar', 'jpg': b'...', 'cls': 3}
+
+gs:// shards go through the shard cache (indexed from the cached copy, the index cached under
+`<cache dir>/tar-index` keyed by the object's generation) or, with a cache of 0 bytes, as
+coalesced ranged GETs of the samples asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tpufeed.errors import CorruptDataError, TpufeedError
+from tpufeed.observe import counts
+from tpufeed.sources._after_fork import forget_in_children
+from tpufeed.sources.sharded import ShardedSource, checked_indices
+from tpufeed.sources.tar_fields import decoder_for, refused
+from tpufeed.sources.tar_index import (
+    INDEX_SUFFIX,
+    TarIndex,
+    load_tar_index,
+    save_tar_index,
+    scan_tar,
+)
+from tpufeed.sources.tfrecord_format import _atomic_write
+from tpufeed.sources.tfrecord_index import cached_index_name, default_index_dir
+from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.gcs import GcsObject, is_gcs_url
+from tpufeed.storage.local import FileIdentity, PathsLike, open_regular, resolve_paths
+from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.threads import map_in_threads
+from tpufeed.storage.transfers import coalesce
+
+__all__ = ["TarShard", "WebDatasetSource"]
+
+_MAX_GAP = 256 << 10  # uncached gs:// reads, as TFRecordFile's
+_MAX_SPAN = 16 << 20
+_SCAN_BUFFER = 1 << 20
+_INDEX_THREADS = 8
+
+
+class TarShard:
+    """One tar shard read by local sample index. Picklable: the file handle is dropped and
+    reopened on first read; the index travels along. A local file must stay the one indexed
+    (`pinned`): a reopen that finds another or a changed file raises `CorruptDataError`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        index_dir: str | os.PathLike | None = None,
+        remote: RemoteFile | None = None,
+        decode: bool = True,
+    ):
+        self.path = os.fspath(path)
+        self.index_dir = None if index_dir is None else os.fspath(index_dir)
+        if remote is None and is_gcs_url(self.path):
+            remote = RemoteFile.open(self.path)
+        self.remote = remote
+        self.pinned: FileIdentity | None = None
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        forget_in_children(self)
+        self.index_path, self.index = (
+            self._local_index() if remote is None else self._remote_index(remote)
+        )
+        self._decoders = self._field_decoders(decode)
+        self._members = (
+            self.index.first,
+            self.index.offsets.astype(np.int64),
+            self.index.sizes.astype(np.int64),
+        )
+
+    def _field_decoders(self, decode: bool) -> list[Callable[[bytes], Any] | None]:
+        if not decode:
+            return [None] * len(self.index.fields)
+        for field_id, field in enumerate(self.index.fields):
+            if refused(field):
+                member = int(np.flatnonzero(self.index.field_ids == field_id)[0])
+                sample = int(np.searchsorted(self.index.first, member, side="right") - 1)
+                raise CorruptDataError(
+                    f"{self.path}: member {self.index.keys[sample]}.{field} is a pickle "
+                    f"(.{field.rsplit('.', 1)[-1]}), and tpufeed unpickles nothing read from "
+                    "data (it could run any code). Rewrite the field as .npy, .json or .cls, "
+                    "or pass decode=False to get every field's bytes undecoded",
+                    path=self.path,
+                )
+        return [decoder_for(field) for field in self.index.fields]
+
+    def _local_index(self) -> tuple[str | None, TarIndex]:
+        name = cached_index_name(self.path).removesuffix(".tpufeed-index") + INDEX_SUFFIX
+        candidates = (
+            [os.path.join(self.index_dir, name)]
+            if self.index_dir is not None
+            else [self.path + INDEX_SUFFIX, os.path.join(default_index_dir(), name)]
+        )
+        fd = open_regular(self.path)
+        with os.fdopen(fd, "rb", buffering=_SCAN_BUFFER) as f:
+            st = os.fstat(f.fileno())
+            self.pinned = FileIdentity.of(st)
+            for index_path in candidates:
+                found = load_tar_index(index_path, st.st_size, st.st_mtime_ns)
+                if found is not None:
+                    return index_path, found
+            index = scan_tar(f, self.path, st.st_size)
+        return self._save(candidates, st.st_size, st.st_mtime_ns, index), index
+
+    def _remote_index(self, remote: RemoteFile) -> tuple[str | None, TarIndex]:
+        """A gs:// shard's index is keyed by its generation (in the place of a local mtime)."""
+        obj = remote.obj
+        directory = self.index_dir or os.path.join(remote.cache.root, "tar-index")
+        digest = hashlib.sha256(f"{obj.url}#{obj.generation}".encode()).hexdigest()[:32]
+        index_path = os.path.join(
+            directory, f"{digest}-{os.path.basename(obj.name)[:100]}{INDEX_SUFFIX}"
+        )
+        found = load_tar_index(index_path, obj.size, obj.generation)
+        if found is not None:
+            return index_path, found
+        if remote.cached:
+            with remote.pinned() as local, open(local, "rb", buffering=_SCAN_BUFFER) as f:
+                index = scan_tar(f, self.path, obj.size)
+        else:
+            ranged = io.BufferedReader(_RangedFile(remote), buffer_size=_SCAN_BUFFER)
+            index = scan_tar(ranged, self.path, obj.size)
+        return self._save([index_path], obj.size, obj.generation, index), index
+
+    def _save(self, candidates: list[str], size: int, version: int, index: TarIndex) -> str | None:
+        errors = []
+        for index_path in candidates:
+            try:
+                os.makedirs(os.path.dirname(index_path) or ".", exist_ok=True)
+                save_tar_index(
+                    lambda p, w: _atomic_write(p, w, durable=False),
+                    index_path,
+                    size,
+                    version,
+                    index,
+                )
+                return index_path
+            except OSError as e:
+                errors.append(f"{index_path}: {e}")
+        warnings.warn(
+            f"{self.path}: cannot cache its sample index ({'; '.join(errors)}); "
+            "it will be rebuilt on every open",
+            stacklevel=5,
+        )
+        return None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _descriptor(self) -> int:
+        with self._lock:
+            if self._fd is None:
+                self._fd = open_regular(self.path, pinned=self.pinned)
+            return self._fd
+
+    def read(self, indices: np.ndarray) -> list[Any]:  # dicts, where RecordFile says bytes
+        """The samples at local `indices`, in that order."""
+        n = len(self)
+        idx = checked_indices(
+            indices, n, lambda bad: f"{self.path}: sample index {bad} is out of range ({n} samples)"
+        )
+        if self.remote is None:
+            fd = self._descriptor()
+            return [self._sample(i, self._pread(fd, i)) for i in idx.tolist()]
+        if not self.remote.cached:
+            return self._read_ranges(self.remote, idx)
+        with self.remote.pinned() as local:
+            fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                return [self._sample(i, self._pread(fd, i)) for i in idx.tolist()]
+            finally:
+                os.close(fd)
+
+    def record_reader(self) -> Callable[[int], dict[str, Any]] | None:
+        """One sample by local index, the fastest path (local shards); None for gs://."""
+        if self.remote is not None:
+            return None
+        fd = self._descriptor()
+        return lambda i: self._sample(i, self._pread(fd, i))
+
+    def _span(self, i: int) -> tuple[int, int]:
+        first, offsets, sizes = self._members
+        a, b = int(first[i]), int(first[i + 1]) - 1
+        start = int(offsets[a])
+        return start, int(offsets[b] + sizes[b]) - start
+
+    def _pread(self, fd: int, i: int) -> bytes:
+        start, length = self._span(i)
+        data = os.pread(fd, length, start)
+        if len(data) != length:
+            raise self._damaged(i, "the file is shorter than when its index was built")
+        return data
+
+    def _read_ranges(self, remote: RemoteFile, idx: np.ndarray) -> list[dict[str, Any]]:
+        """Just the samples asked for, as parallel ranged GETs of nearby samples coalesced."""
+        wanted = np.unique(idx).tolist()
+        spans = [self._span(i) for i in wanted]
+        merged = coalesce([(s, s + n) for s, n in spans], _MAX_GAP, _MAX_SPAN)
+        blobs = remote.read_ranges(merged)
+        starts = [s for s, _ in merged]
+        found = {}
+        for i, (start, length) in zip(wanted, spans):
+            w = int(np.searchsorted(starts, start, side="right") - 1)
+            rel = start - merged[w][0]
+            found[i] = blobs[w][rel : rel + length]
+        return [self._sample(i, found[i]) for i in idx.tolist()]
+
+    def _sample(self, i: int, span: bytes) -> dict[str, Any]:
+        index = self.index
+        first, offsets, sizes = self._members
+        a, b = int(first[i]), int(first[i + 1])
+        base = int(offsets[a])
+        key = index.keys[i]
+        sample: dict[str, Any] = {"__key__": key, "__url__": self.path}
+        counts.count("bytes_read", len(span))
+        for m in range(a, b):
+            field_id = int(index.field_ids[m])
+            start = int(offsets[m]) - base
+            data = span[start : start + int(sizes[m])]
+            decode = self._decoders[field_id]
+            if decode is not None:
+                try:
+                    sample[index.fields[field_id]] = decode(data)
+                except Exception as e:
+                    field = index.fields[field_id]
+                    raise self._damaged(
+                        i, f"member {key}.{field} cannot be decoded: {type(e).__name__}: {e}"
+                    ) from e
+            else:
+                sample[index.fields[field_id]] = data
+        return sample
+
+    def _damaged(self, i: int, cause: str) -> CorruptDataError:
+        return CorruptDataError(
+            f"{self.path}: sample {i} (key {self.index.keys[i]!r}): {cause}",
+            path=self.path,
+            record=i,
+        )
+
+    def release_if_evicted(self) -> None:
+        """Nothing to release: a cached copy is open only while a read holds it."""
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_fd"] = None
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        forget_in_children(self)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: the parent's descriptor is closed (this process's copy only) and
+        reopened on the next read; the lock is new."""
+        inherited, self._fd = self._fd, None
+        self._lock = threading.Lock()
+        if inherited is not None:
+            os.close(inherited)
+
+    def __repr__(self) -> str:
+        return f"TarShard({self.path!r}, {len(self)} samples)"
+
+
+class _RangedFile(io.RawIOBase):
+    """A gs:// object as a seekable read-only file of ranged GETs (wrap it in a buffer)."""
+
+    def __init__(self, remote: RemoteFile):
+        self.remote = remote
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.position, 2: self.remote.size}[whence]
+        self.position = base + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        end = min(self.position + len(buffer), self.remote.size)
+        if end <= self.position:
+            return 0
+        data = self.remote.read_ranges([(self.position, end)])[0]
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+
+class WebDatasetSource(ShardedSource[TarShard]):
+    """The samples of the WebDataset tar shards named by `paths` (paths or globs), in shard
+    order then member order: WebDataset's own order without a shuffle. gs:// shards go through
+    `cache` (default: `ShardCache()`; `ShardCache(max_bytes=0)`: ranged GETs)."""
+
+    def __init__(
+        self,
+        paths: PathsLike,
+        index_dir: str | os.PathLike | None = None,
+        cache: ShardCache | None = None,
+        decode: bool = True,
+    ):
+        items = resolve_paths(paths, cache.retry if cache else None)
+        if any(isinstance(p, GcsObject) for p in items):
+            cache = cache or ShardCache()
+
+        def make(item: str | GcsObject) -> TarShard:
+            if isinstance(item, GcsObject):
+                if cache is None:  # set above whenever a path is on gs://
+                    raise TpufeedError(f"{item.url}: a gs:// file needs a shard cache")
+                return TarShard(item.url, index_dir, RemoteFile(item, cache), decode)
+            return TarShard(item, index_dir, decode=decode)
+
+        shards = map_in_threads(make, items, _INDEX_THREADS if cache is not None else 1)
+        super().__init__(shards)
+
+    def _count_read(self, records: list[Any]) -> None:
+        """Samples are dicts: their bytes are counted as each is read (`TarShard._sample`)."""

@@ -1,0 +1,81 @@
+"""A WebDataset field's bytes as a value, by its extension, as `WebDataset(...).decode()` gives it.
+
+The extension is the field's last '.' part (`seg.txt` decodes as `txt`), after a `.gz` is
+decompressed (`json.gz` is gzip, then JSON), as WebDataset's default decoder does:
+
+- `txt`, `text`, `transcript`: `str` (UTF-8); `cls`, `cls2`, `index`, `inx`, `id`: `int`;
+  `json`, `jsn`: `json.loads`; `npy`: a numpy array, `npz`: a dict of them (object arrays
+  refused: numpy's loader is called with `allow_pickle=False`);
+- images and every other extension: the member's bytes, unchanged. Decode images in the
+  workers with `.map(tpufeed.transforms.image.DecodeImage("jpg"))`, as WebDataset's
+  `.decode()` without an image spec leaves them bytes too;
+- `pickle`, `pyd`, `pkl`, `pth` (pickles, and torch.load's format around one): refused, since
+  tpufeed executes nothing read from data. `decode=False` gives every field as bytes.
+
+>>> decoder_for("seg.txt")(b"caf\\xc3\\xa9")
+'café'
+>>> decoder_for("jpg") is None
+True
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+__all__ = ["REFUSED", "decoder_for", "refused"]
+
+REFUSED = frozenset({"pickle", "pyd", "pkl", "pth"})
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def _npy(data: bytes) -> np.ndarray:
+    return np.lib.format.read_array(io.BytesIO(data), allow_pickle=False)
+
+
+def _npz(data: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+        return {name: arrays[name] for name in arrays.files}
+
+
+_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "txt": _text,
+    "text": _text,
+    "transcript": _text,
+    "cls": int,
+    "cls2": int,
+    "index": int,
+    "inx": int,
+    "id": int,
+    "json": json.loads,
+    "jsn": json.loads,
+    "npy": _npy,
+    "npz": _npz,
+}
+
+
+def _extension(field: str) -> str:
+    return field.rsplit(".", 1)[-1]
+
+
+def refused(field: str) -> bool:
+    """Whether decoding `field` would mean unpickling it."""
+    return _extension(field.removesuffix(".gz")) in REFUSED and field != "gz"
+
+
+def decoder_for(field: str) -> Callable[[bytes], Any] | None:
+    """The function turning `field`'s bytes into its value; None: the bytes as they are."""
+    if field == "gz" or field.endswith(".gz"):
+        inner = _DECODERS.get(_extension(field[:-3])) if field != "gz" else None
+        if inner is None:
+            return gzip.decompress
+        return lambda data: inner(gzip.decompress(data))
+    return _DECODERS.get(_extension(field))
