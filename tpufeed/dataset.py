@@ -133,7 +133,8 @@ class Dataset(SourceConstructors):
         return dataclasses.replace(self, _seed=seed, _window=window)
 
     def shard(self, index: int | None = None, count: int | None = None) -> Dataset:
-        """This host's share of each epoch; defaults to jax.process_index()/process_count()."""
+        """This host's share of each epoch; defaults to jax.process_index()/process_count(), or
+        torch.distributed's rank/world size where it is initialised and jax.distributed is not."""
         return dataclasses.replace(self, _sharding=Sharding(index, count))
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
@@ -312,7 +313,8 @@ class Dataset(SourceConstructors):
 
         `uneven="shortest"` or `"pad"` ends every host's epochs at the same step when hosts
         make different numbers of batches (tpufeed.run.uneven), agreeing through `agreement`
-        (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
+        (default: `torch.distributed`'s store where it is initialised and `jax.distributed` is
+        not, else `jax.distributed`'s coordination service). `to_jax` does this itself.
         """
         launch = launcher(self._plan(), self._settings, uneven, agreement, self._first_item)
         return DatasetIterator(launch, state, self._settings.options.trace)
@@ -338,11 +340,18 @@ class Dataset(SourceConstructors):
 
         return to_tf(self, state=state)
 
-    def to_torch(self, pin_memory: bool = False) -> TorchIterable:
-        """A `torch.utils.data.IterableDataset` yielding torch tensors."""
+    def to_torch(
+        self,
+        pin_memory: bool = False,
+        uneven: str | None = None,
+        agreement: HostAgreement | None = None,
+    ) -> TorchIterable:
+        """A `torch.utils.data.IterableDataset` yielding torch tensors. `uneven` and `agreement`
+        end every process's epochs at the same step, as in `iterator` (DataLoader with
+        `num_workers=0`)."""
         from tpufeed.adapters.torch import to_torch
 
-        return to_torch(self, pin_memory=pin_memory)
+        return to_torch(self, pin_memory=pin_memory, uneven=uneven, agreement=agreement)
 
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""
