@@ -283,7 +283,7 @@ def _filtered(spec: dict) -> dict:
     loader = iter(DataLoader(data, batch_size=None))
     batches = ((b, data.get_state()["epoch"]) for b in loader)
     run = _count(batches, lambda b: (b["id"], b["mask"].to(torch.int64)))
-    result["pad"] = _stats(run, data._iterator.stats())
+    result["pad"] = _stats(run, data.stats())
     return result
 
 
@@ -294,7 +294,7 @@ def _packed(spec: dict) -> dict:
     result = _own_batches(ds)
     for mode in ("shortest", "pad"):
         it = ds.to_torch(uneven=mode)
-        loader = iter(it)
+        loader = iter(it)  # as a DataLoader with num_workers=0 does
         batches = ((b, it.get_state()["epoch"]) for b in loader)
 
         def tokens(b, mode=mode):

@@ -179,6 +179,12 @@ class TorchIterable(IterableDataset):
             )
         self.set_state(state)
 
+    def stats(self) -> Any:
+        """The `PipelineStats` of the current (or last) pass in this process."""
+        if self._iterator is None:
+            raise InvalidArgumentError("stats() describes a pass: iterate first")
+        return self._iterator.stats()
+
     @property
     def wait_fraction(self) -> float:
         """Of the current pass in this process: time blocked on input / wall time."""
