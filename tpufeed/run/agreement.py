@@ -198,10 +198,13 @@ def _connected(client: Any) -> Callable[[], bool]:
 
 def _torch_distributed(hosts: int | None) -> Any:
     """torch.distributed, or an error saying to initialise it."""
+    dist: Any = None
     try:
-        import torch.distributed as dist
+        import torch.distributed
+
+        dist = torch.distributed
     except ImportError:
-        dist = None
+        pass
     if dist is None or not dist.is_available() or not dist.is_initialized():
         raise InvalidArgumentError(
             f"TorchAgreement: the {hosts or 'several'} hosts of this run agree through "
