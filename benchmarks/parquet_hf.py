@@ -5,7 +5,8 @@
 The rows (default 200,000): `id` int64, `label` int64, `text` (about 60 characters) and
 `tokens` (0-127 int32s), in 4 Parquet files of `--row-group` rows per row group. The Hugging
 Face dataset is `datasets.Dataset.from_parquet` of those files (Arrow files on disk, memory-
-mapped, as `load_dataset` gives). Every row shuffles globally (seed 0), batches 256 with the
+mapped, as `load_dataset` gives), and the same saved with `save_to_disk` and read back with
+`datasets.load_from_disk` (the `from_huggingface(load_from_disk)` row). Every row shuffles globally (seed 0), batches 256 with the
 tokens padded to 128, and runs `--workers` workers; each row runs in its own process: one
 warm-up stretch of `--records`, then `--passes` timed stretches, pooled over `--rounds` (the
 rows alternate). Reported: the median records/s of all passes.
@@ -41,6 +42,16 @@ def _hf(data_dir: str) -> Any:
     )
 
 
+def _saved(data_dir: str) -> Any:
+    """The Hugging Face dataset written with `save_to_disk` once, read with `load_from_disk`."""
+    import datasets
+
+    saved = os.path.join(data_dir, "hf-saved")
+    if not os.path.exists(os.path.join(saved, "dataset_info.json")):
+        _hf(data_dir).save_to_disk(saved)
+    return datasets.load_from_disk(saved)
+
+
 def _paths(data_dir: str) -> list[str]:
     return [os.path.join(data_dir, f"part-{f}.parquet") for f in range(FILES)]
 
@@ -51,7 +62,13 @@ def _lists_to_arrays(e: dict) -> dict:
     return {"id": e["id"], "label": e["label"], "tokens": np.asarray(e["tokens"], np.int32)}
 
 
-ROWS = ("from_parquet", "from_huggingface", "from_source(hf)", "from_source(hf numpy)")
+ROWS = (
+    "from_parquet",
+    "from_huggingface",
+    "from_huggingface(load_from_disk)",
+    "from_source(hf)",
+    "from_source(hf numpy)",
+)
 
 
 def source(row: str, data_dir: str) -> Any:
@@ -62,6 +79,8 @@ def source(row: str, data_dir: str) -> Any:
         return tpufeed.Dataset.from_parquet(_paths(data_dir))
     if row == "from_huggingface":
         return tpufeed.Dataset.from_huggingface(_hf(data_dir))
+    if row == "from_huggingface(load_from_disk)":
+        return tpufeed.Dataset.from_huggingface(_saved(data_dir))
     if row == "from_source(hf)":
         return tpufeed.Dataset.from_source(_hf(data_dir))
     return tpufeed.Dataset.from_source(_hf(data_dir).with_format("numpy"))

@@ -133,7 +133,7 @@ class Dataset(SourceConstructors):
         return dataclasses.replace(self, _seed=seed, _window=window)
 
     def shard(self, index: int | None = None, count: int | None = None) -> Dataset:
-        """This host's share of each epoch; defaults to jax.process_index()/process_count()."""
+        """This host's share; defaults to the run's process index/count (jax's or torch's)."""
         return dataclasses.replace(self, _sharding=Sharding(index, count))
 
     def map(self, fn: Callable[[Any], Any]) -> Dataset:
@@ -310,9 +310,8 @@ class Dataset(SourceConstructors):
         were in lockstep (counts that cannot depend on the data). The list of all hosts'
         states continues on any host count, exactly once, whatever the stages.
 
-        `uneven="shortest"` or `"pad"` ends every host's epochs at the same step when hosts
-        make different numbers of batches (tpufeed.run.uneven), agreeing through `agreement`
-        (default: the coordination service of `jax.distributed`). `to_jax` does this itself.
+        `uneven="shortest"` or `"pad"` ends all hosts' epochs at one step (tpufeed.run.uneven),
+        agreeing through `agreement` (default: jax's or torch's). `to_jax` does this itself.
         """
         launch = launcher(self._plan(), self._settings, uneven, agreement, self._first_item)
         return DatasetIterator(launch, state, self._settings.options.trace)
@@ -338,11 +337,13 @@ class Dataset(SourceConstructors):
 
         return to_tf(self, state=state)
 
-    def to_torch(self, pin_memory: bool = False) -> TorchIterable:
-        """A `torch.utils.data.IterableDataset` yielding torch tensors."""
+    def to_torch(
+        self, pin_memory: bool = False, uneven: str | None = None, agreement: Any = None
+    ) -> TorchIterable:
+        """A torch `IterableDataset` of tensors; `uneven`, `agreement` as in `iterator`."""
         from tpufeed.adapters.torch import to_torch
 
-        return to_torch(self, pin_memory=pin_memory)
+        return to_torch(self, pin_memory=pin_memory, uneven=uneven, agreement=agreement)
 
     def fingerprint(self) -> str:
         """Identifies source, shuffle seed and stages; states only restore into a match."""

@@ -307,3 +307,46 @@ def test_tpufeed_workers_under_a_dataloader_are_watched():
         for _ in it:
             pass
     del it
+
+
+@pytest.mark.parametrize("uneven", ["shortest", "pad"])
+def test_to_torch_ends_the_epochs_of_uneven_hosts_together(uneven):
+    """Two hosts (threads agreeing through ThreadAgreement) whose filters keep different counts:
+    through DataLoader(to_torch(uneven=...)) both run the same steps; "pad" masks its padding;
+    the pass's stats count what was cut or padded."""
+    import threading
+
+    from tpufeed.run.agreement import ThreadAgreement
+
+    agreements = ThreadAgreement.group(2, timeout_s=60)
+    steps, masked, stats = [0, 0], [0, 0], [None, None]
+
+    def host(h):
+        ds = tpufeed.Dataset.from_sequence(list(range(40))).shard(h, 2).map(to_element)
+        ds = ds.filter(lambda e: e["id"] % (3 + h) != 0).batch(4)
+        data = ds.to_torch(uneven=uneven, agreement=agreements[h])
+        loader = iter(DataLoader(data, batch_size=None))
+        for batch in loader:
+            steps[h] += 1
+            masked[h] += int(batch["mask"].sum()) if uneven == "pad" else len(batch["id"])
+        stats[h] = data.stats()
+
+    threads = [threading.Thread(target=host, args=(h,)) for h in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert steps[0] == steps[1] > 0
+    if uneven == "pad":  # every kept record once
+        assert masked == [sum(1 for i in range(h, 40, 2) if i % (3 + h)) for h in range(2)]
+        assert stats[0].padded_batches + stats[1].padded_batches > 0
+    else:
+        assert stats[0].cut_batches + stats[1].cut_batches > 0
+
+
+def test_to_torch_uneven_in_dataloader_workers_is_refused_naming_num_workers_0():
+    from tpufeed.errors import InvalidArgumentError
+
+    data = make().to_torch(uneven="pad")
+    with pytest.raises(InvalidArgumentError, match="num_workers=0"):
+        next(iter(DataLoader(data, batch_size=None, num_workers=1)))

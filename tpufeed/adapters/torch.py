@@ -47,6 +47,7 @@ from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError, StateError, missing_dependency
 from tpufeed.run.plan import pass_length
 from tpufeed.run.resume import resume
+from tpufeed.run.uneven import check_uneven
 
 try:
     import torch
@@ -63,10 +64,20 @@ BATCHED_TWICE = (
     "batch, leave .batch() out of the pipeline"
 )
 
+UNEVEN_IN_WORKERS = (
+    "to_torch(uneven={uneven!r}) agrees with the other processes from the process that "
+    "iterates, so it runs in the DataLoader's process: pass num_workers=0, and give the "
+    "pipeline tpufeed's own workers instead (ds.workers(n))"
+)
 
-def to_torch(ds: Any, pin_memory: bool = False) -> TorchIterable:
-    """An IterableDataset over `ds`; `pin_memory` pins tensors for fast copies to an accelerator."""
-    return TorchIterable(ds, pin_memory=pin_memory)
+
+def to_torch(
+    ds: Any, pin_memory: bool = False, uneven: str | None = None, agreement: Any = None
+) -> TorchIterable:
+    """An IterableDataset over `ds`; `pin_memory` pins tensors for fast copies to an accelerator;
+    `uneven` ends every process's epochs at the same step, as `Dataset.iterator(uneven=...)`
+    (agreeing through torch.distributed's store by default in a torch.distributed run)."""
+    return TorchIterable(ds, pin_memory=pin_memory, uneven=uneven, agreement=agreement)
 
 
 class TorchIterable(IterableDataset):
@@ -79,7 +90,9 @@ class TorchIterable(IterableDataset):
     >>> data = ds.to_torch(); data.set_state(saved)   # the next pass continues there  # doctest: +SKIP
     """
 
-    def __init__(self, ds: Any, pin_memory: bool = False):
+    def __init__(
+        self, ds: Any, pin_memory: bool = False, uneven: str | None = None, agreement: Any = None
+    ):
         # Resolved here, in the main process: a `.shard()` default asks jax, and importing jax
         # in a DataLoader worker forked from a process that imported torch crashes it.
         self._host, self._hosts = ds._sharding.resolve()
@@ -88,6 +101,7 @@ class TorchIterable(IterableDataset):
         self._strided = plan.fused  # each chunk one batch: workers can stride
         self._batches = plan.batch is not None
         self._pin_memory = bool(pin_memory)
+        self._uneven, self._agreement = check_uneven(uneven), agreement
         self._pending: Any = None
         self._iterator: TorchIterator | None = None
 
@@ -98,8 +112,10 @@ class TorchIterable(IterableDataset):
         keep_tuples = collation is not None and collation[1] in (default_convert, default_collate)
         info = get_worker_info()
         state, self._pending = self._pending, None
+        if self._uneven is not None and info is not None:
+            raise InvalidArgumentError(UNEVEN_IN_WORKERS.format(uneven=self._uneven))
         if info is None or info.num_workers <= 1:
-            inner = self._ds.iterator(_plain(state))
+            inner = self._ds.iterator(_plain(state), self._uneven, self._agreement)
         elif self._strided:
             inner = strided_iterator(self._ds, info.id, info.num_workers, state)
         else:
@@ -163,6 +179,12 @@ class TorchIterable(IterableDataset):
             )
         self.set_state(state)
 
+    def stats(self) -> Any:
+        """The `PipelineStats` of the current (or last) pass in this process."""
+        if self._iterator is None:
+            raise InvalidArgumentError("stats() describes a pass: iterate first")
+        return self._iterator.stats()
+
     @property
     def wait_fraction(self) -> float:
         """Of the current pass in this process: time blocked on input / wall time."""
@@ -218,6 +240,10 @@ class TorchIterator(Iterator[Any]):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """`set_state(state)`, under torch's name."""
         self.set_state(state)
+
+    def stats(self) -> Any:
+        """The pass's `PipelineStats` (with `uneven=`: `cut_batches`, `padded_batches`...)."""
+        return self._inner.stats()
 
     @property
     def wait_fraction(self) -> float:

@@ -1,15 +1,18 @@
-"""Which share of every epoch this host reads: explicit, or jax's process index and count."""
+"""Which share of every epoch this host reads: explicit, or the process index and count of the
+run (jax's, or torch.distributed's rank and world size: `tpufeed.order.processes`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.order.processes import process_of_run
 
 
 @dataclass(frozen=True)
 class Sharding:
-    """Which share of every epoch this host reads; None means "ask jax when iterating"."""
+    """Which share of every epoch this host reads; None means "ask the run when iterating"
+    (jax, or torch.distributed where it is initialised and jax.distributed is not)."""
 
     index: int | None = None
     count: int | None = None
@@ -29,20 +32,12 @@ class Sharding:
             )
 
     def resolve(self) -> tuple[int, int]:
-        """(index, count), the missing parts from jax.process_index()/process_count()."""
+        """(index, count), the missing parts from the run's process index and count."""
         index, count = self.index, self.count
         if index is None or count is None:
-            jax_index, jax_count = _jax_process()
-            index = jax_index if index is None else index
-            count = jax_count if count is None else count
+            run_index, run_count = process_of_run()
+            index = run_index if index is None else index
+            count = run_count if count is None else count
         if index >= count:
             raise InvalidArgumentError(f"shard index {index} is not below shard count {count}")
         return index, count
-
-
-def _jax_process() -> tuple[int, int]:
-    try:
-        import jax
-    except ImportError:
-        return 0, 1
-    return jax.process_index(), jax.process_count()

@@ -1,11 +1,13 @@
-"""Telling a host that is slow from one that is gone, for `JaxAgreement`.
+"""Telling a host that is slow from one that is gone, for `JaxAgreement` and `TorchAgreement`.
 
 At an agreement a host waits for every other host to arrive. One that has not arrived may be
 working (a slow shard, a long restore) or gone: killed, stopped, or cut off from the network.
 JAX's runtime tells them apart by heartbeats of its own, but acts only `heartbeat_timeout_seconds`
 (100 s by default) after a host went silent, and then by aborting every process, with no word
-from tpufeed. So each process beats for its agreement too: a thread sets a key of the
-coordination service every `BEAT_S` seconds, holding a count and the step the host is at.
+from tpufeed; torch.distributed's store names nobody, and a wait on it lasts its timeout (30
+minutes by default). So each process beats for its agreement too: a thread sets a key of the
+coordination service (or store) every `BEAT_S` seconds, holding a count and the step the host
+is at.
 
 While this host waits at an agreement, the same thread also reads every host's beat:
 
@@ -40,7 +42,7 @@ class Heartbeat:
     """Beats for host `host` under `directory` of the coordination service (`client`), and
     reads the other hosts' beats while this host waits (`watch`). `connected()` says whether
     `client` is still the process's (jax.distributed was not shut down); the thread ends when
-    it is not, or at `stop()`."""
+    it is not, or at `stop()`. `service` names the service in errors."""
 
     def __init__(
         self,
@@ -49,8 +51,10 @@ class Heartbeat:
         host: int,
         lost_after_s: float,
         connected: Callable[[], bool],
+        service: str = "jax.distributed's coordination service (run by process 0)",
     ):
         self._client, self._directory, self._host = client, directory, host
+        self._service = service
         self._lost_after_s, self._connected = lost_after_s, connected
         self._lock = threading.Lock()
         self._step: int | None = None  # the step this host waits at (None: not waiting)
@@ -90,8 +94,8 @@ class Heartbeat:
             failure = self._failure if failing else "a call that never returned"
         if stuck or failing:
             raise HostLostError(
-                f"process {self._host} has had no answer from jax.distributed's coordination "
-                f"service (run by process 0) for {limit:g} s while waiting at host agreement "
+                f"process {self._host} has had no answer from {self._service} "
+                f"for {limit:g} s while waiting at host agreement "
                 f"step {step} ({failure}): process 0 died or was stopped, or the network between "
                 f"them is cut. {_RESTART}",
                 hosts=(0,),

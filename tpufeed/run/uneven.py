@@ -35,7 +35,7 @@ from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.observe import counts, timeline
 from tpufeed.ops.base import now
 from tpufeed.order.cursor import Cursor, epoch_start
-from tpufeed.run.agreement import HostAgreement, JaxAgreement
+from tpufeed.run.agreement import HostAgreement, default_agreement
 from tpufeed.run.plan import Plan
 from tpufeed.run.stats import PipelineStats
 
@@ -314,7 +314,7 @@ def end_together(
     template: Callable[[], Any],
 ) -> Any:
     """The iterator `make()` gives, ending each epoch with the other hosts (`uneven`), agreeing
-    only where the counts can differ (default agreement: jax.distributed's)."""
+    only where the counts can differ (default: `default_agreement`, torch's or jax's)."""
     uneven = check_uneven(uneven)
     if uneven is None:
         return make()
@@ -326,6 +326,6 @@ def end_together(
     if even and uneven == "shortest":
         return make()
     if not even and agreement is None:
-        agreement = JaxAgreement(plan.fingerprint, hosts=plan.hosts)
+        agreement = default_agreement(plan.fingerprint, hosts=plan.hosts)
     batch_size = plan.batch.batch_size if plan.batch is not None else None
     return EvenHosts(make(), uneven, None if even else agreement, plan.hosts, batch_size, template)
