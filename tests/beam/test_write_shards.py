@@ -75,6 +75,18 @@ def test_keyed_records_are_written_in_key_order(tmp_path):
     assert manifest["build"]["order"] == "key"
 
 
+def test_keyed_records_past_the_sample_rate_are_in_order_and_balanced(tmp_path):
+    """3,000 keys in 8 buckets: one key in 11 is sampled for the cut points; the shards are
+    still the key order cut into equal runs, the same from any input order."""
+    records = [((i * 7919) % 3000, {"label": (i * 7919) % 3000}) for i in range(3000)]
+    manifest = write(tmp_path / "a", records, 2, keyed=True)
+    assert _labels(tmp_path / "a") == list(range(3000))
+    assert [s["num_records"] for s in manifest["shards"]] == [1500, 1500]
+    random.Random(3).shuffle(records)
+    write(tmp_path / "b", records, 2, keyed=True)
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+
+
 def test_manifest_contents(tmp_path):
     manifest = write(tmp_path / "ds", _records(12), 2, build_options={"note": "hello"})
     assert manifest["format"] == "tpufeed-dataset" and manifest["format_version"] == 1

@@ -21,7 +21,8 @@ temporary name renamed in the same folder; a remote object is uploaded under its
 yields its summary (count, bytes, CRC32C, schema, lengths). The last step only writes
 `manifest.json`: until then the folder holds no manifest, so a failed build leaves nothing
 that opens. `WriteShards` makes its blocks from the records' keys: ranges of the content hash
-(or, for caller-given order keys, cuts at approximate quantiles), each sorted on one worker.
+(or, for caller-given order keys, cuts at evenly spaced keys of a sample: `key_cuts`), each
+sorted on one worker.
 A shard writer holds one chunk at a time. Dict records travel in tpufeed's codec
 (what their order and the schema are computed from), and are stored in the record format when
 their shard is written.
@@ -38,7 +39,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.pvalue import AsSingleton
 
-from tpufeed.beam import ranking
+from tpufeed.beam import key_cuts, ranking
 from tpufeed.beam.record_bytes import CODEC, RAW, encode_record
 from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.errors import InvalidArgumentError
@@ -69,10 +70,8 @@ def _hash_bucket(item: tuple[bytes, Any], buckets: int) -> tuple[int, tuple[byte
     return int.from_bytes(item[0][:8], "big") * buckets >> 64, item
 
 
-def _quantile_bucket(
-    item: tuple[bytes, Any], quantiles: list[bytes]
-) -> tuple[int, tuple[bytes, Any]]:
-    return ranking.bucket_of(item[0], quantiles[1:-1]), item
+def _key_bucket(item: tuple[bytes, Any], cuts: list[bytes]) -> tuple[int, tuple[bytes, Any]]:
+    return ranking.bucket_of(item[0], cuts), item
 
 
 def _sorted_chunk(element: tuple[int, Any]) -> tuple[int, int, list[bytes], bytes]:
@@ -121,13 +120,20 @@ class WriteShards(beam.PTransform):
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
         items = records | "Encode" >> beam.Map(_keyed_record, self._keyed, self._record_format)
-        if self._keyed:  # keys of any distribution: cut at approximate quantiles
-            quantiles = (
-                items
-                | "SortKeys" >> beam.Keys()
-                | "Quantiles" >> beam.ApproximateQuantiles.Globally(self._buckets + 1)
+        if self._keyed:  # keys of any distribution: cut at a sample's evenly spaced keys
+            keys = items | "SortKeys" >> beam.Keys()
+            every = (
+                keys
+                | "CountKeys" >> beam.combiners.Count.Globally()
+                | "SampleRate" >> beam.Map(key_cuts.sample_every, self._buckets)
             )
-            bucketed = items | "Bucket" >> beam.Map(_quantile_bucket, AsSingleton(quantiles))
+            cuts = (
+                keys
+                | "SampleKeys" >> beam.Filter(key_cuts.in_sample, AsSingleton(every))
+                | "AllSampled" >> beam.combiners.ToList()
+                | "CutPoints" >> beam.Map(key_cuts.cut_points, self._buckets)
+            )
+            bucketed = items | "Bucket" >> beam.Map(_key_bucket, AsSingleton(cuts))
         else:
             bucketed = items | "Bucket" >> beam.Map(_hash_bucket, self._buckets)
         return (
