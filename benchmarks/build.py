@@ -110,9 +110,12 @@ def stage_costs(src: str, num_shards: int, limit: int = 50000) -> dict[str, floa
     normal = timed("normalize", lambda: [normalize_record(r) for _, _, r in raw])
     encoded = timed("encode (codec)", lambda: [encode_record(r, "x")[0] for r in normal])
     summary = RecordSummary()
-    timed(
+    timed(  # a chunk of records at a time, as ReadBlock does
         "summarize (schema, statistics)",
-        lambda: [summary.add(r, len(d)) for r, d in zip(normal, encoded)],
+        lambda: [
+            summary.add_many(normal[i : i + 4096], [len(d) for d in encoded[i : i + 4096]])
+            for i in range(0, limit, 4096)
+        ],
     )
     timed(
         "rank + cut into shards",
