@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pvalue import AsSingleton, DoOutputsTuple
 from apache_beam.runners.runner import PipelineResult
@@ -159,6 +160,9 @@ def build(config: BuildConfig) -> dict[str, Any]:
     """
     start = time.monotonic()
     options = PipelineOptions(list(worker_args(config.workers, config.beam_args)))
+    # Beam's file systems read the build's options here too: s3:// needs them (its --s3_* ones,
+    # or boto3's environment where none is given); a worker sets them from the same options.
+    FileSystems.set_options(options)
     runner = runner_for(options, config.workers)
     blocks, num_shards = _plan(config)
     if needs_check(config.beam_args):

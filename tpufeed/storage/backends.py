@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 # scheme -> the module that implements it
-BACKENDS: dict[str, str] = {"gs": "tpufeed.storage.gcs"}
+BACKENDS: dict[str, str] = {"gs": "tpufeed.storage.gcs", "s3": "tpufeed.storage.s3"}
 
 
 def scheme_of(path: object) -> str | None:

@@ -125,7 +125,7 @@ def _transient_in_http_library(exc: BaseException) -> bool:
     botocore = sys.modules.get("botocore.exceptions")
     if botocore is not None:  # connection errors and timeouts are HTTPClientErrors
         kinds += [botocore.HTTPClientError, botocore.IncompleteReadError]
-        kinds += [botocore.ResponseStreamingError]
+        kinds += [getattr(botocore, "ResponseStreamingError", botocore.HTTPClientError)]
     return isinstance(exc, tuple(kinds))
 
 
