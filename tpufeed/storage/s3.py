@@ -88,7 +88,7 @@ def _new_client(timeout: float) -> Any:
     return boto3.session.Session().client("s3", config=config)
 
 
-def _calling(fn: Callable[[float], T]) -> Callable[[float], T]:
+def _calling(fn: Callable[[float], T], url: str) -> Callable[[float], T]:
     """`fn` with botocore's "no credentials" as the SourceError that says what to set."""
 
     def call(timeout: float) -> T:
@@ -97,7 +97,7 @@ def _calling(fn: Callable[[float], T]) -> Callable[[float], T]:
         try:
             return fn(timeout)
         except NoCredentialsError:
-            raise SourceError(NO_CREDENTIALS) from None
+            raise SourceError(f"{url}: {NO_CREDENTIALS}", path=url) from None
 
     return call
 
@@ -120,7 +120,7 @@ def list_objects(pattern: str, policy: RetryPolicy) -> list[RemoteObject]:
         return [stat(pattern, policy)]
     prefix, matcher, recursive = glob_split(name)
     listed = call_with_retry(
-        _calling(lambda timeout: _list(bucket, prefix, recursive, timeout)),
+        _calling(lambda timeout: _list(bucket, prefix, recursive, timeout), pattern),
         pattern,
         "listing objects",
         policy,
@@ -135,7 +135,7 @@ def list_prefix(url: str, policy: RetryPolicy) -> list[RemoteObject]:
     """Every object whose URL starts with `url`, sorted by name, in one (paged) listing."""
     bucket, prefix = split_url(url, "s3")
     listed = call_with_retry(
-        _calling(lambda timeout: _list(bucket, prefix, True, timeout)),
+        _calling(lambda timeout: _list(bucket, prefix, True, timeout), url),
         url,
         "listing objects",
         policy,
@@ -188,7 +188,7 @@ def stat(url: str, policy: RetryPolicy) -> RemoteObject:
             crc,
         )
 
-    return call_with_retry(_calling(head), url, "reading object metadata", policy)
+    return call_with_retry(_calling(head, url), url, "reading object metadata", policy)
 
 
 def _object(
@@ -235,7 +235,8 @@ def read_range(obj: RemoteObject, start: int, end: int, policy: RetryPolicy) -> 
         return data
 
     try:
-        return call_with_retry(_calling(get), obj.url, f"reading bytes [{start}, {end})", policy)
+        what = f"reading bytes [{start}, {end})"
+        return call_with_retry(_calling(get, obj.url), obj.url, what, policy)
     except SourceError as e:
         if obj.etag and status_of(e.__cause__ or e) in (404, 412):
             raise _gone_or(e, obj, policy) from e
