@@ -82,6 +82,13 @@ GROUPS = (
         tools=("gcp-storage-emulator",),
     ),
     Group(
+        "s3",
+        ("s3",),
+        # boto3's floor against a real S3 server (moto's, in a thread: flask serves it)
+        ("tests/storage/test_s3.py",),
+        tools=("moto", "flask", "flask-cors"),
+    ),
+    Group(
         "images",
         ("images",),
         (

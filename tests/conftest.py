@@ -1,5 +1,7 @@
-"""Fixtures that tests in every folder share: the installed layout, and the GCS emulator behind
-its fault proxy (`emulator`, `gcs`, `bucket`, `upload`; the servers are in tests/gcs_emulator.py)."""
+"""Fixtures that tests in every folder share: the installed layout, the GCS emulator behind
+its fault proxy (`emulator`, `gcs`, `bucket`, `upload`; the servers are in tests/gcs_emulator.py),
+and an S3 server behind the same proxy (`s3_server`, `s3`, `s3_bucket`, `s3_upload`;
+tests/s3_server.py)."""
 
 from __future__ import annotations
 
@@ -86,5 +88,70 @@ def upload(emulator):
         else:
             blob.upload_from_filename(data)
         return f"gs://{bucket}/{name}"
+
+    return put
+
+
+# -- the S3 server -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1, started on first use, for the whole session."""
+    pytest.importorskip("boto3", reason="pip install tpufeed[s3]")
+    pytest.importorskip("moto.server", reason="pip install tpufeed[dev]")
+    from tests.s3_server import S3Server
+
+    server = S3Server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_proxy(s3_server):
+    from tests.s3_server import S3FaultProxy
+
+    proxy = S3FaultProxy(s3_server.port)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def s3(s3_proxy, monkeypatch, tmp_path):
+    """The S3 fault proxy, reset, with tpufeed (boto3) pointed at it, test credentials, and the
+    shard cache under tmp_path."""
+    from tests.s3_server import CREDENTIALS
+
+    s3_proxy.reset()
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_proxy.url)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))
+    return s3_proxy
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A fresh bucket's name."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3_server.client().create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def s3_upload(s3_server):
+    """s3_upload(bucket, name, data or local path) -> s3:// URL, straight to the server."""
+    client = s3_server.client()
+
+    def put(bucket: str, name: str, data: bytes | str) -> str:
+        if isinstance(data, bytes):
+            client.put_object(Bucket=bucket, Key=name, Body=data)
+        else:
+            client.upload_file(data, bucket, name)
+        return f"s3://{bucket}/{name}"
 
     return put

@@ -320,13 +320,15 @@ class FaultProxy:
             ]
         finally:
             upstream.close()
-        media = "alt=media" in handler.path or handler.path.startswith("/download/")
+        media = self._is_media(handler)
         handler.send_response(status, reason)
         for k, v in out_headers:
             handler.send_header(k, v)
         if generation is not None:
             handler.send_header("x-goog-generation", generation)
-        handler.send_header("Content-Length", str(len(data)))
+        # A HEAD's answer has no body: its Content-Length is the object's, as upstream said.
+        length = response.getheader("Content-Length") if handler.command == "HEAD" else None
+        handler.send_header("Content-Length", length or str(len(data)))
         handler.end_headers()
         sent = data[: len(data) // 2] if fault == "cut" else data
         with self._lock:  # counted before the client can have the bytes (and reset counters)
@@ -342,6 +344,10 @@ class FaultProxy:
             handler.wfile.flush()
             handler.close_connection = True
             _abort(handler)
+
+    def _is_media(self, handler: http.server.BaseHTTPRequestHandler) -> bool:
+        """Whether a request downloads object bytes (what `counters.media_*` count)."""
+        return "alt=media" in handler.path or handler.path.startswith("/download/")
 
     def stop(self) -> None:
         self.server.shutdown()

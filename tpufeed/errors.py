@@ -34,7 +34,8 @@ class CorruptDataError(SourceError):
 
 
 class ObjectChangedError(SourceError):
-    """A gs:// object was replaced or deleted while it was read; names both generations."""
+    """An object (gs://, s3://) was replaced or deleted while it was read; names both versions
+    (GCS generations, S3 ETags)."""
 
 
 class RecordIndexError(TpufeedError, IndexError):

@@ -59,6 +59,8 @@ CLEAN_IN_A_CHECKOUT = {"quickstart.md"}
 # Pages whose blocks need a GCS bucket: they run against the local emulator (tests/gcs_emulator.py)
 # with the bucket they name created there.
 GCS_PAGES = {"gcs.md": "my-bucket"}
+# Pages whose blocks need an S3 bucket: they run against a local S3 server (tests/s3_server.py).
+S3_PAGES = {"s3.md": "my-bucket"}
 
 RUNNER = """\
 import json, subprocess, sys
@@ -96,6 +98,7 @@ def test_pages_found():
         "quickstart.md",
         "multi-host.md",
         "gcs.md",
+        "s3.md",
         "language-models.md",
         "checkpoints.md",
         "offline-build.md",
@@ -135,6 +138,14 @@ def test_guide_code_runs(page, tmp_path, request):
         if client.lookup_bucket(GCS_PAGES[page]) is None:
             client.create_bucket(GCS_PAGES[page])
         env["STORAGE_EMULATOR_HOST"] = emulator.url
+    if page in S3_PAGES:
+        from tests.s3_server import CREDENTIALS
+
+        server = request.getfixturevalue("s3_server")
+        client = server.client()
+        if S3_PAGES[page] not in [b["Name"] for b in client.list_buckets()["Buckets"]]:
+            client.create_bucket(Bucket=S3_PAGES[page])
+        env.update(CREDENTIALS, AWS_ENDPOINT_URL_S3=server.url, AWS_EC2_METADATA_DISABLED="true")
     (tmp_path / "blocks.json").write_text(json.dumps(runnable(page)))
     (tmp_path / "run_page.py").write_text(RUNNER)
     work = tmp_path / "work"

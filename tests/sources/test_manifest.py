@@ -168,8 +168,10 @@ def test_unreadable_or_absent_manifests(tmp_path):
     (tmp_path / "manifest.json").write_text("[1, 2]")
     with pytest.raises(TpufeedError, match="JSON object"):
         load_manifest(tmp_path / "manifest.json")
-    with pytest.raises(InvalidArgumentError, match="s3://bucket/ds"):
-        ManifestSource("s3://bucket/ds")  # gs:// datasets: tests/sources/test_manifest_gcs.py
+    with pytest.raises(InvalidArgumentError, match="hdfs://bucket/ds.*gs://, s3://"):
+        ManifestSource(
+            "hdfs://bucket/ds"
+        )  # gs://, s3:// datasets: test_manifest_gcs, test_s3_dataset
 
 
 def test_pickled_sources_remember_verification(dataset):

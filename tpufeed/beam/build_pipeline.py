@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pvalue import AsSingleton, DoOutputsTuple
 from apache_beam.runners.runner import PipelineResult
@@ -160,6 +161,7 @@ def build(config: BuildConfig) -> dict[str, Any]:
     output as it was.
     """
     start = time.monotonic()
+    FileSystems.set_options(PipelineOptions(list(config.beam_args)))  # s3:// reads them here
     blocks, num_shards = _plan(config)
     workers = choose_workers(config.workers, blocks, config.beam_args)
     options = PipelineOptions(list(worker_args(workers, config.beam_args)))

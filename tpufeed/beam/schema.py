@@ -21,7 +21,7 @@ import numpy as np
 __all__ = ["LengthStats", "RecordSummary"]
 
 _SCALAR_TYPES = ((bool, "bool"), (int, "int"), (float, "float"), (bytes, "bytes"), (str, "str"))
-_EXACT_SCALARS = {kind: name for kind, name in _SCALAR_TYPES}
+_EXACT_SCALARS: dict[type, str] = {kind: name for kind, name in _SCALAR_TYPES}
 
 
 class LengthStats:

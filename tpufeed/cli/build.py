@@ -58,7 +58,7 @@ def _folder_options(build: argparse.ArgumentParser) -> None:
         ".array_record/.ar, or a folder of images (class folders give label; the "
         "manifest lists the classes)",
     )
-    build.add_argument("--output", required=True, help="dataset folder (local or gs://)")
+    build.add_argument("--output", required=True, help="dataset folder (local, gs:// or s3://)")
     build.add_argument(
         "--overwrite",
         action="store_true",

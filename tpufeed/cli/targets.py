@@ -18,6 +18,7 @@ from typing import Any
 from tpufeed.dataset import Dataset
 from tpufeed.errors import CodecError, InvalidArgumentError, TpufeedError
 from tpufeed.ops.user_functions import is_interruption
+from tpufeed.storage.backends import is_remote_url
 
 __all__ = ["load_callable", "make_target"]
 
@@ -33,7 +34,7 @@ def load_callable(spec: str, option: str = "--transform") -> Any:
 def make_target(args: argparse.Namespace) -> Dataset:
     """The Dataset `args.target` names, as bench runs it (--workers / --prefetch not applied)."""
     target = args.target
-    if ":" in target and not target.startswith("gs://") and not os.path.exists(target):
+    if ":" in target and not is_remote_url(target) and not os.path.exists(target):
         ds = _called(target)
         if not isinstance(ds, Dataset):
             raise InvalidArgumentError(

@@ -16,6 +16,9 @@ Names, with what counts them (each once per request, shard or chunk, never per r
                       read or a byte range)
     gcs_retries       of those, retries after a transient failure
     gcs_bytes         bytes of object data received from GCS (storage.gcs)
+    s3_requests       the same three for S3 and S3-compatible stores (storage.s3)
+    s3_retries
+    s3_bytes
     workers_started   worker processes started (run.workers.pool)
     workers_lost      workers found dead or stopped: the run then ends with WorkerError
                       (a worker is never restarted; a new iterator starts new ones)
@@ -36,6 +39,9 @@ NAMES = (
     "gcs_requests",
     "gcs_retries",
     "gcs_bytes",
+    "s3_requests",
+    "s3_retries",
+    "s3_bytes",
     "workers_started",
     "workers_lost",
     "agreements",

@@ -197,7 +197,8 @@ class PipelineStats:
         return "\n".join(lines + self._worker_lines())
 
     def _storage_lines(self) -> list[str]:
-        """One line for the shard cache and one for GCS, each where something was counted."""
+        """One line for the shard cache and one per store (GCS, S3), each where something was
+        counted."""
         c, lines = self.counts, []
         if c.get("cache_hits") or c.get("cache_misses") or c.get("cache_evictions"):
             lines.append(
@@ -205,11 +206,13 @@ class PipelineStats:
                 f"misses ({self.cache_hit_rate or 0:.1%} hit), {c.get('cache_evictions', 0):,} "
                 f"evictions, {c.get('cache_bytes', 0) / 2**20:,.1f} MiB fetched"
             )
-        if c.get("gcs_requests"):
-            lines.append(
-                f"GCS: {c['gcs_requests']:,} requests, {c.get('gcs_retries', 0):,} retries, "
-                f"{c.get('gcs_bytes', 0) / 2**20:,.1f} MiB received"
-            )
+        for store, name in (("gcs", "GCS"), ("s3", "S3")):
+            if c.get(f"{store}_requests"):
+                lines.append(
+                    f"{name}: {c[f'{store}_requests']:,} requests, "
+                    f"{c.get(f'{store}_retries', 0):,} retries, "
+                    f"{c.get(f'{store}_bytes', 0) / 2**20:,.1f} MiB received"
+                )
         return lines
 
     def _worker_lines(self) -> list[str]:

@@ -18,8 +18,8 @@ from tpufeed.sources.array_record_file import ArrayRecordFile
 from tpufeed.sources.array_record_writer import write_array_records
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import GcsObject
 from tpufeed.storage.local import PathsLike, resolve_paths
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["ArrayRecordFile", "ArrayRecordSource", "write_array_records"]
@@ -37,7 +37,7 @@ class ArrayRecordSource(ShardedSource[ArrayRecordFile]):
     def __init__(self, paths: PathsLike, cache: ShardCache | None = None):
         files = []
         for item in resolve_paths(paths, cache.retry if cache else None):
-            if isinstance(item, GcsObject):
+            if isinstance(item, RemoteObject):
                 cache = cache or ShardCache()
                 if cache.max_bytes == 0:
                     raise InvalidArgumentError(

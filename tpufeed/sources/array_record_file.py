@@ -40,8 +40,8 @@ from tpufeed.sources.array_record_structure import (
     group_size,
     structure_problem,
 )
+from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.gcs import is_gcs_url
 from tpufeed.storage.local import FileIdentity, open_regular, path_of_descriptor
 from tpufeed.storage.remote import RemoteFile
 
@@ -76,7 +76,7 @@ class ArrayRecordFile:
         pinned: FileIdentity | None = None,
     ):
         self.path = os.fspath(path)
-        if remote is None and is_gcs_url(self.path):
+        if remote is None and is_remote_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self.pinned = pinned if remote is None else None  # cached copies are checked by the cache

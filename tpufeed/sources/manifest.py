@@ -53,16 +53,15 @@ from tpufeed.sources.manifest_fields import FORMAT, FORMAT_VERSION, MAX_DEPTH, c
 from tpufeed.sources.record_formats import RAW_BYTES, record_format_of_manifest
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import (
-    DEFAULT_POLICY,
-    SCHEME,
-    is_gcs_url,
+from tpufeed.storage.backends import (
+    is_remote_url,
     list_prefix,
     read_range,
-    split_url,
-    stat_object,
+    scheme_of,
+    schemes,
+    stat,
 )
+from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.local import FileIdentity, check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy
@@ -73,9 +72,9 @@ __all__ = [
     "MANIFEST_NAME",
     "ManifestSource",
     "file_crc32c",
-    "gcs_shard_url",
     "is_dataset_path",
     "load_manifest",
+    "remote_shard_url",
     "safe_shard_path",
 ]
 
@@ -88,13 +87,16 @@ _NO_MANIFEST = (
 
 
 def is_dataset_path(path: str | os.PathLike) -> bool:
-    """Whether `path` names a built dataset (its folder or manifest, local or gs://) rather than
-    record files: what `tpufeed inspect` and `tpufeed bench` open with `Dataset.open`."""
+    """Whether `path` names a built dataset (its folder or manifest, local or in a store such as
+    gs:// or s3://) rather than record files: what `tpufeed inspect` and `tpufeed bench` open
+    with `Dataset.open`."""
     path = os.fspath(path)
     if os.path.basename(path.rstrip("/")) == MANIFEST_NAME or os.path.isdir(path):
         return True
-    # GCS has no folders to test for: a gs:// path that is no glob and names no record file.
-    return is_gcs_url(path) and not any(c in path for c in "*?[") and format_for_path(path) is None
+    # Object stores have no folders to test for: a URL that is no glob and names no record file.
+    return (
+        is_remote_url(path) and not any(c in path for c in "*?[") and format_for_path(path) is None
+    )
 
 
 def _shard_path_refusal(root: str, name: object, manifest_path: str) -> CorruptDataError | None:
@@ -135,8 +137,8 @@ def safe_shard_path(root: str, name: object, manifest_path: str) -> str:
     return path
 
 
-def gcs_shard_url(root: str, name: object, manifest_path: str) -> str:
-    """The gs:// URL of shard `name` under the dataset prefix `root`; raises as
+def remote_shard_url(root: str, name: object, manifest_path: str) -> str:
+    """The URL (gs://, s3://) of shard `name` under the dataset prefix `root`; raises as
     `safe_shard_path` does for a name that could lead outside it."""
     refusal = _shard_path_refusal(root, name, manifest_path)
     if refusal is not None:
@@ -145,20 +147,20 @@ def gcs_shard_url(root: str, name: object, manifest_path: str) -> str:
 
 
 def load_manifest(
-    path: str | os.PathLike, policy: RetryPolicy = DEFAULT_POLICY
+    path: str | os.PathLike, policy: RetryPolicy | None = None
 ) -> tuple[str, str, dict[str, Any]]:
     """(manifest path, dataset root, checked manifest) for a dataset folder or its manifest.
 
-    For a gs:// dataset both are URLs (the root without a trailing slash), and `policy` retries
-    the GCS calls.
+    For a dataset in an object store both are URLs (the root without a trailing slash), and
+    `policy` retries the store's calls (default: `RetryPolicy()`).
     """
     path = os.fspath(path)
-    if is_gcs_url(path):
-        manifest_path, root, data = _fetch_manifest(path, policy)
+    if is_remote_url(path):
+        manifest_path, root, data = _fetch_manifest(path, policy or RetryPolicy())
     elif "://" in path:
         raise InvalidArgumentError(
-            f"{path}: datasets open from a local folder or a gs:// URL; "
-            "other URL schemes are not supported"
+            f"{path}: datasets open from a local folder or a URL of an object store "
+            f"({schemes()}); other URL schemes are not supported"
         )
     else:
         manifest_path, data = _read_manifest(path)
@@ -198,18 +200,20 @@ def _read_manifest(path: str) -> tuple[str, bytes]:
 
 
 def _fetch_manifest(url: str, policy: RetryPolicy) -> tuple[str, str, bytes]:
-    """(manifest URL, dataset root URL, bytes) of a gs:// folder, or of a `.json` object in it.
+    """(manifest URL, dataset root URL, bytes) of a folder in an object store, or of a `.json`
+    object in it.
 
-    GCS has no folders to tell apart from objects, so a URL whose last part ends in `.json` is
-    the manifest itself and any other is the folder holding `manifest.json`.
+    Object stores have no folders to tell apart from objects, so a URL whose last part ends in
+    `.json` is the manifest itself and any other is the folder holding `manifest.json`.
     """
-    bucket, name = split_url(url)
+    scheme = f"{scheme_of(url)}://"
+    bucket, _, name = url[len(scheme) :].partition("/")
     folder = not name.rsplit("/", 1)[-1].endswith(".json")
     if folder:
         name = f"{name.rstrip('/')}/{MANIFEST_NAME}".lstrip("/")
-    manifest_url = f"{SCHEME}{bucket}/{name}"
+    manifest_url = f"{scheme}{bucket}/{name}"
     try:
-        obj = stat_object(bucket, name, policy)
+        obj = stat(manifest_url, policy)
     except SourceNotFoundError:
         raise SourceNotFoundError(
             f"no such object: {manifest_url}{_NO_MANIFEST if folder else ''}", path=manifest_url
@@ -265,7 +269,7 @@ class ManifestSource(ShardedSource[VerifiedShard]):
         self, path: str | os.PathLike, verify: bool = False, cache: ShardCache | None = None
     ):
         path = os.fspath(path)
-        if not is_gcs_url(path):
+        if not is_remote_url(path):
             self.manifest_path, self.root, self.manifest = load_manifest(path)
             files = [
                 VerifiedShard(
@@ -279,7 +283,7 @@ class ManifestSource(ShardedSource[VerifiedShard]):
         else:
             cache = cache or ShardCache()
             self.manifest_path, self.root, self.manifest = load_manifest(path, cache.retry)
-            files = self._gcs_shards(cache)
+            files = self._remote_shards(cache)
         super().__init__(files)
         self._records = record_format_of_manifest(self.manifest["record_format"]) or RAW_BYTES
         if verify:
@@ -289,11 +293,11 @@ class ManifestSource(ShardedSource[VerifiedShard]):
                 if shard.num_records == 0:
                     shard.check_count()
 
-    def _gcs_shards(self, cache: ShardCache) -> list[VerifiedShard]:
+    def _remote_shards(self, cache: ShardCache) -> list[VerifiedShard]:
         """The shards under the dataset prefix, each object version fixed by one listing."""
         file_format = self.manifest["file_format"]
         entries = self.manifest["shards"]
-        urls = [gcs_shard_url(self.root, entry["path"], self.manifest_path) for entry in entries]
+        urls = [remote_shard_url(self.root, entry["path"], self.manifest_path) for entry in entries]
         fmt = get_format(file_format)
         if fmt.needs_local_copy and not cache.max_bytes:
             raise InvalidArgumentError(

@@ -41,8 +41,8 @@ from tpufeed.errors import (
 )
 from tpufeed.observe import counts
 from tpufeed.sources.sharded import ShardedSource, checked_indices
+from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import (
     FileIdentity,
     PathsLike,
@@ -50,6 +50,7 @@ from tpufeed.storage.local import (
     path_of_descriptor,
     resolve_paths,
 )
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 
@@ -101,7 +102,7 @@ class ParquetFile:
         pinned: FileIdentity | None = None,
     ):
         self.path = os.fspath(path)
-        if remote is None and is_gcs_url(self.path):
+        if remote is None and is_remote_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self.pinned = pinned  # a local file's identity when first opened
@@ -334,12 +335,12 @@ class ParquetSource(ShardedSource[ParquetFile]):
             raise InvalidArgumentError(f"decoded_bytes must be an int >= 0, got {decoded_bytes!r}")
         wanted = check_columns(columns)
         items = resolve_paths(paths, cache.retry if cache else None)
-        if any(isinstance(item, GcsObject) for item in items):
+        if any(isinstance(item, RemoteObject) for item in items):
             cache = cache or ShardCache()
         decoded = DecodedRowGroups(decoded_bytes)
 
-        def make(item: str | GcsObject) -> ParquetFile:
-            if isinstance(item, GcsObject):
+        def make(item: str | RemoteObject) -> ParquetFile:
+            if isinstance(item, RemoteObject):
                 if cache is None:  # set above whenever a path is on gs://
                     raise TpufeedError(f"{item.url}: a gs:// file needs a shard cache")
                 return ParquetFile(item.url, wanted, RemoteFile(item, cache), decoded)
@@ -370,7 +371,7 @@ def iter_parquet_rows(
     """
     remote = (
         RemoteFile.open(os.fspath(path), ShardCache(max_bytes=0))
-        if is_gcs_url(os.fspath(path))
+        if is_remote_url(os.fspath(path))
         else None
     )
     parquet = ParquetFile(path, columns, remote, DecodedRowGroups(0))

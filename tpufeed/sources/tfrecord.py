@@ -52,10 +52,11 @@ from tpufeed.sources.tfrecord_index import (
     index_array,
     load_index,
 )
+from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import FileIdentity, PathsLike, open_regular, resolve_paths
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 from tpufeed.storage.transfers import coalesce
@@ -88,7 +89,7 @@ class TFRecordFile:
         self.path = os.fspath(path)
         self.pinned = pinned if remote is None else None
         self.index_dir = None if index_dir is None else os.fspath(index_dir)
-        if remote is None and is_gcs_url(self.path):
+        if remote is None and is_remote_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self._file: BinaryIO | None = None
@@ -125,7 +126,7 @@ class TFRecordFile:
         """A gs:// file's index is keyed by its generation (in the place of a local mtime)."""
         obj = remote.obj
         directory = self.index_dir or os.path.join(remote.cache.root, "tfrecord-index")
-        name = hashlib.sha256(f"{obj.url}#{obj.generation}".encode()).hexdigest()[:32]
+        name = hashlib.sha256(f"{obj.url}#{obj.version}".encode()).hexdigest()[:32]
         candidates = [
             os.path.join(directory, f"{name}-{os.path.basename(obj.name)[:100]}{INDEX_SUFFIX}")
         ]
@@ -334,13 +335,13 @@ class TFRecordSource(ShardedSource[TFRecordFile]):
         items = [
             p
             for p in resolve_paths(paths, cache.retry if cache else None)
-            if INDEX_SUFFIX not in os.path.basename(p.name if isinstance(p, GcsObject) else p)
+            if INDEX_SUFFIX not in os.path.basename(p.name if isinstance(p, RemoteObject) else p)
         ]
-        if any(isinstance(p, GcsObject) for p in items):
+        if any(isinstance(p, RemoteObject) for p in items):
             cache = cache or ShardCache()
 
-        def make(item: str | GcsObject) -> TFRecordFile:
-            if isinstance(item, GcsObject):
+        def make(item: str | RemoteObject) -> TFRecordFile:
+            if isinstance(item, RemoteObject):
                 if cache is None:  # set above whenever a path is on gs://
                     raise TpufeedError(f"{item.url}: a gs:// file needs a shard cache")
                 return TFRecordFile(item.url, index_dir, RemoteFile(item, cache))

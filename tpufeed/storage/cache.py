@@ -47,7 +47,7 @@ from tpufeed.storage.cache_layout import CacheLayout, default_cache_dir, entry_k
 from tpufeed.storage.cache_space import CacheSpace
 from tpufeed.storage.cache_verified import VerifiedCopies
 from tpufeed.storage.eviction import PlanBoard, VictimChooser
-from tpufeed.storage.gcs import GcsObject
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.retry import RetryPolicy
 from tpufeed.storage.transfers import PART_BYTES, URGENT
 
@@ -119,7 +119,7 @@ class ShardCache:
     def shards_dir(self) -> str:
         return self.layout.shards
 
-    def data_path(self, obj: GcsObject) -> str:
+    def data_path(self, obj: RemoteObject) -> str:
         return self.layout.data(entry_key(obj))
 
     def usage(self) -> int:
@@ -137,7 +137,7 @@ class ShardCache:
     # -- reading -------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def pinned(self, obj: GcsObject) -> Iterator[str]:
+    def pinned(self, obj: RemoteObject) -> Iterator[str]:
         """The local path of `obj`, fetched first if needed, safe from eviction in the block."""
         self._check_fits(obj)
         key = entry_key(obj)
@@ -161,7 +161,7 @@ class ShardCache:
         finally:
             os.close(fd)  # drops the lock
 
-    def hold(self, obj: GcsObject, on_evicted: Callable[[], None] | None = None) -> CopyHold:
+    def hold(self, obj: RemoteObject, on_evicted: Callable[[], None] | None = None) -> CopyHold:
         """Counts the local copy of `obj` against the limit after an eviction, until closed.
 
         Take it while pinned, once the copy is open; close it after the copy. `on_evicted`
@@ -170,13 +170,13 @@ class ShardCache:
         """
         return CopyHold(self.layout, entry_key(obj), on_evicted)
 
-    def prefetch(self, obj: GcsObject, victims: VictimChooser, priority: float) -> str:
+    def prefetch(self, obj: RemoteObject, victims: VictimChooser, priority: float) -> str:
         """Fetches `obj` unless cached or busy: 'fetched', 'cached', 'busy' or 'no-room'."""
         self._check_fits(obj)
         with self._disk_errors(obj):
             return self._prefetch(obj, victims, priority)
 
-    def _prefetch(self, obj: GcsObject, victims: VictimChooser, priority: float) -> str:
+    def _prefetch(self, obj: RemoteObject, victims: VictimChooser, priority: float) -> str:
         key = entry_key(obj)
         fd = self.layout.open_lock(key)
         try:
@@ -192,7 +192,7 @@ class ShardCache:
         finally:
             os.close(fd)
 
-    def recheck(self, obj: GcsObject) -> bool:
+    def recheck(self, obj: RemoteObject) -> bool:
         """Verifies the cached copy of `obj` now; True if it was damaged (and removed) or gone."""
         key = entry_key(obj)
         with self._disk_errors(obj):
@@ -204,12 +204,12 @@ class ShardCache:
         finally:
             os.close(fd)
 
-    def stamp(self, obj: GcsObject) -> list[int] | None:
+    def stamp(self, obj: RemoteObject) -> list[int] | None:
         """The stat stamp of the local copy now (call while pinned), None if there is none."""
         st = files.stat(self.data_path(obj))
         return None if st is None else files.stamp(st)
 
-    def unchanged(self, obj: GcsObject, stamp: list[int] | None, mark: bool = True) -> bool:
+    def unchanged(self, obj: RemoteObject, stamp: list[int] | None, mark: bool = True) -> bool:
         """Whether the local copy is still the verified one a reader opened with `stamp`.
 
         A reader that holds the copy open reads on without a lock while this holds: an evicted
@@ -231,18 +231,18 @@ class ShardCache:
             self._mark_read(key, stamp)
         return True
 
-    def contains(self, obj: GcsObject) -> bool:
+    def contains(self, obj: RemoteObject) -> bool:
         """Whether a verified copy of `obj` is in the cache now (it may go at any time)."""
         key = entry_key(obj)
         st = files.stat(self.layout.data(key))
         return st is not None and self.verified.trusted(key, obj, st)
 
-    def last_read_ns(self, obj: GcsObject) -> int:
+    def last_read_ns(self, obj: RemoteObject) -> int:
         """When a reader last used `obj` (any process; within `_TOUCH_EVERY_S`), or 0."""
         st = files.stat(self.layout.lock(entry_key(obj)))
         return st.st_mtime_ns if st is not None else 0
 
-    def _check_fits(self, obj: GcsObject) -> None:
+    def _check_fits(self, obj: RemoteObject) -> None:
         if self.footprint(obj.size) > self.max_bytes:
             raise SourceError(
                 f"{obj.url}: {obj.size:,} bytes do not fit in the shard cache at {self.root} "
@@ -251,7 +251,7 @@ class ShardCache:
                 path=obj.url,
             )
 
-    def _disk_errors(self, obj: GcsObject | None) -> contextlib.AbstractContextManager[None]:
+    def _disk_errors(self, obj: RemoteObject | None) -> contextlib.AbstractContextManager[None]:
         return disk_errors(self.root, self.max_bytes, obj.url if obj is not None else None)
 
     def _mark_read(self, key: str, stamp: list[int]) -> None:
@@ -264,10 +264,10 @@ class ShardCache:
 
     # -- facts about objects ------------------------------------------------------------------
 
-    def recall(self, obj: GcsObject, fact: str) -> Any:
+    def recall(self, obj: RemoteObject, fact: str) -> Any:
         return (files.read_json(self.layout.meta(entry_key(obj))) or {}).get(fact)
 
-    def remember(self, obj: GcsObject, fact: str, value: Any) -> None:
+    def remember(self, obj: RemoteObject, fact: str, value: Any) -> None:
         path = self.layout.meta(entry_key(obj))
         record = files.read_json(path) or {"url": obj.url, "generation": obj.generation}
         record[fact] = value

@@ -22,7 +22,7 @@ from tpufeed.storage.cache_layout import CacheLayout
 from tpufeed.storage.cache_space import CacheSpace
 from tpufeed.storage.cache_verified import VerifiedCopies
 from tpufeed.storage.eviction import VictimChooser
-from tpufeed.storage.gcs import GcsObject
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.retry import RetryPolicy
 from tpufeed.storage.transfers import URGENT, download
 
@@ -46,7 +46,13 @@ class CacheFiller:
         self.retry, self.part_bytes = retry, part_bytes
 
     def fill(
-        self, obj: GcsObject, key: str, fd: int, victims: VictimChooser, priority: float, wait: bool
+        self,
+        obj: RemoteObject,
+        key: str,
+        fd: int,
+        victims: VictimChooser,
+        priority: float,
+        wait: bool,
     ) -> str | None:
         """Under the entry's exclusive lock: 'cached' (sound) or 'fetched'; None: no room."""
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -92,7 +98,7 @@ class CacheFiller:
                 log.info("%s: removing %s, a download its killed process left", key, name)
                 files.remove(os.path.join(self.layout.shards, name))
 
-    def keep_if_sound(self, obj: GcsObject, key: str) -> bool:
+    def keep_if_sound(self, obj: RemoteObject, key: str) -> bool:
         """Under the exclusive lock: True if a sound copy is there; a damaged one is removed."""
         data = self.layout.data(key)
         st = files.stat(data)
@@ -112,7 +118,7 @@ class CacheFiller:
         self.verified.forget(key)
         return False
 
-    def _download(self, obj: GcsObject, part: str, priority: float) -> None:
+    def _download(self, obj: RemoteObject, part: str, priority: float) -> None:
         problem = None
         for attempt in range(2):  # bytes that fail the check are fetched once more
             out = os.open(part, os.O_RDWR | os.O_CLOEXEC)

@@ -28,7 +28,7 @@ from typing import Any
 
 import google_crc32c
 
-from tpufeed.storage.gcs import GcsObject
+from tpufeed.storage.objects import RemoteObject
 
 __all__ = ["BOOT", "CACHE_DIR_ENV", "CacheLayout", "default_cache_dir", "entry_key", "key_of"]
 
@@ -43,10 +43,8 @@ def default_cache_dir() -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def entry_key(obj: GcsObject) -> str:
-    digest = hashlib.blake2b(
-        f"{obj.bucket}/{obj.name}#{obj.generation}".encode(), digest_size=12
-    ).hexdigest()
+def entry_key(obj: RemoteObject) -> str:
+    digest = hashlib.blake2b(obj.identity.encode(), digest_size=12).hexdigest()
     base = re.sub(r"[^A-Za-z0-9._-]", "_", obj.name.rsplit("/", 1)[-1])[:60]
     return f"{digest}-{base}"
 

@@ -31,7 +31,7 @@ from tpufeed.observe import counts, timeline
 from tpufeed.storage.cache_holds import stuck_holds
 from tpufeed.storage.cache_layout import CacheLayout, key_of, remove, stat
 from tpufeed.storage.eviction import VictimChooser
-from tpufeed.storage.gcs import GcsObject
+from tpufeed.storage.objects import RemoteObject
 
 __all__ = ["CacheSpace", "delete_unless_held"]
 
@@ -89,7 +89,9 @@ class CacheSpace:
         finally:
             os.close(fd)
 
-    def reserve(self, obj: GcsObject, key: str, victims: VictimChooser, wait: bool) -> str | None:
+    def reserve(
+        self, obj: RemoteObject, key: str, victims: VictimChooser, wait: bool
+    ) -> str | None:
         """Makes room for `obj` and creates its full-size part file; None if no room (no wait)."""
         started = time.monotonic()
         pause = 0.005
@@ -121,7 +123,7 @@ class CacheSpace:
             pause = min(0.05, pause * 2)
 
     def _try_reserve(
-        self, obj: GcsObject, key: str, victims: VictimChooser, patient: bool
+        self, obj: RemoteObject, key: str, victims: VictimChooser, patient: bool
     ) -> str | None:
         copies, used, closing = self.scan()
         need = used + self.footprint(obj.size) - self.max_bytes
@@ -136,7 +138,7 @@ class CacheSpace:
 
     def _make_room(
         self,
-        obj: GcsObject,
+        obj: RemoteObject,
         key: str,
         copies: dict[str, tuple[int, float]],
         need: int,
@@ -173,7 +175,7 @@ class CacheSpace:
             for _, fd, _ in taken:
                 os.close(fd)
 
-    def _evict_for(self, obj: GcsObject, victim: str, disk: int, held: bool) -> None:
+    def _evict_for(self, obj: RemoteObject, victim: str, disk: int, held: bool) -> None:
         """Evicts `victim` (taking `disk` bytes) to make room for `obj`, and counts it."""
         self.evict(victim)
         counts.count("cache_evictions")

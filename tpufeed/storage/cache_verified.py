@@ -14,7 +14,7 @@ from typing import Any
 
 from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_layout import BOOT, CacheLayout
-from tpufeed.storage.gcs import GcsObject
+from tpufeed.storage.objects import RemoteObject
 
 __all__ = ["VerifiedCopies"]
 
@@ -29,7 +29,7 @@ class VerifiedCopies:
     def __getstate__(self) -> dict[str, Any]:
         return {"layout": self.layout, "_stamps": {}}  # another process checks for itself
 
-    def trusted(self, key: str, obj: GcsObject, st: os.stat_result) -> bool:
+    def trusted(self, key: str, obj: RemoteObject, st: os.stat_result) -> bool:
         """Whether the copy of `obj` under `key`, of stat `st`, is the one verified last."""
         stamp = files.stamp(st)
         if self._stamps.get(key) == stamp:
@@ -47,7 +47,7 @@ class VerifiedCopies:
         return False
 
     @staticmethod
-    def problem(obj: GcsObject, path: str, size: int) -> str | None:
+    def problem(obj: RemoteObject, path: str, size: int) -> str | None:
         """What is wrong with the `size` bytes at `path` as a copy of `obj`, or None."""
         if size != obj.size:
             return f"{size:,} bytes, the object has {obj.size:,}"
@@ -57,7 +57,7 @@ class VerifiedCopies:
                 return f"CRC32C {crc:08x}, the object's is {obj.crc32c:08x}"
         return None
 
-    def seal(self, obj: GcsObject, key: str) -> None:
+    def seal(self, obj: RemoteObject, key: str) -> None:
         """Records the verified file's stamp (after the rename: a rename changes the ctime)."""
         stamp = files.stamp(os.stat(self.layout.data(key)))
         files.write_json(

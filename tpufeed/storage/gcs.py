@@ -15,11 +15,9 @@ another generation says so in `x-goog-generation`.
 from __future__ import annotations
 
 import base64
-import fnmatch
 import os
 import re
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from tpufeed.errors import (
@@ -30,30 +28,26 @@ from tpufeed.errors import (
     missing_dependency,
 )
 from tpufeed.observe import counts
+from tpufeed.storage.objects import GLOB_CHARS, RemoteObject, glob_regex, glob_split
+from tpufeed.storage.objects import split_url as _split_url
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry, status_of
 
-__all__ = ["GcsObject", "fetch_into", "is_gcs_url", "list_objects", "list_prefix", "read_range"]
+__all__ = [
+    "GcsObject",
+    "fetch_into",
+    "is_gcs_url",
+    "list_objects",
+    "list_prefix",
+    "read_range",
+    "stat",
+]
 
 SCHEME = "gs://"
-_GLOB_CHARS = frozenset("*?[")
+GcsObject = RemoteObject  # the name this module gave it first (scheme "gs", the default)
+_glob_regex = glob_regex
 # Connections kept per host: parallel downloads and ranges share one pool.
 _POOL_SIZE = 64
 DEFAULT_POLICY = RetryPolicy()
-
-
-@dataclass(frozen=True)
-class GcsObject:
-    """One version of one object: what a cache entry and every read are keyed by."""
-
-    bucket: str
-    name: str
-    size: int
-    generation: int
-    crc32c: int | None  # None when GCS has none (composite uploads have one, as do all others)
-
-    @property
-    def url(self) -> str:
-        return f"{SCHEME}{self.bucket}/{self.name}"
 
 
 def is_gcs_url(path: object) -> bool:
@@ -62,12 +56,7 @@ def is_gcs_url(path: object) -> bool:
 
 def split_url(url: str) -> tuple[str, str]:
     """(bucket, object name) of a gs:// URL; the name may be empty (a bucket) or a glob."""
-    if not is_gcs_url(url):
-        raise InvalidArgumentError(f"not a gs:// URL: {url!r}")
-    bucket, _, name = url[len(SCHEME) :].partition("/")
-    if not bucket or _GLOB_CHARS.intersection(bucket):
-        raise InvalidArgumentError(f"{url!r} does not name a bucket (gs://BUCKET/OBJECT)")
-    return bucket, name
+    return _split_url(url, "gs")
 
 
 # -- the client ------------------------------------------------------------------------------
@@ -137,11 +126,9 @@ def list_objects(pattern: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[Gcs
         raise InvalidArgumentError(
             f"{pattern} is a bucket; pass objects or a glob such as '{pattern.rstrip('/')}/*'"
         )
-    if not _GLOB_CHARS.intersection(name):
+    if not GLOB_CHARS.intersection(name):
         return [stat_object(bucket, name, policy)]
-    prefix = re.split(r"[*?\[]", name, maxsplit=1)[0]
-    matcher = re.compile(_glob_regex(name))
-    recursive = "/" in name[len(prefix) :] or "**" in name
+    prefix, matcher, recursive = glob_split(name)
     server = server_glob(name)
     listed = call_with_retry(
         lambda timeout: _list(bucket, prefix, recursive, timeout, server),
@@ -165,6 +152,11 @@ def list_prefix(url: str, policy: RetryPolicy = DEFAULT_POLICY) -> list[GcsObjec
         lambda timeout: _list(bucket, prefix, True, timeout), url, "listing objects", policy
     )
     return sorted(listed, key=lambda o: o.name)
+
+
+def stat(url: str, policy: RetryPolicy = DEFAULT_POLICY) -> GcsObject:
+    """The current generation of the object at a gs:// URL."""
+    return stat_object(*split_url(url), policy)
 
 
 def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) -> GcsObject:
@@ -219,33 +211,6 @@ def server_glob(name: str) -> str | None:
         return None
     ranges = (r for c in re.findall(r"\[([^\]]*)\]", name) for r in re.findall(r"(.)-(.)", c))
     return name if all(low <= high for low, high in ranges) else None
-
-
-def _glob_regex(pattern: str) -> str:
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            end = pattern.find("]", i + 1)
-            if end < 0:
-                out.append(re.escape(c))
-            else:
-                # fnmatch's translation of one bracket expression, kept from crossing "/".
-                out.append(fnmatch.translate(pattern[i : end + 1])[4:-3])
-                i = end + 1
-                continue
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
 
 
 # -- reads -----------------------------------------------------------------------------------
@@ -321,9 +286,6 @@ def fetch_into(
     The part is read whole, then written: streaming it through the client's 8 KiB chunks costs
     more CPU than the transfer itself.
     """
-    view = memoryview(read_range(obj, start, end, policy))
-    offset = start
-    while view:
-        written = os.pwrite(fd, view, offset)
-        offset += written
-        view = view[written:]
+    from tpufeed.storage.backends import write_whole
+
+    write_whole(fd, read_range(obj, start, end, policy), start)

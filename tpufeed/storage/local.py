@@ -1,6 +1,8 @@
-"""Paths: expand a path, a list of paths or globs (local or gs://) into a sorted, checked list.
+"""Paths: expand a path, a list of paths or globs (local, gs:// or s3://) into a sorted, checked
+list.
 
-Local globs go through `glob`; gs:// globs through one bucket listing each (`storage.gcs`).
+Local globs go through `glob`; a store's globs through one bucket listing each
+(`storage.backends`).
 Data files must be regular files: a FIFO blocks its reader until someone writes, a device may
 never end, so both are refused by name (`open_regular` checks without blocking on them).
 
@@ -27,7 +29,7 @@ from tpufeed.errors import (
 from tpufeed.storage.threads import map_in_threads
 
 if TYPE_CHECKING:
-    from tpufeed.storage.gcs import GcsObject
+    from tpufeed.storage.objects import RemoteObject
     from tpufeed.storage.retry import RetryPolicy
 
 PathsLike = str | os.PathLike | Sequence[str | os.PathLike]
@@ -48,20 +50,20 @@ def expand_paths(paths: PathsLike) -> list[str]:
     return [item if isinstance(item, str) else item.url for item in resolve_paths(paths)]
 
 
-def resolve_paths(paths: PathsLike, policy: RetryPolicy | None = None) -> list[str | GcsObject]:
-    """Like `expand_paths`, with each gs:// object as a `GcsObject` (its size, CRC32C and
-    generation, from the same listing that expanded the glob). `policy` bounds and retries the
+def resolve_paths(paths: PathsLike, policy: RetryPolicy | None = None) -> list[str | RemoteObject]:
+    """Like `expand_paths`, with each object in a store as a `RemoteObject` (its size, checksum
+    and version, from the same listing that expanded the glob). `policy` bounds and retries the
     listings (default: `RetryPolicy()`)."""
+    from tpufeed.storage.backends import is_remote_url, list_objects
+
     items = _items(paths)
-    remote = [os.fspath(item) for item in items if _is_gcs(item)]
+    remote = [os.fspath(item) for item in items if is_remote_url(item)]
     listed: dict[str, list] = {}
     if remote:
-        from tpufeed.storage.gcs import DEFAULT_POLICY, list_objects
-
         unique = list(dict.fromkeys(remote))
-        listing = partial(list_objects, policy=policy or DEFAULT_POLICY)
+        listing = partial(list_objects, policy=policy)
         listed = dict(zip(unique, map_in_threads(listing, unique, _LISTING_THREADS)))
-    files: list[str | GcsObject] = []
+    files: list[str | RemoteObject] = []
     for item in items:
         path = os.fspath(item)
         if path in listed:
@@ -86,10 +88,6 @@ def _items(paths: PathsLike) -> list[str | os.PathLike]:
         if not isinstance(item, (str, os.PathLike)):
             raise InvalidArgumentError(f"not a path: {item!r}")
     return items
-
-
-def _is_gcs(item: str | os.PathLike) -> bool:
-    return isinstance(item, str) and item.startswith("gs://")
 
 
 def _local(path: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""A gs:// object as a record file sees it: read through the shard cache, or by byte ranges.
+"""An object in a store (gs://, s3://) as a record file sees it: read through the shard cache,
+or by byte ranges.
 
 `RemoteFile` is small and picklable (an object version and the cache settings), so a worker
 process gets the same view as its parent; clients, pools and locks are made per process.
@@ -10,9 +11,10 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from tpufeed.storage.backends import stat
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.gcs import GcsObject, split_url, stat_object
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.transfers import URGENT, read_ranges
 
 __all__ = ["RemoteFile"]
@@ -20,16 +22,15 @@ __all__ = ["RemoteFile"]
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One gs:// object version, and the shard cache its reads go through."""
+    """One object version (gs://, s3://), and the shard cache its reads go through."""
 
-    obj: GcsObject
+    obj: RemoteObject
     cache: ShardCache
 
     @classmethod
     def open(cls, url: str, cache: ShardCache | None = None) -> RemoteFile:
-        bucket, name = split_url(url)
         cache = cache or ShardCache()
-        return cls(stat_object(bucket, name, cache.retry), cache)
+        return cls(stat(url, cache.retry), cache)
 
     @property
     def url(self) -> str:
@@ -41,7 +42,7 @@ class RemoteFile:
 
     @property
     def cached(self) -> bool:
-        """False when reads go straight to GCS as byte ranges (a cache of 0 bytes)."""
+        """False when reads go straight to the store as byte ranges (a cache of 0 bytes)."""
         return self.cache.max_bytes > 0
 
     def pinned(self) -> AbstractContextManager[str]:

@@ -1,14 +1,16 @@
-"""Retrying GCS calls: transient failures back off and retry, permanent ones fail at once.
+"""Retrying calls to an object store: transient failures back off and retry, permanent ones
+fail at once.
 
 Transient: HTTP 408, 429 and 5xx, connection resets, dropped or short responses, timeouts.
 Each retry waits a random time in [0, min(max_backoff, initial * 2**attempt)] ("full jitter"),
 and a call gives up after `attempts` tries or once `deadline_s` has passed. Every request waits
 at most `timeout_s` for the server (to connect, and between bytes), and never past what is left
 of `deadline_s`: a call, retries included, ends within `deadline_s` even against a server that
-accepts connections and never answers. 401/403/404 fail on the first answer, naming the `gs://`
-path. Messages carry the path, the HTTP status and the exception's class; never request headers
-(which hold the credentials). The loop is google.api_core's `retry_target` (the client's own);
-the cap on attempts, the timeouts, the counters and the errors are tpufeed's (`_Call`).
+accepts connections and never answers. 401/403/404 fail on the first answer, naming the path
+(`gs://`, `s3://`) and the credentials to check. Messages carry the path, the HTTP status and
+the exception's class; never request headers (which hold the credentials). The loop is
+google.api_core's `retry_target` as it was (`_Call.run`), with tpufeed's cap on attempts,
+timeouts, counters (per store: `gcs_requests`, `s3_requests`, ...) and errors.
 
 >>> RetryPolicy.within(30).deadline_s  # what a constructor's `timeout_s=30` asks for
 30.0
@@ -86,12 +88,16 @@ class RetryPolicy:
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status an exception reports (google.api_core or google.resumable_media)."""
+    """The HTTP status an exception reports (google.api_core, google.resumable_media, or
+    botocore's ClientError, whose `response` is a dict)."""
     code = getattr(exc, "code", None)
     if isinstance(code, int):
         return code
     response = getattr(exc, "response", None)
-    status = getattr(response, "status_code", None)
+    if isinstance(response, dict):
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    else:
+        status = getattr(response, "status_code", None)
     return status if isinstance(status, int) else None
 
 
@@ -101,20 +107,26 @@ def is_transient(exc: BaseException) -> bool:
         return status in _RETRY_STATUS
     if isinstance(exc, (ShortReadError, ConnectionError, TimeoutError, http.client.HTTPException)):
         return True
-    try:
-        import requests
-        import urllib3
-    except ImportError:  # pragma: no cover - both come with google-cloud-storage
-        return False
-    return isinstance(
-        exc,
-        (
-            requests.ConnectionError,
-            requests.Timeout,
-            requests.exceptions.ChunkedEncodingError,
-            urllib3.exceptions.HTTPError,
-        ),
-    )
+    return _transient_in_http_library(exc)
+
+
+def _transient_in_http_library(exc: BaseException) -> bool:
+    """A dropped connection or a timeout as requests, urllib3 or botocore report it (checked
+    only for the libraries already loaded: a library not loaded raised nothing)."""
+    import sys
+
+    kinds: list[type] = []
+    requests = sys.modules.get("requests.exceptions")
+    if requests is not None:
+        kinds += [requests.ConnectionError, requests.Timeout, requests.ChunkedEncodingError]
+    urllib3 = sys.modules.get("urllib3.exceptions")
+    if urllib3 is not None:
+        kinds.append(urllib3.HTTPError)
+    botocore = sys.modules.get("botocore.exceptions")
+    if botocore is not None:  # connection errors and timeouts are HTTPClientErrors
+        kinds += [botocore.HTTPClientError, botocore.IncompleteReadError]
+        kinds += [getattr(botocore, "ResponseStreamingError", botocore.HTTPClientError)]
+    return isinstance(exc, tuple(kinds))
 
 
 def describe(exc: BaseException) -> str:
@@ -124,15 +136,32 @@ def describe(exc: BaseException) -> str:
     return f"HTTP {status} ({kind})" if status is not None else kind
 
 
+# The credentials each store reads, as a refusal names them.
+_CREDENTIALS = {
+    "s3": "the AWS credentials in use (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "AWS_PROFILE, or the instance's role; AWS_ENDPOINT_URL for an S3-compatible store)",
+}
+_GCS_CREDENTIALS = (
+    "the credentials in use (Application Default Credentials: `gcloud auth "
+    "application-default login`, or the VM's service account)"
+)
+
+
+def _store(url: str) -> str:
+    """The counters' prefix of a URL's store: "gcs" for gs://, else the scheme ("s3")."""
+    scheme = url.partition("://")[0]
+    return "gcs" if scheme == "gs" or scheme not in _CREDENTIALS else scheme
+
+
 def permanent_error(exc: BaseException, url: str, what: str) -> SourceError:
     status = status_of(exc)
     if status == 404:
         return SourceNotFoundError(f"{url}: not found (HTTP 404) while {what}", path=url)
     if status in (401, 403):
+        credentials = _CREDENTIALS.get(url.partition("://")[0], _GCS_CREDENTIALS)
         return SourceError(
-            f"{url}: permission denied (HTTP {status}) while {what}; check that the credentials "
-            "in use (Application Default Credentials: `gcloud auth application-default login`, "
-            "or the VM's service account) may read this bucket",
+            f"{url}: permission denied (HTTP {status}) while {what}; check that {credentials} "
+            "may read this bucket",
             path=url,
         )
     return SourceError(f"{url}: {describe(exc)} while {what}: {_short(exc)}", path=url)
@@ -146,22 +175,8 @@ def call_with_retry(
     rng: random.Random | None = None,
 ) -> T:
     """Runs `fn(request_timeout_s)`, retrying transient failures under `policy`, each attempt
-    given what is left of the deadline at most; raises a SourceError naming `url`.
-
-    The loop is google.api_core's `retry_target` (its backoff is ours: it has no cap on
-    attempts, and draws from the global rng); `_Call` is what tpufeed adds to it.
-    """
-    from google.api_core.retry import retry_target
-
-    call = _Call(fn, url, what, policy, rng or random.Random())
-    return retry_target(
-        call.attempt,
-        call.retryable,
-        call.waits(),
-        policy.deadline_s,
-        on_error=call.failed,
-        exception_factory=call.error,
-    )
+    given what is left of the deadline at most; raises a SourceError naming `url`."""
+    return _Call(fn, url, what, policy, rng or random.Random()).run()
 
 
 class _Call:
@@ -176,12 +191,33 @@ class _Call:
         self.tries = 0
         self.last: BaseException | None = None  # the failure the next attempt retries
         self.wait = 0.0
+        self.store = _store(url)
+
+    def run(self) -> Any:
+        """Attempts until one answers, a failure is permanent, the attempts are spent, or the
+        next wait would pass the deadline (google.api_core's `retry_target`, as it was used)."""
+        waits = self.waits()
+        while True:
+            try:
+                return self.attempt()
+            except Exception as exc:  # noqa: BLE001 - sorted below: retried, or raised
+                if not self.retryable(exc):
+                    raise self.error(exc, permanent=True) from self._cause(exc)
+                self.failed(exc)
+                wait = next(waits)
+                if time.monotonic() + wait > self.start + self.policy.deadline_s:
+                    raise self.error(exc, permanent=False) from self._cause(exc)
+            time.sleep(wait)
+
+    @staticmethod
+    def _cause(exc: BaseException) -> BaseException | None:
+        return exc.__cause__ if isinstance(exc, SourceError) else exc
 
     def attempt(self) -> Any:
         if self.tries:  # a retry, counted as it is made (not a give-up at the deadline)
             self._retrying()
         self.tries += 1
-        counts.count("gcs_requests")
+        counts.count(f"{self.store}_requests")
         left = self.policy.deadline_s - (time.monotonic() - self.start)
         return self.fn(max(_MIN_REQUEST_S, min(self.policy.timeout_s, left)))
 
@@ -200,22 +236,19 @@ class _Call:
             self.wait = self.policy.backoff(attempt, self.rng)
             yield self.wait
 
-    def error(self, errors: list[Exception], reason: Any, _timeout: Any) -> tuple[Exception, Any]:
-        """What retry_target raises (and from what) when the call ends without an answer."""
-        from google.api_core.retry import RetryFailureReason
-
-        exc = errors[-1]
+    def error(self, exc: Exception, permanent: bool) -> Exception:
+        """What the call raises when it ends without an answer (from `_cause(exc)`)."""
         if isinstance(exc, SourceError):  # raised by `fn` itself: as it is
-            return exc, exc.__cause__
-        if reason == RetryFailureReason.NON_RETRYABLE_ERROR:
-            return permanent_error(exc, self.url, self.what), exc
-        return self.gave_up(exc), exc  # the next wait would pass the deadline
+            return exc
+        if permanent:
+            return permanent_error(exc, self.url, self.what)
+        return self.gave_up(exc)  # the next wait would pass the deadline
 
     def gave_up(self, exc: BaseException) -> SourceError:
         policy = self.policy
         return SourceError(
             f"{self.url}: gave up {self.what} after {self.tries} attempts in "
-            f"{time.monotonic() - self.start:.1f} s (a GCS call may take {policy.deadline_s:g} "
+            f"{time.monotonic() - self.start:.1f} s (a {self.store.upper()} call may take {policy.deadline_s:g} "
             f"s, retries included, and a request wait {policy.timeout_s:g} s for an answer; a "
             f"constructor's timeout_s= sets the bound); last failure: {describe(exc)}",
             path=self.url,
@@ -223,9 +256,9 @@ class _Call:
 
     def _retrying(self) -> None:
         failure = describe(self.last) if self.last is not None else "?"
-        counts.count("gcs_retries")
+        counts.count(f"{self.store}_retries")
         args = {"url": self.url, "what": self.what, "failure": failure, "retry": self.tries}
-        timeline.instant("gcs retry", "gcs", args)
+        timeline.instant(f"{self.store} retry", self.store, args)
         log.info(
             "%s: %s failed (%s), retry %d after %.2f s",
             self.url,

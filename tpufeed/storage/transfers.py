@@ -18,7 +18,8 @@ from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from functools import partial
 from typing import Any
 
-from tpufeed.storage.gcs import GcsObject, fetch_into, read_range
+from tpufeed.storage.backends import fetch_into, read_range
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.retry import RetryPolicy
 
 __all__ = ["URGENT", "PriorityPool", "coalesce", "download", "read_ranges"]
@@ -99,7 +100,7 @@ def _run_all(calls: Sequence[Callable[[], Any]], priority: float) -> list[Any]:
 
 
 def download(
-    obj: GcsObject, fd: int, priority: float, policy: RetryPolicy, part_bytes: int = PART_BYTES
+    obj: RemoteObject, fd: int, priority: float, policy: RetryPolicy, part_bytes: int = PART_BYTES
 ) -> None:
     """Writes the whole of `obj` into `fd` (already sized), as parallel ranged GETs."""
     parts = [(start, min(start + part_bytes, obj.size)) for start in range(0, obj.size, part_bytes)]
@@ -120,7 +121,10 @@ def coalesce(
 
 
 def read_ranges(
-    obj: GcsObject, ranges: Sequence[tuple[int, int]], policy: RetryPolicy, priority: float = URGENT
+    obj: RemoteObject,
+    ranges: Sequence[tuple[int, int]],
+    policy: RetryPolicy,
+    priority: float = URGENT,
 ) -> list[bytes]:
     """The bytes of each [start, end) of `obj`, fetched in parallel."""
     return _run_all([partial(read_range, obj, s, e, policy) for s, e in ranges], priority)
