@@ -158,7 +158,7 @@ def _encode(outputs: list[tuple[Any, int]]) -> bytes:
     for value, piece in outputs:
         bare = not isinstance(value, dict)
         record = {_BARE: value} if bare else value
-        scalars = "\0".join(k for k, v in record.items() if isinstance(v, np.generic)).encode()
+        scalars = b"".join(k.encode() + b"\0" for k, v in record.items() if isinstance(v, np.generic))
         body = codec.encode(record)
         head = _OUTPUT.pack(piece, bare, len(scalars), len(body)) + scalars
         size += len(head)
@@ -175,14 +175,14 @@ def _decode(payload: bytearray) -> list[tuple[Any, int]]:
     for _ in range(count):
         piece, bare, scalar_bytes, length = _OUTPUT.unpack_from(view, pos)
         pos += _OUTPUT.size
-        scalars = bytes(view[pos : pos + scalar_bytes]).decode().split("\0")
+        scalars = bytes(view[pos : pos + scalar_bytes]).decode().split("\0")[:-1]
         pos += scalar_bytes
         pos += -pos % _ALIGN
         if pos + length > len(view):
             raise ValueError(f"an output of {length} bytes at {pos} runs past the entry")
         record = codec.decode(view[pos : pos + length])
         pos += length
-        for key in scalars if scalar_bytes else ():
+        for key in scalars:
             record[key] = record[key][()]  # a numpy scalar, as it was made
         outputs.append((record[_BARE] if bare else record, piece))
     return outputs
