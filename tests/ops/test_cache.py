@@ -210,3 +210,45 @@ def test_a_mixture_is_cached_in_its_components(tmp_path):
     a = tpufeed.Dataset.from_sequence([1, 2])
     with pytest.raises(InvalidArgumentError, match="each component of a mixture"):
         tpufeed.Dataset.mix([a, a]).cache(str(tmp_path), max_bytes=10)
+
+
+def test_a_record_that_fails_before_the_cache_is_skipped_every_epoch_and_never_stored(
+    paths, tmp_path
+):
+    def pipeline(cache: bool):
+        log = str(tmp_path / "made.log")
+        decode = decoder(log)
+
+        def fussy(data: bytes) -> dict:
+            if data == b"3":
+                raise ValueError("record 3 is bad")
+            return decode(data)
+
+        ds = tpufeed.Dataset.from_array_record(paths).map(fussy)
+        if cache:
+            ds = ds.cache(str(tmp_path / "cache"), max_bytes=1 << 20)
+        return ds.random_map(augment).ignore_errors(5).repeat(2)
+
+    want = list(pipeline(False))
+    it = iter(pipeline(True))
+    got = list(it)
+    assert it.stats().errors == 2  # once an epoch
+    assert len(got) == len(want) == 2 * (RECORDS - 1)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_indexing_element_spec_and_len_are_the_uncached_pipelines(paths, tmp_path):
+    def pipeline(cache: bool):
+        ds = tpufeed.Dataset.from_array_record(paths).shuffle(seed=2).map(decoder(os.devnull))
+        if cache:
+            ds = ds.cache(str(tmp_path / "cache"), max_bytes=1 << 20)
+        return ds.random_map(augment).repeat(2)
+
+    cached, plain = pipeline(True), pipeline(False)
+    assert len(cached) == len(plain) == RECORDS  # one epoch
+    assert cached.element_spec == plain.element_spec
+    for i in (0, 5, RECORDS + 3):
+        for _ in range(2):  # the second time from the entry
+            a, b = cached[i], plain[i]
+            assert all(np.array_equal(a[k], b[k]) for k in b)

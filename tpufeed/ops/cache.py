@@ -75,11 +75,11 @@ class Cache(RecordStage):
         missing = [unit for unit in range(len(records)) if unit not in outputs]
         spent = now() - started
         if missing:
-            skipped = context.skipped or []
+            skipped = context.skipped if context.skipped is not None else []
             before = len(skipped)
             made = _by_unit(make(missing))
             started = now()
-            failed = {error.record for error in skipped[before:]}  # no entry: fails again
+            failed = {getattr(error, "record", None) for error in skipped[before:]}  # no entry
             entries = [
                 (records[unit], self._encode(made.get(unit, []), records[unit], context))
                 for unit in missing
@@ -158,7 +158,9 @@ def _encode(outputs: list[tuple[Any, int]]) -> bytes:
     for value, piece in outputs:
         bare = not isinstance(value, dict)
         record = {_BARE: value} if bare else value
-        scalars = b"".join(k.encode() + b"\0" for k, v in record.items() if isinstance(v, np.generic))
+        scalars = b"".join(
+            k.encode() + b"\0" for k, v in record.items() if isinstance(v, np.generic)
+        )
         body = codec.encode(record)
         head = _OUTPUT.pack(piece, bare, len(scalars), len(body)) + scalars
         size += len(head)

@@ -94,7 +94,9 @@ class RecordFiles:
             for record, payload in entries[:fit]:
                 self._write(record, payload)
         except OSError as error:  # a full or failing disk: the pipeline goes on uncached
-            log.warning("tpufeed cache: writing to %s failed (%s); no more entries", self.root, error)
+            log.warning(
+                "tpufeed cache: writing to %s failed (%s); no more entries", self.root, error
+            )
             self.full = True
         return fit
 
