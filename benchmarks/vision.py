@@ -646,6 +646,75 @@ def decoders(files: dict, repeats: int) -> list[dict]:
     ]
 
 
+# -- cache(): decode and resize to 256 once, crop and flip every epoch (issue 32, item 4) ------
+
+
+def _cached_w4(files: dict, directory: str | None, workers: int) -> Any:
+    """W4 with a deterministic prefix (decode, shorter side to 256) before the random crop, so
+    the crop works on pixels; `cache(directory)` after the prefix (None: no cache), 2 epochs."""
+    import tpufeed
+    from tpufeed.transforms import DecodeImage, Normalize, RandomFlip, RandomResizedCrop, Resize
+
+    ds = (
+        tpufeed.Dataset.from_array_record(files["array_record"])
+        .shuffle(SEED)
+        .map(tpufeed.codec.decode)
+        .map(DecodeImage())
+        .map(Resize(256))
+    )
+    if directory is not None:
+        ds = ds.cache(directory, max_bytes=8 << 30)
+    ds = ds.random_map(RandomResizedCrop(SIZE, SCALE, RATIO)).random_map(RandomFlip())
+    return ds.map(Normalize(tuple(MEAN), tuple(STD))).batch(BATCH).repeat(2).workers(workers)
+
+
+def _timed_epoch(it: Any, batches: int) -> tuple[float, float]:
+    """(images/s, CPU ms per image) of the next `batches` batches of `it`."""
+    cpu, started, seen = _cpu_s(), time.perf_counter(), 0
+    for _ in range(batches):
+        seen += len(next(it)["label"])
+    return seen / (time.perf_counter() - started), 1000 * (_cpu_s() - cpu) / seen
+
+
+def cache_rounds(files: dict, workers: int, rounds: int) -> list[dict]:
+    """Per round, in a fresh cache: epochs 1 and 2 of the cached pipeline, and epoch 2 of the
+    same pipeline without cache() (resumed from the cached run's state at the epoch's start,
+    which it accepts: the fingerprints agree); then epoch 2 of both again, compared exactly."""
+    _import("tpufeed")
+    per_epoch = -(-files["images"] // BATCH)
+    out = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            cached = _cached_w4(files, tmp, workers)
+            it = cached.iterator()
+            first, first_cpu = _timed_epoch(it, per_epoch)
+            state = it.get_state()
+            second, second_cpu = _timed_epoch(it, per_epoch)
+            it.close()
+            plain = _cached_w4(files, None, workers)
+            it = plain.iterator(state)
+            uncached, uncached_cpu = _timed_epoch(it, per_epoch)
+            it.close()
+            for a, b in zip(cached.iterator(state), plain.iterator(state), strict=True):
+                if not (
+                    np.array_equal(a["image"], b["image"])
+                    and np.array_equal(a["label"], b["label"])
+                ):
+                    raise AssertionError("epoch 2 with cache() differs from epoch 2 without it")
+        out.append(
+            {
+                "epoch1_images_per_s": first,
+                "epoch2_images_per_s": second,
+                "uncached_epoch2_images_per_s": uncached,
+                "epoch1_cpu_ms_per_image": first_cpu,
+                "epoch2_cpu_ms_per_image": second_cpu,
+                "uncached_epoch2_cpu_ms_per_image": uncached_cpu,
+                "load": os.getloadavg()[0],
+            }
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -663,6 +732,12 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the rows: CPU ms per image of each installed decoder, "
         "crop and resize included (W4_TF_DECODER=1 adds tf.io)",
     )
+    p.add_argument(
+        "--cache",
+        action="store_true",
+        help="instead of the rows: epochs 1 and 2 with cache() after decode and resize to 256, "
+        "and epoch 2 without it (asserted identical)",
+    )
     args = p.parse_args(argv)
     if args.images < SHARDS or args.passes < 1 or args.rounds < 1 or args.workers < 1:
         p.error(f"need --images >= {SHARDS}, --passes, --rounds and --workers >= 1")
@@ -671,6 +746,21 @@ def main(argv: list[str] | None = None) -> int:
         print("| decoder (random-resized-crop box -> 224x224 uint8) | CPU ms/image |\n|---|---|")
         for r in decoders(files, args.rounds * args.passes):
             print(f"| {r['decoder']} | {r['cpu_ms_per_image']:.2f} |", flush=True)
+        return 0
+    if args.cache:
+        print(
+            "| round | epoch 1 images/s | epoch 2 | epoch 2 / 1 | uncached epoch 2 | "
+            "CPU ms/image: epoch 1, 2, uncached 2 | load |\n|---|---|---|---|---|---|---|"
+        )
+        for i, r in enumerate(cache_rounds(files, args.workers, args.rounds)):
+            ratio = r["epoch2_images_per_s"] / r["epoch1_images_per_s"]
+            print(
+                f"| {i + 1} | {r['epoch1_images_per_s']:,.0f} | {r['epoch2_images_per_s']:,.0f} | "
+                f"{ratio:.2f} | {r['uncached_epoch2_images_per_s']:,.0f} | "
+                f"{r['epoch1_cpu_ms_per_image']:.2f}, {r['epoch2_cpu_ms_per_image']:.2f}, "
+                f"{r['uncached_epoch2_cpu_ms_per_image']:.2f} | {r['load']:.1f} |",
+                flush=True,
+            )
         return 0
     if args.row:
         result = measure(args.row, files, args.passes, args.workers)

@@ -22,7 +22,7 @@ from tpufeed.ops.flat_map import FlatMap
 from tpufeed.ops.map import Map, RandomMap
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.padding import check_pad
-from tpufeed.ops.registry import Stage, check_next, stage_label
+from tpufeed.ops.registry import Stage, cache_stage, check_next, stage_label
 from tpufeed.ops.user_functions import check_callable
 from tpufeed.order.sharding import Sharding
 from tpufeed.run.agreement import HostAgreement
@@ -73,8 +73,6 @@ class Dataset(SourceConstructors):
     _settings: RunSettings = RunSettings()  # workers, prefetch, options: where chunks run
     _mixture: Mixture | None = None
 
-    # -- constructors -------------------------------------------------------------------------
-
     @classmethod
     def _over(cls, source: SourceView) -> Self:
         return cls(source)
@@ -112,8 +110,6 @@ class Dataset(SourceConstructors):
     def schema(self) -> dict[str, Any] | None:
         """The manifest's inferred schema for datasets from `Dataset.open`, else None."""
         return None if self._source is None else getattr(self._source.source, "schema", None)
-
-    # -- settings -----------------------------------------------------------------------------
 
     @property
     def source(self) -> Any:
@@ -162,6 +158,11 @@ class Dataset(SourceConstructors):
         ['a', 'b', 'c']
         """
         return self._add(FlatMap(check_callable(fn, "flat_map")))
+
+    def cache(self, directory: str, max_bytes: int) -> Dataset:
+        """Stores each record's output of the stages so far in `directory` (at most `max_bytes`)
+        and replays it in later epochs; the stages after it still run (docs/images.md)."""
+        return self._add(cache_stage(directory, max_bytes, self._view("cache"), self._stages))
 
     def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Dataset:
         """Packs sequences into rows of fixed length, first-fit over `open_rows` open rows.
@@ -275,8 +276,6 @@ class Dataset(SourceConstructors):
 
             shared_server()  # returns at once: its imports run while the caller goes on
         return workers
-
-    # -- running ------------------------------------------------------------------------------
 
     def __iter__(self) -> DatasetIterator:
         return self.iterator()

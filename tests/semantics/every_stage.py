@@ -5,6 +5,8 @@ Workers import the module of a function they run (`noise`, `fails_on_sevens`, ..
 imports no pytest, so that each worker starts in milliseconds rather than a second.
 """
 
+import tempfile
+
 import numpy as np
 
 import tpufeed
@@ -74,6 +76,15 @@ PIPELINES = {
     ),
     "repeat-across-epochs": lambda: records(7).shuffle(6).batch(3).repeat(3),
     "ignore_errors": lambda: records().map(fails_on_sevens).ignore_errors(10).batch(3).repeat(2),
+    "cache": lambda: (
+        records(12)
+        .shuffle(2)
+        .flat_map(lambda e: [e] * int(e["id"] % 3))
+        .cache(tempfile.mkdtemp(prefix="tpufeed-every-stage-"), max_bytes=1 << 20)
+        .random_map(noise)
+        .batch(3)
+        .repeat(2)
+    ),
     "everything": lambda: (
         records(16)
         .shuffle(9)

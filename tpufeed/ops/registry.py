@@ -8,16 +8,20 @@ on whole items. A new stage is a file of this package, an entry here, and a `Dat
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError, StateError
 from tpufeed.ops.base import Counters, RecordStage, StreamStage
 from tpufeed.ops.batch import Batch, Batcher
+from tpufeed.ops.cache import Cache, cache_key
 from tpufeed.ops.flat_map import FlatMap
+from tpufeed.ops.map import RandomMap
 from tpufeed.ops.pack import Pack, Packer
 from tpufeed.ops.pack_state import PackState, SavedPack
 from tpufeed.ops.unbatched import Unbatched
+from tpufeed.storage.record_cache import RecordFiles
 
 Stage = RecordStage | Pack | Batch
 
@@ -39,6 +43,34 @@ def check_next(stages: Sequence[Stage], stage: Stage) -> None:
         raise InvalidArgumentError("batch is already set; a pipeline batches once")
     if isinstance(stage, Batch) and stage.pad and pack:
         raise InvalidArgumentError("batch after pack takes no pad: packed rows have one length")
+
+
+def cache_stage(directory: Any, max_bytes: Any, source: Any, stages: Sequence[Stage]) -> Cache:
+    """The `cache()` after `stages` over `source`; raises where it cannot replay them."""
+    if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+        raise InvalidArgumentError(f"cache directory must be a path, got {directory!r}")
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
+        raise InvalidArgumentError(f"cache max_bytes must be a positive int, got {max_bytes!r}")
+    for stage in stages:
+        why = _not_replayable(stage)
+        if why:
+            raise InvalidArgumentError(f"cache() cannot come after {stage_label(stage)}: {why}")
+    records = tuple(s for s in stages if isinstance(s, RecordStage))
+    files = RecordFiles(os.fspath(directory), cache_key(source, records), max_bytes)
+    return Cache(files, any(stage.splits for stage in records))
+
+
+def _not_replayable(stage: Stage) -> str | None:
+    if isinstance(stage, RandomMap):
+        return (
+            "it draws new numbers every epoch, and the cache would replay the first epoch's; "
+            "put cache() before it (after the deterministic stages: decode, resize)"
+        )
+    if isinstance(stage, (Batch, Pack)):
+        return "the cache keeps each record's elements; put cache() before pack and batch"
+    if isinstance(stage, Cache):
+        return "a pipeline caches once"
+    return None
 
 
 def stage_label(stage: Stage) -> str:

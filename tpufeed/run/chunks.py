@@ -8,14 +8,25 @@ outputs) each element comes from, so the consumer's cursor can be exact after an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tpufeed.errors import SourceError, TpufeedError
-from tpufeed.ops.base import Chunk, Context, Elements, Piece, Reread, StageClock, now, stage_names
+from tpufeed.ops.base import (
+    Chunk,
+    Context,
+    Elements,
+    Piece,
+    RecordStage,
+    Reread,
+    StageClock,
+    now,
+    stage_names,
+)
 from tpufeed.ops.batch import Batch
+from tpufeed.ops.cache import Cache
 from tpufeed.ops.item_stages import ItemStages
 from tpufeed.ops.padding import pad_elements
 from tpufeed.ops.stacking import stack
@@ -68,6 +79,8 @@ class ChunkRunner:
         self.plan, self.clock, self.beacon = plan, clock, beacon
         self.labels = stage_names(plan.head)
         self.splits = any(stage.splits for stage in plan.head)
+        caches = [(i, s) for i, s in enumerate(plan.head) if isinstance(s, Cache)]
+        self.cache: tuple[int, Cache] | None = caches[0] if caches else None
         self.tolerant = plan.max_errors > 0
         self.after_batch = ItemStages(
             plan.tail, plan.source, plan.rng_seed, clock, self.tolerant, beacon
@@ -119,10 +132,7 @@ class ChunkRunner:
         context = self.context(epoch, records)
         if beacon is not None and records:
             beacon.at("read", records[0])
-        values, units = read(plan.source, indices, self.clock, context.skipped)
-        elements = Elements(values, units)
-        for stage, label in zip(plan.head, self.labels):
-            elements = stage.run(elements, context, label)
+        elements = self._head(indices, context)
         piece = Piece(None, None, 0, skipped=context.skipped or [])
         if self.splits or skips is not None:
             elements, piece.outs, piece.last = _outputs(elements, skips)
@@ -140,6 +150,23 @@ class ChunkRunner:
         if beacon is not None:
             beacon.idle()
         return piece
+
+    def _head(self, indices: np.ndarray, context: Context) -> Elements:
+        """Reads the records and runs the stages before batch; a `cache()` among them replays
+        what it stored, reading and running the stages before it only for the other records."""
+        head, labels = self.plan.head, self.labels
+        if self.cache is None:
+            values, units = read(self.plan.source, indices, self.clock, context.skipped)
+            return _through(Elements(values, units), head, labels, context)
+        at, cache = self.cache
+
+        def make(units: list[int]) -> Elements:
+            values, got = read(self.plan.source, indices[units], self.clock, context.skipped)
+            made = Elements(values, [units[u] for u in got])
+            return _through(made, head[:at], labels[:at], context)
+
+        elements = cache.replay(context, labels[at], make)
+        return _through(elements, head[at + 1 :], labels[at + 1 :], context)
 
     def _stack(
         self,
@@ -171,6 +198,14 @@ class ChunkRunner:
         self.clock.add("batch", now() - started, len(values))
         whole = self.after_batch.run(whole, records[0], epoch, skipped)
         return placer(whole) if whole is not None else None
+
+
+def _through(
+    elements: Elements, stages: Sequence[RecordStage], labels: list[str], context: Context
+) -> Elements:
+    for stage, label in zip(stages, labels):
+        elements = stage.run(elements, context, label)
+    return elements
 
 
 def reread(plan: Plan, epoch: int, clock: StageClock) -> Reread:

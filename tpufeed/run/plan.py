@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.base import RecordNames, RecordStage
 from tpufeed.ops.batch import Batch
+from tpufeed.ops.cache import Cache
 from tpufeed.ops.mix import Mix
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, idle_stage_state, split
@@ -341,13 +342,14 @@ def pass_length(plan: Plan | MixPlan) -> int:
 def pipeline_fingerprint(
     source: SourceView, seed: int | None, window: int | None, stages: tuple[Stage, ...]
 ) -> str:
-    """Identifies source, shuffle seed and stages; states only restore into a match."""
+    """Identifies source, shuffle seed and stages; states only restore into a match. A
+    `cache()` changes none of the items, so it is left out: states move in and out of it."""
     return fingerprint_of(
         {
             "source": source.fingerprint(),
             "seed": seed,
             "window": window,
-            "ops": [stage.describe() for stage in stages],
+            "ops": [stage.describe() for stage in stages if not isinstance(stage, Cache)],
         }
     )
 

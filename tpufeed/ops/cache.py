@@ -1,0 +1,190 @@
+"""`cache(directory, max_bytes)`: each record's output of the stages before it, made once.
+
+The first time a record is read (or whenever its entry is missing or damaged) the source is
+read and the stages before `cache()` run on it, and their outputs are stored in `directory`
+(`tpufeed.storage.record_cache`); later epochs read them back instead. The stages after it
+still draw their numbers per (seed, epoch, record), so every epoch is what the pipeline makes
+without the cache. Only deterministic stages may come before it: `map`, `filter`, `flat_map`.
+
+Entries are keyed by what made them: the source (its files' names, sizes and versions, or an
+in-memory source's contents) and the code, constants and settings of every stage before
+`cache()` (`function_identity`). Any change makes new entries. The key is not part of the
+pipeline's fingerprint: a state taken with or without `cache()` resumes in the other.
+
+An entry holds the record's outputs in order, each encoded by `tpufeed.codec` (a dict of
+arrays, bytes, str and numbers, or one such value), with its piece id after a `flat_map`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import pickle
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tpufeed import codec
+from tpufeed.errors import CodecError, InvalidArgumentError
+from tpufeed.ops.base import Context, Elements, RecordStage, now
+from tpufeed.ops.function_identity import function_identity
+from tpufeed.storage.record_cache import RecordFiles
+
+__all__ = ["Cache", "cache_key"]
+
+log = logging.getLogger("tpufeed.cache")
+
+_COUNT = struct.Struct("<I")
+_OUTPUT = struct.Struct("<QBIQ")  # piece id, bare value, scalar keys' length, codec length
+_ALIGN = 16  # each codec payload starts here, so arrays decode as views of the entry
+_BARE = ""  # the key a value that is not a dict is stored under
+Made = Callable[[list[int]], Elements]  # chunk units -> their elements, read and made
+
+
+@dataclass(frozen=True)
+class Cache(RecordStage):
+    """Where the stages before it are replayed from; `pieces`: they split records (flat_map)."""
+
+    files: RecordFiles
+    pieces: bool
+    kind: ClassVar[str] = "cache"
+
+    @property
+    def name(self) -> str:
+        return "cache"
+
+    def apply_all(self, elements: Elements, context: Context) -> Elements:
+        return elements  # outside a chunk runner (lookups, element_spec): the stages ran
+
+    def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
+        return [value]
+
+    def replay(self, context: Context, label: str, make: Made) -> Elements:
+        """The elements of the chunk's records: stored ones read back, the others made by
+        `make` (the read and the stages before the cache) and stored, timed under `label`."""
+        started, records = now(), context.records
+        outputs: dict[int, list[tuple[Any, int]]] = {}
+        for unit, record in enumerate(records):
+            found = self._read(record)
+            if found is not None:
+                outputs[unit] = found
+        missing = [unit for unit in range(len(records)) if unit not in outputs]
+        spent = now() - started
+        if missing:
+            skipped = context.skipped if context.skipped is not None else []
+            before = len(skipped)
+            made = _by_unit(make(missing))
+            started = now()
+            failed = {getattr(error, "record", None) for error in skipped[before:]}  # no entry
+            entries = [
+                (records[unit], self._encode(made.get(unit, []), records[unit], context))
+                for unit in missing
+                if records[unit] not in failed
+            ]
+            self.files.put(entries)
+            outputs.update(made)
+            spent += now() - started
+        context.clock.add(label, spent, len(records))
+        return _elements(outputs, len(records), self.pieces)
+
+    def _read(self, record: int) -> list[tuple[Any, int]] | None:
+        payload = self.files.get(record)
+        if payload is None:
+            return None
+        try:
+            return _decode(payload)
+        except (CodecError, struct.error, ValueError) as error:  # a sound file, not an entry
+            log.warning("tpufeed cache: record %d's entry does not decode (%s)", record, error)
+            return None
+
+    def _encode(self, outputs: list[tuple[Any, int]], record: int, context: Context) -> bytes:
+        try:
+            return _encode(outputs)
+        except (CodecError, TypeError, ValueError, OverflowError) as error:
+            raise InvalidArgumentError(
+                f"cache() cannot store the output made of {context.names.describe(record)}: "
+                f"{error}. It stores what tpufeed.codec encodes: a dict of numpy arrays, bytes, "
+                "str, int, float and bool, or one such value; make the stage before cache() "
+                "return that (a dict instead of a tuple), or put cache() earlier"
+            ) from None
+
+
+def cache_key(source: Any, stages: Sequence[RecordStage]) -> str:
+    """Names what makes the entries: the source's files (or contents) and the stages' code."""
+    stamps = [list(stamp) for stamp in source.shard_stamps()]
+    content = "" if stamps else _content_digest(source.source)
+    parts = [source.fingerprint(), stamps, content]
+    digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16)
+    for stage in stages:
+        digest.update(stage.kind.encode() + b"\0" + function_identity(stage.fn))
+    return digest.hexdigest()
+
+
+def _content_digest(source: Any) -> str:
+    """A source without files (an in-memory sequence) is known by its contents, if it pickles."""
+    try:
+        return hashlib.blake2b(pickle.dumps(source, protocol=5), digest_size=16).hexdigest()
+    except Exception:  # noqa: BLE001 - a source that does not pickle is known by its fingerprint
+        return "unpicklable"
+
+
+def _by_unit(elements: Elements) -> dict[int, list[tuple[Any, int]]]:
+    ids = elements.ids if elements.ids is not None else [0] * len(elements.values)
+    out: dict[int, list[tuple[Any, int]]] = {}
+    for value, unit, piece in zip(elements.values, elements.units, ids):
+        out.setdefault(unit, []).append((value, piece))
+    return out
+
+
+def _elements(outputs: dict[int, list[tuple[Any, int]]], count: int, pieces: bool) -> Elements:
+    values: list[Any] = []
+    units: list[int] = []
+    ids: list[int] = []
+    for unit in range(count):
+        for value, piece in outputs.get(unit, ()):
+            values.append(value)
+            units.append(unit)
+            ids.append(piece)
+    return Elements(values, units, ids if pieces else None)
+
+
+def _encode(outputs: list[tuple[Any, int]]) -> bytes:
+    parts = [_COUNT.pack(len(outputs))]
+    size = _COUNT.size
+    for value, piece in outputs:
+        bare = not isinstance(value, dict)
+        record = {_BARE: value} if bare else value
+        scalars = b"".join(
+            k.encode() + b"\0" for k, v in record.items() if isinstance(v, np.generic)
+        )
+        body = codec.encode(record)
+        head = _OUTPUT.pack(piece, bare, len(scalars), len(body)) + scalars
+        size += len(head)
+        pad = b"\0" * (-size % _ALIGN)
+        parts += [head, pad, body]
+        size += len(pad) + len(body)
+    return b"".join(parts)
+
+
+def _decode(payload: bytearray) -> list[tuple[Any, int]]:
+    view = memoryview(payload)
+    (count,) = _COUNT.unpack_from(view)
+    pos, outputs = _COUNT.size, []
+    for _ in range(count):
+        piece, bare, scalar_bytes, length = _OUTPUT.unpack_from(view, pos)
+        pos += _OUTPUT.size
+        scalars = bytes(view[pos : pos + scalar_bytes]).decode().split("\0")[:-1]
+        pos += scalar_bytes
+        pos += -pos % _ALIGN
+        if pos + length > len(view):
+            raise ValueError(f"an output of {length} bytes at {pos} runs past the entry")
+        record = codec.decode(view[pos : pos + length])
+        pos += length
+        for key in scalars:
+            record[key] = record[key][()]  # a numpy scalar, as it was made
+        outputs.append((record[_BARE] if bare else record, piece))
+    return outputs
