@@ -3,8 +3,9 @@
     python -m benchmarks.w4_profile --image-set imagenet --workers 0 [--images 1000] [--json F]
 
 One fresh process runs `benchmarks.vision --row tpufeed` (1 warm-up + `--passes` epochs)
-under `py-spy record --subprocesses --idle --nonblocking` (50 Hz; the sampled processes are
-never paused). Each sample goes to one step by the frames on its stack, checked in the order
+under `py-spy record --subprocesses --nonblocking` (50 Hz; the sampled processes are never
+paused; idle threads are not sampled: the samples are of threads on a core or ready to run).
+Each sample goes to one step by the frames on its stack, checked in the order
 below; "tpufeed per-record Python" is what is left inside tpufeed's package (the stage calls,
 the element dicts, the chunk and batch bookkeeping), "other" the rest (the benchmark's loop,
 the interpreter). Printed: CPU ms per image by step (all processes) and the share of the busy
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--row", default="tpufeed", help="a tpufeed row of benchmarks.vision")
     p.add_argument("--json", dest="json_path", default=None)
+    p.add_argument("--raw", default=None, help="also keep py-spy's collapsed stacks here")
     args = p.parse_args(argv)
     if shutil.which("py-spy") is None:
         p.error('py-spy is not installed; it is in the dev extra: pip install -e ".[dev]"')
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         prepare(  # the data, written once and not profiled
             os.path.join(ROOT, "benchmarks", "data"), args.images, args.image_set
         )
-        cmd = ["py-spy", "record", "--subprocesses", "--idle", "--nonblocking"]
+        cmd = ["py-spy", "record", "--subprocesses", "--nonblocking"]
         cmd += ["--rate", str(RATE_HZ), "--format", "raw", "-o", raw, "--", sys.executable]
         cmd += ["-m", "benchmarks.vision", "--row", row, "--passes", str(args.passes)]
         cmd += ["--workers", str(max(1, args.workers)), "--json", result] + common
@@ -102,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         with open(result) as f:
             run = json.load(f)
         summary = summarise(raw, args.images * (args.passes + 1))
+        if args.raw:
+            shutil.copy(raw, args.raw)
     steps = [s for s, _ in STEPS] + ["other", "wait"]
     print(
         f"W4 {args.image_set}, {row} (N = {args.workers}), {args.images} images x "

@@ -1,12 +1,18 @@
-"""W4's image sets (benchmarks/photos.py) are what their table says, and W4's decoder
-candidates (benchmarks/decoders.py) give the reference's crop."""
+"""W4 (benchmarks/vision.py): its image sets (benchmarks/photos.py) are what their table says,
+its decoder candidates (benchmarks/decoders.py) give the reference's crop, and its tf.data
+variants and tpufeed rows run, at a tiny size (the numbers mean nothing here)."""
 
 from __future__ import annotations
 
 import io
+import os
+import sys
 
 import numpy as np
 import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
 
 Image = pytest.importorskip("PIL.Image")
 pytest.importorskip("sklearn")
@@ -63,3 +69,37 @@ def test_the_decoder_candidates_give_the_reference_crop():
             assert out.shape == (SIZE, SIZE, 3) and out.dtype == np.uint8, name
             # The same libjpeg-turbo IDCT and resample: within Pillow's antialiasing (~2 levels).
             assert np.abs(out - expected).mean() < 6, name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", ["tpufeed", "tfdata-nondet", "tfdata-private"])
+def test_the_rows_run_on_a_tiny_image_set(tmp_path, row):
+    if row.startswith("tfdata"):
+        pytest.importorskip("tensorflow")
+    from benchmarks.vision import measure, prepare, targets
+
+    files = prepare(str(tmp_path), 64, "progressive-444")
+    assert files["encoding"] == "500x375 progressive 4:4:4 q90, grain"
+    result = measure(row, files, passes=1, workers=1)
+    assert len(result["images_per_s"]) == 1 and result["cpu_s_per_image"] > 0
+    rows = [
+        {
+            "key": "tfdata-nondet",
+            "row": "tfdata-nondet",
+            "images_per_s": 100.0,
+            "cpu_ms_per_image": 2.0,
+            "per_core": 50.0,
+            "first_batch_s": 1.0,
+        },
+        {
+            "key": "tpufeed-workers",
+            "row": "tpufeed 2 workers",
+            "images_per_s": 130.0,
+            "cpu_ms_per_image": 2.0,
+            "per_core": 65.0,
+            "first_batch_s": 0.4,
+        },
+    ]
+    checks = {name.split(" (")[0]: (value, met) for name, value, met in targets(rows, 1000)}
+    assert checks["tpufeed N workers >= 1.2x tf.data's strongest"] == (1.3, True)
+    assert checks["tpufeed N workers first batch <= 0.5 s"] == (0.4, True)
