@@ -29,6 +29,8 @@ then `--passes` timed epochs, all pooled over `--rounds`):
   tfdata-private    deterministic=False and max_intra_op_parallelism 1 (the TPU ResNet
                     reference's imagenet_input.py sets both when it shuffles), and a private
                     thread pool of one thread a core (tf.data.Options threading).
+  tfdata-1thread    tfdata-private with a pool of one thread: tf.data's kernels on one core
+                    (its per-core cost, without threads that wait by spinning).
   torch             PyTorch DataLoader, N workers (persistent, prefetch 2), the pil-loop's
                     per-image function in a map-style Dataset over the ArrayRecord shards.
 
@@ -79,6 +81,7 @@ ROWS = [
     "tfdata",
     "tfdata-nondet",
     "tfdata-private",
+    "tfdata-1thread",
     "torch-workers",
 ]
 
@@ -212,10 +215,11 @@ def _tpufeed(backend: str) -> Any:
     return rows
 
 
-def _tfdata(deterministic: bool = True, private: bool = False) -> Any:
+def _tfdata(deterministic: bool = True, private: bool = False, threads: int = 0) -> Any:
     """tf.data's row; `deterministic=False` lets map hand out elements as they finish, and
     `private` gives the pipeline its own thread pool of one thread a core, with ops run on one
-    thread each (max_intra_op_parallelism 1, as the TPU ResNet reference's imagenet_input.py)."""
+    thread each (max_intra_op_parallelism 1, as the TPU ResNet reference's imagenet_input.py);
+    `threads` sizes that pool (0: one thread a core)."""
 
     def rows(files: dict, epochs: int, workers: int) -> Iterator[dict]:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -231,7 +235,7 @@ def _tfdata(deterministic: bool = True, private: bool = False) -> Any:
         )
         if private:
             options = tf.data.Options()
-            options.threading.private_threadpool_size = os.cpu_count() or 1
+            options.threading.private_threadpool_size = threads or os.cpu_count() or 1
             options.threading.max_intra_op_parallelism = 1
             ds = ds.with_options(options)
         yield from ds.as_numpy_iterator()
@@ -326,6 +330,7 @@ RUNNERS = {
     "tfdata": (_tfdata(), 0),
     "tfdata-nondet": (_tfdata(deterministic=False), 0),
     "tfdata-private": (_tfdata(deterministic=False, private=True), 0),
+    "tfdata-1thread": (_tfdata(deterministic=False, private=True, threads=1), 0),
     "torch-workers": (torch_rows, None),
 }
 
@@ -467,7 +472,7 @@ def summarise(results: dict[str, list[dict]], workers: int, cores: int) -> list[
         used = (
             min(cores, workers)
             if row.endswith("workers")
-            else (cores if row.startswith("tfdata") else 1)
+            else (cores if row.startswith("tfdata") and row != "tfdata-1thread" else 1)
         )
         name = row.replace("-workers", f" {workers} workers") if row.endswith("workers") else row
         rate = statistics.median(rates)
