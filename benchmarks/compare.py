@@ -98,6 +98,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="cache of generated shards (default: benchmarks/data)",
     )
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed per row")
+    p.add_argument(
+        "--image-set",
+        default="imagenet",
+        help="W4's photographs (benchmarks/photos.py: imagenet, progressive, 444, "
+        "progressive-444, large, legacy)",
+    )
     args = p.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     try:
@@ -282,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                 str(args.workers),
                 "--data-dir",
                 args.data_dir,
+                "--image-set",
+                args.image_set,
             ]
             + (["--json", args.json_path] if args.json_path else [])
         )

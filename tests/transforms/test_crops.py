@@ -149,6 +149,31 @@ def test_reduced_decoding_matches_full_decoding_within_the_documented_tolerance(
     assert np.abs(shifted.astype(int) - right.astype(int)).mean() > 3 * worst
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("progressive, subsampling", [(True, 2), (False, 0), (True, 0)])
+def test_progressive_and_444_jpegs_decode_within_the_same_tolerance(
+    photos, backend, progressive, subsampling
+):
+    """The W4 image sets' encodings (benchmarks/photos.py): the header walk reads their size
+    and reduced decoding holds the documented tolerance, as for baseline 4:2:0."""
+    worst, middle = TOLERANCE[backend]
+    errors = []
+    for i, data in enumerate(photos):
+        pixels = decode_image(data)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(
+            buf, format="JPEG", quality=90, progressive=progressive, subsampling=subsampling
+        )
+        encoded = buf.getvalue()
+        assert image_size(encoded) == pixels.shape[:2]
+        full = decode_image(encoded)
+        box = sample_crop_box(*full.shape[:2], np.random.default_rng(i))
+        reduced = decode_region(encoded, box, (64, 64), backend=backend)
+        whole = resize_region(full, box, (64, 64), backend=backend)
+        errors.append(np.abs(reduced.astype(int) - whole.astype(int)).mean())
+    assert max(errors) <= worst and np.median(errors) <= middle, errors
+
+
 @pytest.mark.skipif(len(BACKENDS) < 2, reason="needs opencv-python-headless")
 def test_the_two_backends_agree_within_tolerance(photos):
     """OpenCV resamples bilinearly without antialiasing below 2x (as tf.image.resize); Pillow
