@@ -23,6 +23,7 @@ __all__ = [
     "array_record",
     "built_dataset",
     "huggingface",
+    "mds",
     "parquet",
     "sequence",
     "tfrecord",
@@ -101,3 +102,15 @@ def built_dataset(
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(ManifestSource(path, verify=verify, cache=cache))
+
+
+def mds(
+    path: str | os.PathLike,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+    timeout_s: float | None = None,
+) -> SourceView:
+    """A MosaicML Streaming (MDS) dataset folder, local or gs://, read in place."""
+    from tpufeed.sources.mds import MDSSource
+
+    return SourceView(MDSSource(path, cache=cache_for(cache_dir, cache_bytes, timeout_s)))
