@@ -13,7 +13,9 @@ folders, values tagged by type (`tagged`), which the always-running tests compar
 - `plain`: every column type but `pkl`, three shards, hashes md5, sha1 and xxh64;
 - `zstd`, `gz`: compressed shards (xxh3_64, md5), raw files removed as after an upload;
 - `nested/part-a`, `nested/part-b`: two sub-datasets, no index.json at the top;
-- `pkl`: a `pkl` column, which tpufeed refuses by name.
+- `pkl`: a `pkl` column, which tpufeed refuses by name;
+- `conformance`: tests/sources/test_conformance.py's records (tpufeed's codec, imported from
+  this checkout) in a `bytes` column, three shards.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from PIL import Image
 from streaming import MDSWriter, StreamingDataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 
 ALL_COLUMNS = {
     "bytes": "bytes",
@@ -154,6 +157,16 @@ def read_back(name: str) -> list[Any]:
     return by_index
 
 
+def conformance_records() -> list[dict[str, bytes]]:
+    """test_conformance.py's RECORDS, encoded by this checkout's tpufeed.codec."""
+    sys.path.insert(0, CHECKOUT)
+    from tpufeed import codec
+
+    return [
+        {"record": codec.encode({"id": i, "x": np.full(i % 7, i, np.int16)})} for i in range(90)
+    ]
+
+
 def main() -> None:
     from streaming.base.util import clean_stale_shared_memory
 
@@ -170,6 +183,7 @@ def main() -> None:
     write("nested/part-a", small_columns, small[:5], size_limit=2500)
     write("nested/part-b", small_columns, small[5:], hashes=["sha1"], size_limit=2500)
     write("pkl", {"id": "int", "obj": "pkl"}, [{"id": 0, "obj": {"a": 1}}])
+    write("conformance", {"record": "bytes"}, conformance_records(), size_limit=1400)
     expected = {
         name: read_back(name) for name in ("plain", "zstd", "gz", "nested/part-a", "nested/part-b")
     }
