@@ -163,7 +163,7 @@ SYSTEMS = {
             "benchmarks.systems.streaming_system",
             "batches",
             True,
-            "StreamingDataset (py1e shuffle) + torch DataLoader, on the same MDS shards",
+            "StreamingDataset (naive shuffle) + torch DataLoader, on the same MDS shards",
             workloads=("W1",),
             python_env="TPUFEED_STREAMING_PYTHON",
         ),
