@@ -22,6 +22,7 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceNotFoundError
+from tpufeed.sources import mds_shard
 from tpufeed.sources.mds import MDSSource
 from tpufeed.transforms.image import decode_image
 
@@ -158,13 +159,22 @@ def flip(path: pathlib.Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_a_shard_whose_hash_differs_is_refused_naming_it(tmp_path):
+def test_a_shard_whose_hash_differs_is_refused_naming_it(tmp_path, monkeypatch):
     folder = copy_of("plain", tmp_path)
     flip(folder / "shard.00001.mds", -10)
     source = MDSSource(folder)
     assert source[0]["int"] == 0  # shard 0 is intact
     with pytest.raises(CorruptDataError, match=r"shard\.00001\.mds: its xxh64 is \w+, the index"):
         source[4]
+    checked = []
+    real = mds_shard.checked_hash
+    monkeypatch.setattr(
+        mds_shard, "checked_hash", lambda *args: checked.append(args[2]) or real(*args)
+    )
+    assert [e["int"] for e in tpufeed.Dataset.from_mds(folder).ignore_errors(3)] == [
+        (-1) ** i * (i << 40) for i in (0, 1, 2, 6, 7, 8)
+    ]  # each of the refused shard's records skipped, the shard checked once
+    assert checked.count(str(folder / "shard.00001.mds")) == 1
 
 
 def test_damage_without_hashes_names_file_record_and_column(tmp_path):

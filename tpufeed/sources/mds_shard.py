@@ -133,6 +133,7 @@ class MDSShard:
         self._offsets: np.ndarray | None = None
         self._fd: int | None = None  # of the local raw file, while it stays the one read
         self._raw_path: str | None = None  # a local raw file: this one, or a decompressed copy
+        self._refused: CorruptDataError | None = None  # why this shard cannot be read at all
         self._lock = threading.Lock()
         forget_in_children(self)
 
@@ -150,15 +151,31 @@ class MDSShard:
                 fd = open_regular(local)
                 try:
                     if self._offsets is None:
-                        self._offsets = self._prepare(fd, local)
+                        self._offsets = self._prepared(lambda: self._prepare(fd, local), idx)
                     return self._read_fd(fd, idx)
                 finally:
                     os.close(fd)
         with self._lock:
             if self._fd is None:
-                self._fd = self._open_raw()
+                self._fd = self._prepared(self._open_raw, idx)
             fd = self._fd
         return self._read_fd(fd, idx)
+
+    def _prepared(self, prepare: Callable[[], Any], idx: np.ndarray) -> Any:
+        """`prepare()`, once: a shard refused as a whole (its hash, count or offset table) is
+        remembered, so skipping its records (`ignore_errors`) does not check it again for each;
+        the error names the first record asked for."""
+        if self._refused is None:
+            try:
+                return prepare()
+            except CorruptDataError as error:
+                self._refused = error
+        first = int(idx[0]) if idx.size else None
+        raise CorruptDataError(
+            f"{self.path} record {first} cannot be read: {self._refused}",
+            path=self.path,
+            record=first,
+        ) from self._refused
 
     def _read_fd(self, fd: int, idx: np.ndarray) -> list[dict[str, Any]]:
         offsets = self._offsets
