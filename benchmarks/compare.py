@@ -41,9 +41,9 @@ if ROOT not in sys.path:  # run as a script: `python benchmarks/compare.py`
     sys.path.insert(0, ROOT)
 
 from benchmarks.bytecode import compile_sources  # noqa: E402
-from benchmarks.datafiles import SHARDS, DataFiles, prepare  # noqa: E402
+from benchmarks.datafiles import SHARDS, DataFiles, prepare, write_mds  # noqa: E402
 from benchmarks.report import check_targets, format_table, format_targets, row_name, summarise  # noqa: E402
-from benchmarks.systems import SYSTEMS, RowSpec  # noqa: E402
+from benchmarks.systems import PYTHONS, SYSTEMS, RowSpec  # noqa: E402
 from benchmarks.systems.tpufeed_system import has_workers  # noqa: E402
 from benchmarks.workloads import SEED, WORKLOADS  # noqa: E402
 
@@ -146,8 +146,39 @@ def plan_rows(
     return rows
 
 
+def row_python(system: str) -> str | None:
+    """The python a system's row runs under: this one, or its own environment's (None when that
+    is not there)."""
+    env = SYSTEMS[system].python_env
+    if env is None:
+        return sys.executable
+    python = os.environ.get(env) or PYTHONS[env]
+    return python if os.access(python, os.X_OK) else None
+
+
+def rows_of_workload(rows: list[tuple[str, int]], workload: str) -> list[tuple[str, int]]:
+    """The rows that run on `workload`; a row whose own python is missing is left out, said once."""
+    kept = []
+    for system, workers in rows:
+        allowed = SYSTEMS[system].workloads
+        if allowed is not None and workload not in allowed:
+            continue
+        if row_python(system) is None:
+            env = SYSTEMS[system].python_env
+            print(
+                f"note: {system} ({workers}w) skipped: no python at ${env} or "
+                f"{PYTHONS[env or '']} (an environment with that library: "
+                "see benchmarks/systems/ for the row)",
+                flush=True,
+            )
+            continue
+        kept.append((system, workers))
+    return kept
+
+
 def run_row(spec: RowSpec, timeout: float) -> dict[str, Any]:
-    """Runs one row in a fresh process; adds the sampled peak PSS of its process tree."""
+    """Runs one row in a fresh process (under its system's python); adds the sampled peak PSS
+    of its process tree."""
     with tempfile.TemporaryDirectory(prefix="tpufeed-bench-") as tmp:
         spec_path, result_path, log_path = (
             os.path.join(tmp, name) for name in ("spec.json", "result.json", "log.txt")
@@ -161,7 +192,8 @@ def run_row(spec: RowSpec, timeout: float) -> dict[str, Any]:
         load = os.getloadavg()[0]
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.measure", spec_path, result_path],
+                [row_python(spec.system) or sys.executable, "-m", "benchmarks.measure"]
+                + [spec_path, result_path],
                 cwd=ROOT,
                 env=env,
                 stdout=log,
@@ -335,11 +367,17 @@ def main(argv: list[str] | None = None) -> int:
             + (f", {args.rounds} rounds" if args.rounds > 1 else ""),
             flush=True,
         )
-        by_row: dict[tuple[str, int], list[dict[str, Any]]] = {row: [] for row in rows}
+        here = rows_of_workload(rows, name)
+        if any(system == "streaming-mds" for system, _ in here):  # MDSWriter's own shards
+            data = write_mds(workload, data, SEED, row_python("streaming-mds") or "")
+        elif any(system == "tpufeed-mds" for system, _ in here):
+            print("note: tpufeed-mds skipped: its shards are written by Streaming's python")
+            here = [row for row in here if row[0] != "tpufeed-mds"]
+        by_row: dict[tuple[str, int], list[dict[str, Any]]] = {row: [] for row in here}
         for round_number in range(args.rounds):
             if args.rounds > 1:
                 print(f" round {round_number + 1} of {args.rounds}", flush=True)
-            for system, workers in rows:
+            for system, workers in here:
                 spec = RowSpec(system, name, workers, args.passes + 1, SEED, data)
                 result = run_row(spec, args.timeout)
                 by_row[(system, workers)].append(result)
@@ -351,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "error" in result:
                     status = 1
                     print(result.get("traceback") or result.get("log_tail", ""), file=sys.stderr)
-        results = [pool_rounds(by_row[row]) for row in rows]
+        results = [pool_rounds(by_row[row]) for row in here]
         summary = summarise(results, cores)
         print()
         print(format_table(name, results, summary))

@@ -40,6 +40,7 @@ class DataFiles:
     counts: tuple[int, ...]
     parquet: tuple[str, ...] = ()
     tar: tuple[str, ...] = ()  # WebDataset shards: sample `%08d` (global index), field `bin`
+    mds: str = ""  # an MDS dataset folder of the same records, when written (`write_mds`)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -54,6 +55,7 @@ class DataFiles:
             tuple(data["counts"]),
             tuple(data.get("parquet", ())),
             tuple(data.get("tar", ())),
+            data.get("mds", ""),
         )
 
 
@@ -177,3 +179,26 @@ def _shard_records(workload: Workload, seed: int, shard: int, count: int) -> Ite
     rng = np.random.default_rng((seed, int.from_bytes(workload.name.encode(), "little"), shard))
     for start in range(0, count, _CHUNK):
         yield from workload.make_records(rng, min(_CHUNK, count - start))
+
+
+def write_mds(workload: Workload, files: DataFiles, seed: int, python: str) -> DataFiles:
+    """`files` with an MDS folder of the same records in the same order (one `bytes` column
+    `record`, shards of about the ArrayRecord shards' size), written by MosaicML Streaming's
+    MDSWriter under `python` (Streaming pins an older numpy) unless it is there already."""
+    import subprocess
+    import sys
+
+    folder = os.path.join(os.path.dirname(files.array_record[0]), "mds")
+    if not os.path.exists(os.path.join(folder, _DONE)):
+        print(f"writing MDS shards of {workload.name} into {folder} with {python} ...", flush=True)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        subprocess.run(
+            [python, "-m", "benchmarks.mds_data", folder, workload.name, str(seed)]
+            + [str(c) for c in files.counts],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": root},
+            check=True,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+        )
+    return DataFiles(**{**asdict(files), "mds": folder})

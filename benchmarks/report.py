@@ -148,6 +148,14 @@ def check_targets(
                     ttfb <= 0.3,
                 )
             )
+        for n in sorted({w for (system, w) in rows if system == "streaming-mds"}):
+            mds, streaming = rows.get(("tpufeed-mds", n)), rows[("streaming-mds", n)]
+            ratio(
+                f"tpufeed-mds {n}w >= 1.2x streaming-mds {n}w",
+                mds and mds["rate"],
+                streaming["rate"],
+                1.2,
+            )
     else:
         ratio(
             "tpufeed Nw >= 0.85x CPU limit", workers and workers["rate"], summary["cpu_limit"], 0.85

@@ -15,7 +15,11 @@ from benchmarks.datafiles import DataFiles
 
 @dataclass(frozen=True)
 class System:
-    """One row kind. `kind`: limit, tpufeed, anchor (same Python fn) or reference (TF ops)."""
+    """One row kind. `kind`: limit, tpufeed, anchor (same Python fn), reference (TF ops) or
+    format-anchor (another library on its own shard format: compared with the tpufeed row on
+    the same shards, not counted among the anchors). `workloads`: the only ones it runs (None:
+    all). `python_env`: the variable naming the python its row runs under, for a library that
+    needs an environment of its own (`PYTHONS` gives the default)."""
 
     name: str
     kind: str
@@ -23,6 +27,8 @@ class System:
     runner: str
     parallel: bool
     label: str
+    workloads: tuple[str, ...] | None = None
+    python_env: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,5 +164,27 @@ SYSTEMS = {
             True,
             "WebDataset(shardshuffle) .shuffle(1000) .batched(256), DataLoader workers",
         ),
+        System(
+            "tpufeed-mds",
+            "tpufeed",
+            "benchmarks.systems.tpufeed_system",
+            "mds_batches",
+            True,
+            "Dataset.from_mds (MDSWriter's shards, column 'record') .shuffle() ... batch(256)",
+            workloads=("W1",),
+        ),
+        System(
+            "streaming-mds",
+            "format-anchor",
+            "benchmarks.systems.streaming_system",
+            "batches",
+            True,
+            "StreamingDataset (naive shuffle) + torch DataLoader, on the same MDS shards",
+            workloads=("W1",),
+            python_env="TPUFEED_STREAMING_PYTHON",
+        ),
     ]
 }
+
+# The python of a row whose System names a `python_env` that is not set.
+PYTHONS = {"TPUFEED_STREAMING_PYTHON": "/work/venv-streaming/bin/python"}

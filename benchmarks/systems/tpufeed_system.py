@@ -1,5 +1,6 @@
 """tpufeed: `Dataset.from_array_record(...).shuffle().map/random_map().batch(256)`, and the same
-pipeline over the same bytes in Parquet (`from_parquet`, the fn applied to the `record` column)."""
+pipeline over the same bytes in Parquet (`from_parquet`) or MDS (`from_mds`), the fn applied to
+the `record` column."""
 
 from __future__ import annotations
 
@@ -32,12 +33,21 @@ def _on_record(fn: Callable[..., Any], row: dict, *rng: Any) -> Any:
 
 
 def batches(
-    spec: RowSpec, workers: int | str | None = None, prefetch: int | str = 0, parquet: bool = False
+    spec: RowSpec,
+    workers: int | str | None = None,
+    prefetch: int | str = 0,
+    parquet: bool = False,
+    mds: bool = False,
 ) -> Iterator[dict]:
     import tpufeed
 
     workload = WORKLOADS[spec.workload]
-    if parquet:
+    if mds:
+        if not spec.data.mds:
+            raise ValueError("the data has no MDS folder: datafiles.write_mds(...)")
+        ds = tpufeed.Dataset.from_mds(spec.data.mds).shuffle(spec.seed)
+        fn = functools.partial(_on_record, workload.fn)
+    elif parquet:
         if not spec.data.parquet:
             raise ValueError("the data has no Parquet shards: prepare(..., parquet=True)")
         ds = tpufeed.Dataset.from_parquet(list(spec.data.parquet)).shuffle(spec.seed)
@@ -112,3 +122,8 @@ def tar_batches(spec: RowSpec) -> Iterator[dict]:
         yield from it
     finally:
         it.close()
+
+
+def mds_batches(spec: RowSpec) -> Iterator[dict]:
+    """The `batches` pipeline over the same records as MDS (MDSWriter's shards, read in place)."""
+    yield from batches(spec, mds=True)

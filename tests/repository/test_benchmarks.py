@@ -62,6 +62,14 @@ def test_compare_runs_every_row(tmp_path, workload):
     } <= seen
     assert ("bare-parallel", 0) not in seen
     assert (("tpufeed", 2) in seen) == parallel_tpufeed
+    # The MDS pair runs on W1 only, and only where Streaming's own python is (else a note).
+    from benchmarks.compare import row_python
+
+    mds_rows = {(s, w) for s in ("tpufeed-mds", "streaming-mds") for w in (0, 2)}
+    streaming = row_python("streaming-mds") is not None
+    assert (mds_rows <= seen) == (workload == "W1" and streaming), seen
+    assert not (mds_rows & seen) or workload == "W1"
+    assert ("streaming-mds (0w) skipped" in proc.stdout) == (workload == "W1" and not streaming)
     for row in rows:
         assert "error" not in row, row
         assert len(row["rates"]) == 1 and row["rate"] > 0 and row["first_batch_s"] > 0

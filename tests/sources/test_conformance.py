@@ -1,8 +1,10 @@
 """One conformance suite that every source passes, and the DESIGN.md semantics end to end on
-files written by array_record's, TensorFlow's and pyarrow's own writers."""
+files written by array_record's, TensorFlow's, pyarrow's and MosaicML Streaming's own writers
+(Streaming's: tests/data/mds/conformance, by tests/data/mds/write_fixtures.py)."""
 
 import json
 import os
+import pathlib
 import pickle
 
 import numpy as np
@@ -57,7 +59,7 @@ def write_parquet_files(root):
 
 
 def record_of(element):
-    """The record itself: Parquet rows are dicts of their columns."""
+    """The record itself: Parquet rows and MDS samples are dicts of their columns."""
     return element["record"] if isinstance(element, dict) else element
 
 
@@ -73,7 +75,10 @@ class UserSource:
         return RECORDS[i]
 
 
-@pytest.fixture(params=["array_record", "tfrecord", "parquet", "sequence", "user"])
+MDS_FOLDER = pathlib.Path(__file__).parent.parent / "data" / "mds" / "conformance"
+
+
+@pytest.fixture(params=["array_record", "tfrecord", "parquet", "mds", "sequence", "user"])
 def dataset_factory(request, tmp_path):
     kind = request.param
     if kind == "array_record":
@@ -87,6 +92,8 @@ def dataset_factory(request, tmp_path):
         return lambda: tpufeed.Dataset.from_parquet(
             str(tmp_path / "part-*.parquet"), columns=["record"]
         )
+    if kind == "mds":
+        return lambda: tpufeed.Dataset.from_mds(MDS_FOLDER)
     if kind == "sequence":
         return lambda: tpufeed.Dataset.from_sequence(RECORDS)
     return lambda: tpufeed.Dataset.from_source(UserSource())

@@ -133,6 +133,27 @@ class SourceConstructors(abc.ABC):
         return cls._over(opening.huggingface(dataset, columns))
 
     @classmethod
+    def from_mds(
+        cls,
+        path: str | os.PathLike,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Self:
+        """Samples of a MosaicML Streaming (MDS) dataset folder, as `MDSWriter` wrote it (its
+        `index.json`, or sub-folders each with one), local or gs://, read in place by index:
+        element i is the sample dict `StreamingDataset(...)[i]` gives, except that `jpeg` and
+        `png` columns stay encoded bytes for `tpufeed.transforms.image.DecodeImage` in workers
+        and `pil` columns are uint8 arrays; `pkl` columns are refused. zstd, gz and bz2 shards
+        are decompressed once into local copies; shard hashes in the index are checked on a
+        shard's first read. gs:// shards go through the shard cache (`cache_dir`,
+        `cache_bytes`, `timeout_s` as in `from_array_record`; docs/formats/mds.md).
+
+        >>> ds = Dataset.from_mds("gs://bucket/mds-train").shuffle(seed=0)  # doctest: +SKIP
+        """
+        return cls._over(opening.mds(path, cache_dir, cache_bytes, timeout_s))
+
+    @classmethod
     def open(
         cls,
         path: str | os.PathLike,

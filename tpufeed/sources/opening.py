@@ -23,6 +23,7 @@ __all__ = [
     "array_record",
     "built_dataset",
     "huggingface",
+    "mds",
     "parquet",
     "sequence",
     "tfrecord",
@@ -117,3 +118,15 @@ def webdataset(
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(WebDatasetSource(paths, index_dir=index_dir, cache=cache, decode=decode))
+
+
+def mds(
+    path: str | os.PathLike,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+    timeout_s: float | None = None,
+) -> SourceView:
+    """A MosaicML Streaming (MDS) dataset folder, local or gs://, read in place."""
+    from tpufeed.sources.mds import MDSSource
+
+    return SourceView(MDSSource(path, cache=cache_for(cache_dir, cache_bytes, timeout_s)))

@@ -42,9 +42,10 @@ from tpufeed.sources.tar_index import (
 )
 from tpufeed.sources.tfrecord_format import _atomic_write
 from tpufeed.sources.tfrecord_index import cached_index_name, default_index_dir
+from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import GcsObject, is_gcs_url
 from tpufeed.storage.local import FileIdentity, PathsLike, open_regular, resolve_paths
+from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 from tpufeed.storage.transfers import coalesce
@@ -71,7 +72,7 @@ class TarShard:
     ):
         self.path = os.fspath(path)
         self.index_dir = None if index_dir is None else os.fspath(index_dir)
-        if remote is None and is_gcs_url(self.path):
+        if remote is None and is_remote_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self.pinned: FileIdentity | None = None
@@ -332,13 +333,13 @@ class WebDatasetSource(ShardedSource[TarShard]):
         decode: bool = True,
     ):
         items = resolve_paths(paths, cache.retry if cache else None)
-        if any(isinstance(p, GcsObject) for p in items):
+        if any(isinstance(p, RemoteObject) for p in items):
             cache = cache or ShardCache()
 
-        def make(item: str | GcsObject) -> TarShard:
-            if isinstance(item, GcsObject):
-                if cache is None:  # set above whenever a path is on gs://
-                    raise TpufeedError(f"{item.url}: a gs:// file needs a shard cache")
+        def make(item: str | RemoteObject) -> TarShard:
+            if isinstance(item, RemoteObject):
+                if cache is None:  # set above whenever a path is in an object store
+                    raise TpufeedError(f"{item.url}: a remote file needs a shard cache")
                 return TarShard(item.url, index_dir, RemoteFile(item, cache), decode)
             return TarShard(item, index_dir, decode=decode)
 
