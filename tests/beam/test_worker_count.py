@@ -13,6 +13,7 @@ from tpufeed.beam.worker_count import (
     BYTES_PER_WORKER,
     check_workers_setting,
     choose_workers,
+    spread_block_bytes,
 )
 from tpufeed.errors import InvalidArgumentError
 
@@ -64,3 +65,12 @@ def test_a_count_is_taken_as_given():
 def test_settings_that_are_neither_a_count_nor_auto_are_refused(bad):
     with pytest.raises(InvalidArgumentError, match="--workers must be a positive int or 'auto'"):
         check_workers_setting(bad)
+
+
+def test_several_workers_get_a_few_blocks_each():
+    mb = 1 << 20
+    assert spread_block_bytes(121 * mb, 1, 64 * mb) == 64 * mb  # one worker: as asked
+    assert spread_block_bytes(121 * mb, 2, 64 * mb) == -(-121 * mb // 8)  # 8 blocks of ~15 MB
+    assert spread_block_bytes(10 * mb, 2, 64 * mb) == 8 * mb  # never below 8 MB
+    assert spread_block_bytes(10 * mb, 2, 2 * mb) == 2 * mb  # nor above what was asked
+    assert spread_block_bytes(10_000 * mb, 2, 64 * mb) == 64 * mb

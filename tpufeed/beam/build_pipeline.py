@@ -47,7 +47,7 @@ from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.beam.shard_size import check_shard_size, input_bytes, suggest_num_shards
 from tpufeed.beam.user_transforms import load_transform
 from tpufeed.beam.worker_check import check_workers, needs_check
-from tpufeed.beam.worker_count import AUTO, choose_workers
+from tpufeed.beam.worker_count import AUTO, choose_workers, spread_block_bytes
 from tpufeed.errors import TpufeedError, plural
 from tpufeed.sources.record_formats import get_record_format
 
@@ -162,8 +162,7 @@ def build(config: BuildConfig) -> dict[str, Any]:
     """
     start = time.monotonic()
     FileSystems.set_options(PipelineOptions(list(config.beam_args)))  # s3:// reads them here
-    blocks, num_shards = _plan(config)
-    workers = choose_workers(config.workers, blocks, config.beam_args)
+    blocks, num_shards, workers = _plan(config)
     options = PipelineOptions(list(worker_args(workers, config.beam_args)))
     runner = runner_for(options, workers)
     if config.workers == AUTO:
@@ -212,14 +211,19 @@ def _staged(writer: ShardChunks) -> tuple[str, dict[str, Any]]:
     return text, json.loads(text)
 
 
-def _plan(config: BuildConfig) -> tuple[list[Block], int]:
-    """The inputs' blocks and the shard count, with every check that can fail before any
-    work: the inputs, the transforms' names, the shards' size and the output folder."""
+def _plan(config: BuildConfig) -> tuple[list[Block], int, int]:
+    """The inputs' blocks, the shard count and the local workers, with every check that can
+    fail before any work: the inputs, the transforms' names, the shards' size and the output
+    folder. Several workers get blocks small enough for a few each (`spread_block_bytes`)."""
     files = expand_inputs(config.inputs)
     for spec in config.transforms:  # fail here, before any work, on a bad name
         load_transform(spec)
     blocks = plan_blocks(files, config.block_bytes)
     size = input_bytes(blocks)
+    workers = choose_workers(config.workers, blocks, config.beam_args)
+    block_bytes = spread_block_bytes(size, workers, config.block_bytes)
+    if block_bytes < config.block_bytes:
+        blocks = plan_blocks(files, block_bytes)
     num_shards = config.num_shards or suggest_num_shards(size)
     check_shard_size(size, num_shards, config.max_shard_bytes, config.output)
     shard_files.check_output(
@@ -241,9 +245,9 @@ def _plan(config: BuildConfig) -> tuple[list[Block], int]:
         "reading %s in %s of up to %s bytes",
         plural(len(files), "input file"),
         plural(len(blocks), "block"),
-        f"{config.block_bytes:,}",
+        f"{block_bytes:,}",
     )
-    return blocks, num_shards
+    return blocks, num_shards, workers
 
 
 def _run(pipeline: beam.Pipeline) -> PipelineResult:

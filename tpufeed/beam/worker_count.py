@@ -4,7 +4,8 @@ A worker process costs its start (importing Beam and tpufeed: ~1.5 s of CPU on t
 the build runs on) and the runner's traffic with it; it wins back time only with enough input
 to read in parallel. `auto` therefore runs one worker (no worker process: the runner's own)
 below `BYTES_PER_WORKER` of input per worker, and otherwise one per CPU this process may use,
-at most one per block (a block is what one worker reads at a time). Other runners than the
+at most one per block (a block is what one worker reads at a time). Several workers read
+blocks small enough for `BLOCKS_PER_WORKER` each (`spread_block_bytes`). Other runners than the
 local one (Dataflow, Flink, Spark) size their own workers: `auto` means 1 local worker there.
 """
 
@@ -19,9 +20,19 @@ from tpufeed.beam.block_plan import Block
 from tpufeed.beam.shard_size import input_bytes
 from tpufeed.errors import InvalidArgumentError
 
-__all__ = ["AUTO", "BYTES_PER_WORKER", "check_workers_setting", "choose_workers"]
+__all__ = [
+    "AUTO",
+    "BYTES_PER_WORKER",
+    "check_workers_setting",
+    "choose_workers",
+    "spread_block_bytes",
+]
 
 AUTO = "auto"
+# With several workers, blocks are cut small enough for this many a worker (the last one a
+# worker reads then leaves the others idle a short while), but not below the least size.
+BLOCKS_PER_WORKER = 4
+LEAST_BLOCK_BYTES = 8 << 20
 # Input a worker process must have to read before a second one pays for its start: measured
 # with benchmarks/build.py (1 vs 2 workers at 200k, 400k and 1M records of ~600 bytes).
 BYTES_PER_WORKER = 192 << 20
@@ -59,3 +70,13 @@ def choose_workers(workers: int | str, blocks: Sequence[Block], beam_args: Seque
         return 1
     by_size = input_bytes(list(blocks)) // BYTES_PER_WORKER
     return max(1, min(_cpus(), len(blocks), by_size))
+
+
+def spread_block_bytes(total: int, workers: int, block_bytes: int) -> int:
+    """The block size for `workers`: `block_bytes`, or less where the input would make fewer
+    than `BLOCKS_PER_WORKER` blocks a worker (at 2 workers, 121 MB of input in two blocks of
+    64 MB left one worker idle for a fifth of the reading)."""
+    if workers <= 1:
+        return block_bytes
+    even = -(-total // (workers * BLOCKS_PER_WORKER))
+    return max(min(block_bytes, LEAST_BLOCK_BYTES), min(block_bytes, even))

@@ -7,6 +7,7 @@ own start-up lines dropped and tpufeed's progress lines kept at the caller's lev
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
@@ -38,6 +39,13 @@ def main(argv: list[str]) -> None:
     from apache_beam.runners.worker import sdk_worker_main
 
     sdk_worker_main.main(argv)
+    # The runner closed this worker's control stream: its work is done and delivered. The
+    # interpreter's shutdown (gRPC's threads, every module torn down) would take ~0.3 s, which
+    # the runner waits for one worker after another: end the process here instead.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
