@@ -147,7 +147,7 @@ def run_one(variant: str, src: str, out: str, num_shards: int) -> dict:
                 inputs=(src,),
                 output=out,
                 num_shards=num_shards,
-                workers=int(variant),
+                workers=variant if variant == "auto" else int(variant),
                 beam_args=("--default_sdk_harness_log_level=ERROR",),
             )
         )
@@ -236,8 +236,14 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
                     "floor: python loop + array_record"
                     if variant == FLOOR
                     else f"tpufeed build, {variant} worker{'s' if variant != '1' else ''}"
+                    if variant != "auto"
+                    else "tpufeed build, --workers auto"
                 ),
-                "workers": None if variant == FLOOR else int(variant),
+                "workers": None
+                if variant == FLOOR
+                else variant
+                if variant == "auto"
+                else int(variant),
                 "seconds": seconds,
                 "seconds_all": [s["seconds"] for s in samples[variant]],
                 "records": args.records,
@@ -260,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=20000)
     parser.add_argument("--num-shards", type=int, default=8)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--workers", nargs="+", default=["1", "2"], help="worker counts to run, and/or auto"
+    )
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workdir", default=None, help="default: a temporary folder")
     parser.add_argument("--json", default=None, help="also write the rows to this file")

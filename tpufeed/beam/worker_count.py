@@ -33,9 +33,11 @@ AUTO = "auto"
 # worker reads then leaves the others idle a short while), but not below the least size.
 BLOCKS_PER_WORKER = 4
 LEAST_BLOCK_BYTES = 8 << 20
-# Input a worker process must have to read before a second one pays for its start: measured
-# with benchmarks/build.py (1 vs 2 workers at 200k, 400k and 1M records of ~600 bytes).
-BYTES_PER_WORKER = 192 << 20
+# Input a worker process must have to read before a second one pays for its start. Measured
+# with benchmarks/build.py on 2 cores (records of ~600 bytes, 2 workers against 1, median of 3
+# rounds): 50k records (30 MB) 0.86x, 100k (61 MB) 1.00x, 200k (121 MB) 1.2x. So 2 workers
+# from 96 MB, where they are faster, and 1 below, where they are not.
+BYTES_PER_WORKER = 48 << 20
 
 
 def check_workers_setting(workers: object) -> None:

@@ -81,7 +81,7 @@ def _scale_options(build: argparse.ArgumentParser) -> None:
         default="auto",
         metavar="N",
         help="N or auto: local worker processes (Beam's multi_processing mode); auto runs "
-        "one per CPU where the input is large enough to gain (about 192 MB a worker), else "
+        "one per CPU where the input is large enough to gain (about 48 MB a worker), else "
         "1; the shards are byte-identical for any count",
     )
     build.add_argument(
