@@ -104,18 +104,18 @@ def _file_blocks(index: int, item: InputFile, block_bytes: int) -> list[dict[str
 
 
 def _byte_range_blocks(base: dict[str, Any], path: str, block_bytes: int) -> list[dict[str, Any]]:
-    """JSONL, CSV: byte ranges of `block_bytes` (the last one shorter)."""
+    """JSONL, CSV: byte ranges of at most `block_bytes`, all of one size (within a byte): a
+    short last block would leave a worker idle while another reads a whole one."""
     size = _size(path)
-    cuts = list(range(0, size, block_bytes)) + [size]
-    if len(cuts) < 2:  # an empty file: one empty block
-        cuts = [0, 0]
+    count = max(1, -(-size // block_bytes))
+    cuts = [size * i // count for i in range(count + 1)]
     single = len(cuts) == 2
     return [dict(base, start=a, end=b, single=single, size=b - a) for a, b in zip(cuts, cuts[1:])]
 
 
 def _array_record_blocks(base: dict[str, Any], path: str, block_bytes: int) -> list[dict[str, Any]]:
-    """A local ArrayRecord file: index ranges of about `block_bytes`, the file's size shared
-    out by records."""
+    """A local ArrayRecord file: index ranges of at most about `block_bytes` (the file's size
+    shared out by records), all of one record count (within a record)."""
     from tpufeed.sources.array_record import ArrayRecordFile
 
     shard = ArrayRecordFile(path)
@@ -124,8 +124,8 @@ def _array_record_blocks(base: dict[str, Any], path: str, block_bytes: int) -> l
     finally:
         shard.close()
     size = _size(path)
-    per_block = max(1, block_bytes * n // max(size, 1))  # records in about block_bytes
-    cuts = list(range(0, n, per_block)) + [n] if n else [0, 0]
+    count = min(max(1, n), max(1, -(-size // block_bytes)))  # blocks of one record count
+    cuts = [n * i // count for i in range(count + 1)]
     return [
         dict(
             base,
