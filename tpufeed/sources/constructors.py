@@ -52,11 +52,12 @@ class SourceConstructors(abc.ABC):
         cache_bytes: int | None = None,
         timeout_s: float | None = None,
     ) -> Self:
-        """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or
-        gs://. gs:// shards go through the local shard cache (`cache_dir`, default
-        $TPUFEED_CACHE_DIR else ~/.cache/tpufeed; `cache_bytes`, default 80% of free space).
+        """Records (bytes) of ArrayRecord files: a path, a glob, or a list of them, local or in an
+        object store (gs://, s3://: docs/gcs.md, docs/s3.md). Remote shards go through the local
+        shard cache (`cache_dir`, default $TPUFEED_CACHE_DIR else ~/.cache/tpufeed;
+        `cache_bytes`, default 80% of free space).
 
-        `timeout_s` bounds every GCS call of the source, here and in later reads: a listing, a
+        `timeout_s` bounds every store call of the source, here and in later reads: a listing, a
         metadata read, a byte range, a part of a download, retries included (default 120 s,
         each request waiting at most 60 s for an answer). A server that does not answer raises
         `SourceError` naming the object and the bound (docs/faults.md)."""
@@ -72,8 +73,8 @@ class SourceConstructors(abc.ABC):
         timeout_s: float | None = None,
     ) -> Self:
         """Records (bytes) of TFRecord files, randomly accessible through an offset index;
-        gs:// files through the shard cache, or with `cache_bytes=0` as ranged GETs.
-        `timeout_s` bounds each GCS call, as in `from_array_record`."""
+        gs:// or s3:// files through the shard cache, or with `cache_bytes=0` as ranged GETs.
+        `timeout_s` bounds each store call, as in `from_array_record`."""
         return cls._over(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes, timeout_s))
 
     @classmethod
