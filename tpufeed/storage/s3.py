@@ -35,12 +35,12 @@ from tpufeed.errors import (
 from tpufeed.observe import counts
 from tpufeed.storage.objects import GLOB_CHARS, RemoteObject, glob_split, split_url
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry, status_of
+from tpufeed.storage.s3_endpoint import endpoint_settings
 from tpufeed.storage.threads import map_in_threads
 
 __all__ = ["fetch_into", "list_objects", "list_prefix", "read_range", "stat"]
 
 SCHEME = "s3://"
-ENDPOINT_ENVS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # read by boto3 itself
 _POOL_SIZE = 64  # connections kept per client: parallel downloads and ranges share one pool
 _HEAD_THREADS = 16
 T = TypeVar("T")
@@ -63,7 +63,7 @@ def client(timeout: float) -> Any:
     child must not share sockets), per endpoint setting, and per timeout rounded down to a power
     of two (boto3 sets timeouts per client; a request never waits longer than asked)."""
     bucketed = 2.0 ** math.floor(math.log2(max(timeout, 1 / 16)))
-    key = (os.getpid(), bucketed, *(os.environ.get(name) for name in ENDPOINT_ENVS))
+    key = (os.getpid(), bucketed, *endpoint_settings())
     found = _clients.get(key)
     if found is not None:
         return found
