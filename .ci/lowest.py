@@ -106,7 +106,8 @@ GROUPS = (
         ("tests/sources/test_parquet.py", "-k", "not gs_files and not workers"),
     ),
     Group("huggingface", ("huggingface",), ("tests/sources/test_huggingface.py",)),
-    Group("mds", ("mds",), ("tests/sources/test_mds.py", "-k", "not gcs and not workers")),
+    # the image columns are compared as pixels: the images extra decodes them
+    Group("mds", ("mds", "images"), ("tests/sources/test_mds.py", "-k", "not gcs and not workers")),
     Group("metrics", ("metrics",), ("tests/run/test_metrics.py",)),
     # `all`'s own requirements: the quickstart's digits (scikit-learn) and bench's plot.
     Group(
