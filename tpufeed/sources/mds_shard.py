@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -27,7 +26,7 @@ import numpy as np
 
 from tpufeed.errors import CorruptDataError, missing_dependency
 from tpufeed.observe import counts
-from tpufeed.sources._after_fork import forget_in_children
+from tpufeed.sources.descriptor import OwnDescriptor
 from tpufeed.sources.mds_format import ShardInfo, read_offsets
 from tpufeed.sources.sharded import checked_indices
 from tpufeed.storage.local import FileIdentity, open_regular
@@ -107,7 +106,7 @@ def _decompress(algorithm: str, data: bytes) -> bytes:
     return bz2.decompress(data)
 
 
-class MDSShard:
+class MDSShard(OwnDescriptor):
     """One shard of an MDS dataset (a `RecordFile` of sample dicts). `path` is the file the
     dataset holds (the compressed one when compressed); `remote` its gs:// object, if it is one.
     Picklable: a copy prepares itself again on its first read (a decompressed copy is found)."""
@@ -131,11 +130,9 @@ class MDSShard:
                     path=path,
                 )
         self._offsets: np.ndarray | None = None
-        self._fd: int | None = None  # of the local raw file, while it stays the one read
         self._raw_path: str | None = None  # a local raw file: this one, or a decompressed copy
         self._refused: CorruptDataError | None = None  # why this shard cannot be read at all
-        self._lock = threading.Lock()
-        forget_in_children(self)
+        self._init_descriptor()  # `_fd`: of the local raw file, while it stays the one read
 
     def __len__(self) -> int:
         return self.info.samples
@@ -287,31 +284,6 @@ class MDSShard:
 
     def release_if_evicted(self) -> None:
         """Nothing to release: a cached copy is held only while a read uses it."""
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_fd"] = None
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        forget_in_children(self)
-
-    def _after_fork_in_child(self) -> None:
-        """In a forked child: its copy of the parent's descriptor is closed (reopened on the
-        next read); a fresh lock, as a thread the child does not have may have held it."""
-        inherited, self._fd = self._fd, None
-        self._lock = threading.Lock()
-        if inherited is not None:
-            os.close(inherited)
 
     def __repr__(self) -> str:
         return f"MDSShard({self.path!r}, {len(self)} samples)"

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -30,7 +29,7 @@ import numpy as np
 
 from tpufeed.errors import CorruptDataError, TpufeedError
 from tpufeed.observe import counts
-from tpufeed.sources._after_fork import forget_in_children
+from tpufeed.sources.descriptor import OwnDescriptor
 from tpufeed.sources.sharded import ShardedSource, checked_indices
 from tpufeed.sources.tar_fields import decoder_for, refused
 from tpufeed.sources.tar_index import (
@@ -58,7 +57,7 @@ _SCAN_BUFFER = 1 << 20
 _INDEX_THREADS = 8
 
 
-class TarShard:
+class TarShard(OwnDescriptor):
     """One tar shard read by local sample index. Picklable: the file handle is dropped and
     reopened on first read; the index travels along. A local file must stay the one indexed
     (`pinned`): a reopen that finds another or a changed file raises `CorruptDataError`."""
@@ -76,9 +75,7 @@ class TarShard:
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self.pinned: FileIdentity | None = None
-        self._fd: int | None = None
-        self._lock = threading.Lock()
-        forget_in_children(self)
+        self._init_descriptor()
         self.index_path, self.index = (
             self._local_index() if remote is None else self._remote_index(remote)
         )
@@ -259,31 +256,6 @@ class TarShard:
 
     def release_if_evicted(self) -> None:
         """Nothing to release: a cached copy is open only while a read holds it."""
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_fd"] = None
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        forget_in_children(self)
-
-    def _after_fork_in_child(self) -> None:
-        """In a forked child: the parent's descriptor is closed (this process's copy only) and
-        reopened on the next read; the lock is new."""
-        inherited, self._fd = self._fd, None
-        self._lock = threading.Lock()
-        if inherited is not None:
-            os.close(inherited)
 
     def __repr__(self) -> str:
         return f"TarShard({self.path!r}, {len(self)} samples)"
