@@ -383,9 +383,16 @@ def shard_records(shard: int, count: int, size: int = 600) -> list[bytes]:
 
 
 def upload_shards(
-    upload, bucket: str, folder: str, shards: int, records: int, file_format: str = "array_record"
+    upload,
+    bucket: str,
+    folder: str,
+    shards: int,
+    records: int,
+    file_format: str = "array_record",
+    scheme: str = "gs",
 ) -> tuple[str, list[bytes]]:
-    """Writes `shards` files of `records` records each and uploads them; (glob URL, records)."""
+    """Writes `shards` files of `records` records each and uploads them with `upload` (to the
+    GCS emulator, or with scheme="s3" to the S3 server); (glob URL, records)."""
     import tempfile
 
     from tpufeed.sources.array_record import write_array_records
@@ -400,7 +407,7 @@ def upload_shards(
             write(path, recs)
             upload(bucket, f"{folder}/part-{s:05d}.{file_format}", path)
             everything += recs
-    return f"gs://{bucket}/{folder}/part-*.{file_format}", everything
+    return f"{scheme}://{bucket}/{folder}/part-*.{file_format}", everything
 
 
 if __name__ == "__main__":

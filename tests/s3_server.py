@@ -14,11 +14,9 @@ tests/conftest.py.
 from __future__ import annotations
 
 import http.server
-import os
-import tempfile
 from urllib.parse import urlsplit
 
-from tests.gcs_emulator import FaultProxy, shard_records
+from tests.gcs_emulator import FaultProxy, upload_shards
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -68,17 +66,5 @@ class S3FaultProxy(FaultProxy):
 def upload_s3_shards(
     upload, bucket: str, folder: str, shards: int, records: int, file_format: str = "array_record"
 ) -> tuple[str, list[bytes]]:
-    """Writes `shards` files of `records` records each and uploads them; (glob URL, records)."""
-    from tpufeed.sources.array_record import write_array_records
-    from tpufeed.sources.tfrecord import write_tfrecords
-
-    write = write_array_records if file_format == "array_record" else write_tfrecords
-    everything: list[bytes] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for s in range(shards):
-            recs = shard_records(s, records)
-            path = os.path.join(tmp, f"part-{s:05d}.{file_format}")
-            write(path, recs)
-            upload(bucket, f"{folder}/part-{s:05d}.{file_format}", path)
-            everything += recs
-    return f"s3://{bucket}/{folder}/part-*.{file_format}", everything
+    """`upload_shards` of the GCS tests, to the S3 server: (s3:// glob URL, records)."""
+    return upload_shards(upload, bucket, folder, shards, records, file_format, scheme="s3")

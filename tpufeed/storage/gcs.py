@@ -28,7 +28,13 @@ from tpufeed.errors import (
     missing_dependency,
 )
 from tpufeed.observe import counts
-from tpufeed.storage.objects import GLOB_CHARS, RemoteObject, glob_regex, glob_split
+from tpufeed.storage.objects import (
+    GLOB_CHARS,
+    RemoteObject,
+    changed_message,
+    glob_regex,
+    glob_split,
+)
 from tpufeed.storage.objects import split_url as _split_url
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry, status_of
 
@@ -256,14 +262,7 @@ def read_range(obj: GcsObject, start: int, end: int, policy: RetryPolicy = DEFAU
 
 
 def _changed(obj: GcsObject, now: int | None) -> str:
-    what = f"changed while it was read (generation {obj.generation}, now {now})"
-    if now is None:
-        what = f"was deleted while it was read (generation {obj.generation})"
-    return (
-        f"{obj.url} {what}: its bytes are no longer the ones this source listed. Open the "
-        "dataset again to read the new object; a running job needs objects that stay as they "
-        "are (write new names, or keep old versions with object versioning)"
-    )
+    return changed_message(obj.url, f"generation {obj.generation}", now, "object versioning")
 
 
 def _gone_or(error: SourceError, obj: GcsObject, policy: RetryPolicy) -> SourceError:

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 from tpufeed.errors import InvalidArgumentError
 
-__all__ = ["GLOB_CHARS", "RemoteObject", "glob_regex", "glob_split", "split_url"]
+__all__ = [
+    "GLOB_CHARS",
+    "RemoteObject",
+    "changed_message",
+    "glob_regex",
+    "glob_split",
+    "split_url",
+]
 
 GLOB_CHARS = frozenset("*?[")
 
@@ -101,3 +108,17 @@ def glob_regex(pattern: str) -> str:
             out.append(re.escape(c))
         i += 1
     return "".join(out)
+
+
+def changed_message(url: str, version: str, now: object, versioning: str) -> str:
+    """What `ObjectChangedError` says of `url`, read as `version` ("generation 5", "ETag
+    \"ab\""), now at version `now` (None: deleted); `versioning` names the store's way to keep
+    old versions."""
+    what = f"changed while it was read ({version}, now {now})"
+    if now is None:
+        what = f"was deleted while it was read ({version})"
+    return (
+        f"{url} {what}: its bytes are no longer the ones this source listed. Open the "
+        "dataset again to read the new object; a running job needs objects that stay as they "
+        f"are (write new names, or keep old versions with {versioning})"
+    )

@@ -33,7 +33,13 @@ from tpufeed.errors import (
     missing_dependency,
 )
 from tpufeed.observe import counts
-from tpufeed.storage.objects import GLOB_CHARS, RemoteObject, glob_split, split_url
+from tpufeed.storage.objects import (
+    GLOB_CHARS,
+    RemoteObject,
+    changed_message,
+    glob_split,
+    split_url,
+)
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry, status_of
 from tpufeed.storage.s3_endpoint import endpoint_settings
 from tpufeed.storage.threads import map_in_threads
@@ -244,14 +250,7 @@ def read_range(obj: RemoteObject, start: int, end: int, policy: RetryPolicy) -> 
 
 
 def _changed(obj: RemoteObject, now: str | None) -> str:
-    what = f"changed while it was read (ETag {obj.etag}, now {now})"
-    if now is None:
-        what = f"was deleted while it was read (ETag {obj.etag})"
-    return (
-        f"{obj.url} {what}: its bytes are no longer the ones this source listed. Open the "
-        "dataset again to read the new object; a running job needs objects that stay as they "
-        "are (write new names, or keep old versions with bucket versioning)"
-    )
+    return changed_message(obj.url, f"ETag {obj.etag}", now, "bucket versioning")
 
 
 def _gone_or(error: SourceError, obj: RemoteObject, policy: RetryPolicy) -> SourceError:
