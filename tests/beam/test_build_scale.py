@@ -15,8 +15,12 @@ import tpufeed
 from tests.beam.expanding import EXPAND
 from tpufeed import cli
 from tpufeed.beam import BuildConfig, build
+from tpufeed.beam.block_plan import plan_blocks
+from tpufeed.beam.block_reader import ReadBlock
+from tpufeed.beam.inputs import expand_inputs
 from tpufeed.beam.shard_size import check_shard_size, suggest_num_shards
-from tpufeed.errors import InvalidArgumentError, TransformError
+from tpufeed.errors import InvalidArgumentError, SourceError, TransformError
+from tpufeed.sources.record_formats import get_record_format
 
 
 def _inputs(tmp_path) -> list[str]:
@@ -163,3 +167,54 @@ def test_a_failed_rebuild_leaves_the_old_dataset_whole_and_no_partial_shard(tmp_
     assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "o", "t.py"]  # no staging folder left
     source = tpufeed.Dataset.open(tmp_path / "o", verify=True).source
     assert [r["id"] for r in source.__getitems__(range(40))] == list(range(40))
+
+
+def _lines_with_bad(tmp_path) -> str:
+    """80 JSONL records, some blank lines, and three bad lines in later blocks: one not JSON,
+    one not an object, one with another key."""
+    lines = [json.dumps({"id": i, "text": "t" * (i % 9)}) for i in range(80)]
+    for at in (10, 30, 60):
+        lines.insert(at, "")
+    lines.insert(46, '{"id": oops}')
+    lines.insert(70, "[1, 2]")
+    lines.insert(87, json.dumps({"id": 99, "other": 1}))
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_build_without_transforms_reads_blocks_uncounted_and_still_names_true_lines(tmp_path):
+    """No --transform: the blocks are not counted before reading (their starts only name bad
+    records); a bad record in a later block is named by its line in the file all the same, and
+    the shards are those of one block."""
+    path = _lines_with_bad(tmp_path)
+    lines = open(path).read().splitlines()
+    bad = [n for n, line in enumerate(lines, 1) if "oops" in line or "[" in line or "other" in line]
+    assert len(bad) == 3 and bad[0] > 40
+    config = dict(inputs=(path,), num_shards=3, max_bad=3)
+    whole = build(BuildConfig(output=str(tmp_path / "whole"), **config))
+    small = build(BuildConfig(output=str(tmp_path / "small"), block_bytes=50, **config))
+    assert small["blocks"] > 20 and whole["blocks"] == 1
+    for name in ("whole", "small"):
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        examples = manifest["build"]["skipped_examples"]
+        assert [e.split(": ")[0] for e in examples] == [f"{path} line {n}" for n in bad], examples
+        assert "invalid JSON" in examples[0] and "expected a JSON object" in examples[1]
+        assert "has keys" in examples[2] or "key" in examples[2]
+    files = sorted(os.listdir(tmp_path / "whole"))
+    assert files == sorted(os.listdir(tmp_path / "small"))
+    for entry in files:
+        if entry != "manifest.json":
+            assert (tmp_path / "whole" / entry).read_bytes() == (
+                tmp_path / "small" / entry
+            ).read_bytes()
+    with pytest.raises(SourceError, match=rf"in\.jsonl line {bad[0]}: invalid JSON"):
+        build(BuildConfig(output=str(tmp_path / "strict"), inputs=(path,), block_bytes=50))
+    # The step itself (Beam's re-raise keeps the message only): the record's index in its file.
+    blocks = plan_blocks(expand_inputs([path]), 50)
+    step = ReadBlock((), True, get_record_format("codec"), 0, len(blocks), uncounted=blocks)
+    step.setup()
+    with pytest.raises(SourceError, match=rf"line {bad[0]}: invalid JSON") as raised:
+        for block in blocks:
+            list(step.process(block))
+    assert raised.value.record == sum(1 for line in lines[: bad[0] - 1] if line)

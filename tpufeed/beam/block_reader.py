@@ -8,17 +8,18 @@ records' summary to "summary" (see `bad_records` and `write_shards`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.pvalue import TaggedOutput
 
-from tpufeed.beam.block_plan import Block, BlockStart
-from tpufeed.beam.blocks import read_block
+from tpufeed.beam.block_plan import Block, BlockStart, file_starts
+from tpufeed.beam.blocks import count_block, read_block
 from tpufeed.beam.build_progress import progress
 from tpufeed.beam.inputs import Malformed
 from tpufeed.beam.record_bytes import CODEC, encode_record
@@ -41,10 +42,6 @@ _ONE_SCHEMA = (
     "; a batch needs every record to have the same keys and kinds of value: make them one "
     "in a --transform"
 )
-
-
-class _OtherSchema(Exception):
-    """A record whose keys or kinds of value differ from the dataset's first record's."""
 
 
 class _Chunk:
@@ -86,13 +83,63 @@ class _Summary:
         self.pending = []
 
 
+class _Bad(NamedTuple):
+    """A record that cannot be written: the message, and the exception where one was raised."""
+
+    message: str
+    error: Exception | None
+    record: int  # its index in its file
+
+
+class _Records:
+    """The records of a block. Where the build does not count the blocks before reading them
+    (`before` given: the blocks before this one in its file), a block's start in its file is
+    needed only to name a bad record's line: the block is read as if it began its file, and on
+    the first bad record (`exact`) the blocks before it are counted and it is read again from
+    its true start, at the same record."""
+
+    def __init__(self, block: Block, start: BlockStart | None, before: tuple[Block, ...]):
+        self._block, self._before = block, before
+        self.exact = start is not None or not before
+        self._items = read_block(block, start or BlockStart())
+        self._taken = 0
+
+    def __iter__(self) -> Iterator[tuple[int, str, Any]]:
+        return self
+
+    def __next__(self) -> tuple[int, str, Any]:
+        item = next(self._items)
+        self._taken += 1
+        return item
+
+    def exact_record(self) -> tuple[int, str, Any]:
+        """The last record again, with its true index and line in its file."""
+        counts = {b.id: count_block(b) for b in self._before}
+        start = file_starts([*self._before, self._block], counts)[self._block.id]
+        self._items = itertools.islice(read_block(self._block, start), self._taken - 1, None)
+        self.exact = True
+        return next(self._items)
+
+
+def _by_file(blocks: Sequence[Block]) -> dict[int, tuple[Block, ...]]:
+    """{file index: its blocks in order}."""
+    files: dict[int, list[Block]] = {}
+    for block in blocks:
+        files.setdefault(block.file_index, []).append(block)
+    return {index: tuple(found) for index, found in files.items()}
+
+
 class ReadBlock(beam.DoFn):
     """Reads one block, runs the transforms and encodes: chunks (block, position, [bytes],
     kinds); malformed records, failed transforms and records whose schema differs from
     `schema` (the first record's) go to "bad" (or raise, with no skips), and
     (records read, records filtered) to "stats". Logs each block ("input k of N": the blocks
     this worker read of all), and every few seconds the records done, with this worker's share
-    of the input bytes and an ETA."""
+    of the input bytes and an ETA.
+
+    `uncounted` are the blocks whose start in their file the build did not count before
+    reading (`process` then gets no `starts`): a bad record in one is named after counting
+    the blocks before it in its file, on the worker that met it."""
 
     def __init__(
         self,
@@ -102,8 +149,10 @@ class ReadBlock(beam.DoFn):
         total_bytes: int,
         total_blocks: int,
         schema: RecordSchema | None = None,
+        uncounted: Sequence[Block] = (),
     ):
         self._total_blocks, self._schema = total_blocks, schema
+        self._files = _by_file(uncounted)
         self._specs, self._fail_fast = transforms, fail_fast
         self._record_format, self._total_bytes = record_format, total_bytes
         self._summarize = record_format is CODEC_FORMAT
@@ -131,7 +180,9 @@ class ReadBlock(beam.DoFn):
             traceback_text=tb or None,
         ) from error
 
-    def process(self, block: Block, starts: dict[int, BlockStart]) -> Iterator[Any]:
+    def process(self, block: Block, starts: dict[int, BlockStart] | None = None) -> Iterator[Any]:
+        """The block's chunks and side outputs; `starts` (each block's start in its file) is
+        None where the build did not count the blocks first (see `uncounted`)."""
         if self._chain is None:
             raise TpufeedError("the transforms are loaded by setup(), which Beam calls first")
         if self._start is None:
@@ -139,18 +190,16 @@ class ReadBlock(beam.DoFn):
         chunk = _Chunk(block.id)
         summary = _Summary() if self._summarize else None
         read = filtered = 0
-        for index, origin, record in read_block(block, starts[block.id]):
+        same_file = () if starts is not None else self._files.get(block.file_index, ())
+        before = tuple(b for b in same_file if b.id < block.id)
+        records = _Records(block, None if starts is None else starts[block.id], before)
+        for item in records:
             read += 1
-            if isinstance(record, Malformed):
-                yield self._bad(str(record), None, block.path, index)
-                continue
-            try:
-                encoded = self._encoded(self._chain, record, origin, block.file_index, index)
-            except _OtherSchema as e:
-                yield self._bad(f"{origin}: {e}", None, block.path, index)
-                continue
-            except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
-                yield self._bad(f"{origin}: {e}", e, block.path, index)
+            encoded = self._encoded(self._chain, block, *item)
+            if isinstance(encoded, _Bad) and not records.exact:
+                encoded = self._encoded(self._chain, block, *records.exact_record())
+            if isinstance(encoded, _Bad):
+                yield self._bad(encoded.message, encoded.error, block.path, encoded.record)
                 continue
             filtered += not encoded
             for data, kind, out in encoded:
@@ -166,21 +215,26 @@ class ReadBlock(beam.DoFn):
             if summary is not None:
                 summary.take(chunk.datas)
             yield chunk.take()
-        records = None if summary is None else summary.records
-        yield from self._block_done(block, read, filtered, chunk.position, records)
+        records_summary = None if summary is None else summary.records
+        yield from self._block_done(block, read, filtered, chunk.position, records_summary)
 
     def _encoded(
-        self, chain: TransformChain, record: Any, origin: str, file_index: int, index: int
-    ) -> list[tuple[bytes, int, Any]]:
+        self, chain: TransformChain, block: Block, index: int, origin: str, record: Any
+    ) -> list[tuple[bytes, int, Any]] | _Bad:
         """(bytes, kind, record) of each record the transforms make of `record` (none where
-        they filter it out)."""
-        outputs = [normalize_record(r) for r in chain(record, file_index, index)]
-        if self._schema is not None:
-            for out in outputs:
-                differs = self._schema.mismatch(out)
-                if differs is not None:
-                    raise _OtherSchema(differs + _ONE_SCHEMA)
-        return [(*encode_record(r, origin, self._record_format), r) for r in outputs]
+        they filter it out), or why it cannot be written."""
+        if isinstance(record, Malformed):
+            return _Bad(str(record), None, index)
+        try:
+            outputs = [normalize_record(r) for r in chain(record, block.file_index, index)]
+            if self._schema is not None:
+                for out in outputs:
+                    differs = self._schema.mismatch(out)
+                    if differs is not None:
+                        return _Bad(f"{origin}: {differs}{_ONE_SCHEMA}", None, index)
+            return [(*encode_record(r, origin, self._record_format), r) for r in outputs]
+        except Exception as e:  # noqa: BLE001 - user data and functions may raise anything
+            return _Bad(f"{origin}: {e}", e, index)
 
     def _block_done(
         self, block: Block, read: int, filtered: int, sent: int, summary: RecordSummary | None

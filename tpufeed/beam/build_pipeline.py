@@ -66,8 +66,11 @@ def _block_starts(
 def _pipeline_parts(
     p: beam.Pipeline, config: BuildConfig, blocks: list[Block], num_shards: int
 ) -> ShardChunks:
-    starts = _file_starts(p, blocks)
-    read = _read_blocks(p, config, blocks, starts)
+    to_count = _to_count(blocks)
+    if config.transforms or any(b.kind != "jsonl" for b in to_count):
+        read = _read_blocks(p, config, blocks, _file_starts(p, blocks, to_count))
+    else:  # only messages name lines: counted where a bad record needs one (see ReadBlock)
+        read = _read_blocks(p, config, blocks, None, uncounted=to_count)
     info = _checked_counts(p, config.max_bad, read)
     writer = ShardChunks(
         config.output,
@@ -100,14 +103,19 @@ def _classes(blocks: list[Block]) -> dict[str, Any]:
     return {"classes": names[0] if all(n == names[0] for n in names) else by_folder}
 
 
-def _file_starts(p: beam.Pipeline, blocks: list[Block]) -> beam.PCollection:
-    """Where each block starts in its file, from the counts of the blocks before it that the
-    plan does not know: one small side input."""
-    to_count = [
+def _to_count(blocks: list[Block]) -> list[Block]:
+    """The blocks whose records and lines a later block of their file needs to know where it
+    starts, and that the plan does not know."""
+    return [
         b
         for b, after in zip(blocks, blocks[1:] + [None])
         if b.count is None and needs_count(b, after)
     ]
+
+
+def _file_starts(p: beam.Pipeline, blocks: list[Block], to_count: list[Block]) -> beam.PCollection:
+    """Where each block starts in its file, from the counts of `to_count`: one small side
+    input, before any block is read. A --transform's per-record randomness needs it."""
     return (
         p
         | "BlocksToCount" >> beam.Create(to_count)
@@ -118,10 +126,15 @@ def _file_starts(p: beam.Pipeline, blocks: list[Block]) -> beam.PCollection:
 
 
 def _read_blocks(
-    p: beam.Pipeline, config: BuildConfig, blocks: list[Block], starts: beam.PCollection
+    p: beam.Pipeline,
+    config: BuildConfig,
+    blocks: list[Block],
+    starts: beam.PCollection | None,
+    uncounted: list[Block] | None = None,
 ) -> DoOutputsTuple:
     """Every block read, transformed and encoded: the chunks, and the "bad", "stats" and
-    "summary" outputs beside them."""
+    "summary" outputs beside them; `starts` None reads `uncounted` blocks without their
+    starts."""
     reader = ReadBlock(
         config.transforms,
         config.max_bad == 0,
@@ -129,14 +142,13 @@ def _read_blocks(
         sum(b.size for b in blocks),
         len(blocks),
         first_record_schema(blocks, config.transforms),
+        uncounted=uncounted or (),
     )
+    step = beam.ParDo(reader) if starts is None else beam.ParDo(reader, AsSingleton(starts))
     return (
         p
         | "Blocks" >> beam.Create(blocks)
-        | "ReadBlock"
-        >> beam.ParDo(reader, AsSingleton(starts)).with_outputs(
-            "bad", "stats", "summary", main="chunks"
-        )
+        | "ReadBlock" >> step.with_outputs("bad", "stats", "summary", main="chunks")
     )
 
 
