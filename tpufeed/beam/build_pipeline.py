@@ -10,11 +10,13 @@ workers. A malformed input record or a transform that raises stops the build wit
 naming the file and line, unless `max_bad` allows skipping it; skips are counted, listed in
 the manifest, and more than `max_bad` of them fail the build before the manifest is written.
 
-This module plans the build and wires its steps; the steps live beside it: `build_config`
-(what to build), `block_reader` (reading a block), `bad_records` (the skips and their limit),
-`shard_chunks` (the shards and the manifest) and `build_failures` (a run that stops).
+This module wires the build's steps and runs them; the steps live beside it: `build_config`
+(what to build), `build_plan` (its blocks, shards and workers), `block_reader` (reading a
+block), `bad_records` (the skips and their limit), `shard_chunks` (the shards and the
+manifest) and `build_failures` (a run that stops). `build_launch.build` plans, starts the
+workers and calls `run_build`.
 
->>> build(BuildConfig(inputs=("raw/*.jsonl",), output="ds", num_shards=4))  # doctest: +SKIP
+>>> run_build(config, plan_build(config))  # doctest: +SKIP
 {'records_in': 1000, 'records_out': 1000, 'skipped': 0, 'filtered': 0, 'shards': 4, ...}
 """
 
@@ -22,36 +24,31 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.pvalue import AsSingleton, DoOutputsTuple
 from apache_beam.runners.runner import PipelineResult
 
 from tpufeed.beam import shard_files
 from tpufeed.beam.bad_records import BadRecords, CheckBad, sum_stats
-from tpufeed.beam.block_plan import Block, BlockStart, file_starts, needs_count, plan_blocks
+from tpufeed.beam.block_plan import Block, BlockStart, file_starts, needs_count
 from tpufeed.beam.block_reader import ReadBlock
 from tpufeed.beam.blocks import count_block
 from tpufeed.beam.build_config import BuildConfig
 from tpufeed.beam.build_failures import disk_failure, lost_worker, noting_interrupts, os_error_in
+from tpufeed.beam.build_plan import BuildPlan
 from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
 from tpufeed.beam.construction import no_ipython_probe, quick_options
-from tpufeed.beam.inputs import expand_inputs
-from tpufeed.beam.publish import leftover_builds
 from tpufeed.beam.record_schema import first_record_schema
 from tpufeed.beam.shard_chunks import ShardChunks
-from tpufeed.beam.shard_size import check_shard_size, input_bytes, suggest_num_shards
-from tpufeed.beam.user_transforms import load_transform
 from tpufeed.beam.worker_check import check_workers, needs_check
-from tpufeed.beam.worker_count import AUTO, choose_workers, spread_block_bytes
+from tpufeed.beam.worker_count import AUTO
 from tpufeed.errors import TpufeedError, plural
 from tpufeed.sources.record_formats import get_record_format
 
-__all__ = ["BuildConfig", "build"]
+__all__ = ["BuildConfig", "run_build"]
 
 log = logging.getLogger("tpufeed.build")
 
@@ -164,19 +161,21 @@ def _checked_counts(p: beam.Pipeline, max_bad: int, read: DoOutputsTuple) -> bea
     )
 
 
-def build(config: BuildConfig) -> dict[str, Any]:
-    """Runs the build and returns its summary (records in/out, skipped, shards, bytes, seconds).
+def run_build(
+    config: BuildConfig, plan: BuildPlan, worker_command: str | None = None
+) -> dict[str, Any]:
+    """Runs the planned build (`tpufeed.beam.build_launch.build` plans it and may start its
+    workers, whose command is then `worker_command`) and returns its summary (records in/out,
+    skipped, shards, bytes).
 
     The dataset already in `config.output` stays whole until the new one is complete and its
     counts are checked; then one switch replaces it (`tpufeed.beam.publish`). A build that
     fails or is stopped (Ctrl-C raises KeyboardInterrupt) removes what it wrote and leaves the
     output as it was.
     """
-    start = time.monotonic()
-    FileSystems.set_options(PipelineOptions(list(config.beam_args)))  # s3:// reads them here
-    blocks, num_shards, workers = _plan(config)
+    blocks, num_shards, workers = plan.blocks, plan.num_shards, plan.workers
     options = PipelineOptions(list(worker_args(workers, config.beam_args)))
-    runner = runner_for(options, workers)
+    runner = runner_for(options, workers, worker_command)
     if config.workers == AUTO:
         log.info("--workers auto: %s", plural(workers, "worker"))
     if needs_check(config.beam_args):
@@ -208,7 +207,6 @@ def build(config: BuildConfig) -> dict[str, Any]:
         "filtered": info["filtered"],
         "shards": len(manifest["shards"]),
         "bytes": sum(s["num_bytes"] for s in manifest["shards"]),
-        "seconds": time.monotonic() - start,
         "blocks": len(blocks),
         "workers": workers,
     }
@@ -221,45 +219,6 @@ def _staged(writer: ShardChunks) -> tuple[str, dict[str, Any]]:
     if text is None:
         raise TpufeedError(f"{writer.output}: the pipeline finished but wrote no manifest")
     return text, json.loads(text)
-
-
-def _plan(config: BuildConfig) -> tuple[list[Block], int, int]:
-    """The inputs' blocks, the shard count and the local workers, with every check that can
-    fail before any work: the inputs, the transforms' names, the shards' size and the output
-    folder. Several workers get blocks small enough for a few each (`spread_block_bytes`)."""
-    files = expand_inputs(config.inputs)
-    for spec in config.transforms:  # fail here, before any work, on a bad name
-        load_transform(spec)
-    blocks = plan_blocks(files, config.block_bytes)
-    size = input_bytes(blocks)
-    workers = choose_workers(config.workers, blocks, config.beam_args)
-    block_bytes = spread_block_bytes(size, workers, config.block_bytes)
-    if block_bytes < config.block_bytes:
-        blocks = plan_blocks(files, block_bytes)
-    num_shards = config.num_shards or suggest_num_shards(size)
-    check_shard_size(size, num_shards, config.max_shard_bytes, config.output)
-    shard_files.check_output(
-        config.output, num_shards, config.file_format, overwrite=config.overwrite
-    )
-    for folder in leftover_builds(config.output):
-        log.warning(
-            "%s holds what a killed build into %s left (not a dataset); delete it",
-            folder,
-            config.output,
-        )
-    log.info(
-        "building %s from %s into %s",
-        config.output,
-        plural(len(files), "input file"),
-        plural(num_shards, f"{config.file_format} shard"),
-    )
-    log.info(
-        "reading %s in %s of up to %s bytes",
-        plural(len(files), "input file"),
-        plural(len(blocks), "block"),
-        f"{block_bytes:,}",
-    )
-    return blocks, num_shards, workers
 
 
 def _run(pipeline: beam.Pipeline) -> PipelineResult:

@@ -92,9 +92,10 @@ def worker_args(workers: int, beam_args: tuple[str, ...]) -> tuple[str, ...]:
     return (*beam_args, f"--direct_num_workers={workers}")
 
 
-def _worker_processes() -> beam.runners.PipelineRunner:
+def _worker_processes(worker_command: str | None) -> beam.runners.PipelineRunner:
     """FnApiRunner with worker processes, as Beam's multi_processing mode starts them, through
-    tpufeed's entry point (which keeps Beam's start-up log lines out of the output)."""
+    tpufeed's entry point (which keeps Beam's start-up log lines out of the output), or with
+    `worker_command` (`WarmWorkers.command`)."""
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
@@ -103,14 +104,17 @@ def _worker_processes() -> beam.runners.PipelineRunner:
     level = logging.getLogger("tpufeed").getEffectiveLevel()
     return FnApiRunner(
         default_environment=SubprocessSDKEnvironment.from_command_string(
-            command_string=command(level)
+            command_string=worker_command or command(level)
         )
     )
 
 
-def runner_for(options: PipelineOptions, workers: int = 1) -> beam.runners.PipelineRunner | None:
-    """The in-process runner (with `workers` worker processes) unless --runner names another
-    (None: Beam makes that one); refuses runners and modes that lose records."""
+def runner_for(
+    options: PipelineOptions, workers: int = 1, worker_command: str | None = None
+) -> beam.runners.PipelineRunner | None:
+    """The in-process runner (with `workers` worker processes, started by `worker_command`
+    where given) unless --runner names another (None: Beam makes that one); refuses runners
+    and modes that lose records."""
     name = _runner_name(options)
     key = None if name is None else name.lower()
     short = None if key is None else key.rsplit(".", 1)[-1]
@@ -128,7 +132,7 @@ def runner_for(options: PipelineOptions, workers: int = 1) -> beam.runners.Pipel
             "(worker processes) instead"
         )
     if workers > 1:
-        return _worker_processes()
+        return _worker_processes(worker_command)
     if direct.direct_num_workers not in (None, 1) and mode != "multi_processing":
         raise InvalidArgumentError(
             f"--direct_num_workers={direct.direct_num_workers} without --direct_running_mode=multi_processing: "

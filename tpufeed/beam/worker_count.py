@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
-
 from tpufeed.beam.block_plan import Block
 from tpufeed.beam.shard_size import input_bytes
 from tpufeed.errors import InvalidArgumentError
@@ -25,6 +23,7 @@ __all__ = [
     "BYTES_PER_WORKER",
     "check_workers_setting",
     "choose_workers",
+    "local_runner",
     "spread_block_bytes",
 ]
 
@@ -55,8 +54,20 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _local(beam_args: Sequence[str]) -> bool:
-    """Whether `beam_args` leave the build on the local runner, with no worker options."""
+_RUNNER_OPTIONS = ("--runner", "--direct_num_workers", "--direct_running_mode")
+
+
+def local_runner(beam_args: Sequence[str]) -> bool:
+    """Whether `beam_args` leave the build on the local runner, with no worker options of
+    Beam's own. Beam parses them where they name one (only then is Beam imported here)."""
+    if not any(arg.split("=", 1)[0] in _RUNNER_OPTIONS for arg in beam_args):
+        return True
+    from apache_beam.options.pipeline_options import (
+        DirectOptions,
+        PipelineOptions,
+        StandardOptions,
+    )
+
     options = PipelineOptions(list(beam_args))
     if options.view_as(StandardOptions).runner is not None:
         return False
@@ -68,7 +79,7 @@ def choose_workers(workers: int | str, blocks: Sequence[Block], beam_args: Seque
     """`workers`, or for "auto" the count that the inputs' size and this machine pay for."""
     if workers != AUTO:
         return int(workers)
-    if not _local(beam_args):
+    if not local_runner(beam_args):
         return 1
     by_size = input_bytes(list(blocks)) // BYTES_PER_WORKER
     return max(1, min(_cpus(), len(blocks), by_size))
