@@ -138,6 +138,23 @@ class RecordStage(abc.ABC):
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
         """The outputs of one element (`piece`: its id within its record)."""
 
+    def apply_named(
+        self, value: Any, record: int, piece: int, context: Context
+    ) -> list[Any] | None:
+        """`apply_one`, its failure named by the record: raised, or in a tolerant pipeline
+        kept in `context.skipped` (None returned)."""
+        try:
+            return self.apply_one(value, record, piece, context)
+        except BaseException as exc:  # SystemExit & co. are its failures too
+            if is_interruption(exc):
+                interrupted_at(exc, self.name, record, context.names)
+                raise
+            error = transform_error(self.name, exc, record, context.names)
+            if context.skipped is None:
+                raise error from exc
+            context.skipped.append(error)
+            return None
+
     def run(self, elements: Elements, context: Context, label: str) -> Elements:
         """Applies the stage to every element, timed under `label` (one at a time, each marked
         on the context's beacon, when a timeout watches the pipeline)."""
@@ -160,16 +177,8 @@ class RecordStage(abc.ABC):
             record = context.records[unit]
             if beacon is not None:
                 beacon.at(label, record)
-            try:
-                outs = self.apply_one(value, record, piece, context)
-            except BaseException as exc:  # SystemExit & co. are its failures too
-                if is_interruption(exc):
-                    interrupted_at(exc, self.name, record, context.names)
-                    raise
-                error = transform_error(self.name, exc, record, context.names)
-                if context.skipped is None:
-                    raise error from exc
-                context.skipped.append(error)
+            outs = self.apply_named(value, record, piece, context)
+            if outs is None:
                 continue
             for k, out in enumerate(outs):
                 values.append(out)

@@ -29,6 +29,7 @@ from tpufeed.ops.batch import Batch
 from tpufeed.ops.cache import Cache
 from tpufeed.ops.item_stages import ItemStages
 from tpufeed.ops.padding import pad_elements
+from tpufeed.ops.rows import StackedRows
 from tpufeed.ops.stacking import stack
 from tpufeed.order.permutation import records_at
 from tpufeed.order.rng import RecordRngs
@@ -37,6 +38,13 @@ from tpufeed.sources.view import SourceView
 
 Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describe) -> batch
 Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
+# (rows, describe) -> a batch stacked as its elements are made (`StackedRows`): .add(element),
+# .count and .result(), the payload
+RowsFor = Callable[[int, Callable[[int], str]], Any]
+
+
+def _in_memory(rows: int, describe: Callable[[int], str]) -> StackedRows:
+    return StackedRows.in_memory(rows, describe)
 
 
 def read(
@@ -72,7 +80,9 @@ class ChunkRunner:
     """Runs chunks of one plan: read, record stages, and (batched pipelines) stacking.
 
     `stacker` stacks a list of elements where the batch should live (a worker: straight into a
-    shared-memory slot); `placer` moves an already stacked batch there.
+    shared-memory slot); `placer` moves an already stacked batch there. Where a chunk is one
+    batch and its last record stage makes one element of each (`by_rows`), `rows_for` takes
+    each element as that stage makes it, so that it is stacked while still in the cache.
     """
 
     def __init__(self, plan: Plan, clock: StageClock, beacon: Any = None):
@@ -86,6 +96,18 @@ class ChunkRunner:
             plan.tail, plan.source, plan.rng_seed, clock, self.tolerant, beacon
         )
         self._rngs: dict[tuple[int, int], RecordRngs] = {}
+        last = plan.head[-1] if plan.head else None
+        self.by_rows = (
+            plan.batch is not None
+            and plan.pack is None
+            and plan.fused
+            and not plan.tail
+            and not plan.batch.pad
+            and not self.splits
+            and last is not None
+            and not last.changes_count
+            and not isinstance(last, Cache)
+        )
 
     def context(self, epoch: int, records: list[int]) -> Context:
         return Context(
@@ -113,7 +135,7 @@ class ChunkRunner:
         return found
 
     def run_chunk(self, chunk: Chunk) -> Piece:
-        piece = self.run(chunk.cursor.epoch, chunk.records, chunk.skips)
+        piece = self.run(chunk.cursor.epoch, chunk.records, chunk.skips, rows_for=_in_memory)
         piece.chunk = chunk
         return piece
 
@@ -124,6 +146,7 @@ class ChunkRunner:
         skips: np.ndarray | None,
         stacker: Stacker = stack,
         placer: Placer = lambda batch: batch,
+        rows_for: RowsFor | None = None,
     ) -> Piece:
         """The piece made from records `indices` of `epoch` (`skips`: outputs of each unit to
         leave out, as delivered before)."""
@@ -132,6 +155,8 @@ class ChunkRunner:
         context = self.context(epoch, records)
         if beacon is not None and records:
             beacon.at("read", records[0])
+        if rows_for is not None and skips is None and self.by_rows and records:
+            return self._by_rows(indices, context, rows_for)
         elements = self._head(indices, context)
         piece = Piece(None, None, 0, skipped=context.skipped or [])
         if self.splits or skips is not None:
@@ -151,10 +176,43 @@ class ChunkRunner:
             beacon.idle()
         return piece
 
-    def _head(self, indices: np.ndarray, context: Context) -> Elements:
-        """Reads the records and runs the stages before batch; a `cache()` among them replays
-        what it stored, reading and running the stages before it only for the other records."""
-        head, labels = self.plan.head, self.labels
+    def _by_rows(self, indices: np.ndarray, context: Context, rows_for: RowsFor) -> Piece:
+        """The piece of a chunk that is one batch, its last record stage run one element at a
+        time and each result handed to `rows_for`'s writer at once (timed as "batch")."""
+        elements = self._head(indices, context, end=-1)
+        stage, label = self.plan.head[-1], self.labels[-1]
+        records, beacon = context.records, self.beacon
+        units: list[int] = []
+        rows = rows_for(
+            len(elements.values), lambda i: self.plan.source.describe(records[units[i]])
+        )
+        started = now()
+        stacking = 0.0
+        for value, unit in zip(elements.values, elements.units):
+            if beacon is not None:
+                beacon.at(label, records[unit])
+            outs = stage.apply_named(value, records[unit], 0, context)
+            made = now()
+            for out in outs or ():
+                units.append(unit)
+                rows.add(out)
+            stacking += now() - made
+        self.clock.add(label, now() - started - stacking, len(elements.values))
+        self.clock.add("batch", stacking, rows.count)
+        piece = Piece(None, None, rows.count, skipped=context.skipped or [])
+        if rows.count != len(records):
+            piece.units = units
+        if rows.count:
+            piece.payload, piece.final = rows.result(), True
+        if beacon is not None:
+            beacon.idle()
+        return piece
+
+    def _head(self, indices: np.ndarray, context: Context, end: int | None = None) -> Elements:
+        """Reads the records and runs the stages before batch (before `end`); a `cache()`
+        among them replays what it stored, reading and running the stages before it only for
+        the other records."""
+        head, labels = self.plan.head[:end], self.labels[:end]
         if self.cache is None:
             values, units = read(self.plan.source, indices, self.clock, context.skipped)
             return _through(Elements(values, units), head, labels, context)

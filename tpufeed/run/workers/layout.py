@@ -2,7 +2,8 @@
 
 A batch is a tree of dicts, lists and tuples whose leaves are numpy arrays. `write_stacked`
 stacks a list of elements leaf by leaf directly into a slot buffer and returns a small, picklable
-layout; `read_batch` rebuilds the tree in the parent. Leaves that cannot live in shared memory
+layout; `StackedRows` does the same one element at a time, as the elements are made;
+`read_batch` rebuilds the tree in the parent. Leaves that cannot live in shared memory
 (bytes, str, object arrays) travel inside the layout. Unbatched elements go the same way,
 unstacked (`write_elements`, `read_elements`).
 """
@@ -14,17 +15,19 @@ from typing import Any
 
 import numpy as np
 
+from tpufeed.ops.rows import LeafSpec, StackedRows, aligned, in_slot, layout_size
 from tpufeed.ops.stacking import TreeDef, flatten, stack, unflatten
 
-_ALIGN = 64
-
-# A leaf of a layout: ("inline", value), travelling as is, or (dtype.str, shape, offset) in the slot.
-LeafSpec = tuple[Any, ...]
-
-
-def layout_size(leaves: Sequence[Any]) -> int:
-    """Bytes a batch with these (already stacked) leaves needs in a slot."""
-    return sum(_aligned(leaf.nbytes) for leaf in leaves if _in_shm(leaf))
+__all__ = [
+    "LeafSpec",
+    "StackedRows",
+    "layout_size",
+    "read_batch",
+    "read_elements",
+    "write_batch",
+    "write_elements",
+    "write_stacked",
+]
 
 
 def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
@@ -35,11 +38,11 @@ def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
     specs: list[LeafSpec] = []
     offset = 0
     for leaf in leaves:
-        if _in_shm(leaf):
+        if in_slot(leaf):
             view = np.ndarray(leaf.shape, leaf.dtype, buffer=buffer, offset=offset)
             view[...] = leaf
             specs.append((leaf.dtype.str, leaf.shape, offset))
-            offset += _aligned(leaf.nbytes)
+            offset += aligned(leaf.nbytes)
         else:
             specs.append(("inline", leaf))
     return treedef, specs
@@ -59,7 +62,7 @@ def write_stacked(
     plans: list[tuple[Any, ...]] = []  # ("stack", dtype, shape) or ("stacked", stacked column)
     for column in columns:
         first = column[0]
-        if isinstance(first, np.ndarray) and _in_shm(first):
+        if isinstance(first, np.ndarray) and in_slot(first):
             shape, dtype = first.shape, first.dtype
             if not all(
                 isinstance(x, np.ndarray) and x.shape == shape and x.dtype == dtype for x in column
@@ -71,9 +74,9 @@ def write_stacked(
     sizes = []
     for plan in plans:
         if plan[0] == "stack":
-            sizes.append(_aligned(int(np.prod(plan[2])) * plan[1].itemsize))
+            sizes.append(aligned(int(np.prod(plan[2])) * plan[1].itemsize))
         else:
-            sizes.append(_aligned(plan[1].nbytes) if _in_shm(plan[1]) else 0)
+            sizes.append(aligned(plan[1].nbytes) if in_slot(plan[1]) else 0)
     buffer = buffer_for(sum(sizes))
     specs: list[LeafSpec] = []
     offset = 0
@@ -82,7 +85,7 @@ def write_stacked(
             out = np.ndarray(plan[2], plan[1], buffer=buffer, offset=offset)
             np.stack(column, out=out)
             specs.append((plan[1].str, plan[2], offset))
-        elif _in_shm(plan[1]):
+        elif in_slot(plan[1]):
             out = np.ndarray(plan[1].shape, plan[1].dtype, buffer=buffer, offset=offset)
             out[...] = plan[1]
             specs.append((plan[1].dtype.str, plan[1].shape, offset))
@@ -157,13 +160,13 @@ def write_elements(
         head = column[0]
         if (
             type(head) is np.ndarray
-            and _in_shm(head)
+            and in_slot(head)
             and all(type(x) is np.ndarray and x.dtype == head.dtype for x in column)
         ):
             offsets = []
             for x in column:
                 offsets.append(total)
-                total += _aligned(x.nbytes)
+                total += aligned(x.nbytes)
             specs.append((head.dtype.str, [x.shape for x in column], offsets))
         elif keys is None:
             return None
@@ -223,11 +226,3 @@ def read_elements(layout: tuple, buffer: Any) -> list[Any]:
     if kind == "tuple":
         return list(zip(*columns))
     return columns[0]
-
-
-def _in_shm(leaf: Any) -> bool:
-    return isinstance(leaf, np.ndarray) and leaf.dtype != object and leaf.dtype.kind not in "OUSV"
-
-
-def _aligned(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN

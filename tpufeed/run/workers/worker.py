@@ -199,7 +199,7 @@ class Worker:
     def _task(self, task: Task) -> Answer:
         import numpy as np
 
-        from tpufeed.run.workers.layout import write_batch, write_stacked
+        from tpufeed.run.workers.layout import StackedRows, write_batch, write_stacked
         from tpufeed.run.workers.slots import NoRoom
 
         self.task_id, self.asked, self.spill = task.task_id, False, False
@@ -223,6 +223,7 @@ class Worker:
             skips,
             stacker=lambda elements, describe: write_stacked(elements, buffer_for, describe),
             placer=lambda batch: write_batch(batch, buffer_for),
+            rows_for=lambda rows, describe: StackedRows(rows, buffer_for, describe),
         )
         payload, elements = self._payload(piece.payload, slot, buffer_for)
         return Answer(
