@@ -101,3 +101,33 @@ def test_workers_never_asked_end_when_the_build_closes_them_and_leave_no_folder(
     # ended by their closed stdin (status 1), not killed (-9)
     assert [p.returncode for p in processes] == [1, 1]
     assert not os.path.exists(folder)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_build_that_fails_on_its_workers_leaves_no_process_and_no_folder(tmp_path):
+    import glob
+    import tempfile
+
+    import psutil
+
+    from tpufeed.errors import SourceError
+
+    src = tmp_path / "in.jsonl"
+    lines = [json.dumps({"id": i}) for i in range(2000)]
+    lines[1500] = "{not json"
+    src.write_text("\n".join(lines) + "\n")
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "tpufeed-workers-*")))
+    # from worker processes, Beam re-raises the step's error as a RuntimeError with its text
+    with pytest.raises((SourceError, RuntimeError), match=r"in\.jsonl line 1501: invalid JSON"):
+        build(
+            BuildConfig(
+                inputs=(str(src),),
+                output=str(tmp_path / "ds"),
+                num_shards=2,
+                workers=2,
+                block_bytes=4000,
+            )
+        )
+    assert psutil.Process().children(recursive=True) == []
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "tpufeed-workers-*"))) == before
