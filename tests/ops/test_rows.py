@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.run.workers.test_layout import assert_same
 from tpufeed.errors import BatchError
 from tpufeed.ops.rows import StackedRows
 from tpufeed.ops.stacking import stack
@@ -42,20 +43,6 @@ def _both(elements: list, rows: int | None = None) -> tuple:
     return read_batch(layout, slot.buffer), in_memory.result(), layout
 
 
-def _equal(got, want) -> None:
-    if isinstance(want, dict):
-        assert isinstance(got, dict) and list(got) == list(want)
-        for key in want:
-            _equal(got[key], want[key])
-    elif isinstance(want, (tuple, list)):
-        assert type(got) is type(want) and len(got) == len(want)
-        for g, w in zip(got, want):
-            _equal(g, w)
-    else:
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
-
-
 def _elements(n: int, seed: int = 0) -> list:
     rng = np.random.default_rng(seed)
     return [
@@ -75,8 +62,8 @@ def test_rows_give_what_stack_gives(n):
     elements = _elements(n)
     from_slot, in_memory, layout = _both(elements)
     want = stack(elements)
-    _equal(from_slot, want)
-    _equal(in_memory, want)
+    assert_same(from_slot, want)
+    assert_same(in_memory, want)
     kinds = {key: spec[0] for key, spec in zip(["image", "label", "name"], layout[1])}
     assert kinds["image"] == "<f4" and kinds["label"] == "inline" and kinds["name"] == "inline"
 
@@ -85,22 +72,22 @@ def test_flat_dicts_with_keys_in_another_order_stack_by_key():
     a = {"x": np.zeros(2, np.float32), "y": np.ones(3, np.int32)}
     b = {"y": np.full(3, 7, np.int32), "x": np.full(2, 5, np.float32)}
     from_slot, in_memory, _ = _both([a, b])
-    _equal(from_slot, stack([a, b]))
-    _equal(in_memory, stack([a, b]))
+    assert_same(from_slot, stack([a, b]))
+    assert_same(in_memory, stack([a, b]))
 
 
 def test_fewer_elements_than_rows_make_a_shorter_batch():
     elements = _elements(3)
     from_slot, in_memory, _ = _both(elements, rows=8)  # 5 dropped on the way
-    _equal(from_slot, stack(elements))
-    _equal(in_memory, stack(elements))
+    assert_same(from_slot, stack(elements))
+    assert_same(in_memory, stack(elements))
 
 
 def test_more_elements_than_rows_still_make_the_whole_batch():
     elements = _elements(5)
     from_slot, in_memory, _ = _both(elements, rows=3)
-    _equal(from_slot, stack(elements))
-    _equal(in_memory, stack(elements))
+    assert_same(from_slot, stack(elements))
+    assert_same(in_memory, stack(elements))
 
 
 def test_an_element_of_another_dtype_turns_the_batch_into_a_list_stacked_at_the_end():
@@ -111,13 +98,13 @@ def test_an_element_of_another_dtype_turns_the_batch_into_a_list_stacked_at_the_
     from_slot, in_memory, layout = _both(elements)
     want = stack(elements)
     assert want["x"].dtype == np.float64
-    _equal(from_slot, want)
-    _equal(in_memory, want)
+    assert_same(from_slot, want)
+    assert_same(in_memory, want)
     assert layout[1][0][0] == "inline"
     # narrower: int8 after int32 fits the slot taken for int32 rows
     narrow = [{"x": np.full(4, i, np.int32)} for i in range(3)] + [{"x": np.ones(4, np.int8)}]
     from_slot, _, layout = _both(narrow)
-    _equal(from_slot, stack(narrow))
+    assert_same(from_slot, stack(narrow))
     assert layout[1][0][0] != "inline"
 
 
@@ -145,12 +132,12 @@ def test_an_element_that_cannot_be_stacked_fails_as_stack_does(bad):
 def test_bare_arrays_and_tuples_are_rows_too():
     arrays = [np.arange(6, dtype=np.uint8).reshape(2, 3) + i for i in range(4)]
     from_slot, in_memory, _ = _both(arrays)
-    _equal(from_slot, stack(arrays))
-    _equal(in_memory, stack(arrays))
+    assert_same(from_slot, stack(arrays))
+    assert_same(in_memory, stack(arrays))
     pairs = [(np.full(2, i, np.float32), np.int32(i)) for i in range(4)]
     from_slot, in_memory, _ = _both(pairs)
-    _equal(from_slot, stack(pairs))
-    _equal(in_memory, stack(pairs))
+    assert_same(from_slot, stack(pairs))
+    assert_same(in_memory, stack(pairs))
 
 
 def test_no_element_is_no_batch():

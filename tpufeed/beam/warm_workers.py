@@ -18,7 +18,6 @@ wait is killed.
 
 from __future__ import annotations
 
-import logging
 import os
 import shlex
 import shutil
@@ -26,6 +25,8 @@ import subprocess
 import sys
 import tempfile
 from types import TracebackType
+
+from tpufeed.beam.worker_process import argv
 
 __all__ = ["WarmWorkers"]
 
@@ -36,7 +37,7 @@ class WarmWorkers:
     """`count` worker processes, started now and ended on leaving the `with` block."""
 
     def __init__(self, count: int, level: int):
-        self._level = logging.getLevelName(level)
+        self._argv = argv(level)
         self._folder = tempfile.mkdtemp(prefix="tpufeed-workers-")
         self._processes: list[subprocess.Popen[bytes]] = []
         try:
@@ -47,15 +48,15 @@ class WarmWorkers:
             raise
 
     def _start(self, slot: int) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "tpufeed.beam.worker_process", self._level]
         return subprocess.Popen(
-            [*command, "--warm", self._folder, str(slot)], stdin=subprocess.PIPE
+            [*self._argv, "--warm", self._folder, str(slot)], stdin=subprocess.PIPE
         )
 
     def command(self) -> str:
         """The shell command the runner starts for each worker: one of these, handed over."""
         shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_shim.py")
-        words = [sys.executable, "-S", shim, self._folder, str(len(self._processes)), self._level]
+        level = self._argv[-1]
+        words = [sys.executable, "-S", shim, self._folder, str(len(self._processes)), level]
         return shlex.join(words)
 
     def close(self) -> None:

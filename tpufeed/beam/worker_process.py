@@ -16,19 +16,25 @@ import importlib
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
 import sys
 import threading
 
-__all__ = ["command", "main"]
+__all__ = ["argv", "command", "main"]
 
 _STEPS = ("tpufeed.beam.block_reader", "tpufeed.beam.shard_chunks")  # the build's steps
 
 
+def argv(level: int) -> list[str]:
+    """The command line of one worker process, its log level `level`."""
+    return [sys.executable, "-m", "tpufeed.beam.worker_process", logging.getLevelName(level)]
+
+
 def command(level: int) -> str:
     """The shell command Beam runs to start one worker process."""
-    return f"{sys.executable} -m tpufeed.beam.worker_process {logging.getLevelName(level)}"
+    return shlex.join(argv(level))
 
 
 def main(argv: list[str]) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from tpufeed.ops.stacking import TreeDef, flatten, stack, unflatten
 
-__all__ = ["LeafSpec", "StackedRows", "aligned", "in_slot", "layout_size"]
+__all__ = ["LeafSpec", "StackedRows", "aligned", "in_slot", "layout_size", "write_batch"]
 
 _ALIGN = 64
 
@@ -44,6 +44,24 @@ def aligned(n: int) -> int:
 def layout_size(leaves: Sequence[Any]) -> int:
     """Bytes a batch with these (already stacked) leaves needs in a slot."""
     return sum(aligned(leaf.nbytes) for leaf in leaves if in_slot(leaf))
+
+
+def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
+    """Copies a stacked batch into a slot; returns its layout. `buffer_for(nbytes)` gives the slot."""
+    treedef, leaves = flatten(batch)
+    leaves = [np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in leaves]
+    buffer = buffer_for(layout_size(leaves))
+    specs: list[LeafSpec] = []
+    offset = 0
+    for leaf in leaves:
+        if in_slot(leaf):
+            view = np.ndarray(leaf.shape, leaf.dtype, buffer=buffer, offset=offset)
+            view[...] = leaf
+            specs.append((leaf.dtype.str, leaf.shape, offset))
+            offset += aligned(leaf.nbytes)
+        else:
+            specs.append(("inline", leaf))
+    return treedef, specs
 
 
 class StackedRows:
@@ -192,19 +210,10 @@ class StackedRows:
     def _as_list(self) -> tuple:
         """The elements stacked at once, as `write_stacked` does, into the slot already taken
         where they fit, else in the layout."""
-        assert self._elements is not None and self._buffer is not None
-        treedef, leaves = flatten(stack(self._elements, self._describe))
-        leaves = [
-            np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in leaves
-        ]
-        fits = layout_size(leaves) <= len(self._buffer)
-        specs: list[LeafSpec] = []
-        offset = 0
-        for leaf in leaves:
-            if fits and in_slot(leaf):
-                np.ndarray(leaf.shape, leaf.dtype, self._buffer, offset)[...] = leaf
-                specs.append((leaf.dtype.str, leaf.shape, offset))
-                offset += aligned(leaf.nbytes)
-            else:
-                specs.append(("inline", leaf))
-        return treedef, specs
+        buffer = self._buffer
+        assert self._elements is not None and buffer is not None
+        batch = stack(self._elements, self._describe)
+        treedef, leaves = flatten(batch)
+        if layout_size([np.asarray(leaf) for leaf in leaves]) <= len(buffer):
+            return write_batch(batch, lambda nbytes: buffer)
+        return treedef, [("inline", leaf) for leaf in leaves]

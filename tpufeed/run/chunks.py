@@ -43,10 +43,6 @@ Placer = Callable[[Any], Any]  # an already stacked batch -> where it lives
 RowsFor = Callable[[int, Callable[[int], str]], Any]
 
 
-def _in_memory(rows: int, describe: Callable[[int], str]) -> StackedRows:
-    return StackedRows.in_memory(rows, describe)
-
-
 def read(
     source: SourceView,
     indices: np.ndarray,
@@ -135,7 +131,9 @@ class ChunkRunner:
         return found
 
     def run_chunk(self, chunk: Chunk) -> Piece:
-        piece = self.run(chunk.cursor.epoch, chunk.records, chunk.skips, rows_for=_in_memory)
+        piece = self.run(
+            chunk.cursor.epoch, chunk.records, chunk.skips, rows_for=StackedRows.in_memory
+        )
         piece.chunk = chunk
         return piece
 

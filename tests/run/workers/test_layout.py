@@ -32,8 +32,9 @@ def write(elements):
 
 
 def assert_same(a, b):
+    """Equal trees: the same keys in the same order, types, dtypes, shapes and values."""
     if isinstance(a, dict):
-        assert a.keys() == b.keys()
+        assert isinstance(b, dict) and list(a) == list(b)
         for k in a:
             assert_same(a[k], b[k])
     elif isinstance(a, (tuple, list)):

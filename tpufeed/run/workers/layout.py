@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.ops.rows import LeafSpec, StackedRows, aligned, in_slot, layout_size
+from tpufeed.ops.rows import LeafSpec, StackedRows, aligned, in_slot, layout_size, write_batch
 from tpufeed.ops.stacking import TreeDef, flatten, stack, unflatten
 
 __all__ = [
@@ -28,24 +28,6 @@ __all__ = [
     "write_elements",
     "write_stacked",
 ]
-
-
-def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
-    """Copies a stacked batch into a slot; returns its layout. `buffer_for(nbytes)` gives the slot."""
-    treedef, leaves = flatten(batch)
-    leaves = [np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in leaves]
-    buffer = buffer_for(layout_size(leaves))
-    specs: list[LeafSpec] = []
-    offset = 0
-    for leaf in leaves:
-        if in_slot(leaf):
-            view = np.ndarray(leaf.shape, leaf.dtype, buffer=buffer, offset=offset)
-            view[...] = leaf
-            specs.append((leaf.dtype.str, leaf.shape, offset))
-            offset += aligned(leaf.nbytes)
-        else:
-            specs.append(("inline", leaf))
-    return treedef, specs
 
 
 def write_stacked(
