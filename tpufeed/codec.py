@@ -273,6 +273,9 @@ def decode(data: bytes | memoryview) -> dict[str, Any]:
     return out
 
 
+decode.thread_safe = True  # type: ignore[attr-defined]  # no state: tpufeed.run.threaded
+
+
 def _byte_view(data: Any) -> memoryview:
     """`data`, any contiguous buffer but `bytes`, as a flat memoryview of bytes."""
     try:

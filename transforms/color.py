@@ -11,7 +11,7 @@ trip per image costs more than the crop). A pure function of (element, rng).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -48,6 +48,8 @@ def _saturation(image: np.ndarray, factor: float) -> np.ndarray:
 @dataclass(frozen=True)
 class ColorJitter:
     """fn(element, rng): brightness, contrast and saturation jitter, in a random order."""
+
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
 
     brightness: float = 0.0
     contrast: float = 0.0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -121,6 +121,8 @@ class RandomResizedCrop:
     reduced JPEG scale when it is large) or a uint8 array; `mode` applies to bytes.
     """
 
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
+
     size: int | tuple[int, int]
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
@@ -162,6 +164,8 @@ class ResizedCenterCrop:
     Done as one step (the central box, then a resize to `size`), so a JPEG decodes at reduced
     scale; the default 0.875 is the standard 224 / 256.
     """
+
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
 
     size: int | tuple[int, int]
     crop_fraction: float = 224 / 256

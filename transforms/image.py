@@ -16,7 +16,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -112,6 +112,8 @@ def _crop_size(image: np.ndarray, size: tuple[int, int], what: str) -> tuple[int
 class DecodeImage:
     """element[key]: encoded bytes -> uint8 (height, width, channels); mode "RGB", "L", "RGBA"."""
 
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
+
     key: str = "image"
     mode: str = "RGB"
 
@@ -124,6 +126,8 @@ class DecodeImage:
 @dataclass(frozen=True)
 class Resize:
     """Resizes to (height, width), or with an int the shorter side to `size` (aspect kept)."""
+
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
 
     size: int | tuple[int, int]
     key: str = "image"
@@ -160,6 +164,8 @@ class Resize:
 class CenterCrop:
     """Crops the central (height, width) window."""
 
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
+
     size: int | tuple[int, int]
     key: str = "image"
 
@@ -175,6 +181,8 @@ class CenterCrop:
 class RandomCrop:
     """fn(element, rng): crops a (height, width) window at a uniformly random position."""
 
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
+
     size: int | tuple[int, int]
     key: str = "image"
 
@@ -189,6 +197,8 @@ class RandomCrop:
 @dataclass(frozen=True)
 class RandomFlip:
     """fn(element, rng): mirrors left-right with probability `p`."""
+
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
 
     key: str = "image"
     p: float = 0.5
@@ -216,6 +226,8 @@ def _mirror(image: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Normalize:
     """float32 (image * scale - mean) / std, per channel; scale 1/255 maps uint8 to [0, 1]."""
+
+    thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
 
     mean: float | Sequence[float] = 0.0
     std: float | Sequence[float] = 1.0

@@ -130,6 +130,12 @@ class RecordStage(abc.ABC):
         """What the state fingerprint knows of this stage."""
         return self.kind
 
+    @property
+    def thread_safe(self) -> bool:
+        """Whether `fn` says it may run on several threads at once (`fn.thread_safe = True`, as
+        tpufeed's own transforms do): then the parent may split its first batch between threads."""
+        return getattr(getattr(self, "fn", None), "thread_safe", False) is True
+
     @abc.abstractmethod
     def apply_all(self, elements: Elements, context: Context) -> Elements:
         """The stage on every element at once (the fast path; may raise on any element)."""

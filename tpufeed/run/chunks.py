@@ -31,9 +31,11 @@ from tpufeed.ops.item_stages import ItemStages
 from tpufeed.ops.padding import pad_elements
 from tpufeed.ops.rows import StackedRows
 from tpufeed.ops.stacking import stack
+from tpufeed.ops.user_functions import is_interruption
 from tpufeed.order.permutation import records_at
 from tpufeed.order.rng import RecordRngs
 from tpufeed.run.plan import Plan
+from tpufeed.run.threaded import head_in_threads, threadable
 from tpufeed.sources.view import SourceView
 
 Stacker = Callable[[list[Any], Callable[[int], str]], Any]  # (elements, describe) -> batch
@@ -104,6 +106,14 @@ class ChunkRunner:
             and not last.changes_count
             and not isinstance(last, Cache)
         )
+        # The parent's first batch may run its stages before the last on several threads.
+        self.threadable = (
+            self.by_rows
+            and not self.tolerant
+            and self.cache is None
+            and beacon is None
+            and threadable(plan.head[:-1])
+        )
 
     def context(self, epoch: int, records: list[int]) -> Context:
         return Context(
@@ -130,12 +140,34 @@ class ChunkRunner:
             found[positions[piece.units[i] if piece.units is not None else i]].append(element)
         return found
 
-    def run_chunk(self, chunk: Chunk) -> Piece:
-        piece = self.run(
-            chunk.cursor.epoch, chunk.records, chunk.skips, rows_for=StackedRows.in_memory
-        )
+    def run_chunk(self, chunk: Chunk, threads: int = 1) -> Piece:
+        """The piece of `chunk`, made in this process; with `threads` > 1, its stages before
+        the last run on that many threads where they allow it (`run.threaded`)."""
+        piece = None
+        if threads > 1 and self.threadable and chunk.skips is None and chunk.count >= 2 * threads:
+            try:
+                piece = self._in_threads(chunk, threads)
+            except BaseException as exc:  # run again on one thread, below
+                if is_interruption(exc):
+                    raise
+        if piece is None:  # one thread; also raises a failure as one thread meets it first
+            piece = self.run(
+                chunk.cursor.epoch, chunk.records, chunk.skips, rows_for=StackedRows.in_memory
+            )
         piece.chunk = chunk
         return piece
+
+    def _in_threads(self, chunk: Chunk, threads: int) -> Piece:
+        indices = chunk.records
+        context = self.context(chunk.cursor.epoch, indices.tolist())
+
+        def read_part(start: int, end: int) -> Elements:
+            values, units = read(self.plan.source, indices[start:end], self.clock)
+            return Elements(values, [start + unit for unit in units])
+
+        head, labels = self.plan.head[:-1], self.labels[:-1]
+        elements = head_in_threads(read_part, len(indices), head, labels, context, threads)
+        return self._by_rows(indices, context, StackedRows.in_memory, elements)
 
     def run(
         self,
@@ -174,10 +206,18 @@ class ChunkRunner:
             beacon.idle()
         return piece
 
-    def _by_rows(self, indices: np.ndarray, context: Context, rows_for: RowsFor) -> Piece:
+    def _by_rows(
+        self,
+        indices: np.ndarray,
+        context: Context,
+        rows_for: RowsFor,
+        elements: Elements | None = None,
+    ) -> Piece:
         """The piece of a chunk that is one batch, its last record stage run one element at a
-        time and each result handed to `rows_for`'s writer at once (timed as "batch")."""
-        elements = self._head(indices, context, end=-1)
+        time and each result handed to `rows_for`'s writer at once (timed as "batch").
+        `elements`: the outputs of the stages before the last, where already made."""
+        if elements is None:
+            elements = self._head(indices, context, end=-1)
         stage, label = self.plan.head[-1], self.labels[-1]
         records, beacon = context.records, self.beacon
         units: list[int] = []

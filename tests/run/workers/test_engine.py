@@ -2,6 +2,7 @@
 their record, and the parent running chunks itself rather than wait."""
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -278,3 +279,32 @@ def test_workers_start_when_the_iterator_is_made_not_at_the_first_item():
         assert next(it).tolist() == list(range(8))
     finally:
         it.close()
+
+
+def _where_thread(e):
+    time.sleep(0.002)
+    return {"id": np.int64(e), "pid": os.getpid(), "thread": threading.get_ident()}
+
+
+_where_thread.thread_safe = True
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one thread a core")
+def test_the_parent_makes_its_first_batch_on_the_cold_workers_cores():
+    ds = (
+        tpufeed.Dataset.from_sequence(list(range(256)))
+        .map(_where_thread)
+        .map(lambda e: {**e, "id": e["id"] * 1})
+        .batch(32)
+    )
+    expected = [b["id"].tolist() for b in ds]
+    it = ds.workers(2).iterator()
+    try:
+        got = list(it)
+    finally:
+        it.close()
+    assert [b["id"].tolist() for b in got] == expected
+    first = got[0]
+    assert set(first["pid"].tolist()) == {os.getpid()}  # made here, while the workers started
+    assert len(set(first["thread"].tolist())) == 2
+    assert {int(b["pid"][0]) for b in got} - {os.getpid()}  # and the workers made others

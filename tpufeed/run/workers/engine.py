@@ -328,9 +328,10 @@ class WorkerExecutor:
             if isinstance(step, EpochEnd):
                 yield step
             elif worker is None:
-                piece = (
-                    dealer.stolen.pop(task_id) if task_id in dealer.stolen else self._run_here(step)
-                )
+                if task_id in dealer.stolen:
+                    piece = dealer.stolen.pop(task_id)
+                else:  # no worker has a chunk yet: their cores may help with this one
+                    piece = self._run_here(step, 1 if any(dealer.queued) else pool.size + 1)
                 if isinstance(piece, Exception):
                     raise piece
                 yield piece
@@ -338,10 +339,10 @@ class WorkerExecutor:
                 answer = dealer.answer(worker, task_id, self._deadline(pool, worker))
                 yield self._received(pool, dealer, step, worker, answer)
 
-    def _run_here(self, chunk: Chunk) -> Piece:
+    def _run_here(self, chunk: Chunk, threads: int = 1) -> Piece:
         if self._local is None:
             self._local = ChunkRunner(self.plan, self.clock)
-        return self._local.run_chunk(chunk)
+        return self._local.run_chunk(chunk, min(threads, cpu_count()))
 
     def _deadline(
         self, pool: WorkerPool, worker: int
