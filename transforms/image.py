@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, missing_dependency
+from tpufeed.ops.rows import RowFor
 
 __all__ = [
     "CenterCrop",
@@ -239,6 +240,11 @@ class Normalize:
             raise InvalidArgumentError(f"Normalize std must be non-zero, got {self.std!r}")
 
     def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
+        return self.into(element, None)
+
+    def into(self, element: dict[str, Any], row: RowFor | None) -> dict[str, Any]:
+        """`self(element)`, written straight into the batch's row where `row(key, shape, dtype)`
+        gives one (the last stage before a batch stacked as it goes: `ops.map.Map`)."""
         image = _image(element, self.key, "Normalize")
         height, width, channels = image.shape
         std = np.broadcast_to(np.asarray(self.std, np.float32), (channels,))
@@ -248,7 +254,9 @@ class Normalize:
         gain = np.tile(np.float32(self.scale) / std, width)
         offset = np.tile(-mean / std, width)
         # One pass converts and scales into the output (astype, then *=, was two), one adds.
-        out = np.empty((height, width * channels), np.float32)
+        place = None if row is None else row(self.key, (height, width, channels), np.float32)
+        image_out = np.empty((height, width, channels), np.float32) if place is None else place
+        out = image_out.reshape(height, width * channels)  # a view: rows are contiguous
         np.multiply(image.reshape(height, width * channels), gain, out=out, dtype=np.float32)
         out += offset
-        return {**element, self.key: out.reshape(height, width, channels)}
+        return {**element, self.key: image_out}

@@ -145,3 +145,52 @@ def test_no_element_is_no_batch():
     assert StackedRows(4, slot, _describe).result() is None
     assert StackedRows.in_memory(4, _describe).result() is None
     assert slot.calls == 0
+
+
+def _written_in_place(rows: StackedRows, value: float, **other) -> dict:
+    """The next element, its "x" written straight into the row `rows.row` hands out."""
+    place = rows.row("x", (2, 3), np.float32)
+    assert place is not None
+    place[...] = value
+    return {"x": place, **other}
+
+
+@pytest.mark.parametrize("where", ["slot", "memory"])
+def test_a_row_written_in_place_is_the_batch_row(where):
+    slot = _Slot()
+    rows = (
+        StackedRows(3, slot, _describe) if where == "slot" else StackedRows.in_memory(3, _describe)
+    )
+    assert rows.row("x", (2, 3), np.float32) is None  # no layout before the first element
+    rows.add({"x": np.zeros((2, 3), np.float32), "y": 0})
+    assert rows.row("x", (2, 4), np.float32) is None  # another shape
+    assert rows.row("x", (2, 3), np.float64) is None  # another dtype
+    assert rows.row("y", (), np.int64) is None  # not an array in the rows
+    assert rows.row("z", (2, 3), np.float32) is None  # not a key of the batch
+    rows.add(_written_in_place(rows, 1.0, y=1))
+    rows.add(_written_in_place(rows, 2.0, y=2))
+    assert rows.row("x", (2, 3), np.float32) is None  # past the last row
+    batch = rows.batch() if where == "memory" else read_batch(rows.layout(), slot.buffer)
+    expected = {
+        "x": np.stack([np.full((2, 3), v, np.float32) for v in (0, 1, 2)]),
+        "y": np.arange(3),
+    }
+    assert_same(batch, expected)
+
+
+def test_a_row_written_in_place_but_put_elsewhere_is_copied_before_it_is_written_over():
+    """A stage that writes the row of "x" but returns it as "w" (and other pixels as "x"): the
+    batch is what `stack` makes of the elements, never the row written over."""
+    first = {"x": np.zeros((2, 3), np.float32), "w": np.zeros((2, 3), np.float32)}
+    rows = StackedRows.in_memory(3, _describe)
+    rows.add(first)
+    second = _written_in_place(rows, 5.0)
+    rows.add({"x": np.full((2, 3), 7, np.float32), "w": second["x"]})
+    third = _written_in_place(rows, 9.0)
+    rows.add({"x": np.ones((2, 3), np.float64), "w": third["x"]})  # another dtype: a list
+    expected = [
+        first,
+        {"x": np.full((2, 3), 7, np.float32), "w": np.full((2, 3), 5, np.float32)},
+        {"x": np.ones((2, 3), np.float64), "w": np.full((2, 3), 9, np.float32)},
+    ]
+    assert_same(rows.batch(), stack(expected, _describe))

@@ -84,6 +84,33 @@ def test_normalize():
         Normalize(std=0)
 
 
+class _Placed(Normalize):
+    """Normalize, counting the elements it wrote straight into their batch row."""
+
+    placed: list = []  # a record of the calls, shared on purpose
+
+    def into(self, element, row):
+        def counted(*args):
+            place = row(*args)
+            _Placed.placed.append(place is not None)
+            return place
+
+        return super().into(element, None if row is None else counted)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_normalize_last_writes_each_image_into_its_batch_row(workers):
+    images = [np.random.default_rng(i).integers(0, 256, (5, 6, 3), np.uint8) for i in range(7)]
+    mean, std = (0.1, 0.2, 0.3), (0.5, 0.25, 1.0)
+    expected = [Normalize(mean, std)({"image": image})["image"] for image in images]
+    _Placed.placed.clear()
+    ds = tpufeed.Dataset.from_sequence([{"image": im} for im in images]).map(_Placed(mean, std))
+    batches = list(ds.batch(3).workers(workers))
+    np.testing.assert_array_equal(np.concatenate([b["image"] for b in batches]), expected)
+    if workers == 0:  # every element after the first of its batch went into its row
+        assert _Placed.placed == [False, True, True] * 2 + [False]
+
+
 def test_image_pipeline_in_dataset_is_deterministic_per_record():
     records = [{"image": _encoded(_gradient() + i), "label": i} for i in range(8)]
     ds = (

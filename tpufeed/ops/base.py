@@ -101,6 +101,7 @@ class Context:
     skipped: list[TpufeedError] | None = None  # read and transform errors alike
     _rngs: dict[tuple[int, int], RecordRngs] = field(default_factory=dict)
     beacon: Any = None  # a watch.Beacon (options(timeout_s=...)): marks each element begun
+    rows: Any = None  # the batch the last stage's outputs are stacked into (`ops.rows`), if any
 
     def rngs(self, stream: int, seed: int | None = None) -> RecordRngs:
         """The generators of random_map `stream`, keyed by its own `seed` (None: the

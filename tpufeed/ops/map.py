@@ -15,7 +15,11 @@ from tpufeed.ops.base import Context, Elements, RecordStage
 @dataclass(frozen=True)
 class Map(RecordStage):
     """`fn(element)`; a `fn` with a `map_batch(elements) -> elements` method (such as
-    `transforms.Tokenize`) gets each chunk's elements in one call instead."""
+    `transforms.Tokenize`) gets each chunk's elements in one call instead. A `fn` with an
+    `into(element, row)` method (such as `transforms.Normalize`) is called so where it is the
+    last stage before a batch stacked as it goes: `row(key, shape, dtype)` is the batch's row
+    for that array of the output, to be written in place, or None (`ops.rows.StackedRows.row`).
+    The output is the same as `fn(element)`'s."""
 
     fn: Callable[[Any], Any]
     kind: ClassVar[str] = "map"
@@ -35,6 +39,10 @@ class Map(RecordStage):
         return Elements(values, elements.units, elements.ids)
 
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
+        if context.rows is not None:  # the last stage, stacked as it goes: may write in place
+            into = getattr(self.fn, "into", None)
+            if into is not None:
+                return [into(value, context.rows.row)]
         return [self.fn(value)]
 
 

@@ -24,9 +24,20 @@ import numpy as np
 
 from tpufeed.ops.stacking import TreeDef, flatten, stack, unflatten
 
-__all__ = ["LeafSpec", "StackedRows", "aligned", "in_slot", "layout_size", "write_batch"]
+__all__ = [
+    "LeafSpec",
+    "RowFor",
+    "StackedRows",
+    "aligned",
+    "in_slot",
+    "layout_size",
+    "write_batch",
+]
 
 _ALIGN = 64
+
+# (key, shape, dtype) -> the next element's row of that array, to write in place, or None
+RowFor = Callable[[Any, tuple[int, ...], Any], "np.ndarray | None"]
 
 # A leaf of a layout: ("inline", value), travelling as is, or (dtype.str, shape, offset) in the slot.
 LeafSpec = tuple[Any, ...]
@@ -101,19 +112,37 @@ class StackedRows:
         self._kept: list[list[Any]] = []  # per leaf not in shared memory: its values
         self._buffer: memoryview | None = None
         self._elements: list[Any] | None = None  # the batch as a list, once an element differs
+        self._offered: tuple[int, np.ndarray] | None = None  # (leaf, its row) handed by `row`
+
+    def row(self, key: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """The next element's row of array `key`, for the stage making it to write in place
+        (`Normalize.into`), where the batch is a flat dict whose `key` rows have this shape and
+        dtype; else None (before the first element, once the batch is a list, past the last
+        row). An element whose `key` is that very row is not copied again."""
+        if self._keys is None or self._elements is not None or self.count >= self._rows:
+            return None
+        index = next((i for i, k in enumerate(self._keys) if k == key), None)
+        out = None if index is None else self._outs[index]
+        if out is None or out.shape[1:] != tuple(shape) or out.dtype != np.dtype(dtype):
+            return None
+        assert index is not None  # out was found
+        place: np.ndarray = out[self.count]
+        self._offered = (index, place)
+        return place
 
     def add(self, element: Any) -> None:
         """Writes the next element into its row (or keeps it, once the batch is a list)."""
+        offered, self._offered = self._offered, None
         if self._elements is not None:
             self._elements.append(element)
         elif self._treedef is None:
             self._start(element)
         else:
             leaves = self._leaves(element) if self.count < self._rows else None
-            if leaves is None:
-                self._elements = [*self._made(), element]
+            if leaves is None:  # its row may be written again: keep copies of what is there
+                self._elements = [*self._made(), _apart(element, offered)]
             else:
-                self._write(leaves)
+                self._write(_apart_leaves(leaves, offered), offered)
         self.count += 1
 
     def _leaves(self, element: Any) -> list[Any] | None:
@@ -157,12 +186,13 @@ class StackedRows:
         self._kept = [[] for out in self._outs if out is None]
         self._write(leaves)
 
-    def _write(self, leaves: list[Any]) -> None:
+    def _write(self, leaves: list[Any], offered: tuple[int, np.ndarray] | None = None) -> None:
         kept = iter(self._kept)
+        written = offered[1] if offered is not None else None  # in place already, if it is there
         for leaf, out in zip(leaves, self._outs):
             if out is None:
                 next(kept).append(leaf)
-            else:
+            elif leaf is not written:
                 out[self.count] = leaf
 
     def _made(self) -> list[Any]:
@@ -217,3 +247,30 @@ class StackedRows:
         if layout_size([np.asarray(leaf) for leaf in leaves]) <= len(buffer):
             return write_batch(batch, lambda nbytes: buffer)
         return treedef, [("inline", leaf) for leaf in leaves]
+
+
+def _apart_leaves(leaves: list[Any], offered: tuple[int, np.ndarray] | None) -> list[Any]:
+    """`leaves`, where the row handed out (`offered`) is in any but its own place, copied out
+    of it: it is about to be written over."""
+    if offered is None:
+        return leaves
+    index, row = offered
+    return [
+        leaf.copy()
+        if i != index and isinstance(leaf, np.ndarray) and np.may_share_memory(leaf, row)
+        else leaf
+        for i, leaf in enumerate(leaves)
+    ]
+
+
+def _apart(element: Any, offered: tuple[int, np.ndarray] | None) -> Any:
+    """`element` with every array that shares the row handed out copied out of it."""
+    if offered is None:
+        return element
+    treedef, leaves = flatten(element)
+    row = offered[1]
+    copies = [
+        leaf.copy() if isinstance(leaf, np.ndarray) and np.may_share_memory(leaf, row) else leaf
+        for leaf in leaves
+    ]
+    return unflatten(treedef, copies)

@@ -224,6 +224,7 @@ class ChunkRunner:
         rows = rows_for(
             len(elements.values), lambda i: self.plan.source.describe(records[units[i]])
         )
+        context.rows = rows  # where the stage may write its output in place
         started = now()
         stacking = 0.0
         for value, unit in zip(elements.values, elements.units):
