@@ -38,7 +38,7 @@ STEPS = [
     ("resample the box", ("resize_region (",)),
     ("JPEG header, box, RGB swap", ("decode_region (", "image_size (", "sample_crop_box (")),
     ("flip", ("RandomFlip.__call__ (",)),
-    ("normalise", ("Normalize.__call__ (",)),
+    ("normalise", ("Normalize.__call__ (", "Normalize.into (")),
     ("record codec decode", ("decode (tpufeed/codec", "codec.py")),
     ("per-record rng", ("for_record (", "record_rng (", "RecordRngs")),
     ("read shards", ("array_record", "read (tpufeed/run/chunks.py", "SourceView")),
