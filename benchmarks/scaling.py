@@ -23,12 +23,11 @@ again from the N-worker run, where the vCPUs slow each other (SMT siblings, shar
 the two bracket what a big host gets. The check: w measured with 1 worker, with p, predicts the
 2-worker rate, `min(2 / (p + w), 1 / p, 2 / w)`, printed next to the measured rate.
 
-Where the demand side comes from: nowhere published. This module projects the rate a host of
-C cores can feed from the measured p and w only; it takes no per-chip training rate (no MLPerf
-result, no Cloud TPU documentation figure), so it does not say how many cores a v5e-256 or
-v4-2048 ResNet-50 step needs. The one host-demand figure in the benchmarks, W4's "cores for
-5,000 images/s per host" (benchmarks/vision.py, `--host-rate`), is a round number assumed
-for the projection, not a measured or published ResNet-50 rate.
+Where the demand side comes from: this module projects the rate a host of C cores can feed
+from the measured p and w only. No v4 or v5e per-chip ResNet-50 training rate was found; the
+one published ResNet-50 figure found is Google's 2019 Cloud TPU Pods announcement (302 minutes
+on a v3-8, 7.1 on a v3 slice of 256), from which W4's "cores for 6,400 images/s per host"
+(benchmarks/vision.py, `--host-rate`; the derivation is in benchmarks/RESULTS.md) comes.
 """
 
 from __future__ import annotations

@@ -495,7 +495,7 @@ def summarise(results: dict[str, list[dict]], workers: int, cores: int) -> list[
     return rows
 
 
-def targets(rows: list[dict], host_rate: int = 5000) -> list[tuple[str, Any, bool | None]]:
+def targets(rows: list[dict], host_rate: int = 6400) -> list[tuple[str, Any, bool | None]]:
     by = {r["key"]: r for r in rows}
     out: list[tuple[str, Any, bool | None]] = []
     best = by.get("tpufeed-workers")
@@ -542,8 +542,8 @@ def targets(rows: list[dict], host_rate: int = 5000) -> list[tuple[str, Any, boo
         )
         out.append(
             (
-                f"cores for {host_rate:,} images/s per host (an assumed rate, not a published "
-                "one; projected from the lower per-core rate)",
+                f"cores for {host_rate:,} images/s per host (6,400: a v3-8 host at ResNet-50's "
+                "published time to train, RESULTS.md; projected from the lower per-core rate)",
                 math.ceil(host_rate / per_core),
                 None,
             )
@@ -647,9 +647,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--host-rate",
         type=int,
-        default=5000,
-        help="images/s one host must feed, for the cores projection (an assumed figure: no "
-        "published per-chip ResNet-50 rate is used)",
+        default=6400,
+        help="images/s one host must feed, for the cores projection (default: a v3-8 host "
+        "training ResNet-50 in the 302 minutes Google published in 2019, at 90 epochs; "
+        "benchmarks/RESULTS.md)",
     )
     p.add_argument("--row", default=None, help=argparse.SUPPRESS)  # run one row in this process
     p.add_argument(
