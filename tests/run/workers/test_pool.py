@@ -82,6 +82,33 @@ def test_ctrl_c_leaves_no_worker_and_no_shared_memory(tmp_path):
     assert glob.glob(f"/dev/shm/tpufeed-{proc.pid}-*") == []
 
 
+def test_a_sigterm_that_lands_in_a_finalizer_ends_the_worker_without_a_traceback(tmp_path):
+    """Python swallows an exception raised in a `__del__` and prints "Exception ignored": a
+    SIGTERM that lands there must still end the worker (before its next task), quietly."""
+    script = tmp_path / "finalizer.py"
+    script.write_text(
+        textwrap.dedent("""
+        import os, signal, tpufeed
+        class Stopped:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGTERM)  # lands while the finalizer runs
+        def fn(i):
+            if i == 0:
+                Stopped()
+            return i
+        ds = tpufeed.Dataset.from_sequence(list(range(64))).map(fn).batch(4)
+        try:
+            for batch in ds.workers(1, isolate=True):
+                pass
+        except tpufeed.errors.WorkerError as error:
+            print("ended:", error)
+    """)
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert "exited without being asked to" in done.stdout, done.stdout + done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_parent_killed_takes_its_workers_along(tmp_path):
     script = tmp_path / "loop.py"
     script.write_text(

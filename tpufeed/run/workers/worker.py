@@ -159,6 +159,8 @@ class Worker:
     def run(self) -> None:
         self._send(Ready())
         while True:
+            if _STOPPED:  # a SIGTERM a finalizer swallowed
+                raise WorkerStopped("tpufeed worker stopped by SIGTERM")
             message = self.backlog.popleft() if self.backlog else self._receive()
             if message is None:
                 continue
@@ -296,13 +298,26 @@ class WorkerStopped(Stopped):
     for its own failure): the worker ends cleanly, its shared memory unlinked."""
 
 
+_STOPPED: list[bool] = []  # SIGTERM came: one raised where it was swallowed ends the worker
+
+
 def _stop(*_: object) -> None:
+    _STOPPED.append(True)
     raise WorkerStopped("tpufeed worker stopped by SIGTERM")
+
+
+def _unraisable(args: Any) -> None:
+    """`sys.unraisablehook`: SIGTERM that came while a finalizer (`__del__`) ran is swallowed
+    there, and Python would print it as "Exception ignored"; the worker ends before its next
+    task instead (`Worker.run`), quietly. Anything else is printed as Python does."""
+    if not isinstance(args.exc_value, WorkerStopped):
+        sys.__unraisablehook__(args)
 
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     signal.signal(signal.SIGTERM, _stop)
+    sys.unraisablehook = _unraisable
     _exit_with_parent(int(argv[2]))
     forget_blas_default()  # a fresh interpreter's: numpy has loaded (a forked one has the user's)
     tasks, results = Connection(int(argv[0])), Connection(int(argv[1]))
