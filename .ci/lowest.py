@@ -99,6 +99,12 @@ GROUPS = (
         ),
         tools=("scipy", "scikit-learn"),  # test_crops: scipy.stats, and sklearn's photographs
     ),
+    Group(
+        "turbojpeg",
+        ("turbojpeg",),
+        ("tests/transforms/test_turbojpeg.py",),
+        tools=("scipy", "scikit-learn"),  # test_crops' photographs
+    ),
     Group("text", ("text",), ("tests/transforms/test_text.py", "-k", "not in_a_build")),
     Group(
         "parquet",

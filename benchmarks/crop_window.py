@@ -6,9 +6,10 @@ ratio 3/4-4/3). CPU ms per image, one thread. Then the whole crop to 224x224 as 
 backend would do (only the box's window, at the same DCT scale, the same resample), with the
 mean difference between the two, median and worst image.
 
-No wheel that tpufeed depends on exposes the TurboJPEG 3 API. The `turbojpeg` 0.0.2 wheel
-(manylinux, pybind11 bindings) carries `libturbojpeg.so.0.3.0`, which this script loads with
-ctypes:
+No wheel's Python exposes the TurboJPEG 3 API's crop. The `turbojpeg` 0.0.2 wheel (manylinux,
+pybind11 bindings) carries `libturbojpeg.so.0.3.0`, which this script loads with ctypes (as
+tpufeed's `backend="turbojpeg"` does: `tpufeed.transforms.turbojpeg`; the decode_region column
+below is `backend="opencv"`):
 
     pip download --no-deps turbojpeg==0.0.2 -d /tmp/tj && unzip -o /tmp/tj/*.whl -d /tmp/tj/x
     python -m benchmarks.crop_window --lib /tmp/tj/x/turbojpeg.libs/libturbojpeg-*.so.0.3.0

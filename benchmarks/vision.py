@@ -76,6 +76,8 @@ ROWS = [
     "pil-loop",
     "tpufeed",
     "tpufeed-workers",
+    "tpufeed-opencv",
+    "tpufeed-opencv-workers",
     "tpufeed-pillow",
     "tpufeed-pillow-workers",
     "tfdata",
@@ -327,6 +329,8 @@ RUNNERS = {
     "tpufeed-workers": (_tpufeed("auto"), None),
     "tpufeed-pillow": (_tpufeed("pillow"), 0),
     "tpufeed-pillow-workers": (_tpufeed("pillow"), None),
+    "tpufeed-opencv": (_tpufeed("opencv"), 0),
+    "tpufeed-opencv-workers": (_tpufeed("opencv"), None),
     "tfdata": (_tfdata(), 0),
     "tfdata-nondet": (_tfdata(deterministic=False), 0),
     "tfdata-private": (_tfdata(deterministic=False, private=True), 0),
@@ -344,8 +348,8 @@ def _import(row: str) -> None:
         import tpufeed  # noqa: F401
         from tpufeed.transforms.region import resolve_backend
 
-        if resolve_backend("pillow" if "pillow" in row else "auto") == "opencv":
-            import cv2
+        if resolve_backend("pillow" if "pillow" in row else "auto") != "pillow":
+            import cv2  # the resampler of "opencv" and "turbojpeg"
 
             cv2.setNumThreads(1)
     elif row.startswith("tfdata"):

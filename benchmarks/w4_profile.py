@@ -34,6 +34,7 @@ RATE_HZ = 50
 # (step, frame substrings that put a sample in it), checked in this order on the whole stack.
 STEPS = [
     ("JPEG decode (cv2.imdecode)", ("_decode_opencv (",)),
+    ("JPEG decode (TurboJPEG window)", ("decode_window (",)),
     ("JPEG decode (Pillow draft)", ("_region_pillow (",)),
     ("resample the box", ("resize_region (",)),
     ("JPEG header, box, RGB swap", ("decode_region (", "image_size (", "sample_crop_box (")),

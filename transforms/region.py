@@ -5,10 +5,13 @@ decoded), so it is the same box whichever decoder runs. A JPEG is then decoded a
 DCT scale (1, 1/2, 1/4, 1/8) that still gives the box at least the target size, and the box is
 resampled from that. Other formats (PNG, GIF, WebP...) are decoded whole by Pillow.
 
-Two backends, chosen on measurements (docs/images.md): "opencv" (cv2.imdecode with
-IMREAD_REDUCED_*, then a bilinear warp of the box, or INTER_AREA when shrinking more than 2x)
-and "pillow" (Image.draft, then Image.resize with the box, antialiased bilinear). "auto" takes
-OpenCV when `cv2` imports, else Pillow. Both are imported on first use.
+Three backends, chosen on measurements (docs/images.md): "opencv" (cv2.imdecode with
+IMREAD_REDUCED_*, then a bilinear warp of the box, or INTER_AREA when shrinking more than 2x),
+"turbojpeg" (only the box's window decoded, at the same DCT scale, by libjpeg-turbo 3's
+TurboJPEG API: `tpufeed.transforms.turbojpeg`; then OpenCV's resample) and "pillow"
+(Image.draft, then Image.resize with the box, antialiased bilinear). "auto" takes TurboJPEG
+where its library and `cv2` are installed, else OpenCV when `cv2` imports, else Pillow. All
+are imported on first use.
 
 >>> box = (10.0, 20.0, 300.0, 400.0)  # top, left, height, width on the full-size image
 >>> decode_region(data, box, (224, 224)).shape  # doctest: +SKIP
@@ -23,6 +26,7 @@ import math
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.transforms import turbojpeg
 from tpufeed.transforms.image import decode_image, load_pillow, opencv
 
 __all__ = [
@@ -35,18 +39,25 @@ __all__ = [
     "resolve_backend",
 ]
 
-BACKENDS = ("auto", "opencv", "pillow")
+BACKENDS = ("auto", "opencv", "pillow", "turbojpeg")
 Box = tuple[float, float, float, float]  # top, left, height, width (full-size pixels)
 _SCALES = (8, 4, 2, 1)  # JPEG DCT scaling: the output is 1/f of the image on each side
 
 
 def resolve_backend(backend: str) -> str:
-    """ "opencv" or "pillow" for a backend name; "auto" is OpenCV when it imports."""
+    """ "turbojpeg", "opencv" or "pillow" for a backend name; "auto" is the first installed."""
     if backend not in BACKENDS:
         raise InvalidArgumentError(f"decoder backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "pillow":
         load_pillow()
         return backend
+    if backend in ("auto", "turbojpeg") and opencv() is not None and turbojpeg.library():
+        return "turbojpeg"
+    if backend == "turbojpeg":
+        raise InvalidArgumentError(
+            "decoder backend 'turbojpeg' needs cv2 and libturbojpeg 3 (the TurboJPEG 3 API): "
+            f"`pip install tpufeed[turbojpeg]`, or its path in {turbojpeg.ENV}"
+        )
     if opencv() is not None:
         return "opencv"
     if backend == "opencv":
@@ -138,6 +149,13 @@ def decode_region(
         image = decode_image(data, mode)
         _check_box(box, *image.shape[:2])
         return resize_region(image, box, size, backend)
+    dims = _jpeg_size(data) if backend == "turbojpeg" else None
+    if dims is not None:  # else OpenCV reads it, or says why it cannot
+        _check_box(box, *dims)
+        decoded = turbojpeg.decode_window(data, box, size, mode, dims)
+        if decoded is not None:
+            window, inside = decoded
+            return resize_region(window, inside, size, backend)
     scale = _scale_for(box, size)
     if backend == "pillow":
         return _region_pillow(data, box, scale, size, mode)

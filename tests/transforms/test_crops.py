@@ -27,11 +27,18 @@ from tpufeed.transforms.crops import center_crop_box
 from tpufeed.transforms.region import decode_region, image_size, resize_region
 
 stats = pytest.importorskip("scipy.stats")
-BACKENDS = ["pillow"] + (["opencv"] if __import__("importlib").util.find_spec("cv2") else [])
+_CV2 = __import__("importlib").util.find_spec("cv2") is not None
+BACKENDS = ["pillow"] + (["opencv"] if _CV2 else [])
+BACKENDS += (
+    ["turbojpeg"]
+    if _CV2 and __import__("tpufeed.transforms.turbojpeg").transforms.turbojpeg.library()
+    else []
+)
 # Documented in docs/images.md: per image, the mean absolute difference (0..255 levels) of a
 # reduced-scale decode from a full decode of the same box, measured at most 3.5 (Pillow) and
-# 5.6 (OpenCV) on these photographs; the median image at most 1.5 and 2.9.
-TOLERANCE = {"pillow": (4.5, 2.0), "opencv": (7.0, 3.5)}
+# 5.6 (OpenCV) on these photographs; the median image at most 1.5 and 2.9. TurboJPEG decodes
+# as OpenCV does, a window of the image.
+TOLERANCE = {"pillow": (4.5, 2.0), "opencv": (7.0, 3.5), "turbojpeg": (7.0, 3.5)}
 
 
 def _jpeg(array: np.ndarray, quality: int = 90) -> bytes:
