@@ -88,12 +88,19 @@ def _opencv() -> dict[str, Any]:
         image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
         return _finish(image, box, 1, (0, 0), True)
 
-    return {
+    from tpufeed.transforms import turbojpeg
+
+    found = {
         "OpenCV: imdecode all": whole,
         "tpufeed backend=opencv: imdecode REDUCED_2/4/8 where it pays": lambda d, b: decode_region(
             d, b, (SIZE, SIZE), backend="opencv"
         ),
     }
+    if turbojpeg.library() is not None:
+        found["tpufeed backend=turbojpeg: the box's window, at its DCT scale"] = lambda d, b: (
+            decode_region(d, b, (SIZE, SIZE), backend="turbojpeg")
+        )
+    return found
 
 
 def _simplejpeg() -> dict[str, Any]:
@@ -153,6 +160,8 @@ def _turbojpeg() -> dict[str, Any]:
         jpeg = turbojpeg.TurboJPEG()
     except (ImportError, RuntimeError, OSError):
         return {}  # PyTurboJPEG's wheel has no libturbojpeg; a system one is needed
+    except AttributeError:
+        return {}  # the `turbojpeg` wheel (tpufeed's turbojpeg extra), not PyTurboJPEG
 
     def scaled(data: bytes, box: tuple) -> Any:
         f = _reduction(box)
