@@ -152,7 +152,7 @@ def decode_region(
     dims = _jpeg_size(data) if backend == "turbojpeg" else None
     if dims is not None:  # else OpenCV reads it, or says why it cannot
         _check_box(box, *dims)
-        decoded = turbojpeg.decode_window(data, box, size, mode, dims)
+        decoded = turbojpeg.decode_window(data, box, _scale_for(box, size), mode, dims)
         if decoded is not None:
             window, inside = decoded
             return resize_region(window, inside, size, backend)

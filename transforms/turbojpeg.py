@@ -13,7 +13,7 @@ in this order: the path in `TPUFEED_LIBTURBOJPEG`; the copy the `turbojpeg` whee
 Each thread of each process has its own decompressor; the library reports errors through
 its handle (TurboJPEG catches libjpeg's errors itself), never by exiting.
 
->>> window, inside = decode_window(data, (10.0, 20.0, 300.0, 400.0), (224, 224), "RGB")  # doctest: +SKIP
+>>> window, inside = decode_window(data, (10.0, 20.0, 300.0, 400.0), 1, "RGB", (375, 500))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ _CMYK_SPACES = (3, 4)  # TJCS_CMYK, TJCS_YCCK: no RGB output
 _PIXEL_FORMATS = {"RGB": (0, 3), "L": (6, 1)}  # mode -> (TJPF_RGB / TJPF_GRAY, channels)
 _MCU = {0: (8, 8), 1: (16, 8), 2: (16, 16), 3: (8, 8), 4: (8, 16), 5: (32, 8), 6: (8, 32)}  # TJSAMP
 _ERR_WARNING = 0  # TJERR_WARNING: decoded, but the data is damaged
-_SCALES = (8, 4, 2, 1)  # as tpufeed.transforms.region
 
 
 class _Region(ctypes.Structure):
@@ -128,12 +127,12 @@ def _error(lib: ctypes.CDLL, handle: int, data: bytes) -> ValueError:
 def decode_window(
     data: bytes,
     box: tuple[float, float, float, float],
-    size: tuple[int, int],
+    factor: int,
     mode: str,
     dims: tuple[int, int],
 ) -> tuple[np.ndarray, tuple[float, float, float, float]] | None:
-    """(the pixels of `box` and one iMCU around it, at the largest DCT reduction that keeps
-    the box at least `size`; the box's place in them), or None for a JPEG TurboJPEG cannot give
+    """(the pixels of `box` and one iMCU around it, decoded at 1/`factor` of the image's size;
+    the box's place in them), or None for a JPEG TurboJPEG cannot give
     in `mode` (CMYK, an unusual subsampling), whose data is damaged, or whose size is not
     `dims` (height, width), read from its header by the caller (a header TurboJPEG reads only
     in part leaves the last image's size in its handle). Raises ValueError for data it cannot
@@ -150,12 +149,10 @@ def decode_window(
     subsampling = lib.tj3Get(handle, _SUBSAMP)
     if lib.tj3Get(handle, _COLORSPACE) in _CMYK_SPACES or subsampling not in _MCU:
         return None
-    top, left, h, w = box
-    factor = next(f for f in _SCALES if f == 1 or (h / f >= size[0] and w / f >= size[1]))
     lib.tj3SetScalingFactor(handle, _Factor(1, factor))
     mcu_w, mcu_h = _MCU[subsampling]
     mcu_w, mcu_h = -(-mcu_w // factor), -(-mcu_h // factor)
-    top, left, h, w = top / factor, left / factor, h / factor, w / factor
+    top, left, h, w = (v / factor for v in box)
     # One iMCU around the box: the upsampling of a window's edge lacks its neighbours.
     x0 = max(0, int(np.floor(left)) - mcu_w)
     x0 -= x0 % mcu_w  # TurboJPEG crops at whole scaled iMCU columns
