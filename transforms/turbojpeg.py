@@ -132,11 +132,11 @@ def decode_window(
     dims: tuple[int, int],
 ) -> tuple[np.ndarray, tuple[float, float, float, float]] | None:
     """(the pixels of `box` and one iMCU around it, decoded at 1/`factor` of the image's size;
-    the box's place in them), or None for a JPEG TurboJPEG cannot give
-    in `mode` (CMYK, an unusual subsampling), whose data is damaged, or whose size is not
-    `dims` (height, width), read from its header by the caller (a header TurboJPEG reads only
-    in part leaves the last image's size in its handle). Raises ValueError for data it cannot
-    read, naming it."""
+    the box's place in them), or None for a JPEG that TurboJPEG cannot give in `mode` (CMYK,
+    an unusual subsampling), whose data is damaged, or whose size is not `dims` (height,
+    width), read from its header by the caller (a header TurboJPEG reads only in part leaves
+    the last image's size in its handle). Raises ValueError for data it cannot read, naming
+    it."""
     lib = library()
     assert lib is not None, "decode_window needs the library (`library()`)"
     handle = _handle(lib)
