@@ -90,10 +90,14 @@ def test_bad_jpegs_are_named_and_a_damaged_one_fails_as_with_opencv(photos):  # 
     bogus[bogus.index(b"\xff\xc4") + 4] = 0x55  # a Huffman table's class and index
     with pytest.raises(ValueError, match=r"cannot decode image .*TurboJPEG: Bogus DHT index"):
         decode_region(bytes(bogus), (0, 0, 40, 40), (20, 20), backend="turbojpeg")
-    cut = photos[1][: len(photos[1]) // 2]  # TurboJPEG warns; OpenCV refuses it
-    for backend in ("turbojpeg", "opencv"):
-        with pytest.raises(ValueError, match=r"cannot decode image \(26"):
-            decode_region(cut, (0.0, 0.0, 300.0, 400.0), (64, 64), backend=backend)
+    cut = photos[1][: len(photos[1]) // 2]  # TurboJPEG warns: OpenCV decides, as ever
+    got = []
+    for backend in ("turbojpeg", "opencv"):  # OpenCV 5 refuses it; 4.10 decodes the top half
+        try:
+            got.append(decode_region(cut, (0.0, 0.0, 300.0, 400.0), (64, 64), backend=backend))
+        except ValueError as error:
+            got.append(str(error))
+    assert type(got[0]) is type(got[1]) and np.array_equal(got[0], got[1]), got
     box = (10.0, 20.0, 200.0, 300.0)  # and the next image decodes as ever
     good = (decode_region(photos[2], box, (64, 64), backend=k) for k in ("turbojpeg", "opencv"))
     np.testing.assert_array_equal(*good)
