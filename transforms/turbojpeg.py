@@ -28,6 +28,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from tpufeed.errors import InvalidArgumentError
+
 __all__ = ["ENV", "decode_window", "library"]
 
 ENV = "TPUFEED_LIBTURBOJPEG"
@@ -81,7 +83,14 @@ def _load(path: str) -> ctypes.CDLL | None:
 
 @lru_cache(maxsize=1)
 def library() -> ctypes.CDLL | None:
-    """libturbojpeg with the TurboJPEG 3 API, or None where none is found (looked for once)."""
+    """libturbojpeg with the TurboJPEG 3 API, or None where none is found (looked for once).
+    A `TPUFEED_LIBTURBOJPEG` that names no such library raises, naming it."""
+    named = os.environ.get(ENV)
+    if named and _load(named) is None:
+        raise InvalidArgumentError(
+            f"{ENV}={named!r} is not a libturbojpeg with the TurboJPEG 3 API "
+            "(libjpeg-turbo 3.0 or later): fix or unset it"
+        )
     for path in _candidates():
         lib = _load(path)
         if lib is not None:

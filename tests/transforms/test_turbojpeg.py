@@ -143,6 +143,15 @@ def test_where_the_library_is_looked_for_and_what_is_said_without_it(monkeypatch
     monkeypatch.setenv(turbojpeg.ENV, path)
     assert turbojpeg._candidates()[0] == path
     assert turbojpeg._load(str(tmp_path / "missing.so")) is None
+    monkeypatch.setenv(turbojpeg.ENV, str(tmp_path / "missing.so"))
+    turbojpeg.library.cache_clear()
+    try:
+        with pytest.raises(InvalidArgumentError, match=r"TPUFEED_LIBTURBOJPEG=.*missing.so"):
+            turbojpeg.library()
+    finally:
+        monkeypatch.setenv(turbojpeg.ENV, path)
+        turbojpeg.library.cache_clear()
+        assert turbojpeg.library()._name == path
     monkeypatch.setattr(turbojpeg, "library", lambda: None)
     with pytest.raises(InvalidArgumentError, match=r"tpufeed\[turbojpeg\].*TPUFEED_LIBTURBOJPEG"):
         resolve_backend("turbojpeg")
