@@ -63,7 +63,7 @@ def floor_loop(src: str, out_dir: str, num_shards: int) -> list[str]:
     from tpufeed.beam.ranking import shard_sizes
     from tpufeed.beam.user_transforms import normalize_record
     from tpufeed.sources.array_record import write_array_records
-    from tpufeed.sources.manifest import file_crc32c
+    from tpufeed.sources.built.manifest import file_crc32c
 
     with open(src, "rb") as f:
         records = [codec.encode(normalize_record(json.loads(line))) for line in f if line.strip()]
@@ -86,8 +86,8 @@ def stage_costs(src: str, num_shards: int, limit: int = 50000) -> dict[str, floa
     from tpufeed.beam.schema import RecordSummary
     from tpufeed.beam.user_transforms import normalize_record
     from tpufeed.beam.write_shards import encode_record
-    from tpufeed.sources.array_record_shard import write_array_record_shard
-    from tpufeed.sources.manifest import file_crc32c
+    from tpufeed.sources.array_record.shard import write_array_record_shard
+    from tpufeed.sources.built.manifest import file_crc32c
 
     small = src.replace(".jsonl", f"-first-{limit}.jsonl")
     with open(src, "rb") as f, open(small, "wb") as out:

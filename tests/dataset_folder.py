@@ -9,7 +9,7 @@ from tpufeed import codec
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.beam.shard_files import manifest_text
 from tpufeed.sources.array_record import write_array_records
-from tpufeed.sources.manifest import FORMAT, FORMAT_VERSION, file_crc32c
+from tpufeed.sources.built.manifest import FORMAT, FORMAT_VERSION, file_crc32c
 from tpufeed.sources.tfrecord import write_tfrecords
 
 

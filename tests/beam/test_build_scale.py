@@ -20,7 +20,7 @@ from tpufeed.beam.block_reader import ReadBlock
 from tpufeed.beam.inputs import expand_inputs
 from tpufeed.beam.shard_size import check_shard_size, suggest_num_shards
 from tpufeed.errors import InvalidArgumentError, SourceError, TransformError
-from tpufeed.sources.record_formats import get_record_format
+from tpufeed.sources.built.record_formats import get_record_format
 
 
 def _inputs(tmp_path) -> list[str]:

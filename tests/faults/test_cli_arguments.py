@@ -39,7 +39,7 @@ from tests.faults.budget import TIMEOUT_S, examples
 from tpufeed import codec
 from tpufeed.cli.program import build_parser, main
 from tpufeed.sources.array_record import write_array_records
-from tpufeed.sources.tfrecord_format import write_tfrecords
+from tpufeed.sources.tfrecord.framing import write_tfrecords
 
 pytestmark = pytest.mark.timeout(TIMEOUT_S)  # a hang fails the test
 # -P: as the installed `tpufeed` script starts, without the working directory on sys.path.

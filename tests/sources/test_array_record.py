@@ -21,7 +21,7 @@ from tpufeed.errors import (
     SourceNotFoundError,
 )
 from tpufeed.sources.array_record import ArrayRecordFile, ArrayRecordSource, write_array_records
-from tpufeed.sources.array_record_structure import structure_problem
+from tpufeed.sources.array_record.structure import structure_problem
 
 BLOCK = 1 << 16
 

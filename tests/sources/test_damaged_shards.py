@@ -15,7 +15,7 @@ import tpufeed
 from tests.dataset_folder import make_dataset, write_manifest
 from tpufeed import codec
 from tpufeed.errors import CorruptDataError
-from tpufeed.sources.manifest import file_crc32c
+from tpufeed.sources.built.manifest import file_crc32c
 
 _SHARDS, _PER_SHARD = 4, 2500
 _DAMAGED = "data-00001-of-00004.array_record"

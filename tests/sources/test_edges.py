@@ -65,7 +65,7 @@ def test_a_forked_child_reads_array_record_through_its_own_helper_exactly(tmp_pa
     expected = source.__getitems__(list(range(len(source))))  # the parent's readers are open
 
     def child():
-        from tpufeed.sources._reader_process import ReaderProcess
+        from tpufeed.sources.array_record._reader_process import ReaderProcess
 
         got = source.__getitems__([7, 3, 44, 3])
         fresh = ArrayRecordSource(str(tmp_path / "part-*.array_record"))  # counted in the helper
@@ -80,7 +80,7 @@ def test_a_forked_child_reads_array_record_through_its_own_helper_exactly(tmp_pa
 
 def _how_read(record):
     """Where a worker read `record`: (its pid, whether through a helper process)."""
-    from tpufeed.sources._reader_process import ReaderProcess, native_state_inherited
+    from tpufeed.sources.array_record._reader_process import ReaderProcess, native_state_inherited
 
     return {
         "pid": os.getpid(),
@@ -336,7 +336,7 @@ def test_closing_in_a_forked_child_starts_no_helper(tmp_path):
     assert source[0] == b"x"
 
     def child():
-        from tpufeed.sources._reader_process import ReaderProcess
+        from tpufeed.sources.array_record._reader_process import ReaderProcess
 
         assert source[0] == b"x" and ReaderProcess.running() is not None  # its own helper
 

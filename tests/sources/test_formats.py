@@ -14,6 +14,8 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import CorruptDataError, InvalidArgumentError
+from tpufeed.sources.built.fields import check_manifest
+from tpufeed.sources.built.manifest import is_dataset_path
 from tpufeed.sources.formats import (
     FORMATS,
     format_for_path,
@@ -21,8 +23,6 @@ from tpufeed.sources.formats import (
     guess_format,
     writable_formats,
 )
-from tpufeed.sources.manifest import is_dataset_path
-from tpufeed.sources.manifest_fields import check_manifest
 
 RECORDS = [b"", b"a", b"bc" * 100, bytes(range(256))]
 

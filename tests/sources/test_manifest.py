@@ -12,7 +12,7 @@ import pytest
 import tpufeed
 from tests.dataset_folder import make_dataset, write_manifest
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceNotFoundError, TpufeedError
-from tpufeed.sources.manifest import FORMAT_VERSION, ManifestSource, load_manifest
+from tpufeed.sources.built.manifest import FORMAT_VERSION, ManifestSource, load_manifest
 
 
 def _records(n: int, start: int = 0) -> list[dict]:

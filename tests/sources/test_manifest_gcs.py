@@ -20,9 +20,9 @@ pytest.importorskip("google.cloud.storage")
 import tpufeed  # noqa: E402
 from tpufeed.beam import WriteShards, in_process_runner  # noqa: E402
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceNotFoundError  # noqa: E402
-from tpufeed.sources import manifest as manifest_module  # noqa: E402
-from tpufeed.sources.manifest import ManifestSource  # noqa: E402
-from tpufeed.sources.verified_shard import VerifiedShard  # noqa: E402
+from tpufeed.sources.built import manifest as manifest_module  # noqa: E402
+from tpufeed.sources.built.manifest import ManifestSource  # noqa: E402
+from tpufeed.sources.built.verified_shard import VerifiedShard  # noqa: E402
 from tpufeed.storage.cache import ShardCache  # noqa: E402
 from tpufeed.storage.remote import RemoteFile  # noqa: E402
 
@@ -326,7 +326,7 @@ def test_bench_runs_a_gcs_dataset_by_its_folder(gcs, bucket, upload, built, tmp_
     import argparse
 
     from tpufeed.cli.bench import make_target
-    from tpufeed.sources.manifest import is_dataset_path
+    from tpufeed.sources.built.manifest import is_dataset_path
 
     folder = built()
     url = _upload_dataset(upload, bucket, folder)

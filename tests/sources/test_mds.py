@@ -22,8 +22,8 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceNotFoundError
-from tpufeed.sources import mds_shard
-from tpufeed.sources.mds import MDSSource
+from tpufeed.sources.mds import shard as mds_shard
+from tpufeed.sources.mds.source import MDSSource
 from tpufeed.transforms.image import decode_image
 
 DATA = pathlib.Path(__file__).parent.parent / "data" / "mds"

@@ -22,7 +22,7 @@ from tpufeed.errors import (  # noqa: E402
     SourceError,
     SourceNotFoundError,
 )
-from tpufeed.sources.parquet import ParquetSource, iter_parquet_rows  # noqa: E402
+from tpufeed.sources.parquet.source import ParquetSource, iter_parquet_rows  # noqa: E402
 
 FILES, ROWS, GROUP = 3, 50, 8  # 50 rows a file in row groups of 8: 7 groups, the last of 2
 N = FILES * ROWS
@@ -366,7 +366,7 @@ def test_list_columns_decode_without_pandas(tmp_path):
         "        if name.split('.')[0] == 'pandas':\n"
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, NoPandas())\n"
-        "from tpufeed.sources.parquet import ParquetSource\n"
+        "from tpufeed.sources.parquet.source import ParquetSource\n"
         f"rows = [ParquetSource({path!r})[i]['tokens'] for i in range(3)]\n"
         "print([None if v is None else int(v) for v in rows[0]], rows[1].dtype, rows[1].shape, rows[2])\n"
     )

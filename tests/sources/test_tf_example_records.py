@@ -17,7 +17,7 @@ beam = pytest.importorskip("apache_beam")
 import tpufeed  # noqa: E402
 from tpufeed.beam import BuildConfig, WriteShards, build, in_process_runner  # noqa: E402
 from tpufeed.errors import CodecError, InvalidArgumentError  # noqa: E402
-from tpufeed.sources.tf_example_records import (  # noqa: E402
+from tpufeed.sources.built.tf_example_records import (  # noqa: E402
     check_example_record,
     decode_example_record,
     encode_example_record,

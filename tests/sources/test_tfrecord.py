@@ -20,14 +20,15 @@ from tpufeed.errors import (
     RecordIndexError,
     SourceNotFoundError,
 )
-from tpufeed.sources import tfrecord, tfrecord_format
 from tpufeed.sources.tfrecord import (
-    INDEX_SUFFIX,
     TFRecordFile,
     TFRecordSource,
     default_index_dir,
     write_tfrecords,
 )
+from tpufeed.sources.tfrecord import framing as tfrecord_format
+from tpufeed.sources.tfrecord import source as tfrecord
+from tpufeed.sources.tfrecord.index import INDEX_SUFFIX
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import CorruptDataError
-from tpufeed.sources import tar as tar_module
-from tpufeed.sources.tar import TarShard
+from tpufeed.sources.webdataset import tar as tar_module
+from tpufeed.sources.webdataset.tar import TarShard
 
 wds = pytest.importorskip("webdataset")
 

@@ -196,7 +196,7 @@ def test_a_cold_first_batch_waits_only_for_the_shards_it_needs(gcs, bucket, uplo
 def test_uncached_tfrecord_reads_fetch_only_the_records_asked_for(
     gcs, bucket, upload, tmp_path, monkeypatch
 ):
-    from tpufeed.sources import tfrecord
+    from tpufeed.sources.tfrecord import source as tfrecord
 
     monkeypatch.setattr(tfrecord, "_MAX_GAP", 4096)  # these files are small: a small gap
     url, records = upload_shards(upload, bucket, "tf", 2, 400, "tfrecord")

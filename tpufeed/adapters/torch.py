@@ -21,7 +21,7 @@ worker's last) instead of one, so the number of batches can change with W.
 Checkpoints: torchdata's `StatefulDataLoader` saves and restores every worker's position
 (`get_state`/`state_dict` of these objects), exactly, with any `num_workers`. Workers started
 by fork are safe after the parent has read: open files are reopened in each worker, and
-ArrayRecord files are read through a helper process (see `sources._reader_process`). Numeric
+ArrayRecord files are read through a helper process (see `sources.array_record._reader_process`). Numeric
 leaves become tensors (sharing memory with the batch); bytes and str leaves become lists, as
 torch's default collation makes them. Tuples stay tuples through a DataLoader's default
 collation: inside one they travel as `KeptTuple`, which that collation turns back into a

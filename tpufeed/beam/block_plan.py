@@ -116,7 +116,7 @@ def _byte_range_blocks(base: dict[str, Any], path: str, block_bytes: int) -> lis
 def _array_record_blocks(base: dict[str, Any], path: str, block_bytes: int) -> list[dict[str, Any]]:
     """A local ArrayRecord file: index ranges of at most about `block_bytes` (the file's size
     shared out by records), all of one record count (within a record)."""
-    from tpufeed.sources.array_record import ArrayRecordFile
+    from tpufeed.sources.array_record.source import ArrayRecordFile
 
     shard = ArrayRecordFile(path)
     try:

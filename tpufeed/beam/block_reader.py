@@ -27,8 +27,8 @@ from tpufeed.beam.record_schema import RecordSchema
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.beam.user_transforms import TransformChain, normalize_record
 from tpufeed.errors import SourceError, TpufeedError, TransformError, plural
-from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
-from tpufeed.sources.record_formats import RecordFormat
+from tpufeed.sources.built.record_formats import CODEC as CODEC_FORMAT
+from tpufeed.sources.built.record_formats import RecordFormat
 
 __all__ = ["ReadBlock"]
 

@@ -187,7 +187,7 @@ def _array_record(block: Block, start: BlockStart) -> Iterator[tuple[int, str, A
 
     from tpufeed import codec
     from tpufeed.errors import CodecError
-    from tpufeed.sources.array_record import ArrayRecordFile
+    from tpufeed.sources.array_record.source import ArrayRecordFile
 
     shard = ArrayRecordFile(block.path)
     try:

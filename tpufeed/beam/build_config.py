@@ -13,8 +13,8 @@ from tpufeed.beam.user_transforms import resolve_spec
 from tpufeed.beam.worker_check import DEFAULT_TIMEOUT_S
 from tpufeed.beam.worker_count import check_workers_setting
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.sources.built.record_formats import get_record_format
 from tpufeed.sources.formats import get_format
-from tpufeed.sources.record_formats import get_record_format
 
 __all__ = ["BuildConfig"]
 

@@ -46,7 +46,7 @@ from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.beam.worker_check import check_workers, needs_check
 from tpufeed.beam.worker_count import AUTO
 from tpufeed.errors import TpufeedError, plural
-from tpufeed.sources.record_formats import get_record_format
+from tpufeed.sources.built.record_formats import get_record_format
 
 __all__ = ["BuildConfig", "run_build"]
 

@@ -32,7 +32,7 @@ import numpy as np
 from tpufeed import codec
 from tpufeed.errors import CodecError, InvalidArgumentError, SourceError, SourceNotFoundError
 from tpufeed.sources.formats import FORMATS, format_for_path
-from tpufeed.sources.tfrecord_format import read_stream
+from tpufeed.sources.tfrecord.framing import read_stream
 from tpufeed.transforms.example import parse_example
 
 __all__ = [
@@ -220,7 +220,7 @@ def _array_record(path: str) -> Iterator[tuple[int, str, Any]]:
         raise SourceError(
             f"{path}: ArrayRecord inputs must be local files; copy them first", path=path
         )
-    from tpufeed.sources.array_record import ArrayRecordFile
+    from tpufeed.sources.array_record.source import ArrayRecordFile
 
     shard = ArrayRecordFile(path)
     try:
@@ -238,7 +238,7 @@ def _array_record(path: str) -> Iterator[tuple[int, str, Any]]:
 
 
 def _parquet(path: str) -> Iterator[tuple[int, str, Any]]:
-    from tpufeed.sources.parquet import iter_parquet_rows  # needs pyarrow: the parquet extra
+    from tpufeed.sources.parquet.source import iter_parquet_rows  # needs pyarrow: the parquet extra
 
     for index, row in enumerate(iter_parquet_rows(path)):
         yield index, f"{path} row {index}", row

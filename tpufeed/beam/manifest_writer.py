@@ -21,9 +21,9 @@ from tpufeed.beam import publish, shard_files
 from tpufeed.beam.record_bytes import CODEC, RAW
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.errors import InvalidArgumentError, TpufeedError
-from tpufeed.sources.manifest import FORMAT, FORMAT_VERSION
-from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
-from tpufeed.sources.record_formats import RAW_BYTES, get_record_format
+from tpufeed.sources.built.manifest import FORMAT, FORMAT_VERSION
+from tpufeed.sources.built.record_formats import CODEC as CODEC_FORMAT
+from tpufeed.sources.built.record_formats import RAW_BYTES, get_record_format
 
 __all__ = ["WriteManifest"]
 

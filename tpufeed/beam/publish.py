@@ -32,7 +32,7 @@ from collections.abc import Iterable
 
 from tpufeed.beam import shard_files
 from tpufeed.errors import SourceError, plural
-from tpufeed.sources.manifest import MANIFEST_NAME
+from tpufeed.sources.built.manifest import MANIFEST_NAME
 
 __all__ = ["discard", "leftover_builds", "publish"]
 

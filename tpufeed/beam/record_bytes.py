@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from tpufeed import codec
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
-from tpufeed.sources.record_formats import RecordFormat
+from tpufeed.sources.built.record_formats import CODEC as CODEC_FORMAT
+from tpufeed.sources.built.record_formats import RecordFormat
 
 __all__ = ["CODEC", "RAW", "encode_record"]
 

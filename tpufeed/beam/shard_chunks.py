@@ -20,8 +20,8 @@ from tpufeed.beam import publish, ranking, shard_files, spill
 from tpufeed.beam.manifest_writer import WriteManifest
 from tpufeed.beam.shard_writer import WriteShard
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.sources.built.record_formats import get_record_format
 from tpufeed.sources.formats import get_format
-from tpufeed.sources.record_formats import get_record_format
 
 __all__ = ["ShardChunks"]
 

@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError, SourceError, plural
+from tpufeed.sources.built.manifest import MANIFEST_NAME, file_crc32c, safe_shard_path
 from tpufeed.sources.formats import get_format
-from tpufeed.sources.manifest import MANIFEST_NAME, file_crc32c, safe_shard_path
 
 __all__ = [
     "check_output",

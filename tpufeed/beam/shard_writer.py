@@ -22,8 +22,8 @@ from tpufeed.beam.build_progress import progress
 from tpufeed.beam.record_bytes import CODEC
 from tpufeed.beam.schema import RecordSummary
 from tpufeed.errors import TpufeedError, plural
-from tpufeed.sources.record_formats import CODEC as CODEC_FORMAT
-from tpufeed.sources.record_formats import get_record_format
+from tpufeed.sources.built.record_formats import CODEC as CODEC_FORMAT
+from tpufeed.sources.built.record_formats import get_record_format
 
 __all__ = ["WriteShard"]
 

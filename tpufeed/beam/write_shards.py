@@ -7,7 +7,7 @@
 >>> tpufeed.Dataset.open("/data/ds").schema["x"]  # doctest: +SKIP
 
 `record_format="tf_example"` stores the dicts as `tf.train.Example` (see
-`tpufeed.sources.tf_example_records`), which tf.data (TFRecord shards) and Grain (ArrayRecord
+`tpufeed.sources.built.tf_example_records`), which tf.data (TFRecord shards) and Grain (ArrayRecord
 shards, with a parse step) read without tpufeed; `Dataset.open` decodes either kind.
 
 How it works (see `ranking` for the arithmetic): records arrive in *chunks*, (block,
@@ -43,7 +43,7 @@ from tpufeed.beam import key_cuts, ranking
 from tpufeed.beam.record_bytes import CODEC, RAW, encode_record
 from tpufeed.beam.shard_chunks import ShardChunks
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.sources.record_formats import RecordFormat, get_record_format
+from tpufeed.sources.built.record_formats import RecordFormat, get_record_format
 
 __all__ = ["CODEC", "RAW", "ShardChunks", "WriteShards", "encode_record"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from tpufeed.cli.arguments import Subcommands, non_negative_int, positive_int, positive_or_auto
 from tpufeed.cli.json_output import BUILD, add_json_option
+from tpufeed.sources.built.record_formats import RECORD_FORMATS
 from tpufeed.sources.formats import writable_formats
-from tpufeed.sources.record_formats import RECORD_FORMATS
 
 __all__ = ["add_parser", "run_command"]
 

@@ -2,7 +2,7 @@
 with `verify=True`, whether every shard is intact.
 
 `inspect_report` gathers it as the `tpufeed.inspect/1` document that `--json` prints;
-inspection_text.py words it for people. `sources.manifest` (and the remote-storage code it
+inspection_text.py words it for people. `sources.built.manifest` (and the remote-storage code it
 imports) is imported where a dataset is opened, not at the top: `tpufeed --help` makes this
 command's parser without it.
 
@@ -66,7 +66,7 @@ def _open(paths: list[str], fmt: str | None) -> tuple[ShardedSource[Any], str]:
 def folder_shards(path: str) -> tuple[str, list[str]] | None:
     """(format, sorted record files) of a local folder with no manifest that holds record files
     of one format (as `tpufeed quickstart` writes); None for anything else."""
-    from tpufeed.sources.manifest import MANIFEST_NAME
+    from tpufeed.sources.built.manifest import MANIFEST_NAME
 
     if (
         "://" in path
@@ -91,7 +91,7 @@ def folder_shards(path: str) -> tuple[str, list[str]] | None:
 def inspect_report(paths: list[str], fmt: str | None = None, verify: bool = False) -> Report:
     """What `paths` hold, as the `tpufeed.inspect/1` document (`json_output.INSPECT`): a
     dataset's manifest, or record files' counts; record 0; with `verify`, every shard checked."""
-    from tpufeed.sources.manifest import ManifestSource, is_dataset_path
+    from tpufeed.sources.built.manifest import ManifestSource, is_dataset_path
 
     kind = "files"
     source: ShardedSource[Any]
@@ -235,7 +235,7 @@ def _verify_files(source: Any) -> Report:
 
 def _refuse_unfinished(path: str) -> None:
     """A local folder with no manifest and no record files: what it is, not a bare not-found."""
-    from tpufeed.sources.manifest import MANIFEST_NAME
+    from tpufeed.sources.built.manifest import MANIFEST_NAME
 
     if (
         "://" in path

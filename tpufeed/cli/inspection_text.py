@@ -39,7 +39,7 @@ def report_lines(report: dict[str, Any]) -> list[str]:
 
 
 def _folder_header(report: dict[str, Any]) -> list[str]:
-    from tpufeed.sources.manifest import MANIFEST_NAME  # loaded already: the folder was read
+    from tpufeed.sources.built.manifest import MANIFEST_NAME  # loaded already: the folder was read
 
     folder, found = report["paths"][0], FORMATS[report["file_format"]]
     glob = os.path.join(folder, f"*{found.extension}")

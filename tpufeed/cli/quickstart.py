@@ -33,7 +33,7 @@ BATCH = 64
 
 def build(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     """Writes the training split as ArrayRecord shards; returns the paths and the test split."""
-    from tpufeed.sources.array_record import write_array_records
+    from tpufeed.sources.array_record.source import write_array_records
 
     try:
         from sklearn.datasets import load_digits

@@ -44,8 +44,8 @@ def make_target(args: argparse.Namespace) -> Dataset:
     if target.endswith(".py"):
         raise InvalidArgumentError(_without_function(target))
     from tpufeed.cli.inspection import folder_shards
+    from tpufeed.sources.built.manifest import is_dataset_path
     from tpufeed.sources.formats import get_format, guess_format
-    from tpufeed.sources.manifest import is_dataset_path
     from tpufeed.storage.local import expand_paths
 
     plain = folder_shards(target)

@@ -116,7 +116,7 @@ class SourceConstructors(abc.ABC):
         null (`tpufeed.sources._arrow_rows`). Each row group is decoded once and kept among
         `decoded_bytes` of decoded row groups per process; shuffled reads cost a decode per
         row group visit, so prefer small row groups or `shuffle(seed, window=K)`
-        (`tpufeed.sources.parquet`). `timeout_s` bounds each GCS call, as in
+        (`tpufeed.sources.parquet.source`). `timeout_s` bounds each GCS call, as in
         `from_array_record`."""
         return cls._over(
             opening.parquet(paths, columns, cache_dir, cache_bytes, decoded_bytes, timeout_s)

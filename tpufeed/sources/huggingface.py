@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, missing_dependency
-from tpufeed.sources.parquet import check_columns
+from tpufeed.sources.parquet.source import check_columns
 from tpufeed.sources.sharded import checked_indices
 
 try:

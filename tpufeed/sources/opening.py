@@ -50,7 +50,7 @@ def array_record(
     timeout_s: float | None = None,
 ) -> SourceView:
     """ArrayRecord files (a path, a glob or a list, local or gs://)."""
-    from tpufeed.sources.array_record import ArrayRecordSource
+    from tpufeed.sources.array_record.source import ArrayRecordSource
 
     return SourceView(ArrayRecordSource(paths, cache=cache_for(cache_dir, cache_bytes, timeout_s)))
 
@@ -63,7 +63,7 @@ def tfrecord(
     timeout_s: float | None = None,
 ) -> SourceView:
     """TFRecord files, read by an offset index kept in `index_dir`."""
-    from tpufeed.sources.tfrecord import TFRecordSource
+    from tpufeed.sources.tfrecord.source import TFRecordSource
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(TFRecordSource(paths, index_dir=index_dir, cache=cache))
@@ -78,7 +78,7 @@ def parquet(
     timeout_s: float | None = None,
 ) -> SourceView:
     """The rows of Parquet files, `decoded_bytes` of decoded row groups kept per process."""
-    from tpufeed.sources.parquet import ParquetSource
+    from tpufeed.sources.parquet.source import ParquetSource
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(ParquetSource(paths, columns, cache, decoded_bytes))
@@ -99,7 +99,7 @@ def built_dataset(
     timeout_s: float | None = None,
 ) -> SourceView:
     """A dataset built by `tpufeed build`: a folder or its manifest.json, local or gs://."""
-    from tpufeed.sources.manifest import ManifestSource
+    from tpufeed.sources.built.manifest import ManifestSource
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(ManifestSource(path, verify=verify, cache=cache))
@@ -114,7 +114,7 @@ def webdataset(
     timeout_s: float | None = None,
 ) -> SourceView:
     """WebDataset tar shards, read by a sample index kept in `index_dir`."""
-    from tpufeed.sources.tar import WebDatasetSource
+    from tpufeed.sources.webdataset.tar import WebDatasetSource
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(WebDatasetSource(paths, index_dir=index_dir, cache=cache, decode=decode))
@@ -127,6 +127,6 @@ def mds(
     timeout_s: float | None = None,
 ) -> SourceView:
     """A MosaicML Streaming (MDS) dataset folder, local or gs://, read in place."""
-    from tpufeed.sources.mds import MDSSource
+    from tpufeed.sources.mds.source import MDSSource
 
     return SourceView(MDSSource(path, cache=cache_for(cache_dir, cache_bytes, timeout_s)))

@@ -43,8 +43,8 @@ _PRELOAD = (
     "tpufeed.run.chunks",
     "tpufeed.run.workers.worker",
     "tpufeed.run.workers.layout",
-    "tpufeed.sources.array_record",
-    "tpufeed.sources.tfrecord",
+    "tpufeed.sources.array_record.source",
+    "tpufeed.sources.tfrecord.source",
 )
 _HEADER = struct.Struct("<I")
 _STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
@@ -329,7 +329,7 @@ def _run_worker(
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
         sys.path[:] = path
-        helper = sys.modules.get("tpufeed.sources._reader_process")
+        helper = sys.modules.get("tpufeed.sources.array_record._reader_process")
         if helper is not None:  # this server imported array_record and never used it
             helper.claim_native_state()
         from tpufeed.run.workers import worker

@@ -1,10 +1,10 @@
 """What a dataset's manifest.json must hold, field by field, and the check of a loaded one.
 
 A manifest names its format and version, the file and record formats of its shards, and each
-shard's path, record count, size and CRC32C (`tpufeed.sources.manifest` shows one whole).
+shard's path, record count, size and CRC32C (`tpufeed.sources.built.manifest` shows one whole).
 `check_manifest` refuses one that is malformed, nested too deeply, of a newer version, or that
 names one file twice, naming the field; paths are checked against the dataset root, and
-shards against their entries, when the dataset opens (`tpufeed.sources.manifest`).
+shards against their entries, when the dataset opens (`tpufeed.sources.built.manifest`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import re
 from typing import Any, TypeGuard
 
 from tpufeed.errors import CorruptDataError
+from tpufeed.sources.built.record_formats import manifest_names, record_format_of_manifest
 from tpufeed.sources.formats import FORMATS, writable_formats
-from tpufeed.sources.record_formats import manifest_names, record_format_of_manifest
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_DEPTH", "check_manifest"]
 

@@ -37,7 +37,7 @@ _NATIVE_PID = os.getpid()
 _RELEASE_EVERY_S = 1.0
 _BOOT = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from tpufeed.sources._reader_process import serve; serve(int(sys.argv[2]), int(sys.argv[3]))"
+    "from tpufeed.sources.array_record._reader_process import serve; serve(int(sys.argv[2]), int(sys.argv[3]))"
 )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from tpufeed import codec
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.sources.tf_example_records import (
+from tpufeed.sources.built.tf_example_records import (
     check_example_record,
     decode_example_record,
     encode_example_record,

@@ -2,14 +2,14 @@
 
 The folder's `index.json` lists the shards in order; record i of the source is sample i of
 Streaming's own numbering (the shards' samples one after another), so the elements are the
-sample dicts `StreamingDataset(...)[i]` gives (`tpufeed.sources.mds_format` says how each
+sample dicts `StreamingDataset(...)[i]` gives (`tpufeed.sources.mds.layout` says how each
 column decodes, and where images differ). A folder without `index.json` whose sub-folders hold
 one each (sub-datasets, as Streaming writes them per process) is read as their shards in the
 sorted order of their paths.
 
 Local folders are read in place; a gs:// folder's shards go through the shard cache, fetched
 ahead in the plan's order. Compressed shards are decompressed once into local copies
-(`tpufeed.sources.mds_shard`), kept under the cache folder's `mds/`.
+(`tpufeed.sources.mds.shard`), kept under the cache folder's `mds/`.
 
 >>> source = MDSSource("mds-train")  # doctest: +SKIP
 >>> source[3]  # doctest: +SKIP
@@ -22,15 +22,15 @@ import os
 from typing import Any
 
 from tpufeed.errors import InvalidArgumentError, SourceError, SourceNotFoundError
-from tpufeed.sources.manifest import remote_shard_url, safe_shard_path
-from tpufeed.sources.mds_format import INDEX_NAME, MAX_INDEX_BYTES, ShardInfo, parse_index
-from tpufeed.sources.mds_shard import MDSShard
+from tpufeed.sources.built.manifest import remote_shard_url, safe_shard_path
+from tpufeed.sources.mds.layout import INDEX_NAME, MAX_INDEX_BYTES, ShardInfo, parse_index
+from tpufeed.sources.mds.shard import MDSShard
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.storage.backends import is_remote_url, list_prefix, read_range
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_layout import default_cache_dir
-from tpufeed.storage.local import open_regular
 from tpufeed.storage.objects import RemoteObject
+from tpufeed.storage.opener import open_regular
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["MDSSource"]

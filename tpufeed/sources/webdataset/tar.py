@@ -1,11 +1,11 @@
 """WebDataset tar shards read in place, one sample by index: `Dataset.from_webdataset(paths)`.
 
-A shard's headers are scanned once into a sample index (`tpufeed.sources.tar_index`: members
+A shard's headers are scanned once into a sample index (`tpufeed.sources.webdataset.index`: members
 grouped into samples exactly as WebDataset groups them, the index cached and checked against
 the file's size and mtime); a sample is then one read of the span its members take. A sample
 is a dict as `WebDataset(urls).decode()` gives it: `__key__`, `__url__` (the shard's path or
 gs:// URL), and one field per member extension, decoded by extension
-(`tpufeed.sources.tar_fields`; `decode=False`: every field as bytes).
+(`tpufeed.sources.webdataset.fields`; `decode=False`: every field as bytes).
 
 >>> source = WebDatasetSource("shards/train-*.tar")  # doctest: +SKIP
 >>> source[0]  # doctest: +SKIP
@@ -31,20 +31,21 @@ from tpufeed.errors import CorruptDataError, TpufeedError
 from tpufeed.observe import counts
 from tpufeed.sources.descriptor import OwnDescriptor
 from tpufeed.sources.sharded import ShardedSource, checked_indices
-from tpufeed.sources.tar_fields import decoder_for, refused
-from tpufeed.sources.tar_index import (
+from tpufeed.sources.tfrecord.framing import _atomic_write
+from tpufeed.sources.tfrecord.index import cached_index_name, default_index_dir
+from tpufeed.sources.webdataset.fields import decoder_for, refused
+from tpufeed.sources.webdataset.index import (
     INDEX_SUFFIX,
     TarIndex,
     load_tar_index,
     save_tar_index,
     scan_tar,
 )
-from tpufeed.sources.tfrecord_format import _atomic_write
-from tpufeed.sources.tfrecord_index import cached_index_name, default_index_dir
 from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.local import FileIdentity, PathsLike, open_regular, resolve_paths
+from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.objects import RemoteObject
+from tpufeed.storage.opener import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 from tpufeed.storage.transfers import coalesce

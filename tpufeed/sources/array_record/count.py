@@ -15,7 +15,7 @@ import uuid
 from array_record.python.array_record_module import ArrayRecordReader
 
 from tpufeed.errors import CorruptDataError
-from tpufeed.sources.array_record_structure import (
+from tpufeed.sources.array_record.structure import (
     MIN_FILE_SIZE,
     READER_OPTIONS,
     RIEGELI_SIGNATURE,

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from tpufeed.sources.tfrecord_format import _CRC, _HEADER, UNFRAMED
+from tpufeed.sources.tfrecord.framing import _CRC, _HEADER, UNFRAMED
 
 __all__ = ["INDEX_SUFFIX", "cached_index_name", "default_index_dir", "index_array", "load_index"]
 

@@ -27,9 +27,9 @@ import numpy as np
 from tpufeed.errors import CorruptDataError, missing_dependency
 from tpufeed.observe import counts
 from tpufeed.sources.descriptor import OwnDescriptor
-from tpufeed.sources.mds_format import ShardInfo, read_offsets
+from tpufeed.sources.mds.layout import ShardInfo, read_offsets
 from tpufeed.sources.sharded import checked_indices
-from tpufeed.storage.local import FileIdentity, open_regular
+from tpufeed.storage.opener import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["MDSShard", "checked_hash"]

@@ -43,14 +43,9 @@ from tpufeed.observe import counts
 from tpufeed.sources.sharded import ShardedSource, checked_indices
 from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.local import (
-    FileIdentity,
-    PathsLike,
-    open_regular,
-    path_of_descriptor,
-    resolve_paths,
-)
+from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.objects import RemoteObject
+from tpufeed.storage.opener import FileIdentity, open_regular, path_of_descriptor
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 
@@ -61,7 +56,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_dependency("pyarrow", "parquet") from error
 
 from tpufeed.sources._arrow_rows import rows_of
-from tpufeed.sources._row_groups import DEFAULT_DECODED_BYTES, DecodedRowGroups
+from tpufeed.sources.parquet._row_groups import DEFAULT_DECODED_BYTES, DecodedRowGroups
 
 __all__ = ["ParquetFile", "ParquetSource", "iter_parquet_rows"]
 

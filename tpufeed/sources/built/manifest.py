@@ -14,7 +14,7 @@ dataset, and a folder without one (an interrupted build) does not open. It is JS
      "statistics": {...}, "build": {...}}
 
 File formats (reader, extension, how counts are checked) come from `tpufeed.sources.formats`,
-record formats (how a record decodes) from `tpufeed.sources.record_formats`. Shard paths are
+record formats (how a record decodes) from `tpufeed.sources.built.record_formats`. Shard paths are
 relative to the manifest's folder and may not leave it: absolute paths, `..`
 and empty components, URLs, and (locally) symlinks pointing outside are refused before any
 shard is opened.
@@ -48,11 +48,11 @@ from tpufeed.errors import (
     SourceError,
     SourceNotFoundError,
 )
+from tpufeed.sources.built.fields import FORMAT, FORMAT_VERSION, MAX_DEPTH, check_manifest
+from tpufeed.sources.built.record_formats import RAW_BYTES, record_format_of_manifest
+from tpufeed.sources.built.verified_shard import VerifiedShard, file_crc32c
 from tpufeed.sources.formats import format_for_path, get_format
-from tpufeed.sources.manifest_fields import FORMAT, FORMAT_VERSION, MAX_DEPTH, check_manifest
-from tpufeed.sources.record_formats import RAW_BYTES, record_format_of_manifest
 from tpufeed.sources.sharded import ShardedSource
-from tpufeed.sources.verified_shard import VerifiedShard, file_crc32c
 from tpufeed.storage.backends import (
     is_remote_url,
     list_prefix,
@@ -62,7 +62,7 @@ from tpufeed.storage.backends import (
     stat,
 )
 from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.local import FileIdentity, check_regular, open_regular
+from tpufeed.storage.opener import FileIdentity, check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy
 

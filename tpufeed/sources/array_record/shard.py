@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from tpufeed.sources.array_record_writer import write_array_records
+from tpufeed.sources.array_record.writer import write_array_records
 
 __all__ = ["write_array_record_shard"]
 

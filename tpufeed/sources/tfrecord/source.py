@@ -33,7 +33,7 @@ import numpy as np
 from tpufeed.errors import RecordIndexError, TpufeedError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.sharded import ShardedSource
-from tpufeed.sources.tfrecord_format import (
+from tpufeed.sources.tfrecord.framing import (
     _CRC,
     _HEADER,
     UNFRAMED,
@@ -45,7 +45,7 @@ from tpufeed.sources.tfrecord_format import (
     unframed,
     write_tfrecords,
 )
-from tpufeed.sources.tfrecord_index import (
+from tpufeed.sources.tfrecord.index import (
     INDEX_SUFFIX,
     cached_index_name,
     default_index_dir,
@@ -55,8 +55,9 @@ from tpufeed.sources.tfrecord_index import (
 from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.local import FileIdentity, PathsLike, open_regular, resolve_paths
+from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.objects import RemoteObject
+from tpufeed.storage.opener import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 from tpufeed.storage.transfers import coalesce

@@ -2,7 +2,7 @@
 
 array_record's reader does not raise on a damaged file: a file cut in half, a zero-length file
 or random bytes all open "fine" and report 0 records. So a file's structure is checked before
-the reader's record count is trusted (`tpufeed.sources.array_record_file`):
+the reader's record count is trusted (`tpufeed.sources.array_record.file`):
 
 1. the first 64 bytes are the fixed Riegeli file signature (block header + signature chunk);
 2. the size is a whole number of 64 KiB Riegeli blocks, at least two (the writer pads the footer

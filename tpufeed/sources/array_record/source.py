@@ -1,9 +1,9 @@
 """ArrayRecord files as a tpufeed source: checked at open, read in batches, picklable.
 
 `ArrayRecordSource` is the records of many files as one sequence; each file is an
-`ArrayRecordFile` (`tpufeed.sources.array_record_file`: checked before array_record's reader is
-trusted with it, `tpufeed.sources.array_record_structure`), and `write_array_records` writes one
-(`tpufeed.sources.array_record_writer`). gs:// files are read from their copies in the shard
+`ArrayRecordFile` (`tpufeed.sources.array_record.file`: checked before array_record's reader is
+trusted with it, `tpufeed.sources.array_record.structure`), and `write_array_records` writes one
+(`tpufeed.sources.array_record.writer`). gs:// files are read from their copies in the shard
 cache (`tpufeed.storage.cache`), fetched when first needed or ahead of time.
 
 >>> source = ArrayRecordSource("data/train-*.array_record")  # doctest: +SKIP
@@ -14,8 +14,8 @@ cache (`tpufeed.storage.cache`), fetched when first needed or ahead of time.
 from __future__ import annotations
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.sources.array_record_file import ArrayRecordFile
-from tpufeed.sources.array_record_writer import write_array_records
+from tpufeed.sources.array_record.file import ArrayRecordFile
+from tpufeed.sources.array_record.writer import write_array_records
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.local import PathsLike, resolve_paths

@@ -37,7 +37,7 @@ from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.formats import FileFormat, get_format
 from tpufeed.storage import cache_layout
-from tpufeed.storage.local import FileIdentity, open_regular
+from tpufeed.storage.opener import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["VerifiedShard", "file_crc32c"]

@@ -1,10 +1,10 @@
 """One ArrayRecord file, read by local record index: checked at open, picklable, local or gs://.
 
 A file's structure is checked before array_record's reader is trusted with it
-(`tpufeed.sources.array_record_structure`), so a damaged file raises and never reads as empty.
+(`tpufeed.sources.array_record.structure`), so a damaged file raises and never reads as empty.
 A `gs://` file is read from its copy in the shard cache (`tpufeed.storage.cache`), fetched when
 first needed or ahead of time; its record count comes from its footer alone, fetched by byte
-ranges (`tpufeed.sources.array_record_count`) and remembered in the cache.
+ranges (`tpufeed.sources.array_record.count`) and remembered in the cache.
 
 A local file is pinned when first opened (`tpufeed.storage.local.FileIdentity`): every later
 open (after pickling, in a worker, in the reader process, after a failed read) must find that
@@ -31,9 +31,9 @@ from tpufeed.errors import (
     TpufeedError,
 )
 from tpufeed.sources._after_fork import forget_in_children
-from tpufeed.sources._reader_process import ReaderProcess, native_state_inherited
-from tpufeed.sources.array_record_count import count_by_ranges
-from tpufeed.sources.array_record_structure import (
+from tpufeed.sources.array_record._reader_process import ReaderProcess, native_state_inherited
+from tpufeed.sources.array_record.count import count_by_ranges
+from tpufeed.sources.array_record.structure import (
     READER_OPTIONS,
     RIEGELI_SIGNATURE,
     close_reporting,
@@ -42,7 +42,7 @@ from tpufeed.sources.array_record_structure import (
 )
 from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.local import FileIdentity, open_regular, path_of_descriptor
+from tpufeed.storage.opener import FileIdentity, open_regular, path_of_descriptor
 from tpufeed.storage.remote import RemoteFile
 
 __all__ = ["ArrayRecordFile"]
