@@ -76,11 +76,13 @@ def test_a_missing_file_is_none_without_a_warning(tmp_path, recwarn):
         ("tiny", "too short for its trailer"),
         ("fifo", "FIFO"),
         ("folder", "directory"),
+        ("link out", "outside"),
     ],
 )
 @pytest.mark.timeout(10)
 def test_a_bad_derived_file_is_removed_with_a_warning(tmp_path, damage, words):
-    path = str(tmp_path / "d")
+    (tmp_path / "own").mkdir()
+    path = str(tmp_path / "own" / "d")
     write_derived(path, lambda f: f.write(b"payload " * 1000))
     if damage == "flip":
         with open(path, "r+b") as f:
@@ -93,9 +95,13 @@ def test_a_bad_derived_file_is_removed_with_a_warning(tmp_path, damage, words):
     elif damage == "fifo":
         os.remove(path)
         os.mkfifo(path)
-    else:
+    elif damage == "folder":
         os.remove(path)
         os.mkdir(path)
+    else:  # a link to a good derived file of another folder: not this folder's own
+        (tmp_path / "elsewhere").mkdir()
+        os.replace(path, tmp_path / "elsewhere" / "d")
+        os.symlink(tmp_path / "elsewhere" / "d", path)
     with pytest.warns(UserWarning, match=f"the test file .*{words}"):
         assert read_derived(path, "the test file") is None
     if damage != "folder":  # a folder is not unlinked: it is said, and the caller goes on

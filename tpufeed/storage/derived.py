@@ -11,7 +11,8 @@ none, and a temporary left by a writer that died is known as such and removed
 (`remove_dead_temporaries`). A trailer after its bytes holds their length and CRC32C. On its
 first use in each process (`open_derived`) the bytes are checked against it; a derived file
 that fails the check, or that is not a regular file (a FIFO in its place is never opened for
-reading), is removed with a warning, and the caller makes it again.
+reading, a symlink out of its folder), is removed with a warning, and the caller makes it
+again.
 
 >>> name = derived_name(path, identity, ".wds.tpufeed-index")  # doctest: +SKIP
 >>> write_derived(os.path.join(directory, name), lambda f: f.write(index_bytes))  # doctest: +SKIP
@@ -96,8 +97,8 @@ def write_derived(path: str, write: Callable[[BinaryIO], Any]) -> None:
 def open_derived(path: str, what: str) -> Derived | None:
     """`path` open for reading if it is there and whole; None if it is missing, or was bad (it
     is then removed, with a warning naming `what`, e.g. "the tar index of x.tar")."""
-    try:
-        fd = open_regular(path)
+    try:  # a derived file is its folder's own: a link out of it is not one tpufeed wrote
+        fd = open_regular(path, root=os.path.dirname(os.path.abspath(path)))
     except SourceError as error:
         if not os.path.lexists(path):
             return None
