@@ -6,6 +6,7 @@ import os
 import pickle
 import subprocess
 import tempfile
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
@@ -28,7 +29,8 @@ from tpufeed.sources.tfrecord import (
 )
 from tpufeed.sources.tfrecord import framing as tfrecord_format
 from tpufeed.sources.tfrecord import source as tfrecord
-from tpufeed.sources.tfrecord.index import INDEX_SUFFIX
+from tpufeed.sources.tfrecord.index import INDEX_SUFFIX, index_stamp, save_index
+from tpufeed.storage.opener import FileIdentity
 
 
 @pytest.fixture(scope="module")
@@ -211,27 +213,70 @@ def test_index_rebuilt_after_same_size_rewrite(tmp_path, count_scans):
     assert f.read([1, 0]) == [b"dddd", b"cc"]
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "pickled", "wrong_lengths"])
-def test_damaged_index_is_rebuilt(tmp_path, count_scans, damage):
+def test_a_file_replaced_by_one_of_the_same_size_and_mtime_is_indexed_again(
+    tmp_path, count_scans
+):
+    """The index is the old file's: another inode, even of the same size and time, is not it."""
+    path = str(tmp_path / "d.tfrecord")
+    write_tfrecords(path, [b"aaaa", b"bb"])
+    before = os.stat(path)
+    assert TFRecordFile(path).read([0, 1]) == [b"aaaa", b"bb"]
+    write_tfrecords(path, [b"cc", b"dddd"])  # a new file renamed over it: another inode
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    now = os.stat(path)
+    assert (now.st_size, now.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert now.st_ino != before.st_ino
+    f = TFRecordFile(path)
+    assert len(count_scans) == 2
+    assert f.read([1, 0]) == [b"dddd", b"cc"]
+
+
+def _crafted_index(index: str, path: str, offsets, lengths) -> None:
+    """An index with a good CRC32C trailer whose table does not tile the file."""
+    identity = FileIdentity.of(os.stat(path))
+    save_index(
+        index,
+        index_stamp(path, identity),
+        np.array(offsets, np.uint64),
+        np.array(lengths, np.uint64),
+    )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["garbage", "truncated", "flipped", "pickled", "fifo", "wrong_lengths", "huge_length"],
+)
+def test_damaged_index_is_removed_with_a_warning_and_rebuilt(tmp_path, count_scans, damage):
     path = str(tmp_path / "d.tfrecord")
     write_tfrecords(path, [b"a", b"bb", b"ccc"])
     index = TFRecordFile(path).index_path
+    data = open(index, "rb").read()
+    os.remove(index)
     if damage == "garbage":
         open(index, "wb").write(b"not an index")
     elif damage == "truncated":
-        data = open(index, "rb").read()
         open(index, "wb").write(data[:-9])
+    elif damage == "flipped":
+        open(index, "wb").write(data[:50] + bytes([data[50] ^ 1]) + data[51:])
     elif damage == "pickled":
         np.save(index + ".npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
         os.replace(index + ".npy", index)
-    else:
-        arr = np.load(index)
-        arr[-1] += 1  # the last length no longer tiles the file
-        with open(index, "wb") as out:
-            np.save(out, arr)
-    f = TFRecordFile(path)
+    elif damage == "fifo":  # never opened for reading: that would block
+        os.mkfifo(index)
+    elif damage == "wrong_lengths":  # the last length no longer tiles the file
+        _crafted_index(index, path, [12, 29, 47], [1, 2, 4])
+    else:  # a length that would run far past the end of the file
+        _crafted_index(index, path, [12, 29, 47], [1, 2, (1 << 64) - 9])
+    crafted = damage in ("wrong_lengths", "huge_length")  # whole, but not this file's index
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = TFRecordFile(path)
+    warned = [str(w.message) for w in caught if "removed; it is made again" in str(w.message)]
+    assert len(warned) == (0 if crafted else 1)  # a whole index of other records: just replaced
+    assert all(index in message and path in message for message in warned)
     assert len(count_scans) == 2
     assert f.read([0, 1, 2]) == [b"a", b"bb", b"ccc"]
+    assert os.path.isfile(index) and not os.path.islink(index)
     assert len(TFRecordFile(path)) == 3 and len(count_scans) == 2  # the rebuilt one is good
 
 

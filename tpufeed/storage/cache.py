@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tpufeed.errors import InvalidArgumentError, SourceError
+from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.observe import counts
 from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_errors import check_not_a_file, disk_errors
@@ -48,6 +48,7 @@ from tpufeed.storage.cache_space import CacheSpace
 from tpufeed.storage.cache_verified import VerifiedCopies
 from tpufeed.storage.eviction import PlanBoard, VictimChooser
 from tpufeed.storage.objects import RemoteObject
+from tpufeed.storage.opener import open_regular
 from tpufeed.storage.retry import RetryPolicy
 from tpufeed.storage.transfers import PART_BYTES, URGENT
 
@@ -160,6 +161,26 @@ class ShardCache:
             yield data
         finally:
             os.close(fd)  # drops the lock
+
+    def open_copy(self, obj: RemoteObject) -> int:
+        """The verified local copy of `obj` open for reading, through the opener (call inside
+        `pinned`): a regular file (anything else in its place is refused without blocking on
+        it), and the very file verified (its stat stamp), else `CorruptDataError` naming it."""
+        key = entry_key(obj)
+        data = self.layout.data(key)
+        shown = f"{obj.url} (its cached copy {data})"
+        fd = open_regular(data, shown)
+        try:
+            if not self.verified.trusted(key, obj, os.fstat(fd)):
+                raise CorruptDataError(
+                    f"{shown} changed after it was verified (another file put in its place, "
+                    "or written to): it is checked again and fetched again on the next read",
+                    path=obj.url,
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def hold(self, obj: RemoteObject, on_evicted: Callable[[], None] | None = None) -> CopyHold:
         """Counts the local copy of `obj` against the limit after an eviction, until closed.

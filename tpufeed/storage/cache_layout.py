@@ -29,6 +29,7 @@ from typing import Any
 import google_crc32c
 
 from tpufeed.storage.objects import RemoteObject
+from tpufeed.storage.opener import open_regular
 
 __all__ = ["BOOT", "CACHE_DIR_ENV", "CacheLayout", "default_cache_dir", "entry_key", "key_of"]
 
@@ -151,8 +152,9 @@ def free_bytes(path: str) -> int:
 
 
 def file_crc32c(path: str) -> int:
+    """The CRC32C of the regular file `path` (anything else is refused without blocking)."""
     crc = 0
-    with open(path, "rb", buffering=0) as f:
+    with os.fdopen(open_regular(path), "rb", buffering=0) as f:
         while chunk := f.read(8 << 20):
             crc = google_crc32c.extend(crc, chunk)
     return crc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tpufeed.errors import SourceError
 from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_layout import BOOT, CacheLayout
 from tpufeed.storage.objects import RemoteObject
@@ -52,7 +53,10 @@ class VerifiedCopies:
         if size != obj.size:
             return f"{size:,} bytes, the object has {obj.size:,}"
         if obj.crc32c is not None:
-            crc = files.file_crc32c(path)
+            try:
+                crc = files.file_crc32c(path)
+            except SourceError as error:  # not a regular file (a FIFO put in its place)
+                return str(error)
             if crc != obj.crc32c:
                 return f"CRC32C {crc:08x}, the object's is {obj.crc32c:08x}"
         return None

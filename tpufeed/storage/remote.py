@@ -49,6 +49,11 @@ class RemoteFile:
         """The local copy's path, fetched if needed and kept in place inside the `with`."""
         return self.cache.pinned(self.obj)
 
+    def open_copy(self) -> int:
+        """The local copy open for reading (call while pinned): checked to be the regular file
+        the cache verified (see `ShardCache.open_copy`)."""
+        return self.cache.open_copy(self.obj)
+
     def stamp(self) -> list[int] | None:
         """The local copy's stat stamp now (take it while pinned)."""
         return self.cache.stamp(self.obj)

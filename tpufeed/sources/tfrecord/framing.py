@@ -22,6 +22,7 @@ _HEADER = struct.Struct("<QI")  # length, masked crc of the 8 length bytes
 _CRC = struct.Struct("<I")
 _FRAMING = _HEADER.size + _CRC.size  # 16 bytes around every record's data
 _SCAN_CHUNK = 16 << 20
+_STREAM_PIECE = 1 << 20  # a stream's record is read in pieces: a declared length is not trusted
 
 
 def _masked_crc(data: bytes) -> int:
@@ -76,9 +77,11 @@ def write_tfrecords(path: str | os.PathLike, records: Iterable[bytes]) -> int:
 
 
 def _read_exact(f: BinaryIO, n: int) -> bytes:
+    """Up to `n` bytes of `f` (fewer only at its end), read in pieces of at most 1 MiB: what
+    is held never exceeds the bytes the stream really has, whatever `n` a header declares."""
     parts, left = [], n
     while left:
-        chunk = f.read(left)
+        chunk = f.read(min(left, _STREAM_PIECE))
         if not chunk:
             break
         parts.append(chunk)

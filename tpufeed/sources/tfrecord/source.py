@@ -3,7 +3,8 @@
 A record is `uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)`,
 all little-endian. The index (data offset and length of every record) is cached next to the file
 as `<path>.tpufeed-index`, or under `index_dir` when that is given or the file's directory is not
-writable, and is rebuilt whenever the file's size or mtime changes.
+writable. It is a derived file (`tpufeed.sources.tfrecord.index`): made for one file, by its
+device, inode, size and mtime, checked by its CRC32C on first use, and made again otherwise.
 
 Damage is reported when the damaged record is read, so `ignore_errors` can skip it: a record
 whose data CRC fails is indexed like any other; where the framing itself breaks (a length whose
@@ -16,13 +17,12 @@ records, and the rest of the file is one last position that fails when read.
 [b'yz', b'x']
 
 A `gs://` file is indexed once (the index is cached under `<cache dir>/tfrecord-index`, keyed
-by the object's generation) and then read from its copy in the shard cache or, with a cache of
+by the object's URL and generation or ETag) and then read from its copy in the shard cache or, with a cache of
 0 bytes, as coalesced ranged GETs of just the records asked for.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import warnings
@@ -37,7 +37,6 @@ from tpufeed.sources.tfrecord.framing import (
     _CRC,
     _HEADER,
     UNFRAMED,
-    _atomic_write,
     _corrupt,
     _masked_crc,
     _scan,
@@ -47,10 +46,11 @@ from tpufeed.sources.tfrecord.framing import (
 )
 from tpufeed.sources.tfrecord.index import (
     INDEX_SUFFIX,
-    cached_index_name,
     default_index_dir,
-    index_array,
+    index_name,
+    index_stamp,
     load_index,
+    save_index,
 )
 from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
@@ -103,39 +103,37 @@ class TFRecordFile:
         else:
             self.index_path, self._offsets, self._lengths = self._load_or_build_remote_index(remote)
 
-    def _index_candidates(self) -> list[str]:
-        name = cached_index_name(self.path)
+    def _index_candidates(self, version: FileIdentity | str) -> list[str]:
+        name = index_name(self.path, version)
         if self.index_dir is not None:
             return [os.path.join(self.index_dir, name)]
         return [self.path + INDEX_SUFFIX, os.path.join(default_index_dir(), name)]
 
     def _load_or_build_index(self) -> tuple[str | None, np.ndarray, np.ndarray]:
         with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb", buffering=0) as f:
-            st = os.fstat(f.fileno())
-            self.pinned = FileIdentity.of(st)
-            candidates = self._index_candidates()
+            self.pinned = FileIdentity.of(os.fstat(f.fileno()))
+            stamp = index_stamp(self.path, self.pinned)
+            candidates = self._index_candidates(self.pinned)
             for index_path in candidates:
-                found = load_index(index_path, st.st_size, st.st_mtime_ns)
+                found = load_index(index_path, stamp, self.pinned.size, self._index_what)
                 if found is not None:
                     return index_path, *found
-            offsets, lengths = scan_records(f.fileno(), self.path, st.st_size)
-        return self._save_index(candidates, st.st_size, st.st_mtime_ns, offsets, lengths)
+            offsets, lengths = scan_records(f.fileno(), self.path, self.pinned.size)
+        return self._save_index(candidates, stamp, offsets, lengths)
 
     def _load_or_build_remote_index(
         self, remote: RemoteFile
     ) -> tuple[str | None, np.ndarray, np.ndarray]:
-        """A gs:// file's index is keyed by its generation (in the place of a local mtime)."""
+        """A gs:// or s3:// file's index is keyed by its URL and version (generation, ETag)."""
         obj = remote.obj
         directory = self.index_dir or os.path.join(remote.cache.root, "tfrecord-index")
-        name = hashlib.sha256(f"{obj.url}#{obj.version}".encode()).hexdigest()[:32]
-        candidates = [
-            os.path.join(directory, f"{name}-{os.path.basename(obj.name)[:100]}{INDEX_SUFFIX}")
-        ]
-        found = load_index(candidates[0], obj.size, obj.generation)
+        candidates = [os.path.join(directory, index_name(obj.url, obj.version))]
+        stamp = index_stamp(obj.url, obj.version)
+        found = load_index(candidates[0], stamp, obj.size, self._index_what)
         if found is not None:
             return candidates[0], *found
         if remote.cached:
-            with remote.pinned() as local, open(local, "rb", buffering=0) as f:
+            with remote.pinned(), os.fdopen(remote.open_copy(), "rb", buffering=0) as f:
                 offsets, lengths = scan_records(f.fileno(), self.path, obj.size)
         else:
             offsets, lengths = _scan(
@@ -143,24 +141,20 @@ class TFRecordFile:
                 self.path,
                 obj.size,
             )
-        return self._save_index(candidates, obj.size, obj.generation, offsets, lengths)
+        return self._save_index(candidates, stamp, offsets, lengths)
+
+    @property
+    def _index_what(self) -> str:
+        return f"the record index of {self.path}"
 
     def _save_index(
-        self,
-        candidates: list[str],
-        size: int,
-        version: int,
-        offsets: np.ndarray,
-        lengths: np.ndarray,
+        self, candidates: list[str], stamp: bytes, offsets: np.ndarray, lengths: np.ndarray
     ) -> tuple[str | None, np.ndarray, np.ndarray]:
-        arr = index_array(size, version, offsets, lengths)
         errors = []
         for index_path in candidates:
             try:
                 os.makedirs(os.path.dirname(index_path) or ".", exist_ok=True)
-                _atomic_write(
-                    index_path, lambda out: np.save(out, arr, allow_pickle=False), durable=False
-                )
+                save_index(index_path, stamp, offsets, lengths)
                 return index_path, offsets, lengths
             except OSError as e:
                 errors.append(f"{index_path}: {e}")
@@ -198,9 +192,9 @@ class TFRecordFile:
             if self._file is not None and self.remote.unchanged(self._opened):
                 return self._read_fd(self._file.fileno(), idx)
             self.close()  # evicted, replaced or changed since it was opened
-            with self.remote.pinned() as local:
+            with self.remote.pinned():
                 with self._lock:
-                    self._file = open(local, "rb", buffering=0)
+                    self._file = os.fdopen(self.remote.open_copy(), "rb", buffering=0)
                     self._opened = self.remote.hold(self.release_if_evicted)
                     fd = self._file.fileno()
                 return self._read_fd(fd, idx)
