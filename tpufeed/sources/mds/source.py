@@ -7,9 +7,11 @@ column decodes, and where images differ). A folder without `index.json` whose su
 one each (sub-datasets, as Streaming writes them per process) is read as their shards in the
 sorted order of their paths.
 
-Local folders are read in place; a gs:// folder's shards go through the shard cache, fetched
-ahead in the plan's order. Compressed shards are decompressed once into local copies
-(`tpufeed.sources.mds.shard`), kept under the cache folder's `mds/`.
+Local folders are read in place, every file through the one opener (`storage.opener`): regular
+files only, inside the dataset folder, pinned. A gs:// folder's shards go through the shard
+cache, fetched ahead in the plan's order. Compressed shards are decompressed once into local
+copies (`tpufeed.sources.mds.copies`), kept under the cache folder's `mds/`; opening a dataset
+removes the copies that a killed process left half written there.
 
 >>> source = MDSSource("mds-train")  # doctest: +SKIP
 >>> source[3]  # doctest: +SKIP
@@ -29,6 +31,7 @@ from tpufeed.sources.sharded import ShardedSource
 from tpufeed.storage.backends import is_remote_url, list_prefix, read_range
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.cache_layout import default_cache_dir
+from tpufeed.storage.derived import remove_dead_temporaries
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import open_regular
 from tpufeed.storage.remote import RemoteFile
@@ -57,9 +60,10 @@ class MDSSource(ShardedSource[MDSShard]):
         else:
             copies = os.path.join(cache.root if cache else default_cache_dir(), "mds")
             files = [
-                MDSShard(safe_shard_path(root, info.stored["basename"], where), info, copies)
+                _local_shard(root, where, info, copies)
                 for root, where, info in _local_shards(self.path)
             ]
+        remove_dead_temporaries(copies)  # copies a killed process was writing
         if not files:
             raise SourceError(f"{self.path}: the MDS index lists no shards", path=self.path)
         super().__init__(files)
@@ -71,11 +75,18 @@ class MDSSource(ShardedSource[MDSShard]):
         return f"MDSSource({self.path!r}, {len(self.files)} shards, {len(self)} samples)"
 
 
+def _local_shard(root: str, where: str, info: ShardInfo, copies: str) -> MDSShard:
+    """Shard `info` of the index `where`, its files inside the dataset folder `root`."""
+    path = safe_shard_path(root, info.stored["basename"], where)
+    twin = None if info.zip is None else safe_shard_path(root, info.raw["basename"], where)
+    return MDSShard(path, info, copies, root=root, twin=twin)
+
+
 def _local_shards(path: str) -> list[tuple[str, str, ShardInfo]]:
     """(dataset root, index path, shard) of every shard, in order."""
     if os.path.basename(path) == INDEX_NAME and not os.path.isdir(path):
         indexes = [path]
-    elif os.path.isfile(os.path.join(path, INDEX_NAME)):
+    elif os.path.lexists(os.path.join(path, INDEX_NAME)):  # anything there: opened, or refused
         indexes = [os.path.join(path, INDEX_NAME)]
     elif os.path.isdir(path):
         indexes = _sub_indexes(path)
@@ -86,7 +97,7 @@ def _local_shards(path: str) -> list[tuple[str, str, ShardInfo]]:
     for index_path in indexes:
         prefix = os.path.relpath(os.path.dirname(index_path), root).replace(os.sep, "/")
         prefix = "" if prefix == "." else prefix + "/"
-        with os.fdopen(open_regular(index_path), "rb") as f:
+        with os.fdopen(open_regular(index_path, root=root), "rb") as f:
             data = f.read(MAX_INDEX_BYTES + 1)
         _check_size(len(data), index_path)
         shards += [(root, index_path, info) for info in parse_index(data, index_path, prefix)]
