@@ -33,6 +33,8 @@ from tpufeed.beam.inputs import (
     jsonl_record,
     open_input,
     read_input,
+    read_line,
+    skip_line,
 )
 from tpufeed.errors import SourceError
 
@@ -53,21 +55,26 @@ class _Lines:
     """The lines of a byte range that start in [start, end) (lines may run past `end`), with
     the offset after the last line handed out."""
 
-    def __init__(self, f: BinaryIO, start: int):
-        self._f = f
+    def __init__(self, f: BinaryIO, start: int, path: str):
+        self._f, self.path = f, path
         if start > 0:
             f.seek(start - 1)
-            self.pos = start - 1 + len(f.readline())  # the line the block before owns
+            self.pos = start - 1 + skip_line(f)  # the line the block before owns
         else:
             f.seek(0)
             self.pos = 0
         self.count = 0
+        self.where = (
+            (lambda line: f"{path} (line {line} of the block from byte {start:,})")
+            if start > 0
+            else (lambda line: f"{path} line {line}")
+        )
 
     def __iter__(self) -> Iterator[bytes]:
         return self
 
     def __next__(self) -> bytes:
-        line = self._f.readline()
+        line = read_line(self._f, self.where(self.count + 1), self.path)
         if not line:
             raise StopIteration
         self.pos += len(line)
@@ -78,7 +85,7 @@ class _Lines:
 def _jsonl(block: Block, start: BlockStart) -> Iterator[tuple[int, str, Any]]:
     index = start.record
     with open_input(block.path) as f:
-        lines = _Lines(f, block.start)
+        lines = _Lines(f, block.start, block.path)
         while lines.pos < block.end:
             try:
                 line = next(lines)
@@ -111,7 +118,7 @@ def _text_lines(lines: _Lines, block: Block, start: BlockStart | None) -> Iterat
 
 def _csv_header(path: str) -> list[str]:
     with open_input(path) as f:
-        lines = _Lines(f, 0)
+        lines = _Lines(f, 0, path)
         whole = Block(id=0, file_index=0, kind="csv", path=path, start=0, end=-1, single=True)
         header = next(csv.reader(_text_lines(lines, whole, BlockStart())), None)
     if header is not None and (len(set(header)) != len(header) or not all(header)):
@@ -128,7 +135,7 @@ def _csv(
     header = _csv_header(block.path)
     index = start.record if start else 0
     with open_input(block.path) as f:
-        lines = _Lines(f, block.start)
+        lines = _Lines(f, block.start, block.path)
         for row in _csv_rows(lines, block, start):
             if start is None:
                 yield index, "", None
@@ -216,10 +223,11 @@ def _image_block(block: Block) -> Iterator[tuple[int, str, Any]]:
 def _count_jsonl(block: Block) -> tuple[int, int]:
     """(records, lines) of a JSONL block: its lines split in one pass over its bytes."""
     with open_input(block.path) as f:
-        lines = _Lines(f, block.start)
+        lines = _Lines(f, block.start, block.path)
         data = f.read(max(0, block.end - lines.pos)) if lines.pos < block.end else b""
-        if data and not data.endswith(b"\n"):
-            data += f.readline()  # the last line owned here runs past the end
+        if data and not data.endswith(b"\n"):  # the last line owned here runs past the end
+            where = _where(block, None, data.count(b"\n") + 1)
+            data += read_line(f, where, block.path)
     parts = data.split(b"\n")
     if parts and parts[-1] == b"":
         parts.pop()  # after the final line end

@@ -30,9 +30,17 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tpufeed import codec
-from tpufeed.errors import CodecError, InvalidArgumentError, SourceError, SourceNotFoundError
+from tpufeed.errors import (
+    CodecError,
+    CorruptDataError,
+    InvalidArgumentError,
+    SourceError,
+    SourceNotFoundError,
+    TpufeedError,
+)
 from tpufeed.sources.formats import FORMATS, format_for_path
 from tpufeed.sources.tfrecord.framing import read_stream
+from tpufeed.storage.opener import open_regular
 from tpufeed.transforms.example import parse_example
 
 __all__ = [
@@ -43,6 +51,8 @@ __all__ = [
     "jsonl_record",
     "open_input",
     "read_input",
+    "read_line",
+    "skip_line",
 ]
 
 _TEXT_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv"}
@@ -110,12 +120,16 @@ def expand_inputs(patterns: Sequence[str]) -> list[InputFile]:
 
 
 def open_input(path: str) -> BinaryIO:
+    """`path` open for reading: a local file through the opener (a FIFO or a device is refused
+    without blocking), a URL through Beam's file systems."""
     try:
         if "://" in path:
             from apache_beam.io.filesystems import FileSystems
 
             return FileSystems.open(path)
-        return open(path, "rb")
+        return os.fdopen(open_regular(path), "rb")
+    except TpufeedError:
+        raise
     except FileNotFoundError:
         raise SourceNotFoundError(f"no such file: {path}", path=path) from None
     except Exception as e:
@@ -123,6 +137,32 @@ def open_input(path: str) -> BinaryIO:
 
 
 _BOM = b"\xef\xbb\xbf"
+# A longer line is refused rather than held: memory for one line stays within this bound.
+MAX_LINE_BYTES = 64 << 20
+_SKIP_PIECE = 1 << 20
+
+
+def read_line(f: BinaryIO, where: str, path: str) -> bytes:
+    """The next line of `f` (b"" at its end), at most `MAX_LINE_BYTES` long; a longer one
+    raises `CorruptDataError` naming `where` (the file and line) before more of it is read."""
+    line = f.readline(MAX_LINE_BYTES + 1)
+    if len(line) > MAX_LINE_BYTES:
+        raise CorruptDataError(
+            f"{where}: the line is longer than {MAX_LINE_BYTES:,} bytes (not a JSONL or CSV "
+            "record tpufeed reads: a line is held whole in memory)",
+            path=path,
+        )
+    return line
+
+
+def skip_line(f: BinaryIO) -> int:
+    """Reads past the rest of the current line, a piece at a time; returns its length."""
+    skipped = 0
+    while piece := f.readline(_SKIP_PIECE):
+        skipped += len(piece)
+        if piece.endswith(b"\n"):
+            break
+    return skipped
 
 
 def jsonl_record(line: bytes, origin: str) -> Any:
@@ -130,7 +170,7 @@ def jsonl_record(line: bytes, origin: str) -> Any:
     if not line.startswith(_BOM):  # the common case: parsed as it is (JSON allows the line end)
         try:
             record = json.loads(line.decode())
-        except ValueError:  # not UTF-8, or not JSON: said exactly below
+        except (ValueError, RecursionError):  # not UTF-8, or not JSON: said exactly below
             pass
         else:
             if type(record) is dict:
@@ -145,15 +185,20 @@ def jsonl_record(line: bytes, origin: str) -> Any:
     except json.JSONDecodeError as e:
         end = " (the end of the line)" if e.pos >= len(text) else ""
         return Malformed(origin, f"invalid JSON: {e.msg} at column {e.colno}{end}")
+    except ValueError as e:  # a number of more digits than Python converts
+        return Malformed(origin, f"invalid JSON: {e}")
+    except RecursionError:
+        return Malformed(origin, "invalid JSON: arrays or objects nested too deeply to parse")
     if not isinstance(record, dict):
         return Malformed(origin, f"expected a JSON object, got {type(record).__name__}")
     return record
 
 
 def _jsonl(path: str) -> Iterator[tuple[int, str, Any]]:
-    index = 0
+    index, number = 0, 0
     with open_input(path) as f:
-        for number, line in enumerate(f, start=1):
+        while line := read_line(f, f"{path} line {number + 1}", path):
+            number += 1
             if not line.strip():
                 continue
             origin = f"{path} line {number}"
@@ -161,10 +206,20 @@ def _jsonl(path: str) -> Iterator[tuple[int, str, Any]]:
             index += 1
 
 
+def _text(raw: BinaryIO, path: str) -> Iterator[str]:
+    """The lines of a CSV file as text, each bounded by `MAX_LINE_BYTES`."""
+    number = 0
+    while line := read_line(raw, f"{path} line {number + 1}", path):
+        number += 1
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SourceError(f"{path} line {number}: not UTF-8: {e}", path=path) from e
+
+
 def _csv(path: str) -> Iterator[tuple[int, str, Any]]:
     with open_input(path) as raw:
-        text = io.TextIOWrapper(raw, encoding="utf-8", newline="")
-        reader = csv.reader(text)
+        reader = csv.reader(_text(raw, path))
         try:
             header = next(reader, None)
             if header is None:
@@ -194,10 +249,6 @@ def _csv(path: str) -> Iterator[tuple[int, str, Any]]:
                     record = dict(zip(header, row))
                 yield index, origin, record
                 index += 1
-        except UnicodeDecodeError as e:
-            raise SourceError(
-                f"{path} line {reader.line_num + 1}: not UTF-8: {e}", path=path
-            ) from e
         except csv.Error as e:
             raise SourceError(
                 f"{path} line {reader.line_num}: malformed CSV: {e}", path=path
@@ -268,7 +319,7 @@ def _images(folder: str) -> Iterator[tuple[int, str, Any]]:
 def image_record(image_module: Any, path: str, rel: str, classes: dict[str, int] | None) -> Any:
     """The record of one image file (bytes, path, and class from its folder when `classes`
     is given), or a Malformed when Pillow cannot decode it."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:  # a FIFO named x.jpg is refused
         data = f.read()
     try:
         with image_module.open(io.BytesIO(data)) as image:

@@ -24,6 +24,7 @@ whole-file download to count rows); with a cache of 0 bytes, row groups are read
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import Iterator, Sequence
@@ -57,6 +58,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 from tpufeed.sources._arrow_rows import rows_of
 from tpufeed.sources.parquet._row_groups import DEFAULT_DECODED_BYTES, DecodedRowGroups
+from tpufeed.sources.parquet.footer import check_footer
 
 __all__ = ["ParquetFile", "ParquetSource", "iter_parquet_rows"]
 
@@ -126,17 +128,32 @@ class ParquetFile:
             if self.remote is None:
                 with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb") as f:
                     self.pinned = FileIdentity.of(os.fstat(f.fileno()))
-                    return pq.read_metadata(path_of_descriptor(f.fileno(), self.path))
-            if self.remote.cache.contains(self.remote.obj):
-                with self.remote.pinned() as local:
-                    return pq.read_metadata(local)
-            return pq.ParquetFile(RangedFile(self.remote)).metadata
+                    metadata = pq.read_metadata(path_of_descriptor(f.fileno(), self.path))
+            elif self.remote.cache.contains(self.remote.obj):
+                with self._cached_copy() as local:
+                    metadata = pq.read_metadata(local)
+            else:
+                metadata = pq.ParquetFile(RangedFile(self.remote)).metadata
         except TpufeedError:
             raise
         except Exception as error:
             raise CorruptDataError(
                 f"{self.path}: not a readable Parquet file: {error}", path=self.path
             ) from error
+        check_footer(metadata, self.path)
+        return metadata
+
+    @contextlib.contextmanager
+    def _cached_copy(self) -> Iterator[str]:
+        """A name of the verified cached copy, open through the cache's opener, held inside."""
+        remote = self._remote()
+        with remote.pinned() as local, os.fdopen(remote.open_copy(), "rb") as f:
+            yield path_of_descriptor(f.fileno(), local)
+
+    def _remote(self) -> RemoteFile:
+        if self.remote is None:
+            raise TpufeedError(f"{self.path} is a local file: it has no cached copy")
+        return self.remote
 
     def __len__(self) -> int:
         return int(self.row_group_starts[-1])
@@ -189,12 +206,12 @@ class ParquetFile:
             if not self.remote.cached:
                 return self._read_group(RangedFile(self.remote), g)
             try:
-                with self.remote.pinned() as local:
+                with self._cached_copy() as local:
                     return self._read_group(local, g)
-            except (pa.ArrowException, OSError):
+            except (pa.ArrowException, OSError, CorruptDataError):
                 if not self.remote.cache.recheck(self.remote.obj):
                     raise  # the cached copy matches the object: the object is damaged
-                with self.remote.pinned() as local:  # fetched again
+                with self._cached_copy() as local:  # fetched again
                     return self._read_group(local, g)
         except TpufeedError:
             raise
