@@ -12,7 +12,7 @@ new workers forked from it). The two sides:
             for over a socket, forked with the parent's environment, directory and sys.path
             of now, and without importing the user's `__main__`
   stdlib    `multiprocessing.get_context("forkserver")` with `set_forkserver_preload` of the
-            same modules (`forkserver._PRELOAD`); each worker a `Process` whose target runs the
+            same modules (`forkserver_process.PRELOAD`); each worker a `Process` whose target runs the
             same `worker.main` on the same pipes (passed as file descriptors by the context)
 
 Rows run in turns, the order flipped every round; medians and their ratio. What the stdlib's
@@ -84,13 +84,13 @@ def use_stdlib_forkserver() -> None:
     import multiprocessing
 
     from tpufeed.observe import counts
-    from tpufeed.run.workers import forkserver
+    from tpufeed.run.workers import forkserver_process
     from tpufeed.run.workers.pool import WorkerPool
 
     os.environ["TPUFEED_FORKSERVER"] = "0"  # tpufeed's own is not started
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as tpufeed's server starts (numpy)
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(forkserver._PRELOAD))
+    context.set_forkserver_preload(list(forkserver_process.PRELOAD))
 
     def spawn(self: Any, index: int, server: Any, task_r: int, result_w: int, env: Any) -> Any:
         args = (_Fd(task_r), _Fd(result_w), os.getpid(), _Fd(self._beacon_fd))

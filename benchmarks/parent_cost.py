@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.datafiles import prepare
     from benchmarks.workloads import BATCH_SIZE, SEED, WORKLOADS
     from tpufeed.run import walk
-    from tpufeed.run.workers import engine, inbox, leases, pool
+    from tpufeed.run.workers import dealer, engine, inbox, leases, pool
 
     steps = [
-        (engine._Dealer, "deal", "deal: the next chunk, dealt"),
+        (dealer.Dealer, "deal", "deal: the next chunk, dealt"),
         (walk._Blocks, "get", "  walk: the chunk's record indices"),
-        (engine, "encode_task", "  encode_task"),
+        (dealer, "encode_task", "  encode_task"),
         (pool.WorkerPool, "send", "  send (a pipe write)"),
         (leases.Leases, "returned", "  slots given back"),
         (pool.WorkerPool, "ready", "  workers ready?"),

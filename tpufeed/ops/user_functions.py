@@ -20,6 +20,7 @@ from __future__ import annotations
 import signal
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from tpufeed.errors import InvalidArgumentError, TransformError
@@ -73,10 +74,22 @@ def uncalled_class(fn: Any) -> str | None:
     return f"{fn.__name__} is a class; did you mean {fn.__name__}()?"
 
 
+_forked_child_end: list[Callable[[BaseException], None]] = []
+
+
+def end_forked_child_with(end: Callable[[BaseException], None]) -> None:
+    """In a process that a transform forked inside a worker (`run/workers/strays.py`): `end(exc)`
+    ends it where its transform's failure is first handled, so tpufeed's code never runs on in
+    it as if it were the worker (nor runs the transform again to name the record)."""
+    _forked_child_end[:] = [end]
+
+
 def is_interruption(exc: BaseException) -> bool:
     """Whether `exc`, raised while a transform ran, stops the run rather than naming the
     transform (see the module docstring): tpufeed's `Stopped`, or a KeyboardInterrupt that
-    may be a real Ctrl-C."""
+    may be a real Ctrl-C. Every failure of a transform passes here first."""
+    for end in _forked_child_end:
+        end(exc)
     if isinstance(exc, Stopped):
         return True
     if not isinstance(exc, KeyboardInterrupt):

@@ -3,7 +3,9 @@
 With a timeout set, the code that runs chunks marks each stage and record it starts on a
 `Beacon` (in a worker: a few bytes of memory shared with the parent). When `next()` has waited
 `timeout_s`, the iterator reads the beacon of whoever is making the item it waits for, and the
-error names the stage, the record and how long it has been there.
+error names the stage, the record and how long it has been there. A worker also marks each task
+it takes on its beacon, timeout or not (once a task), so the error for a worker that dies or
+stops names the chunk it was making.
 """
 
 from __future__ import annotations
@@ -19,19 +21,20 @@ from tpufeed.errors import InputTimeoutError
 from tpufeed.ops.base import stage_names
 from tpufeed.run.resources import SHM_DIR
 
-BEACON_BYTES = 24  # stage index, record, since (monotonic seconds); float64 each
+BEACON_BYTES = 32  # stage index, record, since (monotonic seconds), task; float64 each
 _IDLE = -1.0
 _READ = "read"
 
 
 class Beacon:
-    """The stage (by index in `labels`) and the record being worked on, and since when."""
+    """The stage (by index in `labels`) and the record being worked on, since when, and the
+    task (a worker's: the last it took)."""
 
     def __init__(self, labels: list[str], buffer: Any = None):
         self.labels = labels
         self._index = {label: i for i, label in enumerate(labels)}
         self._cells = (
-            np.full(3, _IDLE) if buffer is None else np.ndarray(3, np.float64, buffer=buffer)
+            np.full(4, _IDLE) if buffer is None else np.ndarray(4, np.float64, buffer=buffer)
         )
 
     def at(self, label: str, record: int) -> None:
@@ -43,9 +46,18 @@ class Beacon:
     def idle(self) -> None:
         self._cells[0] = _IDLE
 
+    def taken(self, task_id: int) -> None:
+        """Marks the task this worker has taken, before it makes anything of it."""
+        self._cells[3] = task_id
+
+    def task(self) -> int | None:
+        """The task last taken, or None before the first."""
+        task = float(self._cells[3])
+        return None if task < 0 else int(task)
+
     def where(self) -> tuple[str, int, float] | None:
         """(stage, record, seconds there), or None when idle."""
-        stage, record, since = (float(c) for c in self._cells)
+        stage, record, since = (float(c) for c in self._cells[:3])
         if stage < 0:
             return None
         return self.labels[int(stage)], int(record), time.monotonic() - since

@@ -2,9 +2,8 @@
 
 The walk and the chunk runner are the in-process executor's (tpufeed.run.executor); only where
 chunks run differs. Answers are consumed in task order, so the output is the same item for
-item as with no workers; they are received as they come. A worker is given a task when it has
-fewer than two unanswered and a free slot for the answer, so one that falls behind (descheduled,
-slower records) gets fewer tasks and never holds the others up. Batched pipelines' pieces are
+item as with no workers; they are received as they come (`dealer.py` deals the chunks and
+collects the answers). Batched pipelines' pieces are
 stacked by the worker straight into a shared-memory slot; where a chunk is exactly one batch
 (counts cannot depend on the data) the worker finishes the batch whole, and the consumer gets it
 as views of that slot, lent until it drops them (`leases.py`): the parent copies nothing.
@@ -13,10 +12,8 @@ as views of that slot, lent until it drops them (`leases.py`): the parent copies
 from __future__ import annotations
 
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from tpufeed.errors import InputTimeoutError
 from tpufeed.observe import timeline
@@ -28,201 +25,17 @@ from tpufeed.run.resources import cpu_count
 from tpufeed.run.walk import walk
 from tpufeed.run.watch import beacon_at, labels_of, timed_out
 from tpufeed.run.workers.budget import shm_budget, worker_share
+from tpufeed.run.workers.dealer import Dealer
+from tpufeed.run.workers.failures import rebuild_error
 from tpufeed.run.workers.layout import read_batch, read_elements
 from tpufeed.run.workers.leases import Leases
 from tpufeed.run.workers.liveness import STOPPED_S
-from tpufeed.run.workers.messages import Answer, Failure, encode_free, encode_task
-from tpufeed.run.workers.pool import WorkerPool, rebuild_error
+from tpufeed.run.workers.messages import Answer, Failure
+from tpufeed.run.workers.pool import WorkerPool
 from tpufeed.run.workers.shares import WorkerShares, WorkerStats
 from tpufeed.run.workers.slots import segment_prefix
 
-_QUEUED_PER_WORKER = 2  # one task running, one waiting, so a worker never waits for the parent
 _KEPT_BY_CONSUMER = 4  # batches a training loop may hold past its step and still get lent
-
-
-@dataclass
-class _Dealer:
-    """Hands chunks to workers and collects their answers, which may come before their turn."""
-
-    pool: WorkerPool
-    steps: Iterator[Chunk | EpochEnd]
-    slots_per_worker: int
-    leases: Leases
-    limit: int = 1  # steps in flight, all workers together (set by `set_depth`)
-    held_per_worker: int = 1  # answers a worker may hold in slots before the parent consumes them
-    isolate: bool = False  # never run a chunk in the parent, even while workers start
-    run_here: Callable[[Chunk], Piece] | None = None  # runs a chunk in the parent (stealing)
-    spare_core: bool = False  # fewer workers than cores: steal whenever the parent would wait
-    names: Any = None  # the plan's source, to word the records a lost worker was making
-    tight: bool = False  # a worker's share of the budget holds fewer segments than its slots
-    inflight: deque = field(default_factory=deque)  # (step, worker, task id), in order
-    stolen: dict[int, Piece | Exception] = field(default_factory=dict)  # run here, ahead
-    warm: WarmPieces = field(default_factory=WarmPieces)
-    answers: dict[int, Answer | Failure] = field(default_factory=dict)
-    dealt: int = 0
-    exhausted: bool = False
-
-    def __post_init__(self) -> None:
-        self.queued = [0] * self.pool.size  # given to the worker, not answered yet
-        self.held = [0] * self.pool.size  # given to the worker, answer not consumed yet
-        self.freed: list[list[int]] = [[] for _ in range(self.pool.size)]  # not sent yet
-        self.answered: set[int] = set()  # workers that have answered a task: warm
-
-    def set_depth(self, depth: int) -> None:
-        """Room for `depth` answers ahead of the consumer, spread over the workers."""
-        workers = self.pool.size
-        unlent = self.slots_per_worker - self.leases.cap
-        self.held_per_worker = max(1, min(unlent, -(-depth // workers) + 1))
-        self.limit = depth + workers
-
-    def work_of(self, worker: int) -> str:
-        """ " while making records a..b (where the first is)": the chunk `worker` was given and
-        has not answered, for an error that names what a lost worker was doing."""
-        for step, sender, task_id in self.inflight:
-            if sender == worker and task_id not in self.answers:
-                first, last = int(step.records[0]), int(step.records[-1])
-                where = self.names.describe(first) if self.names is not None else f"record {first}"
-                return f" while making the chunk of records {first}..{last} (the first: {where})"
-        return ""
-
-    def free(self, worker: int, slot: int) -> None:
-        """`slot` of `worker` is free again; the worker hears so with its next task (or
-        `send_freed`), before it could need the slot, or at once where its share of the
-        shared-memory budget is `tight` (it may be waiting for this slot)."""
-        self.freed[worker].append(slot)
-        if self.tight:
-            self.pool.send(worker, encode_free(self.freed[worker]))
-            self.freed[worker].clear()
-
-    def send_freed(self) -> None:
-        """Tells each worker the slots freed since its last task (the ones it may wait for)."""
-        for worker, slots in enumerate(self.freed):
-            if slots:
-                self.pool.send(worker, encode_free(slots))
-                slots.clear()
-
-    def deal(self) -> None:
-        """Deals chunks while there is room: at most `limit` in flight, and per worker at most
-        `_QUEUED_PER_WORKER` unanswered and `held_per_worker` unconsumed.
-
-        Until a worker has started, the parent runs chunks itself, one at a time (worker None):
-        the first batches come at in-process speed, and results are the same either way.
-        `isolate`d, it deals nothing until a worker has started.
-        """
-        for owner, slot in self.leases.returned():
-            self.free(owner, slot)
-        lent = self.leases.lent
-        while not self.exhausted and len(self.inflight) < self.limit:
-            ready = self.pool.ready()
-            if not ready and (self.inflight or self.isolate):
-                return
-            room = [
-                w
-                for w in ready
-                if self.queued[w] < _QUEUED_PER_WORKER
-                and self.held[w] < self.held_per_worker
-                and self.held[w] + lent[w] < self.slots_per_worker
-            ]
-            if ready and not room:
-                return
-            step = next(self.steps, None)
-            if step is None:
-                self.exhausted = True
-                return
-            worker: int | None = None
-            task_id: int | None = None
-            if isinstance(step, Chunk):
-                task_id, self.dealt = self.dealt, self.dealt + 1
-                made = self.warm.take(step)
-                if made is not None:  # already made by the warm-up: waits its turn here
-                    self.stolen[task_id] = made
-                elif room:
-                    worker = self._send(room, task_id, step)
-            self.inflight.append((step, worker, task_id))
-
-    def _send(self, room: list[int], task_id: int, chunk: Chunk) -> int:
-        """Sends `chunk` to the worker of `room` with the least queued and held; returns it."""
-        worker = min(room, key=lambda w: (self.queued[w], self.held[w]))
-        self.queued[worker] += 1
-        self.held[worker] += 1
-        skips = chunk.skips.tobytes() if chunk.skips is not None else None
-        task = encode_task(
-            task_id, chunk.cursor.epoch, chunk.records.tobytes(), skips, self.freed[worker]
-        )
-        self.pool.send(worker, task)
-        self.freed[worker].clear()
-        return worker
-
-    def may_steal(self) -> bool:
-        """Whether the parent runs chunks itself while it waits: always where it has a core of
-        its own; else only while a worker has not answered yet. A worker's first task is slow
-        (it opens its files, warms its caches), and meanwhile its core is not busy."""
-        return self.run_here is not None and (
-            self.spare_core or len(self.answered) < self.pool.size
-        )
-
-    def steal(self) -> bool:
-        """Runs the next chunk here rather than wait (see `may_steal`; every worker has a full
-        queue): its piece waits its turn in order, and so does an error it raised. False when
-        there is nothing to take."""
-        if self.exhausted or len(self.inflight) >= self.limit or self.run_here is None:
-            return False
-        step = next(self.steps, None)
-        if step is None:
-            self.exhausted = True
-            return False
-        task_id = None
-        if isinstance(step, Chunk):
-            task_id, self.dealt = self.dealt, self.dealt + 1
-            try:
-                self.stolen[task_id] = self.run_here(step)
-            except Exception as error:  # noqa: BLE001 - raised in order, when its turn comes
-                self.stolen[task_id] = error
-        self.inflight.append((step, None, task_id))
-        return True
-
-    def spill_if_stuck(self, worker: int, task_id: int) -> None:
-        """Tells `worker` to send the batch of `task_id` through the pipe where it waits for
-        room in the worker's share that only batches lent to the consumer can give: the
-        consumer is here, waiting for that very batch, so the room would never come. Room
-        that other segments hold comes without it (slots freed, idle segments given back)."""
-        cramped = self.pool.cramped.get(worker)
-        if cramped is None or cramped.task_id != task_id:
-            return
-        share = self.leases.share
-        if share is not None and self.leases.lent_bytes[worker] + cramped.nbytes <= share:
-            return
-        self.pool.spill(worker)
-
-    def answer(
-        self, worker: int, task_id: int, timeout: Callable[[], Exception | None] | None = None
-    ) -> Answer | Failure:
-        """The answer to `task_id`; while it is not there, takes the others and deals more.
-        `timeout`: the error to raise once the wait is past its limit (None: wait on)."""
-        while task_id not in self.answers:
-            if timeout is not None:
-                error = timeout()
-                if error is not None:
-                    raise error
-            if self.pool.cramped:
-                self.spill_if_stuck(worker, task_id)
-            stealing = self.may_steal()
-            messages = self.pool.receive_any(0.0 if stealing else None)
-            if not messages:
-                if stealing and self.steal():
-                    continue
-                messages = self.pool.receive_any()
-            if not messages:  # nothing for a while: never leave a worker waiting for a slot
-                self.send_freed()
-            for sender, message in messages:
-                if isinstance(message, Failure) and message.task_id == -1:  # failed to start
-                    raise rebuild_error(message.fields, sender)
-                self.answers[message.task_id] = message
-                self.queued[sender] -= 1
-                self.answered.add(sender)
-            self.deal()
-        self.held[worker] -= 1
-        return self.answers.pop(task_id)
 
 
 @dataclass
@@ -303,7 +116,7 @@ class WorkerExecutor:
         # The parent runs chunks itself when it would otherwise wait: on a core of its own, or
         # while the workers are still cold. Where warm workers fill every core it would only
         # slow them down.
-        dealer = _Dealer(
+        dealer = Dealer(
             pool,
             walk(self.plan, self.cursor),
             self.slots_per_worker,
@@ -364,7 +177,7 @@ class WorkerExecutor:
         return check
 
     def _received(
-        self, pool: WorkerPool, dealer: _Dealer, chunk: Chunk, worker: int, answer: Answer | Failure
+        self, pool: WorkerPool, dealer: Dealer, chunk: Chunk, worker: int, answer: Answer | Failure
     ) -> Piece:
         if isinstance(answer, Failure):
             raise rebuild_error(answer.fields, worker)

@@ -10,7 +10,7 @@ import subprocess
 import time
 
 from tpufeed.run.workers.forkserver import ForkServer
-from tpufeed.run.workers.liveness import STOPPED_S, process_exists, process_state
+from tpufeed.run.workers.liveness import STOPPED_S, process_exists, process_state, zombie_status
 
 
 class ForkedProcess:
@@ -43,13 +43,16 @@ class ForkedProcess:
         return self._pid
 
     def poll(self) -> int | None:
-        """Its returncode once it has ended, else None. The kernel is asked first (a running
-        worker costs no round trip to the server); the server, which reaps it, for how it
-        ended."""
+        """Its returncode once it has ended, else None. The kernel is asked first: a running
+        worker costs no round trip to the server, and a zombie says how it ended (its server,
+        which reaps it, may be stopped); the server, for one already reaped."""
         if self.returncode is not None or self.pid < 0:
             return self.returncode
         if process_state(self.pid) not in ("", "Z", "X"):
             return None
+        self.returncode = zombie_status(self.pid)
+        if self.returncode is not None:
+            return self.returncode
         try:
             self.returncode = self._server.status(self.pid, self._stopped_s)
         except OSError:  # the server is gone, and with it the way to know: ask the kernel

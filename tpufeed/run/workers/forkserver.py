@@ -16,7 +16,10 @@ worker reads its ArrayRecord files itself (`_reader_process.claim_native_state`)
 The parent talks to it over a Unix socket: a worker's pipes travel as file descriptors
 (SCM_RIGHTS), the answer is its pid; the server reaps its children and tells the parent how one
 ended. It exits when the parent closes the socket or exits. Where it cannot start, workers
-start as fresh interpreters, as before.
+start as fresh interpreters, as before. This module is the parent's side; the server's process
+is `forkserver_process.py`. No wait on the server is unbounded: one that is stopped (SIGSTOP)
+is given up after `stopped_s`, whether the parent waits for its reply or for room in its
+socket.
 """
 
 from __future__ import annotations
@@ -25,33 +28,18 @@ import json
 import os
 import pickle
 import select
-import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
 from typing import Any
 
 from tpufeed.run.workers.environment import worker_environment
-from tpufeed.run.workers.liveness import STOPPED_S, StoppedClock, is_stopped, process_exists
+from tpufeed.run.workers.forkserver_process import HEADER, frame, read_exactly
+from tpufeed.run.workers.liveness import STOPPED_S, StoppedClock, is_stopped
 
-_PRELOAD = (
-    "ctypes",
-    "numpy",
-    "cloudpickle",
-    "tpufeed.run.chunks",
-    "tpufeed.run.workers.worker",
-    "tpufeed.run.workers.layout",
-    "tpufeed.sources.array_record.source",
-    "tpufeed.sources.tfrecord.source",
-)
-_HEADER = struct.Struct("<I")
-_STATUS_KEPT = 4096  # exit statuses remembered for the parent to ask about
 _LOOK_S = 0.5  # how often a wait for the server's reply checks that the server still runs
 
-
-# -- the parent's side ------------------------------------------------------------------------
 
 # Runs a module as __main__ after setting sys.path to the parent's (argv: module, path, args).
 _BOOT = (
@@ -80,7 +68,8 @@ class ForkServer:
         try:
             self.proc = subprocess.Popen(
                 python_running(
-                    "tpufeed.run.workers.forkserver", [str(theirs.fileno()), str(os.getpid())]
+                    "tpufeed.run.workers.forkserver_process",
+                    [str(theirs.fileno()), str(os.getpid())],
                 ),
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
@@ -97,13 +86,12 @@ class ForkServer:
         self._read = 0
         self._broken: str | None = None  # why it cannot answer: every later request fails at once
 
-    def spawn(self, argv: list[str], fds: list[int]) -> int:
+    def spawn(self, argv: list[str], fds: list[int], stopped_s: float | None = STOPPED_S) -> int:
         """Asks for a worker running `python -m tpufeed.run.workers.worker` with `argv`, where each
         "{i}" in argv stands for the worker's number of `fds[i]`; returns a ticket for `pid`."""
         with self._lock:
-            socket.send_fds(
-                self.sock, [_frame(("spawn", argv, sys.path, dict(os.environ), _cwd()))], fds
-            )
+            request = ("spawn", argv, sys.path, dict(os.environ), _cwd())
+            self._send(frame(request), fds, stopped_s)
             return self._ticket()
 
     def pid(self, ticket: int, stopped_s: float | None = STOPPED_S) -> int:
@@ -115,9 +103,14 @@ class ForkServer:
     def status(self, pid: int, stopped_s: float | None = STOPPED_S) -> int | None:
         """How worker `pid` ended (a returncode: negative for a signal), None while it runs."""
         with self._lock:
-            self.sock.sendall(_frame(("status", pid)))
+            self._send(frame(("status", pid)), [], stopped_s)
             ticket = self._ticket()
         return self._result(ticket, stopped_s)[1]
+
+    def give_up(self, why: str) -> None:
+        """Fails every later request at once, saying `why`; `shared_server()` then starts a
+        new server."""
+        self._broken = self._broken or why
 
     def alive(self) -> bool:
         return self.owner == os.getpid() and self._broken is None and self.proc.poll() is None
@@ -127,11 +120,38 @@ class ForkServer:
             self.sock.close()
         except OSError:
             pass
+        if is_stopped(self.proc.pid):  # it would never see the socket close
+            self.proc.kill()
         try:
             self.proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def _send(self, data: bytes, fds: list[int], stopped_s: float | None) -> None:
+        """Writes one request (with `fds` on its first byte). Where the socket is full, waits for
+        room as `_result` waits for a reply: OSError once the server has ended or stayed
+        stopped `stopped_s`; a server that cannot answer fails every later request at once."""
+        if self._broken is not None:
+            raise OSError(self._broken)
+        view, clock = memoryview(data), StoppedClock()
+        while view:
+            if not select.select([], [self.sock], [], _LOOK_S)[1]:
+                self._broken = self._why_not_running(clock, stopped_s)
+                if self._broken is not None:
+                    raise OSError(self._broken)
+                continue
+            try:
+                if fds:
+                    sent = socket.send_fds(self.sock, [view], fds, socket.MSG_DONTWAIT)
+                else:
+                    sent = self.sock.send(view, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError:  # reset: it died
+                self._broken = f"the tpufeed fork server (pid {self.proc.pid}) {self._ended()}"
+                raise OSError(self._broken) from None
+            view, fds = view[sent:], []
 
     def _ticket(self) -> int:
         self._sent += 1
@@ -149,11 +169,11 @@ class ForkServer:
                     self._broken = self._why_not_running(clock, stopped_s)
                     continue
                 try:
-                    header = _read_exactly(self.sock, _HEADER.size)
+                    header = read_exactly(self.sock, HEADER.size)
                     body = (
                         None
                         if header is None
-                        else _read_exactly(self.sock, _HEADER.unpack(header)[0])
+                        else read_exactly(self.sock, HEADER.unpack(header)[0])
                     )
                 except OSError:  # reset: it died with requests unread
                     body = None
@@ -218,168 +238,8 @@ def stop_shared_server() -> None:
         _server = None
 
 
-# -- the server -------------------------------------------------------------------------------
-
-
-def _frame(message: Any) -> bytes:
-    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(len(body)) + body
-
-
-def _read_exactly(sock: socket.socket, n: int, fds: list[int] | None = None) -> bytes | None:
-    data = b""
-    while len(data) < n:
-        if fds is not None:
-            chunk, got, _, _ = socket.recv_fds(sock, n - len(data), 16)
-            fds.extend(got)
-        else:
-            chunk = sock.recv(n - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
-class _Server:
-    def __init__(self, sock: socket.socket, parent: int):
-        self.sock, self.parent = sock, parent
-        self.statuses: dict[int, int] = {}
-        self.children: set[int] = set()
-
-    def reap(self, *_: Any) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            self.children.discard(pid)
-            self.statuses[pid] = os.waitstatus_to_exitcode(status)
-            while len(self.statuses) > _STATUS_KEPT:
-                del self.statuses[next(iter(self.statuses))]
-
-    def serve(self) -> None:
-        watch = _parent_watch(self.parent)
-        while True:
-            ready = select.select([self.sock] + ([watch] if watch is not None else []), [], [])[0]
-            if watch is not None and watch in ready:
-                return  # the parent exited: so does the server (its workers watch it too)
-            fds: list[int] = []
-            header = _read_exactly(self.sock, _HEADER.size, fds)
-            if header is None:
-                return
-            body = _read_exactly(self.sock, _HEADER.unpack(header)[0], fds)
-            if body is None:
-                return
-            request = pickle.loads(body)
-            if request[0] == "spawn":
-                _, argv, path, env, cwd = request
-                self.sock.sendall(_frame(self.spawn(argv, path, env, cwd, fds)))
-            elif request[0] == "status":
-                self.reap()
-                pid = request[1]
-                status = self.statuses.get(pid)
-                if status is None and pid not in self.children:
-                    status = 0 if not process_exists(pid) else None
-                self.sock.sendall(_frame(("status", status)))
-
-    def spawn(
-        self, argv: list[str], path: list[str], env: dict[str, str], cwd: str | None, fds: list[int]
-    ) -> tuple[str, Any]:
-        try:
-            argv = [arg.format(*fds) for arg in argv]
-            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # reap after we know it
-            try:
-                pid = os.fork()
-                if pid == 0:  # the worker
-                    _run_worker(self.sock, argv, path, env, cwd)
-                self.children.add(pid)
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
-            return ("pid", pid)
-        except Exception as error:  # noqa: BLE001 - the parent falls back and says why
-            return ("error", f"{type(error).__name__}: {error}")
-        finally:
-            for fd in fds:
-                os.close(fd)
-
-
 def _cwd() -> str | None:
     try:
         return os.getcwd()
     except OSError:  # removed under us: the worker stays where the server is
         return None
-
-
-def _run_worker(
-    sock: socket.socket, argv: list[str], path: list[str], env: dict[str, str], cwd: str | None
-) -> None:
-    """The forked worker: the parent's environment, directory and import path as they are now
-    (as a fresh interpreter started now would have them), not as they were when the server
-    started."""
-    code = 1
-    try:
-        _name_process(b"tpufeed-worker")
-        sock.close()
-        os.environ.clear()
-        os.environ.update(env)
-        if cwd is not None:
-            os.chdir(cwd)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
-        sys.path[:] = path
-        helper = sys.modules.get("tpufeed.sources.array_record._reader_process")
-        if helper is not None:  # this server imported array_record and never used it
-            helper.claim_native_state()
-        from tpufeed.run.workers import worker
-
-        code = worker.main(argv)
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed stream: nothing to flush
-                pass
-        os._exit(code)
-
-
-def _name_process(name: bytes) -> None:
-    """What `ps -o comm`, `top` and psutil's `name()` show (Linux; elsewhere nothing)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
-
-
-def _parent_watch(parent: int) -> int | None:
-    """A file that turns readable when `parent` exits (a pidfd), or None where there is none."""
-    try:
-        return os.pidfd_open(parent)
-    except (AttributeError, OSError):
-        return None
-
-
-def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _name_process(b"tpufeed-forksrv")
-    sock = socket.socket(fileno=int(argv[0]))
-    parent = int(argv[1])
-    try:
-        for name in _PRELOAD:
-            try:
-                __import__(name)
-            except ImportError:
-                pass  # an extra that is not installed: the worker that needs it says so
-        server = _Server(sock, parent)
-        signal.signal(signal.SIGCHLD, server.reap)
-        server.serve()
-    except (BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
-        pass
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

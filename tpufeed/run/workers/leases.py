@@ -9,7 +9,7 @@ freed at once, so a consumer that keeps every batch (`list(ds)`) never stalls th
 Under a shared-memory budget, a worker's lent batches also stay within half its share (past
 that, copied too), so the other half is always there for a batch of up to half a share. A
 larger batch that does not fit beside the lent ones, while the consumer waits for it, comes
-through the pipe instead (`_Dealer.spill_if_stuck`).
+through the pipe instead (`Dealer.spill_if_stuck`).
 """
 
 from __future__ import annotations

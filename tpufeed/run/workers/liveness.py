@@ -18,16 +18,41 @@ STOPPED_S = 10.0  # the default bound on a stopped worker (`Options.stopped_s`)
 _LONGEST_STEP_S = 1.0  # at most this much of a gap between two looks counts as stopped time
 
 
-def process_state(pid: int) -> str:
-    """The kernel's one-letter state of `pid` (`R`, `S`, `D`, `T`, `t`, `Z`, ...), or "" where
-    the process is gone or the system has no /proc."""
+def _stat(pid: int) -> list[bytes]:
+    """The fields of /proc/PID/stat from the state on (field 3), or [] where the process is
+    gone or the system has no /proc."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
-        return ""
+        return []
     end = stat.rfind(b")")  # the name in parentheses may hold spaces and parentheses
-    return stat[end + 2 : end + 3].decode("ascii", "replace") if end >= 0 else ""
+    return stat[end + 2 :].split() if end >= 0 else []
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of `pid` (`R`, `S`, `D`, `T`, `t`, `Z`, ...), or "" where
+    the process is gone or the system has no /proc."""
+    fields = _stat(pid)
+    return fields[0].decode("ascii", "replace") if fields else ""
+
+
+def zombie_status(pid: int) -> int | None:
+    """How `pid` ended (a returncode: negative for a signal) while it is a zombie that its
+    parent has not reaped, read from the kernel (`exit_code`, the last field of
+    /proc/PID/stat); None while it runs, or once it is reaped. A zombie whose parent is stopped
+    stays one: this is how it is known to have ended without asking that parent."""
+    fields = _stat(pid)
+    if len(fields) < 50 or fields[0] != b"Z":  # exit_code is field 52 (Linux 3.5 and later)
+        return None
+    return os.waitstatus_to_exitcode(int(fields[-1]))
+
+
+def start_time(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat): with the pid,
+    it names one process for as long as the machine runs, even once the pid is reused."""
+    fields = _stat(pid)
+    return int(fields[19]) if len(fields) > 19 else None
 
 
 def process_exists(pid: int) -> bool:

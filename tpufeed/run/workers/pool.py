@@ -15,11 +15,12 @@ from typing import Any
 
 import cloudpickle
 
-from tpufeed import errors
 from tpufeed.errors import InvalidArgumentError, WorkerError
 from tpufeed.observe import counts, timeline
 from tpufeed.run.watch import beacon_file, beacon_map
+from tpufeed.run.workers import failures
 from tpufeed.run.workers.environment import worker_environment
+from tpufeed.run.workers.failures import rebuild_error
 from tpufeed.run.workers.forked import ForkedProcess
 from tpufeed.run.workers.forkserver import ForkServer, python_running, shared_server
 from tpufeed.run.workers.inbox import Inbox
@@ -36,6 +37,7 @@ from tpufeed.run.workers.messages import (
     encode_start,
     encode_stop,
 )
+from tpufeed.run.workers.segment_owners import remove_orphans
 from tpufeed.run.workers.slots import SlotMaps
 
 _LIVE_POOLS: weakref.WeakSet = weakref.WeakSet()
@@ -73,7 +75,9 @@ class WorkerPool:
         _LIVE_POOLS.add(self)
         payload = _pickled({**init, "prefix": prefix})  # once: a 200-worker host pickles once
         env = worker_environment()
-        server = shared_server()
+        self._server = server = shared_server()
+        if server is None:  # else the fork server did as it started
+            _sweep_once()
         try:
             for index in range(count):
                 task_r, task_w = os.pipe()
@@ -252,37 +256,18 @@ class WorkerPool:
         lost = getattr(proc, "lost", None)
         self._lost(worker, "never started" if lost is not None else f"ended ({code})")
         if lost is not None:
-            return WorkerError(
-                f"tpufeed worker {worker} never started: {lost}. Workers are forked by that "
-                "server; the next iterator starts a new one."
-            )
-        how = (
-            f"was killed by signal {-code}"
-            if code is not None and code < 0
-            else "exited without being asked to (exit status 0, or another wait in this process "
-            "took its status: os.wait(), or SIGCHLD set to SIG_IGN)"
-            if code == 0
-            else f"exited with code {code}"
-            if code is not None
-            else "closed its pipe to this process while still running (a transform that closes "
-            "file descriptors it did not open?)"
-        )
-        return WorkerError(
-            f"tpufeed worker {worker} (pid {proc.pid}) {how}{self.work_of(worker)}; the iterator "
-            "cannot continue. Resume from the last get_state() with a new iterator."
-        )
+            return failures.never_started(worker, lost)
+        return failures.ended(worker, proc.pid, code, self.work_of(worker))
 
     def _stopped_error(self, worker: int, seconds: float) -> WorkerError:
         pid = self._procs[worker].pid
         self._lost(worker, f"stopped for {seconds:.0f} s")
-        return WorkerError(
-            f"tpufeed worker {worker} (pid {pid}) has been stopped (SIGSTOP or SIGTSTP: process "
-            f"state T) for {seconds:.0f} s{self.work_of(worker)}; a "
-            f"stopped process answers nothing until it gets SIGCONT (kill -CONT {pid}). The "
-            "pipeline is stopped and its workers killed. Resume from the last get_state() with a "
-            f"new iterator; options(stopped_s=...) sets how long a stopped worker is waited for "
-            f"(now {self.stopped_s:g} s; None: until it continues)."
-        )
+        server, frozen = self._server, None
+        if server is not None and is_stopped(server.proc.pid):  # nothing of the run answers
+            frozen = server.proc.pid
+            server.give_up(f"the tpufeed fork server (pid {frozen}) is stopped (SIGSTOP)")
+        stopped_s = self.stopped_s or 0.0
+        return failures.stopped(worker, pid, seconds, stopped_s, self.work_of(worker), frozen)
 
     def close(self) -> None:
         """Stops every worker (asking first, then killing) and removes their shared memory."""
@@ -332,7 +317,7 @@ def _forked(
     """A worker forked by the fork server, on the pipes and beacon given."""
     argv = ["{0}", "{1}", str(os.getpid()), "{2}"]
     try:
-        ticket = server.spawn(argv, [task_r, result_w, beacon_fd])
+        ticket = server.spawn(argv, [task_r, result_w, beacon_fd], stopped_s)
     except OSError as error:
         raise WorkerError(f"could not ask the tpufeed fork server for a worker: {error}") from None
     return ForkedProcess(server, ticket, stopped_s)
@@ -364,35 +349,20 @@ def _picklable(value: Any) -> bool:
         return False
 
 
+_swept: list[bool] = []  # this process has removed the segments of owners gone
+
+
+def _sweep_once() -> None:
+    """Segments of iterators killed with their workers, removed once per process where no fork
+    server does it (`segment_owners`)."""
+    if not _swept:
+        _swept.append(True)
+        remove_orphans()
+
+
 def close_all_pools() -> None:
     for pool in list(_LIVE_POOLS):
         pool.close()
-
-
-def rebuild_error(fields: dict[str, Any], worker: int) -> errors.TpufeedError:
-    """The parent-side error for a failure a worker reported, with the worker's traceback."""
-    cls = getattr(errors, fields["type"], None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.TpufeedError)):
-        cls = errors.TransformError if fields.get("record") is not None else errors.WorkerError
-    message = (
-        f"{fields['type']}: {fields['message']}"
-        if cls is not getattr(errors, fields["type"], None)
-        else fields["message"]
-    )
-    text = f"{message}\n\nin tpufeed worker {worker}:\n{fields['traceback']}"
-    if issubclass(cls, errors.TransformError):
-        return cls(
-            text,
-            record=fields.get("record"),
-            path=fields.get("path"),
-            traceback_text=fields["traceback"],
-        )
-    if issubclass(cls, errors.SourceError):
-        return cls(text, path=fields.get("path"), record=fields.get("record"))
-    try:
-        return cls(text)
-    except TypeError:
-        return errors.WorkerError(text)
 
 
 atexit.register(close_all_pools)

@@ -3,7 +3,9 @@
 A worker owns a small ring of slots and writes each batch into a free one. The parent maps a
 segment the first time it is named and unlinks its file at once: from then on the memory lives
 exactly as long as the two mappings, so a crash on either side cannot leak it. Names share a
-prefix per iterator, and `SlotMaps.close` removes any file a dead worker left behind.
+prefix per iterator that starts with its owner (`segment_owners.py`), and `SlotMaps.close`
+removes any file a dead worker left behind; the next run removes those of an iterator whose
+process was killed with its workers.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ import os
 from collections.abc import Callable
 
 from tpufeed.run.resources import SHM_DIR
+from tpufeed.run.workers.segment_owners import owner_tag
 
 _MIN_SIZE = 1 << 16
 
 
 def segment_prefix(token: str) -> str:
-    return f"tpufeed-{os.getpid()}-{token}"
+    """The start of the names of one iterator's segments: this process's `owner_tag`, then
+    `token`."""
+    return f"{owner_tag()}-{token}"
 
 
 class NoRoom(Exception):
@@ -142,6 +147,10 @@ class WorkerSlots:
 
     def release(self, index: int) -> None:
         self._free.append(index)
+
+    def mappings(self) -> list[mmap.mmap]:
+        """The segments mapped now."""
+        return [segment for segment in self._maps if segment is not None]
 
     def released(self, nbytes: int) -> None:
         """The parent has unmapped `nbytes` of this worker's segments: they are gone."""

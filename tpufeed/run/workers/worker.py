@@ -36,6 +36,7 @@ from tpufeed.run.workers.messages import (
     decode,
     encode_answer,
 )
+from tpufeed.run.workers.strays import end_if_stray, watch_forks
 
 _WATCH_S = 0.2  # how often a worker checks that its parent is alive
 
@@ -144,12 +145,15 @@ class Worker:
             timeline.start().name_process(os.getpid(), f"tpufeed worker {self.index}")
         else:  # a worker forked while its parent recorded records nothing of its own
             timeline.stop()
-        beacon = None
-        if init.get("watch"):  # a timeout reads where this worker is from shared memory
-            beacon = beacon_at(
-                beacon_map(beacon_fd, init["count"]), self.index, labels_of(init["plan"])
-            )
-        self.runner = ChunkRunner(init["plan"], self.clock, beacon)
+        # Each task taken is marked there, for an error that names it; with a timeout, each
+        # stage and record too (the parent reads where this worker is).
+        self.memory = beacon_map(beacon_fd, init["count"])
+        self.beacon = beacon_at(self.memory, self.index, labels_of(init["plan"]))
+        self.runner = ChunkRunner(
+            init["plan"], self.clock, self.beacon if init.get("watch") else None
+        )
+        fds = [tasks.fileno(), results.fileno(), beacon_fd]
+        watch_forks(fds, lambda: [self.memory, *self.slots.mappings()])
         self.backlog: deque = deque()
         self.memo = AnswerMemo()  # what the last answer sent, so the next can say "the same"
         self.task_id = -1  # the task being made
@@ -170,6 +174,7 @@ class Worker:
             try:
                 answer = self._task(message)
             except Exception as exc:  # noqa: BLE001 - every failure goes to the parent
+                end_if_stray(exc)
                 self._send(Failure(message.task_id, error_fields(exc)))
                 continue
             try:
@@ -180,6 +185,7 @@ class Worker:
     def _receive(self) -> Task | Stop | None:
         """The parent's next message, after releasing the slots it says are free and counting
         the segments it says it released."""
+        end_if_stray()
         freed, message = decode(self.tasks.recv_bytes())
         for free in freed:
             self.slots.release(free.slot)
@@ -192,6 +198,7 @@ class Worker:
         return message  # type: ignore[return-value]  # Start comes once, before run()
 
     def _send(self, message: object) -> None:
+        end_if_stray()  # a child a transform forked, come back here: never an answer of it
         self.results.send_bytes(
             encode_answer(message, self.memo)
             if isinstance(message, Answer)
@@ -205,9 +212,11 @@ class Worker:
         from tpufeed.run.workers.slots import NoRoom
 
         self.task_id, self.asked, self.spill = task.task_id, False, False
+        self.beacon.taken(task.task_id)
         slot: list[Any] = [None, None, None]  # index, new segment name, or ordinary memory
 
         def buffer_for(nbytes: int) -> memoryview:
+            end_if_stray()
             try:
                 index, buffer, name = self.slots.acquire(
                     nbytes, self._wait_for_parent, self._dropped, self._cramped
@@ -339,6 +348,7 @@ def main(argv: list[str]) -> int:
         except (BrokenPipeError, OSError):
             pass
     finally:
+        end_if_stray()  # never a child a transform forked: the worker's files are the worker's
         if worker is not None:
             worker.slots.unlink_all()
     return 0
