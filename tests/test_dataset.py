@@ -236,12 +236,13 @@ def test_ignore_errors_skips_unreadable_records():
         list(tpufeed.Dataset.from_source(HalfBroken()))
 
 
-def test_len_is_the_items_of_this_hosts_epoch_where_the_record_count_decides_it():
+def test_len_is_the_items_this_host_yields_where_the_record_count_decides_it():
+    """Every epoch counts (tests/adapters/test_len.py: the same on to_tf and to_torch)."""
     seq = lambda n: tpufeed.Dataset.from_sequence(list(range(n)))  # noqa: E731
     assert len(seq(10)) == 10 and len(seq(10).batch(3)) == 4
     assert len(seq(10).batch(3, drop_remainder=True)) == 3
     assert [len(seq(10).shard(h, 3).batch(2)) for h in range(3)] == [2, 2, 2]
-    assert len(seq(10).map(lambda x: x).batch(5).repeat(3)) == 2  # per epoch
+    assert len(seq(10).map(lambda x: x).batch(5).repeat(3)) == 6  # every epoch
     for unknown in (
         seq(10).filter(bool),
         seq(10).flat_map(lambda x: [x]),

@@ -19,6 +19,7 @@ from tpufeed.errors import (
     StateError,
     TpufeedError,
     TransformError,
+    UnknownLengthError,
     WorkerError,
 )
 from tpufeed.observe.trace_file import trace
@@ -46,6 +47,7 @@ __all__ = [
     "TensorSpec",
     "TpufeedError",
     "TransformError",
+    "UnknownLengthError",
     "WorkerError",
     "accept_changed_shards",
     "checkpoint",

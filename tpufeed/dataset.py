@@ -38,8 +38,8 @@ from tpufeed.run.plan import (
     check_epochs,
     check_max_errors,
     check_shuffle,
-    epoch_length,
     pipeline_fingerprint,
+    pipeline_length,
     pipeline_plan,
 )
 from tpufeed.run.uneven import first_item
@@ -295,9 +295,10 @@ class Dataset(SourceConstructors):
         return element_spec(self._plan())
 
     def __len__(self) -> int:
-        """Items (batches, or elements) in one epoch of this host's share, where the record
-        count alone decides it; raises TypeError saying why where the data decides it."""
-        return epoch_length(self._plan())
+        """Items (batches, or elements) the pipeline yields on this host, every epoch of it
+        (`repeat(0)`: 0); an `UnknownLengthError` (a TypeError) names `repeat()` or the stages
+        that make the count depend on the data."""
+        return pipeline_length(self._plan())
 
     def iterator(
         self, state: Any = None, uneven: str | None = None, agreement: HostAgreement | None = None

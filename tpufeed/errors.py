@@ -50,6 +50,11 @@ class StateError(TpufeedError, ValueError):
     """An iterator state that does not belong to this dataset, or is malformed."""
 
 
+class UnknownLengthError(TpufeedError, TypeError):
+    """`len()` of a pipeline that has none: it repeats forever, or the data decides its count
+    (filter, flat_map, pack, mix, ignore_errors); the message names which."""
+
+
 class TransformError(TpufeedError):
     """A user function raised; carries the record index, its file and the original traceback."""
 

@@ -21,6 +21,7 @@ import dataclasses
 import warnings
 from typing import Any
 
+from tpufeed.errors import UnknownLengthError
 from tpufeed.order.cursor import at_segment_start, epoch_start
 from tpufeed.run.resume import resume
 
@@ -64,7 +65,7 @@ class Passes:
         self._started = 0
         self._warned = False
         self.upcoming: Start | None = self.explicit(state) if state is not None else None
-        self.cardinality = self._cardinality(epochs)
+        self.cardinality = self._cardinality()
         if self.upcoming is not None and not self.upcoming.whole:
             self.cardinality = None  # its first pass is shorter than the others
 
@@ -134,16 +135,14 @@ class Passes:
         finally:
             it.close()
 
-    def _cardinality(self, epochs: int | None) -> int | None:
+    def _cardinality(self) -> int | None:
         """Batches in a whole pass, where the record counts alone decide them (tf.data's
         `cardinality()`): None where unknown."""
         if self._endless:
             return INFINITE
-        if self._ds._mixture is not None:
-            return None
         try:
-            return (epochs or 0) * len(self._ds)
-        except TypeError:  # counts that depend on the data
+            return len(self._ds)  # every epoch of the pass: the pipeline's length
+        except UnknownLengthError:  # counts that depend on the data (a mixture's too)
             return None
 
     def _warn_repeat(self) -> None:

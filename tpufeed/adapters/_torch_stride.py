@@ -33,6 +33,18 @@ def is_worker_state(state: Any) -> bool:
     return isinstance(state, dict) and WORKER_KEY in state
 
 
+def plain_state(state: Any) -> Any:
+    """`state` unless it is a DataLoader worker's, which only that worker can continue."""
+    if is_worker_state(state):
+        raise StateError(
+            f"this state is DataLoader worker {state[WORKER_KEY]!r}'s ([worker, "
+            "workers]): only that worker continues it. Restore the DataLoader with torchdata's "
+            "StatefulDataLoader.load_state_dict (same num_workers), which hands each worker "
+            "its own"
+        )
+    return state
+
+
 def strided_iterator(ds: Any, worker: int, workers: int, state: Any) -> DatasetIterator:
     """Worker `worker` of `workers`' share of the batches after `state`: a plain state (or every
     host's list) starts the stream there; a worker state of this worker continues it."""

@@ -34,6 +34,7 @@ plain tuple (it rebuilds namedtuples by their type, and makes lists of other tup
 from __future__ import annotations
 
 import copy
+import json
 import sys
 import warnings
 from collections.abc import Iterator
@@ -42,11 +43,11 @@ from typing import Any
 import numpy as np
 
 from tpufeed.adapters._leaves import map_leaves
-from tpufeed.adapters._torch_stride import WORKER_KEY, is_worker_state, strided_iterator
+from tpufeed.adapters._pass_book import book_of
+from tpufeed.adapters._torch_passes import PassEpochs, PassOpener
+from tpufeed.adapters._torch_stride import is_worker_state, plain_state
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError, StateError, missing_dependency
-from tpufeed.run.plan import pass_length
-from tpufeed.run.resume import resume
 from tpufeed.run.uneven import check_uneven
 
 try:
@@ -62,6 +63,12 @@ BATCHED_TWICE = (
     "stacked again, with a leading dimension of the loader's batch_size (1 by default). Pass "
     "batch_size=None: DataLoader(ds.to_torch(), batch_size=None); or, to let the DataLoader "
     "batch, leave .batch() out of the pipeline"
+)
+
+MIXTURE_AGAIN = (
+    "to_torch: a new pass over a mixture starts where the first did (a mixture has no next "
+    "epoch), so it repeats its order. Keep one iterator across your epochs, or start the pass "
+    "elsewhere with set_state(state)"
 )
 
 UNEVEN_IN_WORKERS = (
@@ -81,13 +88,18 @@ def to_torch(
 
 
 class TorchIterable(IterableDataset):
-    """Each `iter()` is a pass from the start, or from the state given to `set_state`.
+    """Each `iter()` is a pass: the pipeline's next epochs, or the rest of the pass of the state
+    given to `set_state` (`tpufeed.adapters._torch_passes`: pass p of a pipeline that runs n
+    epochs runs epochs [p * n, (p + 1) * n)). `set_epoch(e)` makes the next pass pass e.
 
     `get_state()` (= `state_dict()`) describes the pass running in this process: with
     `num_workers=0` exactly what the loop received. Inside DataLoader workers each worker has
     its own; `StatefulDataLoader.state_dict()` collects them through these same methods.
 
     >>> data = ds.to_torch(); data.set_state(saved)   # the next pass continues there  # doctest: +SKIP
+    >>> for epoch in range(3):
+    ...     data.set_epoch(epoch)                      # as with a DistributedSampler  # doctest: +SKIP
+    ...     for batch in DataLoader(data, batch_size=None, num_workers=2): ...  # doctest: +SKIP
     """
 
     def __init__(
@@ -102,7 +114,10 @@ class TorchIterable(IterableDataset):
         self._batches = plan.batch is not None
         self._pin_memory = bool(pin_memory)
         self._uneven, self._agreement = check_uneven(uneven), agreement
-        self._pending: Any = None
+        self._epochs = PassEpochs(self._ds)
+        self._book = book_of(ds)  # every to_torch() of `ds` numbers its passes in one book
+        self._own: Any = None  # a DataLoader worker's own state, for its next pass
+        self._begun = 0  # passes begun in this process (part of a worker's key to its pass)
         self._iterator: TorchIterator | None = None
 
     def __iter__(self) -> TorchIterator:
@@ -111,61 +126,63 @@ class TorchIterable(IterableDataset):
             raise InvalidArgumentError(BATCHED_TWICE)
         keep_tuples = collation is not None and collation[1] in (default_convert, default_collate)
         info = get_worker_info()
-        state, self._pending = self._pending, None
         if self._uneven is not None and info is not None:
             raise InvalidArgumentError(UNEVEN_IN_WORKERS.format(uneven=self._uneven))
-        if info is None or info.num_workers <= 1:
-            inner = self._ds.iterator(_plain(state), self._uneven, self._agreement)
-        elif self._strided:
-            inner = strided_iterator(self._ds, info.id, info.num_workers, state)
-        else:
-            inner = self._worker_share(info.id, info.num_workers).iterator(state)
+        opener = self._opener()
+        member = (
+            None if info is None else (info.seed - info.id, info.num_workers, self._begun, info.id)
+        )
+        own, self._own = self._own, None
+        number, state = self._book.claim(member, own, opener.pass_of)
+        self._begun += 1
+        if self._epochs.mixture and number > 0 and state is None and not (info and info.id):
+            warnings.warn(MIXTURE_AGAIN, RuntimeWarning, stacklevel=2)
         pin = _pinning(self._pin_memory, info is not None)
-        self._iterator = TorchIterator(inner, pin, keep_tuples)
+        self._iterator = TorchIterator(opener, number, state, pin, keep_tuples)
         return self._iterator
 
     def __len__(self) -> int:
-        """Batches of one pass (what `len(DataLoader(data, batch_size=None))` reports): `len(ds)`
-        for each epoch of this host's share, whatever `num_workers`; a TypeError saying why
-        where the data decides the count or the pipeline repeats forever. A pass resumed by
-        `set_state` makes fewer."""
-        return pass_length(self._ds._plan())
+        """Items of one pass (what `len(DataLoader(data, batch_size=None))` reports): `len(ds)`,
+        every epoch of the pipeline, whatever `num_workers`; an `UnknownLengthError` (a
+        TypeError) saying why where the data decides the count or the pipeline never ends.
+        A pass resumed by `set_state` makes fewer."""
+        return len(self._ds)
 
     def __bool__(self) -> bool:
         return True  # a description, like the Dataset: truthy even where len() is unknown
 
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass is pass `epoch` (its first epoch `epoch * n` for `repeat(n)`), in this
+        process and in every DataLoader worker, persistent ones included; the passes after it
+        go on from there. A state set by `set_state` still goes first."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise InvalidArgumentError(f"set_epoch takes an int >= 0, got {epoch!r}")
+        self._book.select(epoch)
+
     def get_state(self) -> dict[str, Any]:
         """The position of the running (or last) pass; before any pass, where the next starts."""
-        if self._pending is not None:
-            return copy.deepcopy(self._pending)
+        if get_worker_info() is not None:
+            number, waiting = None, self._own
+        else:
+            number, waiting = self._book.upcoming()
+        if waiting is not None:
+            return copy.deepcopy(waiting)
         if self._iterator is not None:
             return self._iterator.get_state()
-        info = get_worker_info()
-        if info is None or info.num_workers <= 1 or not self._strided:
-            plan = (
-                self._ds
-                if info is None or info.num_workers <= 1
-                else self._worker_share(info.id, info.num_workers)
-            )._plan()
-            return plan.state_of(plan.start(), None)
-        plan = self._ds._plan()
-        return {
-            WORKER_KEY: [info.id, info.num_workers],
-            "skip": info.id,
-            "state": plan.state_of(plan.start(), None),
-        }
+        if number is None:
+            number = self._book.upcoming()[0]
+        return self._opener().start_state(number)
 
     def set_state(self, state: Any) -> None:
-        """The next `iter()` continues right after `state`: one `get_state()`, or the list of
-        every host's (then on any host count, as `Dataset.iterator(state)`). Checked now."""
-        info = get_worker_info()
-        if info is None or info.num_workers <= 1:
-            resume(self._ds._plan(), _plain(state))
-        elif self._strided:
-            strided_iterator(self._ds, info.id, info.num_workers, state).close()
+        """The next `iter()` continues right after `state` (to the end of its pass): one
+        `get_state()`, or the list of every host's (then on any host count, as
+        `Dataset.iterator(state)`). Checked now. Set in the loop's process, it is where the
+        next pass starts in whichever process runs it (DataLoader workers included)."""
+        self._opener().check(state)
+        if get_worker_info() is not None:
+            self._own = copy.deepcopy(state)
         else:
-            resume(self._worker_share(info.id, info.num_workers)._plan(), state)
-        self._pending = copy.deepcopy(state)
+            self._book.set_pending(_json_state(state))
 
     def state_dict(self) -> dict[str, Any]:
         """`get_state()`, under torch's name (torchdata's StatefulDataLoader calls it)."""
@@ -190,26 +207,40 @@ class TorchIterable(IterableDataset):
         """Of the current pass in this process: time blocked on input / wall time."""
         return self._iterator.wait_fraction if self._iterator is not None else 0.0
 
-    def _worker_share(self, worker: int, workers: int) -> Any:
-        """Where batches cannot be strided: every W-th record of this host's stream."""
-        return self._ds.shard(self._host + worker * self._hosts, self._hosts * workers)
+    def _opener(self) -> PassOpener:
+        """Opens this process's passes: the loop's, or this DataLoader worker's."""
+        info = get_worker_info()
+        worker, workers = (None, 1) if info is None else (info.id, info.num_workers)
+        return PassOpener(
+            self._epochs,
+            worker,
+            workers,
+            self._strided,
+            self._host,
+            self._hosts,
+            self._uneven,
+            self._agreement,
+        )
 
 
 class TorchIterator(Iterator[Any]):
     """One pass: batches as tensors. `get_state()` says what it has returned so far;
-    `set_state(state)` continues right after `state` (workers and prefetch restart, nothing
-    made ahead is delivered).
+    `set_state(state)` continues right after `state`, to the end of that state's pass
+    (workers and prefetch restart, nothing made ahead is delivered).
 
     >>> it = iter(data); next(it); s = it.get_state(); next(it)        # doctest: +SKIP
     >>> it.set_state(s)    # the next batch is the second one again   # doctest: +SKIP
     """
 
-    def __init__(self, inner: Any, pin_memory: bool, keep_tuples: bool = False):
-        self._inner = inner
+    def __init__(
+        self, opener: PassOpener, number: int, state: Any, pin_memory: bool, keep_tuples: bool
+    ):
+        self._opener, self._number = opener, number
+        self._inner = opener.open(number, state)
         self._pin = pin_memory
         self._keep_tuples = keep_tuples  # inside a DataLoader that collates the torch way
         self._clock = WaitClock()
-        self._state = inner.get_state()
+        self._state = self._inner.get_state()
         self._fresh = True  # nothing returned since the inner run started
 
     def __iter__(self) -> TorchIterator:
@@ -229,7 +260,13 @@ class TorchIterator(Iterator[Any]):
         """Checked first (a StateError leaves the pass as it was), then the pass restarts there."""
         if self._fresh and state == self._state:
             return  # already starts there (StatefulDataLoader restores the dataset, then this)
-        self._inner.set_state(state if is_worker_state(self._state) else _plain(state))
+        number = self._opener.pass_of(state)
+        if number == self._number:
+            self._inner.set_state(state if is_worker_state(self._state) else plain_state(state))
+        else:  # another pass: its own epochs
+            inner = self._opener.open(number, state)
+            self._inner.close()
+            self._inner, self._number = inner, number
         self._state = self._inner.get_state()
         self._fresh = True
 
@@ -295,19 +332,6 @@ def _collation(caller: Any) -> tuple[bool, Any] | None:
     return bool(getattr(fetcher, "auto_collation", False)), getattr(fetcher, "collate_fn", None)
 
 
-def _plain(state: Any) -> Any:
-    """`state` unless it is a DataLoader worker's, which only that worker can continue."""
-    if is_worker_state(state):
-        raise StateError(
-            f"this state is DataLoader worker {state[WORKER_KEY]!r}'s ([worker, "
-            "workers]): only that "
-            "worker continues it. Restore the DataLoader with torchdata's "
-            "StatefulDataLoader.load_state_dict (same num_workers), which hands "
-            "each worker its own"
-        )
-    return state
-
-
 def _pinning(requested: bool, in_worker: bool) -> bool:
     if not requested:
         return False
@@ -325,3 +349,18 @@ def _pinning(requested: bool, in_worker: bool) -> bool:
         )
         return False
     return True
+
+
+def _json_state(state: Any) -> Any:
+    """`state` as JSON values (numpy numbers, as a checkpoint library may give them back, as
+    Python's), for the pass book; a StateError where it has something else."""
+
+    def number(value: Any) -> Any:
+        if isinstance(value, np.generic):
+            return value.item()
+        raise TypeError(type(value).__name__)
+
+    try:
+        return json.loads(json.dumps(state, default=number))
+    except (TypeError, ValueError) as e:
+        raise StateError(f"iterator state holds a value JSON cannot: {e}") from None

@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tpufeed.errors import InvalidArgumentError
+from tpufeed.errors import InvalidArgumentError, UnknownLengthError
 from tpufeed.ops.base import RecordNames, RecordStage
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.cache import Cache
@@ -315,28 +315,35 @@ def pipeline_plan(
     )
 
 
-def epoch_length(plan: Plan | MixPlan) -> int:
-    """Items in one epoch of the plan's host share, where the record count alone decides it
-    (what `len()` of a Dataset says); raises TypeError saying why where the data decides it."""
-    if not isinstance(plan, Plan) or plan.counts_depend_on_data:
-        raise TypeError(
-            "len() of this Dataset is unknown before iterating: its counts "
-            "depend on the data (filter, flat_map, pack, mix or ignore_errors)"
+def pipeline_length(plan: Plan | MixPlan) -> int:
+    """Items the pipeline yields on this host, every epoch of it (what `len()` of a Dataset, of
+    `to_torch()` and of `to_tf()` says): 0 for `repeat(0)`; an UnknownLengthError saying why
+    where the pipeline repeats forever or the data decides the count."""
+    if plan.epochs == 0:
+        return 0
+    if plan.epochs is None and isinstance(plan, Plan):
+        raise UnknownLengthError(
+            "len() is unknown for a pipeline that repeats forever (repeat()): it never ends. "
+            "repeat(n) runs n epochs and has a length"
         )
-    return plan.items_per_epoch()
+    deciders = _count_deciders(plan)
+    if deciders:
+        raise UnknownLengthError(
+            f"len() of this pipeline is unknown before iterating: {deciders} make the count "
+            "depend on the data"
+        )
+    assert isinstance(plan, Plan) and plan.epochs is not None  # a mixture has deciders
+    return plan.items_per_epoch() * plan.epochs
 
 
-def pass_length(plan: Plan | MixPlan) -> int:
-    """Items of one whole pass, every epoch of it (what `len()` of `to_torch()` says): the
-    epoch's count times the epochs; TypeError saying why where the data decides it, or where
-    a pass never ends."""
-    per_epoch = epoch_length(plan)
-    if plan.epochs is None:
-        raise TypeError(
-            f"len() is unknown for a pipeline that repeats forever (repeat()): a pass never "
-            f"ends. Each epoch has {per_epoch} items (len(ds)); repeat(n) makes a pass of n"
-        )
-    return per_epoch * plan.epochs
+def _count_deciders(plan: Plan | MixPlan) -> str:
+    """What in the plan makes its item count depend on the data, in words ('' for nothing)."""
+    if not isinstance(plan, Plan):
+        return "mix (components end and restart when their own data says)"
+    named = [stage.name for stage in plan.head + plan.tail if stage.changes_count]
+    named += ["pack"] if plan.pack is not None else []
+    named += ["ignore_errors (skipped records)"] if plan.max_errors > 0 else []
+    return ", ".join(named)
 
 
 def pipeline_fingerprint(
