@@ -3,6 +3,10 @@ included; its arguments checked; recorders that overlap share one timeline."""
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+
 import pytest
 
 import tpufeed
@@ -90,3 +94,51 @@ def test_the_folder_of_a_trace_file_is_made(tmp_path):
     with tpufeed.trace(tmp_path / "new" / "deeper" / "run.json"):
         timeline.instant("mine")
     assert _names(tmp_path / "new" / "deeper" / "run.json") == ["mine"]
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KiB tmpfs filled to the last byte by one file, `filler` (mounting needs root)."""
+    path = tmp_path / "full"
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.fail(f"a full disk needs a small tmpfs, and it could not be mounted: {mounted}")
+    try:
+        fd = os.open(path / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:  # until not one more byte fits
+                os.write(fd, b"x" * 4096)
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+        finally:
+            os.close(fd)
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def _trace_lost(path):
+    return pytest.warns(UserWarning, match=f"trace file {path} could not be written .No space")
+
+
+def test_a_trace_that_cannot_be_written_warns_after_a_whole_run_and_leaves_nothing(full_disk):
+    path = full_disk / "it.json"
+    ds = tpufeed.Dataset.from_sequence(range(40)).batch(4).options(trace=path)
+    with _trace_lost(path):
+        batches = [list(b) for b in ds]
+    assert [x for b in batches for x in b] == list(range(40))
+    with _trace_lost(full_disk / "block.json"):
+        with tpufeed.trace(full_disk / "block.json"):
+            assert len(list(ds.options(trace=None))) == 10
+    assert os.listdir(full_disk) == ["filler"]  # no trace, no staging file
+
+
+def test_a_trace_that_cannot_be_written_never_hides_the_blocks_own_error(full_disk):
+    with _trace_lost(full_disk / "t.json"), pytest.raises(RuntimeError, match="step failed"):
+        with tpufeed.trace(full_disk / "t.json"):
+            for _ in tpufeed.Dataset.from_sequence(range(8)).batch(2):
+                raise RuntimeError("step failed")
+    assert os.listdir(full_disk) == ["filler"]

@@ -96,7 +96,8 @@ class Timeline:
         return meta + out
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        """Writes the trace-event file (atomically: a reader never sees half of it)."""
+        """Writes the trace-event file (atomically: a reader never sees half of it, and one that
+        cannot be written, an OSError, leaves no file behind)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         document = {
@@ -109,8 +110,12 @@ class Timeline:
             },
         }
         staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        staging.write_text(json.dumps(document, separators=(",", ":")))
-        os.replace(staging, path)
+        try:
+            staging.write_text(json.dumps(document, separators=(",", ":")))
+            os.replace(staging, path)
+        except BaseException:  # a full disk, a folder gone: no half-written file stays
+            staging.unlink(missing_ok=True)
+            raise
         return path
 
 

@@ -5,11 +5,18 @@ One timeline records in a process at a time. Whoever starts recording while one 
 joins it: its file then holds everything that timeline holds (the other recorder's events
 included, from when that one began), and the recording goes on until the last one that joined
 has left. The capacity is the one of whoever started it.
+
+The file is written when the recording ends: after the run, often on the way out of a `finally`
+or an iterator's close. A file that cannot be written then (a full disk, its folder gone) gives
+a warning naming it and why, and no file, half-written or staging, is left; the run's own
+outcome, its items or its error, is untouched. A path that cannot be written at all is refused
+before anything is recorded.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -67,8 +74,20 @@ class TraceFile:
         return self.timeline
 
     def write(self) -> Path | None:
-        """Writes the file (replacing an earlier write); None if nothing was recorded yet."""
-        return self.timeline.write(self.path) if self.timeline is not None else None
+        """Writes the file (replacing an earlier write); None if nothing was recorded yet, or
+        if it cannot be written (a warning says why; nothing is left of it)."""
+        if self.timeline is None:
+            return None
+        try:
+            return self.timeline.write(self.path)
+        except OSError as error:
+            warnings.warn(
+                f"trace file {self.path} could not be written ({error.strerror or error}); the "
+                "run is not affected, only its timeline is lost. Free space there, or name "
+                "another file",
+                stacklevel=3,
+            )
+            return None
 
     def end(self) -> Path | None:
         if self.recording and self.timeline is not None:
