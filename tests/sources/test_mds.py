@@ -11,71 +11,30 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
-import shutil
 import subprocess
 from decimal import Decimal
-from typing import Any
 
 import numpy as np
 import pytest
 
 import tpufeed
+from tests.sources.mds_data import (
+    DATA,
+    EXPECTED,
+    assert_like_streaming,
+    copy_of,
+    edit_index,
+    flip,
+)
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceNotFoundError
 from tpufeed.sources.mds import shard as mds_shard
 from tpufeed.sources.mds.source import MDSSource
-from tpufeed.transforms.image import decode_image
-
-DATA = pathlib.Path(__file__).parent.parent / "data" / "mds"
-EXPECTED = json.loads((DATA / "expected.json").read_text())
 
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     """Decompressed copies go under tmp_path."""
     monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def tagged(value: Any, like: Any) -> Any:
-    """tpufeed's value in the tagged JSON form of write_fixtures.py, images decoded to pixels
-    where Streaming's reader gave a Pillow image (`like`: its tagged value)."""
-    if isinstance(like, dict) and "__image__" in like:
-        pixels = decode_image(value, like["__image__"]) if isinstance(value, bytes) else value
-        pixels = pixels.reshape(like["shape"])  # Pillow's "L" has no channel axis
-        return {
-            "__image__": like["__image__"],
-            "shape": list(pixels.shape),
-            "values": pixels.tolist(),
-        }
-    if isinstance(value, np.ndarray):
-        return {
-            "__ndarray__": value.dtype.str,
-            "shape": list(value.shape),
-            "values": value.tolist(),
-        }
-    if isinstance(value, np.generic):
-        return {"__scalar__": value.dtype.str, "value": value.item()}
-    if isinstance(value, bytes):
-        return {"__bytes__": value.hex()}
-    if isinstance(value, Decimal):
-        return {"__decimal__": str(value)}
-    if isinstance(value, int) and not isinstance(value, bool):
-        return {"__int__": str(value)}
-    if isinstance(value, list):
-        return [tagged(v, w) for v, w in zip(value, like)] + [None] * (len(value) - len(like))
-    if isinstance(value, dict):
-        return {
-            k: tagged(v, like.get(k) if isinstance(like, dict) else None) for k, v in value.items()
-        }
-    return value
-
-
-def assert_like_streaming(records: list[dict], expected: list[dict]) -> None:
-    assert len(records) == len(expected)
-    for i, (mine, theirs) in enumerate(zip(records, expected)):
-        assert sorted(mine) == sorted(theirs), i
-        for key in theirs:
-            assert tagged(mine[key], theirs[key]) == theirs[key], (i, key)
 
 
 @pytest.mark.parametrize("name", ["plain", "zstd", "gz", "nested"])
@@ -139,24 +98,6 @@ def test_workers_give_the_same_order():
 def test_pkl_is_refused_by_name():
     with pytest.raises(InvalidArgumentError, match=r"column 'obj' is 'pkl'.*unpickles nothing"):
         tpufeed.Dataset.from_mds(DATA / "pkl")
-
-
-def copy_of(name: str, tmp_path: pathlib.Path) -> pathlib.Path:
-    folder = tmp_path / name
-    shutil.copytree(DATA / name, folder)
-    return folder
-
-
-def edit_index(folder: pathlib.Path, edit) -> None:
-    index = json.loads((folder / "index.json").read_text())
-    edit(index)
-    (folder / "index.json").write_text(json.dumps(index))
-
-
-def flip(path: pathlib.Path, offset: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[offset] ^= 0xFF
-    path.write_bytes(bytes(data))
 
 
 def test_a_shard_whose_hash_differs_is_refused_naming_it(tmp_path, monkeypatch):

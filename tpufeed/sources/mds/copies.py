@@ -151,7 +151,7 @@ def _wait_for(fd: int, path: str) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 warnings.warn(
-                    f"{path}: another process has held it for {LOCK_WAIT_S:.0f} s (stopped?); "
+                    f"{path}: another process has held it for {LOCK_WAIT_S:g} s (stopped?); "
                     "this one makes the copy too",
                     stacklevel=4,
                 )

@@ -50,6 +50,7 @@ class ShardInfo:
             )
         if entry.get("version") != 2:
             raise _bad(where, f"shard version {entry.get('version')!r}; only version 2 is read")
+        self.where = where  # "<index> shard <i>": what errors about this entry name
         self.columns = _columns(entry, where)
         self.variable = sum(size is None for _, size, _ in self.columns)
         self.raw = _file_info(entry.get("raw_data"), "raw_data", where, prefix)

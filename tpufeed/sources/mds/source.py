@@ -77,8 +77,8 @@ class MDSSource(ShardedSource[MDSShard]):
 
 def _local_shard(root: str, where: str, info: ShardInfo, copies: str) -> MDSShard:
     """Shard `info` of the index `where`, its files inside the dataset folder `root`."""
-    path = safe_shard_path(root, info.stored["basename"], where)
-    twin = None if info.zip is None else safe_shard_path(root, info.raw["basename"], where)
+    path = safe_shard_path(root, info.stored["basename"], info.where)
+    twin = None if info.zip is None else safe_shard_path(root, info.raw["basename"], info.where)
     return MDSShard(path, info, copies, root=root, twin=twin)
 
 
@@ -149,7 +149,7 @@ def _gcs_shard(
     cache: ShardCache,
     copies: str,
 ) -> MDSShard:
-    url = remote_shard_url(root, info.stored["basename"], index_url)
+    url = remote_shard_url(root, info.stored["basename"], info.where)
     obj = listed.get(url)
     if obj is None:
         raise SourceNotFoundError(f"{url}: shard named in {index_url} is missing", path=url)
