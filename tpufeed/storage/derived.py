@@ -38,6 +38,7 @@ from tpufeed.storage.opener import FileIdentity, open_regular
 
 __all__ = [
     "Derived",
+    "dead_temporary",
     "derived_name",
     "open_derived",
     "read_derived",
@@ -52,6 +53,7 @@ _CHECK_CHUNK = 8 << 20
 _TMP = ".tmp-"
 _verified: set[tuple[str, FileIdentity]] = set()  # (path, identity) checked in this process
 _verified_lock = threading.Lock()
+_writers: dict[int, str] = {}  # by pid: a forked child names itself anew
 
 
 class Derived(NamedTuple):
@@ -134,13 +136,18 @@ def remove_dead_temporaries(directory: str, recursive: bool = False) -> int:
     removed = 0
     for folder, names in _listings(directory, recursive):
         for name in names:
-            at = name.rfind(_TMP)
-            if at < 0 or _alive(name[at + len(_TMP) :]):
+            if not dead_temporary(name):
                 continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, name))
                 removed += 1
     return removed
+
+
+def dead_temporary(name: str) -> bool:
+    """Whether `name` is a temporary name (`temporary_name`) whose writer, on this host, is gone."""
+    at = name.rfind(_TMP)
+    return at >= 0 and not _alive(name[at + len(_TMP) :])
 
 
 def _listings(directory: str, recursive: bool) -> Iterator[tuple[str, list[str]]]:
@@ -217,8 +224,11 @@ def _start_time(pid: int) -> str | None:
 
 
 def _writer() -> str:
+    """This process as a writer: host, pid and start time (worked out once per process)."""
     pid = os.getpid()
-    return f"{socket.gethostname()}-{pid}-{_start_time(pid) or 0}"
+    if _writers.get(pid) is None:
+        _writers[pid] = f"{socket.gethostname()}-{pid}-{_start_time(pid) or 0}"
+    return _writers[pid]
 
 
 def _alive(tail: str) -> bool:
