@@ -254,3 +254,45 @@ def test_pathologically_nested_json_is_a_clear_error(dataset):
     with pytest.raises(CorruptDataError, match="nested too deeply") as info:
         ManifestSource(dataset)
     assert "manifest.json" in str(info.value)
+
+
+def _manifest_text(dataset, number: str, where: str = "num_records") -> None:
+    """The manifest with one shard's count (and the total, so that they agree) spelt `number`."""
+    manifest = json.loads((dataset / "manifest.json").read_text())
+    counts = [shard["num_records"] for shard in manifest["shards"]]
+    manifest["shards"][0][where] = "@N@"
+    if where == "num_records":
+        manifest["num_records"] = "@T@"
+    text = json.dumps(manifest).replace('"@N@"', number)
+    short = number.isdigit() and len(number) < 100
+    total = str(int(number) + sum(counts[1:])) if short else number
+    (dataset / "manifest.json").write_text(text.replace('"@T@"', total))
+
+
+@pytest.mark.parametrize(
+    "number, where, match",
+    [
+        ("9" * 5000, "num_records", "not valid JSON"),  # more digits than int() takes
+        (str(1 << 63), "num_records", r"shards\[0\].num_records is 9223372036854775808"),
+        (str(1 << 70), "num_bytes", r"shards\[0\].num_bytes is 1180591620717411303424"),
+        ("1e400", "num_records", r"shards\[0\].num_records is inf"),
+        ("NaN", "num_bytes", r"shards\[0\].num_bytes is nan"),
+        (str((1 << 63) - 10), "num_records", "'shards' hold 9,223,372,036,854,775,"),
+    ],
+    ids=["digits", "past-int64", "2**70-bytes", "inf", "nan", "sum-past-int64"],
+)
+def test_absurd_numbers_in_a_manifest_are_refused_naming_the_field(dataset, number, where, match):
+    _manifest_text(dataset, number, where)
+    with pytest.raises(CorruptDataError, match=match) as info:
+        tpufeed.Dataset.open(dataset)
+    assert str(dataset / "manifest.json") in str(info.value)
+
+
+def test_a_huge_count_that_fits_is_refused_when_its_shard_is_read(dataset):
+    """2**40 records said of a 128 KiB ArrayRecord shard: the count is checked against the
+    file on its first read, never trusted to size anything before that."""
+    _manifest_text(dataset, str(1 << 40))
+    ds = tpufeed.Dataset.open(dataset).shuffle(seed=0).batch(4)
+    with pytest.raises(CorruptDataError, match="manifest says 1099511627776") as info:
+        next(iter(ds))
+    assert "data-00000-of-00003.array_record" in str(info.value)

@@ -99,10 +99,15 @@ class FileFormat:
         )
         return any(stem.endswith(ext) for ext in self.extensions)
 
-    def open_file(self, path: str, remote: Any = None, pinned: Any = None) -> Any:
+    def open_file(
+        self, path: str, remote: Any = None, pinned: Any = None, root: str | None = None
+    ) -> Any:
         """One file of this format, read by record index (`remote`: its gs:// object; `pinned`:
-        the `FileIdentity` a local file must have, from when it was first opened)."""
-        return _load(self.file_reader)(path, remote=remote, pinned=pinned)
+        the `FileIdentity` a local file must have, from when it was first opened; `root`: the
+        folder a local file must lie in, for the shards a manifest names)."""
+        if root is None:
+            return _load(self.file_reader)(path, remote=remote, pinned=pinned)
+        return _load(self.file_reader)(path, remote=remote, pinned=pinned, root=root)
 
     def open_source(self, paths: Any) -> Any:
         """The records of `paths` (paths or globs, local or gs://) as one source."""

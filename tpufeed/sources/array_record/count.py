@@ -3,14 +3,15 @@
 Counting a shard should not download it: the head (its structure), the last block (the
 postscript, which says where the footer starts) and the footer are fetched by ranges, laid
 out at their offsets in a sparse local file of the object's size
-(`tpufeed.storage.array_record_footer`), and array_record's reader counts from that.
+(`tpufeed.storage.array_record_footer`), and array_record's reader counts from that. The
+sparse file is a temporary named by its writer (`tpufeed.storage.derived.temporary_name`):
+one left by a process killed while it counted is removed by the next count.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 
 from array_record.python.array_record_module import ArrayRecordReader
 
@@ -23,9 +24,14 @@ from tpufeed.sources.array_record.structure import (
     structure_problem,
 )
 from tpufeed.storage.array_record_footer import BLOCK_SIZE, footer_offset, sparse_copy
+from tpufeed.storage.derived import remove_dead_temporaries, temporary_name
 from tpufeed.storage.remote import RemoteFile
 
-__all__ = ["count_by_ranges"]
+__all__ = ["MAX_FOOTER_BYTES", "count_by_ranges"]
+
+# A footer is a few dozen bytes per chunk: 64 MiB is millions of chunks. One that says it is
+# larger is not fetched into memory by ranges (the file is counted from its whole copy).
+MAX_FOOTER_BYTES = 64 << 20
 
 
 def count_by_ranges(remote: RemoteFile) -> int | None:
@@ -41,14 +47,16 @@ def count_by_ranges(remote: RemoteFile) -> int | None:
     if problem is not None:
         raise CorruptDataError(f"{obj.url}: {problem}", path=obj.url)
     start = footer_offset(last, size)
-    if start is None:  # not the layout we know: the caller counts from a whole copy instead
+    # Not the layout we know, or a footer too large to fetch by ranges: the caller counts
+    # from a whole copy instead.
+    if start is None or size - BLOCK_SIZE - start > MAX_FOOTER_BYTES:
         return None
     pieces = [(0, head), (size - BLOCK_SIZE, last)]
     if start < size - BLOCK_SIZE:
         pieces.append((start, remote.read_ranges([(start, size - BLOCK_SIZE)])[0]))
-    sparse = os.path.join(
-        remote.cache.scratch_dir(), f"count-{os.getpid()}-{uuid.uuid4().hex[:12]}.array_record"
-    )
+    scratch = remote.cache.scratch_dir()
+    remove_dead_temporaries(scratch)  # probes of processes killed while counting
+    sparse = temporary_name(os.path.join(scratch, "count.array_record"))
     try:
         sparse_copy(sparse, size, pieces)
         reader = ArrayRecordReader(sparse, READER_OPTIONS)

@@ -66,7 +66,8 @@ class ArrayRecordFile:
     A gs:// `path` is read through `remote` (default: the default shard cache): each read holds
     the cached copy in place, and a reader whose copy was evicted or replaced is reopened.
     A local file is the one `pinned` names (default: the one found on first open); a path that
-    names another file later, or a changed one, raises `CorruptDataError` when reopened.
+    names another file later, or a changed one, raises `CorruptDataError` when reopened. With
+    `root`, a file whose real path leaves that folder is refused.
     """
 
     def __init__(
@@ -74,12 +75,14 @@ class ArrayRecordFile:
         path: str | os.PathLike,
         remote: RemoteFile | None = None,
         pinned: FileIdentity | None = None,
+        root: str | None = None,
     ):
         self.path = os.fspath(path)
         if remote is None and is_remote_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self.pinned = pinned if remote is None else None  # cached copies are checked by the cache
+        self.root = root  # the folder a local file must lie in (a built dataset's)
         self._num_records: int | None = None
         self._reader: ArrayRecordReader | None = None
         self._opened: CopyHold | None = None  # on the cached copy the reader has open
@@ -256,6 +259,7 @@ class ArrayRecordFile:
             "num_records": self._num_records,
             "remote": self.remote,
             "pinned": self.pinned,
+            "root": self.root,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -263,6 +267,7 @@ class ArrayRecordFile:
         self._num_records = state["num_records"]
         self.remote = state.get("remote")
         self.pinned = state.get("pinned")
+        self.root = state.get("root")
         self._reader = None
         self._opened = None
         self._per_record_reads = False
@@ -308,7 +313,12 @@ class ArrayRecordFile:
         """
         local = self.path if self.remote is None else self.remote.local_path()
         try:
-            with os.fdopen(open_regular(local, self.path, self.pinned), "rb") as f:
+            fd = (
+                open_regular(local, self.path, self.pinned, self.root)
+                if self.remote is None
+                else self.remote.open_copy()  # the copy the cache verified, or an error
+            )
+            with os.fdopen(fd, "rb") as f:
                 st = os.fstat(f.fileno())
                 size = st.st_size
                 head = f.read(len(RIEGELI_SIGNATURE))

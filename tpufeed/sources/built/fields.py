@@ -17,11 +17,12 @@ from tpufeed.errors import CorruptDataError
 from tpufeed.sources.built.record_formats import manifest_names, record_format_of_manifest
 from tpufeed.sources.formats import FORMATS, writable_formats
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MAX_DEPTH", "check_manifest"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MAX_COUNT", "MAX_DEPTH", "check_manifest"]
 
 FORMAT = "tpufeed-dataset"
 FORMAT_VERSION = 1
 MAX_DEPTH = 64  # lists and objects within each other; a manifest needs about 5
+MAX_COUNT = (1 << 63) - 1  # record counts and sizes are int64 everywhere they are used
 _CRC_RE = re.compile(r"[0-9a-f]{8}")
 
 
@@ -45,6 +46,8 @@ def check_manifest(manifest: object, where: str) -> None:
         _check_shard_entry(i, shard, file_format, where)
     _refuse_repeated_paths(shards, where)
     total = sum(shard["num_records"] for shard in shards)
+    if total > MAX_COUNT:
+        raise _field_error(where, "'shards'", f"hold {total:,} records, more than {MAX_COUNT:,}")
     if manifest.get("num_records") != total:
         raise _field_error(
             where,
@@ -138,4 +141,5 @@ def _depth(value: object) -> int:
 
 
 def _is_count(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    """A count or a size: an int from 0 to `MAX_COUNT` (what an int64 index can address)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT

@@ -172,7 +172,7 @@ def load_manifest(
         )
     try:
         manifest = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not UTF-8, not JSON, or an integer of more digits than int() takes
         raise CorruptDataError(f"{manifest_path}: not valid JSON: {e}", path=manifest_path) from e
     except RecursionError:
         raise CorruptDataError(
@@ -276,6 +276,7 @@ class ManifestSource(ShardedSource[VerifiedShard]):
                     safe_shard_path(self.root, entry["path"], self.manifest_path),
                     entry,
                     self.manifest["file_format"],
+                    root=self.root,
                 )
                 for entry in self.manifest["shards"]
             ]

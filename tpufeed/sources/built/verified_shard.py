@@ -84,10 +84,12 @@ class VerifiedShard:
         file_format: str,
         remote: RemoteFile | None = None,
         pinned: FileIdentity | None = None,
+        root: str | None = None,
     ):
         self.path = path
         self.remote = remote
         self.pinned = pinned
+        self.root = root  # the dataset's folder, which a local shard may not leave
         self.num_records: int = entry["num_records"]
         self.num_bytes: int = entry["num_bytes"]
         self.crc32c: str = entry["crc32c"]
@@ -156,7 +158,9 @@ class VerifiedShard:
     def _local_crc32c(self) -> tuple[int, str]:
         """(size, CRC32C) of the local shard, read through one descriptor of the pinned file
         (pinned now if it was not yet)."""
-        with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb", buffering=0) as f:
+        with os.fdopen(
+            open_regular(self.path, pinned=self.pinned, root=self.root), "rb", buffering=0
+        ) as f:
             st = os.fstat(f.fileno())
             crc = 0
             while chunk := f.read(_CRC_CHUNK):
@@ -180,7 +184,7 @@ class VerifiedShard:
         mismatch = None if self.verified else self._checksum_mismatch()
         if mismatch is not None and not self._format.checks_records:
             raise mismatch
-        opened = self._format.open_file(self.path, self.remote, pinned=self.pinned)
+        opened = self._format.open_file(self.path, self.remote, self.pinned, self.root)
         count = len(opened)
         if count != self.num_records:
             opened.close()

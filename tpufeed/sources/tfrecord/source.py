@@ -77,7 +77,8 @@ class TFRecordFile:
     Picklable: the file handle is dropped and reopened on first read, the index travels along.
     A gs:// `path` is read through `remote` (default: the default shard cache). A local file is
     the one `pinned` names (default: the one indexed): a reopen that finds another file under the
-    path, or a changed one, raises `CorruptDataError`.
+    path, or a changed one, raises `CorruptDataError`; with `root`, a file whose real path
+    leaves that folder is refused.
     """
 
     def __init__(
@@ -86,9 +87,11 @@ class TFRecordFile:
         index_dir: str | os.PathLike | None = None,
         remote: RemoteFile | None = None,
         pinned: FileIdentity | None = None,
+        root: str | None = None,
     ):
         self.path = os.fspath(path)
         self.pinned = pinned if remote is None else None
+        self.root = root  # the folder a local file must lie in (a built dataset's)
         self.index_dir = None if index_dir is None else os.fspath(index_dir)
         if remote is None and is_remote_url(self.path):
             remote = RemoteFile.open(self.path)
@@ -110,7 +113,9 @@ class TFRecordFile:
         return [self.path + INDEX_SUFFIX, os.path.join(default_index_dir(), name)]
 
     def _load_or_build_index(self) -> tuple[str | None, np.ndarray, np.ndarray]:
-        with os.fdopen(open_regular(self.path, pinned=self.pinned), "rb", buffering=0) as f:
+        with os.fdopen(
+            open_regular(self.path, pinned=self.pinned, root=self.root), "rb", buffering=0
+        ) as f:
             self.pinned = FileIdentity.of(os.fstat(f.fileno()))
             stamp = index_stamp(self.path, self.pinned)
             candidates = self._index_candidates(self.pinned)
@@ -171,7 +176,7 @@ class TFRecordFile:
     def _fd(self) -> int:
         with self._lock:
             if self._file is None:
-                fd = open_regular(self.path, pinned=self.pinned)
+                fd = open_regular(self.path, pinned=self.pinned, root=self.root)
                 self._file = os.fdopen(fd, "rb", buffering=0)
             return self._file.fileno()
 
