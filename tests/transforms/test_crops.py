@@ -342,3 +342,37 @@ def test_the_jpeg_header_walk_agrees_with_pillow(photos):
         assert image_size(data) == Image.open(io.BytesIO(data)).size[::-1]
     with pytest.raises(ValueError, match="cannot read image header"):
         image_size(variants[0][:20])
+
+
+def _jpeg_with_segment(segment: bytes) -> bytes:
+    """A real JPEG with `segment` (marker, length, payload) put right after its SOI."""
+    buf = io.BytesIO()
+    Image.fromarray(np.full((24, 32, 3), 90, np.uint8)).save(buf, format="JPEG")
+    data = buf.getvalue()
+    return data[:2] + segment + data[2:]
+
+
+@pytest.mark.timeout(60)  # a walk that stood still would loop forever
+@pytest.mark.parametrize(
+    "segment",
+    [
+        b"\xff\xe1\x00\x00",  # a length of 0: counts not even its own two bytes
+        b"\xff\xe1\x00\x01",  # 1: the same
+        b"\xff\xe1\xff\xff" + b"x" * 10,  # 65535 bytes said, the file ends first
+        b"\xff\xda\x00\x08" + b"\x00" * 6,  # scan data before any frame header
+    ],
+    ids=["zero", "one", "past-the-end", "scan-first"],
+)
+def test_the_jpeg_header_walk_stops_on_bad_lengths_and_the_decoder_decides(segment):
+    """The header walk never stands still or reads past the end: it gives up, and Pillow
+    (which parses every marker) reads the size or raises the ValueError a transform raises."""
+    from tpufeed.transforms.region import _jpeg_size
+
+    data = _jpeg_with_segment(segment)
+    assert _jpeg_size(data) is None
+    try:
+        size = image_size(data)
+    except ValueError as e:
+        assert "cannot read image header" in str(e)
+    else:
+        assert size == (24, 32)
