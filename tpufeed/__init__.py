@@ -3,6 +3,8 @@
 Exact, deterministic, resumable input pipelines over ArrayRecord and TFRecord files.
 """
 
+from importlib import metadata as _metadata
+
 from tpufeed import checkpoint, codec
 from tpufeed.dataset import Dataset
 from tpufeed.errors import (
@@ -28,7 +30,10 @@ from tpufeed.run.element_spec import TensorSpec
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.metrics import register_metrics, serve_metrics
 
-__version__ = "0.1.0"
+try:  # one source: pyproject.toml's version, as the installed distribution records it
+    __version__ = _metadata.version("tpufeed")
+except _metadata.PackageNotFoundError:  # a checkout on sys.path that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BatchError",
