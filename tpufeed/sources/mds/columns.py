@@ -161,7 +161,7 @@ def _split(data: bytes, count: int, start: int, decode: Callable[[bytes], Any]) 
     # frombuffer refuses a count the bytes cannot hold before making anything of that size
     sizes = np.frombuffer(data, "<u4", count, start).tolist()
     position = start + 4 * count
-    items = []
+    items: list[Any] = []
     for size in sizes:
         if position + size > len(data):
             raise ValueError(f"item {len(items)} of {count} ends past the value's end")

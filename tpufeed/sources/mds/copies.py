@@ -22,7 +22,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 from tpufeed.errors import SourceError, TpufeedError
 from tpufeed.sources.mds.hashes import ExpectedHash, checked_hash, descriptor_chunks
@@ -90,7 +90,8 @@ def _write(copy: str, fd: int, info: ShardInfo, shown: str) -> None:
     raw_hash = ExpectedHash(info.raw["hashes"], f"{shown} (decompressed)")
 
     def write(out: Any) -> None:
-        for piece in decompressed(algorithm, _Prefix(fd, zip_size), raw_size, shown):
+        source = cast(BinaryIO, _Prefix(fd, zip_size))  # `read` is all a decompressor calls
+        for piece in decompressed(algorithm, source, raw_size, shown):
             raw_hash.update(piece)
             out.write(piece)
         raw_hash.check()
