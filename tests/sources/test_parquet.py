@@ -275,6 +275,24 @@ def test_schemas_differing_between_files_are_named(paths, tmp_path):
         )
 
 
+def test_a_footer_that_disagrees_with_itself_is_named(tmp_path):
+    """Parquet keeps no checksum of its footer: a column name damaged in the Parquet schema
+    would read as another column; the Arrow schema stored beside it still has the name."""
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"alpha": [1, 2, 3], "beta": ["x", "y", "z"]}), path)
+    data = bytearray(path.read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    at = data.index(b"alpha", footer)  # its first mention: the schema element's name
+    data[at + 4] ^= ord("a") ^ ord("b")
+    path.write_bytes(bytes(data))
+    assert pq.read_table(path).column_names == ["alphb", "beta"]  # what pyarrow reads
+    with pytest.raises(
+        CorruptDataError, match=r"one.parquet: the footer's column names: \['alphb', 'beta'\]"
+    ) as e:
+        tpufeed.Dataset.from_parquet(str(path))
+    assert e.value.path == str(path)
+
+
 def test_damaged_data_names_file_row_and_cause(tmp_path):
     path = write_files(tmp_path, files=1, compression="snappy", write_page_checksum=True)[0]
     meta = pq.read_metadata(path)

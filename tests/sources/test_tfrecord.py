@@ -6,6 +6,7 @@ import os
 import pickle
 import subprocess
 import tempfile
+import tracemalloc
 import warnings
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -213,9 +214,7 @@ def test_index_rebuilt_after_same_size_rewrite(tmp_path, count_scans):
     assert f.read([1, 0]) == [b"dddd", b"cc"]
 
 
-def test_a_file_replaced_by_one_of_the_same_size_and_mtime_is_indexed_again(
-    tmp_path, count_scans
-):
+def test_a_file_replaced_by_one_of_the_same_size_and_mtime_is_indexed_again(tmp_path, count_scans):
     """The index is the old file's: another inode, even of the same size and time, is not it."""
     path = str(tmp_path / "d.tfrecord")
     write_tfrecords(path, [b"aaaa", b"bb"])
@@ -455,3 +454,28 @@ def test_scan_reads_records_larger_than_its_chunk(tmp_path, monkeypatch):
     f = TFRecordFile(path)
     assert f.read(np.arange(5)) == records
     assert f._offsets.dtype == np.uint64 and f._lengths.tolist() == [len(r) for r in records]
+
+
+@pytest.mark.parametrize("length", [1 << 62, (1 << 64) - 1, 5000])
+def test_the_stream_reader_holds_no_more_than_the_file_whatever_a_length_says(tmp_path, length):
+    """A header whose length CRC is right (crafted, not a random flip) that declares far more
+    bytes than the file has: the build's stream reader reads in pieces until the file ends."""
+    path = str(tmp_path / "d.tfrecord")
+    write_tfrecords(path, [b"first"])
+    header = length.to_bytes(8, "little")
+    with open(path, "ab") as f:
+        f.write(header + tfrecord_format._CRC.pack(tfrecord_format._masked_crc(header)))
+        f.write(b"x" * 3000)
+    tracemalloc.start()
+    try:
+        with open(path, "rb") as f, pytest.raises(CorruptDataError) as e:
+            list(tfrecord_format.read_stream(f, path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert str(e.value).startswith(f"{path}: record 1 at byte offset 21: torn record: {length}")
+    assert peak < 4 << 20
+    f = TFRecordFile(path)  # the index scan: the same length is one unframeable position
+    assert len(f) == 2 and f.read([0]) == [b"first"]
+    with pytest.raises(CorruptDataError, match="record 1 at byte offset 21: torn record"):
+        f.read([1])
