@@ -82,15 +82,28 @@ def _new_build_command(*extra: str) -> list[str]:
     ]
 
 
-def _start(tmp_path, *extra: str) -> subprocess.Popen:
+def _start(tmp_path, *extra: str, preexec=default_ctrl_c) -> subprocess.Popen:
     return subprocess.Popen(
         _new_build_command(*extra),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_ctrl_c,
+        preexec_fn=preexec,
     )
+
+
+def _background_job() -> None:
+    """`preexec_fn` for a build started as a shell's background job (`tpufeed build ... &`):
+    Ctrl-C ignored, so SIGTERM is how it is stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# How a build stopped by a signal ends: its exit status and its one line.
+_STOPPED = {
+    signal.SIGINT: (130, "tpufeed: interrupted: the build was stopped: ds is as it was (the "),
+    signal.SIGTERM: (143, "tpufeed: terminated: the build was stopped: ds is as it was (the "),
+}
 
 
 def _wait_for(path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
@@ -134,13 +147,15 @@ def _clean_rerun_matches_a_fresh_build(tmp_path) -> None:
         (signal.SIGINT, 1),  # before any record is through the pipeline (record 0 is run
         # through the transforms first, to learn the schema)
         (signal.SIGINT, _NEW - 1),  # every other record read, transformed and spilled
+        (signal.SIGTERM, 1),  # taken as Ctrl-C is, in a background job that ignores Ctrl-C
+        (signal.SIGTERM, _NEW - 1),
         (signal.SIGKILL, _NEW - 1),  # no chance to clean up
     ],
 )
 def test_a_stopped_rebuild_leaves_the_old_dataset_whole_and_a_rerun_works(tmp_path, sig, at):
     old = _old_dataset(tmp_path)
     (tmp_path / "block_at").write_text(str(at))
-    proc = _start(tmp_path)
+    proc = _start(tmp_path, preexec=_background_job if sig == signal.SIGTERM else default_ctrl_c)
     try:
         _wait_for(tmp_path / "blocked", proc)
         proc.send_signal(sig)
@@ -150,12 +165,10 @@ def test_a_stopped_rebuild_leaves_the_old_dataset_whole_and_a_rerun_works(tmp_pa
     assert _files(tmp_path / "ds") == old  # every file as it was, and nothing added
     assert _ids(tmp_path / "ds") == list(range(_OLD))
     staging = [n for n in os.listdir(tmp_path) if ".tpufeed-build-" in n]
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130, err
-        assert err.splitlines()[-1] == (
-            "tpufeed: interrupted: the build was stopped: ds is as it was (the new dataset's "
-            "files were removed)"
-        )
+    if sig in _STOPPED:
+        code, line = _STOPPED[sig]
+        assert proc.returncode == code, err
+        assert err.splitlines()[-1] == line + "new dataset's files were removed)"
         assert staging == []
     else:
         assert proc.returncode == -signal.SIGKILL and len(staging) <= 1  # not cleaned up
@@ -223,9 +236,11 @@ def test_a_killed_beam_worker_fails_the_build_by_name_and_keeps_the_old_dataset(
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
-def test_ctrl_c_on_workers_prints_one_line_and_leaves_no_process(tmp_path):
-    """Ctrl-C in a terminal signals the build's whole process group, its Beam workers too:
-    stderr is the one line, not their threads' tracebacks, and no process outlives it."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_on_workers_prints_one_line_and_leaves_no_process(tmp_path, sig):
+    """Ctrl-C in a terminal signals the build's whole process group, its Beam workers too (as
+    does a service manager's SIGTERM): stderr is the one line, not their threads' tracebacks,
+    and no process outlives it."""
     old = _old_dataset(tmp_path)
     (tmp_path / "block_at").write_text("5")
     proc = subprocess.Popen(
@@ -239,17 +254,15 @@ def test_ctrl_c_on_workers_prints_one_line_and_leaves_no_process(tmp_path):
     )
     try:
         _wait_for(tmp_path / "blocked", proc)  # a worker is in the middle of a bundle
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, sig)
         _, err = proc.communicate(timeout=120)
         time.sleep(0.5)
         left = [p.info for p in psutil.process_iter(["pid", "cmdline"]) if _session(p) == proc.pid]
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
-    assert err.splitlines() == [
-        "tpufeed: interrupted: the build was stopped: ds is as it was (the new dataset's "
-        "files were removed)"
-    ]
+    code, line = _STOPPED[sig]
+    assert proc.returncode == code, err
+    assert err.splitlines() == [line + "new dataset's files were removed)"]
     assert left == []
     assert _files(tmp_path / "ds") == old
 

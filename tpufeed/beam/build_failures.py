@@ -1,5 +1,5 @@
-"""A build that stops, read as what happened: Ctrl-C is noted while the pipeline runs (Beam
-re-raises it as a RuntimeError), a file that could not be read or written is one line naming
+"""A build that stops, read as what happened: Ctrl-C (and SIGTERM, for `tpufeed build`) is noted
+while the pipeline runs (Beam re-raises it as a RuntimeError), a file that could not be read or written is one line naming
 it, and so is a worker process that died.
 """
 
@@ -15,34 +15,91 @@ from typing import Any
 
 from tpufeed.errors import SourceError, WorkerError
 
-__all__ = ["disk_failure", "lost_worker", "noting_interrupts", "os_error_in"]
+__all__ = [
+    "Terminated",
+    "disk_failure",
+    "lost_worker",
+    "noting_interrupts",
+    "os_error_in",
+    "terminating_as_interrupt",
+]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, a service manager or a job scheduler stopping the command), taken by
+    `tpufeed build` as it takes Ctrl-C: the build stops and removes what it wrote. `signum`
+    gives the command its exit status, 128 + 15."""
+
+    signum = signal.SIGTERM
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    """A SIGTERM handler: raises `Terminated` where the main thread is."""
+    raise Terminated
 
 
 @contextlib.contextmanager
-def noting_interrupts() -> Iterator[threading.Event]:
-    """An event set by Ctrl-C while the pipeline runs: Beam re-raises a KeyboardInterrupt in a
-    step as a RuntimeError, which must not read as a failed build."""
-    interrupted = threading.Event()
+def terminating_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises `Terminated` (a KeyboardInterrupt) for the block, where its action is the
+    default: `tpufeed build` stops on it as on Ctrl-C. Library callers keep SIGTERM's default."""
     if (
         threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
     ):
-        yield interrupted  # signals go to the main thread; a caller's own handler stays
+        yield
         return
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class Interruption:
+    """Which signal stopped the pipeline (`signum`; None while none did)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def is_set(self) -> bool:
+        return self.signum is not None
+
+
+@contextlib.contextmanager
+def noting_interrupts() -> Iterator[Interruption]:
+    """Notes Ctrl-C (and SIGTERM, where `terminating_as_interrupt` takes it) while the pipeline
+    runs: Beam re-raises a KeyboardInterrupt in a step as a RuntimeError, which must not read as
+    a failed build. A second SIGTERM is ignored while the build removes what it wrote."""
+    interrupted = Interruption()
+    taken = {
+        number: handler
+        for number, handler, ours in (
+            (signal.SIGINT, signal.getsignal(signal.SIGINT), signal.default_int_handler),
+            (signal.SIGTERM, signal.getsignal(signal.SIGTERM), raise_terminated),
+        )
+        if handler is ours  # a caller's own handler stays
+    }
+    if threading.current_thread() is not threading.main_thread():
+        taken = {}  # signals go to the main thread
 
     muted: dict[logging.Logger, int] = {}
 
     def on_interrupt(signum: int, frame: Any) -> None:
-        interrupted.set()
+        interrupted.signum = interrupted.signum or signum
         _quiet_runner_threads()
         muted.update(_mute_beam_logs())
+        if signum == signal.SIGTERM:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            raise Terminated
         signal.default_int_handler(signum, frame)
 
-    signal.signal(signal.SIGINT, on_interrupt)
+    for number in taken:
+        signal.signal(number, on_interrupt)
     try:
         yield interrupted
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for number, handler in taken.items():
+            signal.signal(number, handler)
         for logger, level in muted.items():
             logger.setLevel(level)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from typing import Any
 
 import apache_beam as beam
@@ -37,7 +38,13 @@ from tpufeed.beam.block_plan import Block, BlockStart, file_starts, needs_count
 from tpufeed.beam.block_reader import ReadBlock
 from tpufeed.beam.blocks import count_block
 from tpufeed.beam.build_config import BuildConfig
-from tpufeed.beam.build_failures import disk_failure, lost_worker, noting_interrupts, os_error_in
+from tpufeed.beam.build_failures import (
+    Terminated,
+    disk_failure,
+    lost_worker,
+    noting_interrupts,
+    os_error_in,
+)
 from tpufeed.beam.build_plan import BuildPlan
 from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
 from tpufeed.beam.construction import no_ipython_probe, quick_options
@@ -194,7 +201,7 @@ def run_build(
             writer.switch_in(text)
         except BaseException as e:
             writer.discard()
-            failure = _failure(e, interrupted.is_set(), config.output)
+            failure = _failure(e, interrupted.signum, config.output)
             if failure is e:
                 raise
             raise failure from None if isinstance(failure, KeyboardInterrupt) else e
@@ -227,11 +234,14 @@ def _run(pipeline: beam.Pipeline) -> PipelineResult:
     return result
 
 
-def _failure(error: BaseException, interrupted: bool, output: str) -> BaseException:
-    """What a failed or stopped build raises, its files removed: KeyboardInterrupt for Ctrl-C,
-    one line naming the file for a disk error or the worker for a lost worker process."""
+def _failure(error: BaseException, interrupted: int | None, output: str) -> BaseException:
+    """What a failed or stopped build raises, its files removed: KeyboardInterrupt for Ctrl-C
+    (`Terminated` for SIGTERM; `interrupted`: the signal noted while the pipeline ran), one
+    line naming the file for a disk error or the worker for a lost worker process."""
     untouched = f"{output} is as it was (the new dataset's files were removed)"
-    if interrupted or isinstance(error, KeyboardInterrupt):
+    if interrupted == signal.SIGTERM or isinstance(error, Terminated):
+        return Terminated(f"the build was stopped: {untouched}")
+    if interrupted is not None or isinstance(error, KeyboardInterrupt):
         return KeyboardInterrupt(f"the build was stopped: {untouched}")
     disk = os_error_in(error)
     if disk is not None:

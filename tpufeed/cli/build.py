@@ -146,7 +146,15 @@ def _record_options(build: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """Builds the dataset that `args` describe and prints what went in and came out."""
+    """Builds the dataset that `args` describe and prints what went in and came out. SIGTERM
+    stops it as Ctrl-C does: what it wrote is removed, one line says so, exit status 143."""
+    from tpufeed.beam.build_failures import terminating_as_interrupt
+
+    with terminating_as_interrupt():
+        return _build(args)
+
+
+def _build(args: argparse.Namespace) -> int:
     from tpufeed.beam import BuildConfig, build
 
     _refuse_unknown_options(args)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 __all__ = ["build_parser", "main"]
 
 _EXIT_ERROR = 2  # an error explained in one line; argparse exits 2 on a usage mistake too
-_EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process stopped by Ctrl-C
+_EXIT_SIGNALLED = 128  # + the signal, as a shell reports a process it stopped: 130 for Ctrl-C
 _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for `yes | head`
 
 
@@ -78,9 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     """Runs `tpufeed ARGV` (None: the process's arguments) and returns its exit code."""
     try:  # around the imports too: a Ctrl-C just after the start is one line, exit 130
         return _run(argv)
-    except KeyboardInterrupt as e:
-        print(f"tpufeed: interrupted{f': {e}' if str(e) else ''}", file=sys.stderr)
-        return _EXIT_INTERRUPTED
+    except KeyboardInterrupt as e:  # Ctrl-C; or SIGTERM, which `tpufeed build` takes alike
+        number = getattr(e, "signum", signal.SIGINT)
+        word = "terminated" if number == signal.SIGTERM else "interrupted"
+        print(f"tpufeed: {word}{f': {e}' if str(e) else ''}", file=sys.stderr)
+        return _EXIT_SIGNALLED + int(number)
     except BrokenPipeError:  # the reader went away (`tpufeed inspect ... | head`)
         _silence_stdout()
         return _EXIT_BROKEN_PIPE
