@@ -24,13 +24,14 @@ import pytest
 
 import tpufeed
 from tests.sources.mds_data import (
+    DATA,
     EXPECTED,
     TRUST_EXPECTED,
     assert_like_streaming,
     copy_of,
     edit_index,
 )
-from tpufeed.errors import CorruptDataError, TpufeedError
+from tpufeed.errors import CorruptDataError, SourceError, TpufeedError
 from tpufeed.sources.mds import copies as mds_copies
 from tpufeed.sources.mds.source import MDSSource
 
@@ -233,7 +234,7 @@ PEAK = """
 import json, resource, sys
 import psutil
 import tpufeed
-from tpufeed.errors import CorruptDataError, TpufeedError
+from tpufeed.errors import CorruptDataError, SourceError, TpufeedError
 
 source = tpufeed.Dataset.from_mds(sys.argv[1]).source
 before = psutil.Process().memory_info().rss
@@ -311,3 +312,29 @@ def test_a_copy_half_written_by_a_killed_process_is_removed_and_made_again(tmp_p
     assert [source[i]["id"] for i in (0, 31, 63)] == [0, 31, 63]
     assert source[63]["zeros"] == bytes(MiB)
     assert len(list(copies(tmp_path).glob("*.raw"))) == 1 and not temporaries(tmp_path)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (mounting needs root), for the copies folder."""
+    path = tmp_path / "small"
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.fail(f"a full disk needs a small tmpfs, and it could not be mounted: {mounted}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_copy_that_does_not_fit_on_disk_is_named_and_leaves_nothing(small_disk, monkeypatch):
+    """64 MiB to decompress into a 1 MiB disk: a `SourceError` naming the copy and the shard,
+    no temporary left; the copy fits once there is room."""
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(small_disk))
+    source = MDSSource(DATA / "trust" / "big-zstd")
+    with pytest.raises(SourceError, match=r"shard\.00000\.mds\.zstd cannot be written: .*No space"):
+        source[0]
+    assert [p.name for p in (small_disk / "mds").iterdir() if not p.name.endswith(".lock")] == []
