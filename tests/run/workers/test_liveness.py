@@ -171,6 +171,27 @@ def test_stopping_the_whole_process_group_is_not_a_stopped_worker(tmp_path):
         proc.kill()
 
 
+def _dies_in_chunk_20(i):
+    """Chunk 20 (records 200..209, batches of 10) is slow to make, then its worker dies in it:
+    by then the iterator waits for that very chunk, and has sent the worker another."""
+    if i == 200:
+        time.sleep(1.0)
+    if i == 205:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return i
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_dies_is_named_with_the_chunk_it_was_making_not_the_next_it_was_sent():
+    ds = tpufeed.Dataset.from_sequence(list(range(1000))).map(_dies_in_chunk_20).batch(10)
+    it = ds.workers(2, isolate=True).iterator()
+    with pytest.raises(WorkerError, match="was killed by signal 9") as caught:
+        for _ in it:
+            pass
+    it.close()
+    assert "while making the chunk of records 200..209 (the first: record 200)" in str(caught.value)
+
+
 @pytest.mark.timeout(60)
 def test_a_killed_worker_is_named_with_what_it_was_making():
     it, workers = _running()
@@ -251,6 +272,31 @@ def test_a_stopped_fork_server_is_named_within_stopped_s():
         server.kill()
         server.wait()
     assert not psutil.pid_exists(server.pid) or psutil.Process(server.pid).status() == "zombie"
+
+
+@pytest.mark.timeout(60)
+def test_a_run_whose_fork_server_and_workers_are_all_stopped_is_named_within_stopped_s():
+    """Nothing of the run answers: the error comes after stopped_s of waiting (+ a look), the
+    iterator closes at once (its killed workers are zombies the stopped server cannot reap), and
+    the next iterator starts a new server."""
+    it, workers = _running({"stopped_s": 1})
+    server = _server_process()
+    assert {worker.ppid() for worker in workers} == {server.pid}
+    server.send_signal(signal.SIGSTOP)
+    for worker in workers:
+        worker.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(WorkerError, match="has been stopped .* for 1 s while making") as caught:
+            for _ in it:
+                pass
+        it.close()
+        assert f"Its fork server (pid {server.pid}) is stopped too" in str(caught.value)
+        ds = tpufeed.Dataset.from_sequence(list(range(100))).batch(10)
+        assert len(list(ds.workers(2, isolate=True))) == 10  # on a new server
+        assert _server_process().pid != server.pid
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_stopped_s_must_be_a_positive_number_or_none():
