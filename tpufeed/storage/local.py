@@ -84,13 +84,18 @@ def _items(paths: PathsLike) -> list[str | os.PathLike]:
     return items
 
 
+def _side_file(path: str) -> bool:
+    return path.endswith(".tpufeed-index") or ".tpufeed-index.tmp-" in os.path.basename(path)
+
+
 def _local(path: str) -> list[str]:
     if _GLOB_CHARS.intersection(path):
-        # Globs skip folders, dangling links and tpufeed's side files (TFRecord offset indexes).
+        # Globs skip folders, dangling links and tpufeed's side files (TFRecord offset indexes,
+        # tar indexes) with their temporaries (a writer's, live or dead).
         matches = sorted(
             p
             for p in glob.glob(path)
-            if os.path.exists(p) and not os.path.isdir(p) and not p.endswith(".tpufeed-index")
+            if os.path.exists(p) and not os.path.isdir(p) and not _side_file(p)
         )
         if not matches:
             raise SourceNotFoundError(f"no file matches the glob {path!r}", path=path)
