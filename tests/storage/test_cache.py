@@ -190,3 +190,98 @@ def test_after_a_reboot_files_are_checked_again_not_fetched(
     again = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
     assert again.__getitems__(np.arange(len(again))) == records
     assert gcs.counters.only(bucket).media_bytes == 0 and len(crcs) == 2
+
+
+# -- cached copies are opened through the opener -----------------------------------------------
+
+
+def _source(kind: str, url: str, cache_dir):
+    import tpufeed
+
+    open_it = {
+        "array_record": tpufeed.Dataset.from_array_record,
+        "tfrecord": tpufeed.Dataset.from_tfrecord,
+        "parquet": tpufeed.Dataset.from_parquet,
+    }[kind]
+    return open_it(url, cache_dir=cache_dir).source
+
+
+def _upload_kind(upload, bucket: str, kind: str, tmp_path) -> tuple[str, list]:
+    if kind != "parquet":
+        return upload_shards(upload, bucket, kind, 2, 40, file_format=kind)
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    for s in range(2):
+        path = tmp_path / f"p{s}.parquet"
+        pq.write_table(pa.table({"i": np.arange(40 * s, 40 * s + 40)}), path, row_group_size=16)
+        upload(bucket, f"parquet/part-{s}.parquet", str(path))
+    return f"gs://{bucket}/parquet/part-*.parquet", [{"i": i} for i in range(80)]
+
+
+def _all(source) -> list:
+    return source.__getitems__(np.arange(len(source)))
+
+
+@emulated
+@pytest.mark.timeout(120)  # a FIFO opened the ordinary way would block forever
+@pytest.mark.parametrize("kind", ["array_record", "tfrecord", "parquet"])
+def test_a_fifo_in_place_of_a_cached_copy_never_blocks_and_the_shard_is_fetched_again(
+    gcs, bucket, upload, tmp_path, kind
+):
+    url, records = _upload_kind(upload, bucket, kind, tmp_path)
+    source = _source(kind, url, tmp_path / "c")
+    assert _all(source) == records
+    copies = [f.remote.local_path() for f in source.files]
+    for copy in copies:
+        os.remove(copy)
+        os.mkfifo(copy)
+    record = copies[0].removesuffix(".data") + ".json"  # where its check is recorded
+    os.remove(record)
+    os.mkfifo(record)
+    assert _all(_source(kind, url, tmp_path / "c")) == records  # a restarted job
+    assert all(os.path.isfile(copy) for copy in copies)  # each FIFO found, removed, fetched
+    time.sleep(0.05)  # past the 20 ms in which an open copy is not looked at again
+    assert _all(source) == records  # the first source's readers reopen the new copies
+
+
+@emulated
+@pytest.mark.timeout(60)
+def test_a_copy_swapped_after_its_check_is_refused_when_opened(gcs, bucket, upload, tmp_path):
+    url, _ = upload_shards(upload, bucket, "swap", 1, 40)
+    (obj,) = list_objects(url)
+    cache = ShardCache(tmp_path / "c")
+    with cache.pinned(obj) as path:
+        os.close(cache.open_copy(obj))  # the very file verified: opened
+        twin = path + ".twin"
+        with open(path, "rb") as src, open(twin, "wb") as dst:
+            dst.write(src.read())  # the same bytes, another file
+        os.replace(twin, path)
+        with pytest.raises(CorruptDataError, match="changed after it was verified") as e:
+            cache.open_copy(obj)
+        assert e.value.path == obj.url and path in str(e.value)
+        os.remove(path)
+        os.mkfifo(path)
+        with pytest.raises(SourceError, match="is a FIFO"):
+            cache.open_copy(obj)  # refused without blocking
+
+
+@emulated
+def test_a_footer_probe_left_by_a_dead_process_is_removed_by_the_next_count(
+    gcs, bucket, upload, tmp_path
+):
+    import subprocess
+    import sys
+
+    url, _ = upload_shards(upload, bucket, "probe", 1, 40)
+    cache_dir = tmp_path / "c"
+    scratch = ShardCache(cache_dir).scratch_dir()
+    writer = (
+        "import os, sys; from tpufeed.storage.derived import temporary_name; "
+        "open(temporary_name(os.path.join(sys.argv[1], 'count.array_record')), 'wb').close()"
+    )
+    subprocess.run([sys.executable, "-c", writer, scratch], check=True)  # it ends: a dead writer
+    (left,) = os.listdir(scratch)
+    assert left.startswith("count.array_record.tmp-")
+    assert len(ArrayRecordSource(url, cache=ShardCache(cache_dir))) == 40  # counted by ranges
+    assert os.listdir(scratch) == []

@@ -46,7 +46,8 @@ class CopyHold:
     """
 
     def __init__(self, layout: CacheLayout, key: str, on_evicted: Callable[[], None] | None):
-        fd = os.open(layout.data(key), os.O_RDONLY | os.O_CLOEXEC)
+        # Without blocking: a FIFO swapped in since the copy was checked is seen as changed.
+        fd = os.open(layout.data(key), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             st = os.fstat(fd)

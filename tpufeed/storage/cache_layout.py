@@ -28,6 +28,7 @@ from typing import Any
 
 import google_crc32c
 
+from tpufeed.errors import SourceError
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import open_regular
 
@@ -161,10 +162,12 @@ def file_crc32c(path: str) -> int:
 
 
 def read_json(path: str) -> dict[str, Any] | None:
+    """The JSON object in `path`, or None if there is none (missing, damaged, or not a
+    regular file: a FIFO in its place is never opened for reading)."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with os.fdopen(open_regular(path), encoding="utf-8") as f:
             value = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, SourceError):
         return None
     return value if isinstance(value, dict) else None
 

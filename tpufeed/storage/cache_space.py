@@ -189,7 +189,7 @@ class CacheSpace:
     def held(self, key: str) -> bool:
         """Whether a reader holds the entry's copy open (a `CopyHold`)."""
         try:
-            fd = os.open(self.layout.data(key), os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.layout.data(key), _PROBE)
         except FileNotFoundError:
             return False
         return not _nobody_holds(fd)
@@ -276,10 +276,15 @@ class CacheSpace:
         return total
 
 
+# Opening a file only to see whether a reader holds its lock: never blocks, even on a FIFO
+# put in a copy's place (which is then found unheld and removed).
+_PROBE = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def delete_unless_held(path: str) -> bool:
     """Deletes an evicted copy unless a reader still holds it; True if it is gone."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, _PROBE)
     except FileNotFoundError:
         return True
     return _nobody_holds(fd, then=lambda: remove(path))
