@@ -7,8 +7,15 @@ that the records made are counted across worker processes.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +23,7 @@ import pytest
 import tpufeed
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.sources.array_record import write_array_records
+from tpufeed.storage.record_cache import RecordFiles
 
 RECORDS = 24
 
@@ -252,3 +260,300 @@ def test_indexing_element_spec_and_len_are_the_uncached_pipelines(paths, tmp_pat
         for _ in range(2):  # the second time from the entry
             a, b = cached[i], plain[i]
             assert all(np.array_equal(a[k], b[k]) for k in b)
+
+
+# -- what the key covers: the code, the values it reads, the user's modules; key= ----------------
+
+HELPERS = """
+import numpy as np
+
+SCALE = 2
+TABLE = {"bias": 1}
+WEIGHTS = np.array([0.5, 0.25])
+
+
+def offset(v):
+    return v + TABLE["bias"]
+"""
+
+PIPELINE = """
+import os
+
+import numpy as np
+
+import helpers
+from helpers import WEIGHTS
+
+SHIFT = 0
+
+
+def decode(data):
+    with open(os.environ["MADE_LOG"], "a") as f:
+        f.write(data.decode() + "\\n")
+    value = helpers.offset(int(data)) * helpers.SCALE + SHIFT
+    return {"value": np.float64(value) * WEIGHTS}
+"""
+
+RUN = """
+import json, os, sys
+import numpy as np
+import tpufeed
+folder, cache = sys.argv[1], sys.argv[2]
+sys.path.insert(0, folder)
+sys.dont_write_bytecode = True
+import pipeline
+paths = sys.argv[3:]
+
+def values(ds):
+    return [e["value"].tolist() for e in ds]
+
+ds = tpufeed.Dataset.from_array_record(paths).shuffle(seed=4).map(pipeline.decode)
+cached = values(ds.cache(cache, max_bytes=1 << 30).repeat(2))
+os.environ["MADE_LOG"] = os.devnull
+print(json.dumps([cached, values(ds.repeat(2))]))
+"""
+
+
+def run_pipeline(tmp_path, paths) -> tuple[list, int]:
+    """One run of the cached pipeline in a fresh process: its output (checked against the
+    uncached pipeline's) and how many records it made."""
+    before = len(made(tmp_path))
+    env = dict(os.environ, MADE_LOG=str(tmp_path / "made.log"))
+    code = tmp_path / "code"
+    args = [sys.executable, "-c", RUN, str(code), str(tmp_path / "cache"), *paths]
+    out = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    cached, plain = json.loads(out.stdout)
+    assert cached == plain
+    return cached, len(made(tmp_path)) - before
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_an_edited_value_or_helper_in_the_users_modules_makes_new_entries(paths, tmp_path):
+    """Each run a new process importing the user's modules as they are on disk."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "helpers.py").write_text(HELPERS)
+    (code / "pipeline.py").write_text(PIPELINE)
+    first, count = run_pipeline(tmp_path, paths)
+    assert count == RECORDS  # the first epoch made them, the second read them
+    assert run_pipeline(tmp_path, paths) == (first, 0)  # the same code: every entry replayed
+    edits = [
+        ("helpers.py", "SCALE = 2", "SCALE = 3"),  # a constant read as helpers.SCALE
+        ("helpers.py", '{"bias": 1}', '{"bias": 5}'),  # a dict a helper function reads
+        ("helpers.py", "[0.5, 0.25]", "[0.5, 0.75]"),  # an array imported by name
+        ("helpers.py", 'return v + TABLE["bias"]', 'return v - TABLE["bias"]'),  # its code
+        ("pipeline.py", "SHIFT = 0", "SHIFT = 1"),  # a constant of the stage's own module
+    ]
+    outputs = [first]
+    for name, old, new in edits:
+        text = (code / name).read_text()
+        assert old in text
+        (code / name).write_text(text.replace(old, new))
+        output, count = run_pipeline(tmp_path, paths)
+        assert count == RECORDS, (name, new)
+        assert output not in outputs, (name, new)
+        outputs.append(output)
+    assert run_pipeline(tmp_path, paths) == (outputs[-1], 0)
+
+
+_LOCK = threading.Lock()
+
+
+def locked_decode(data: bytes) -> int:
+    with _LOCK:
+        return int(data)
+
+
+def test_a_global_with_no_stable_form_is_refused_when_the_pipeline_is_built(tmp_path):
+    ds = tpufeed.Dataset.from_sequence([b"1", b"2"]).map(locked_decode)
+    with pytest.raises(InvalidArgumentError) as caught:
+        ds.cache(str(tmp_path), max_bytes=1 << 20)
+    for words in ("map(locked_decode)", "test_cache.locked_decode", "_LOCK", "lock", 'key="'):
+        assert words in str(caught.value), words
+    assert list(ds.cache(str(tmp_path), max_bytes=1 << 20, key="v1")) == [1, 2]
+
+
+def test_key_stands_for_the_code(paths, tmp_path):
+    """With key= the code is not followed: the same key replays, a new key makes entries."""
+
+    def pipeline(scale: float, key: str):
+        ds = tpufeed.Dataset.from_array_record(paths).map(
+            decoder(str(tmp_path / "made.log"), scale)
+        )
+        return ds.cache(str(tmp_path / "cache"), max_bytes=1 << 30, key=key)
+
+    def labels(ds) -> list[float]:
+        return [float(e["image"][0, 1]) for e in ds]
+
+    one = labels(pipeline(1.0, "v1"))
+    assert labels(pipeline(2.0, "v1")) == one  # the user said the code is the same
+    assert len(made(tmp_path)) == RECORDS
+    assert labels(pipeline(2.0, "v2")) == [2 * v for v in one]
+    assert len(made(tmp_path)) == 2 * RECORDS
+
+
+@pytest.mark.parametrize("key", ["", 3, b"v1", ["v1"]])
+def test_a_bad_key_is_named(key):
+    with pytest.raises(InvalidArgumentError, match=f"cache key must be a non-empty str.*{key!r}"):
+        tpufeed.Dataset.from_sequence([1]).cache("/tmp/x", max_bytes=10, key=key)
+
+
+# -- entries as derived files: the source's whole identity, the opener, a full disk, SIGKILL -------
+
+
+def test_a_shard_replaced_by_another_file_of_the_same_size_and_time_makes_new_entries(
+    paths, tmp_path
+):
+    list(pipelines(paths, tmp_path))
+    st = os.stat(paths[0])
+    replacement = str(tmp_path / "replacement")
+    write_array_records(replacement, [b"%d" % (r + 50) for r in range(12)])
+    assert os.path.getsize(replacement) == st.st_size
+    os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(replacement, paths[0])  # another inode, the same name, size and time
+    before = len(made(tmp_path))
+    got = list(pipelines(paths, tmp_path))
+    assert len(made(tmp_path)) - before == RECORDS  # new entries, read in epochs 2 and 3
+    assert_same(got, list(pipelines(paths, tmp_path, cache=False)))
+    assert {int(label) for batch in got for label in batch["label"]} >= {50, 61}
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_in_place_of_an_entry_is_made_again_with_a_warning(paths, tmp_path, caplog):
+    want = list(pipelines(paths, tmp_path, cache=False))
+    list(pipelines(paths, tmp_path))
+    (entry,) = [
+        os.path.join(root, "5") for root, _, names in os.walk(tmp_path / "cache") if "5" in names
+    ]
+    os.remove(entry)
+    os.mkfifo(entry)
+    before = len(made(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="tpufeed.cache"):
+        assert_same(list(pipelines(paths, tmp_path)), want)  # never blocks on the FIFO
+    assert "record 5" in caplog.text and "FIFO" in caplog.text
+    assert made(tmp_path)[before:] == [5]
+    assert stat.S_ISREG(os.lstat(entry).st_mode)  # made again as an entry
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (mounting needs root), for the cache directory."""
+    path = tmp_path / "small"
+    path.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.fail(f"a full disk needs a small tmpfs, and it could not be mounted: {mounted}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def big_decoder(data: bytes) -> dict:
+    value = int(data)
+    return {"pixels": np.full(60_000, value, np.float32), "label": value}
+
+
+def test_a_full_disk_goes_on_uncached_with_a_warning_and_leaves_no_temporary(
+    paths, small_disk, caplog
+):
+    """24 entries of 240 KB for a 1 MiB disk, with max_bytes far larger: some fit, the write
+    that does not fit is removed, and every epoch is still the uncached pipeline's."""
+
+    def pipeline(cache: bool):
+        ds = tpufeed.Dataset.from_array_record(paths).shuffle(seed=1).map(big_decoder)
+        if cache:
+            ds = ds.cache(str(small_disk / "cache"), max_bytes=1 << 30)
+        return ds.random_map(augment_pixels).batch(4).repeat(2)
+
+    with caplog.at_level(logging.WARNING, logger="tpufeed.cache"):
+        assert_same(list(pipeline(True)), list(pipeline(False)))
+    assert "No space left on device" in caplog.text and "uncached" in caplog.text
+    files = [os.path.join(r, n) for r, _, names in os.walk(small_disk) for n in names]
+    assert not [f for f in files if ".tmp-" in f]
+    entries = [f for f in files if os.path.basename(f).isdigit()]
+    assert 0 < len(entries) < RECORDS
+    usage = RecordFiles(str(small_disk / "cache"), "probe", 1 << 30).usage()
+    assert usage == sum(os.path.getsize(f) for f in entries)  # the room of failed writes back
+
+
+def augment_pixels(element: dict, rng: np.random.Generator) -> dict:
+    return {**element, "pixels": element["pixels"] + np.float32(rng.random())}
+
+
+KILLED = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import slow_pipeline
+slow_pipeline.run(sys.argv[2], sys.argv[3:])
+"""
+
+SLOW_PIPELINE = """
+import numpy as np
+import tpufeed
+
+def decode(data):
+    return {"pixels": np.full(1 << 20, int(data), np.float32)}  # 4 MiB entries: slow writes
+
+def pipeline(cache, paths):
+    return tpufeed.Dataset.from_array_record(paths).map(decode).cache(cache, max_bytes=LIMIT)
+
+LIMIT = 60 << 20  # room for 14 of the 24 entries
+
+def run(cache, paths):
+    for _ in pipeline(cache, paths).repeat(2):
+        pass
+"""
+
+
+def temporaries(folder) -> list[str]:
+    return [n for _, _, names in os.walk(folder) for n in names if ".tmp-" in n]
+
+
+def kill_while_writing(proc: subprocess.Popen, folder) -> None:
+    """SIGKILLs `proc` while an entry's temporary file of its is there: stopped (SIGSTOP) the
+    moment one is seen, killed if it is still there, let go on otherwise."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if [n for n in temporaries(folder) if not n.startswith("writing")]:
+            proc.send_signal(signal.SIGSTOP)
+            if [n for n in temporaries(folder) if not n.startswith("writing")]:
+                proc.kill()
+                proc.wait(10)
+                return
+            proc.send_signal(signal.SIGCONT)
+    proc.kill()
+    pytest.fail("the process was never seen in the middle of writing an entry")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_a_writer_killed_in_the_middle_of_an_entry_leaves_nothing_after_the_rerun(
+    paths, tmp_path, monkeypatch
+):
+    code, cache = tmp_path / "code", tmp_path / "cache"
+    code.mkdir()
+    (code / "slow_pipeline.py").write_text(SLOW_PIPELINE)
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(code), str(cache), *paths])
+    kill_while_writing(proc, cache)
+    left = temporaries(cache)
+    assert [n for n in left if n.startswith("writing")] and len(left) >= 2  # marker, entry
+
+    monkeypatch.syspath_prepend(str(code))
+    import slow_pipeline
+
+    rerun = slow_pipeline.pipeline(str(cache), paths)
+    want = [
+        e["pixels"][0] for e in tpufeed.Dataset.from_array_record(paths).map(slow_pipeline.decode)
+    ]
+    assert [e["pixels"][0] for e in rerun.repeat(2)] == want * 2
+    assert temporaries(cache) == []
+    entries = [os.path.join(r, n) for r, _, names in os.walk(cache) for n in names if n.isdigit()]
+    usage = RecordFiles(str(cache), "probe", 1).usage()
+    assert usage == sum(os.path.getsize(f) for f in entries) <= slow_pipeline.LIMIT
+    assert len(entries) == 14

@@ -6,10 +6,14 @@ read and the stages before `cache()` run on it, and their outputs are stored in 
 still draw their numbers per (seed, epoch, record), so every epoch is what the pipeline makes
 without the cache. Only deterministic stages may come before it: `map`, `filter`, `flat_map`.
 
-Entries are keyed by what made them: the source (its files' names, sizes and versions, or an
-in-memory source's contents) and the code, constants and settings of every stage before
-`cache()` (`function_identity`). Any change makes new entries. The key is not part of the
-pipeline's fingerprint: a state taken with or without `cache()` resumes in the other.
+Entries are keyed by what made them: the source (each file's whole identity, inode included,
+or an in-memory source's contents) and what every stage before `cache()` computes: its code,
+settings and captured values, the module-level values its code reads, and the user's functions
+and classes it reaches in any of their modules (`function_identity`). Any change makes new
+entries; a value that cannot be keyed is refused when the pipeline is built. `cache(...,
+key="v2")` stands for the code instead (not followed): the user changes it when the code
+changes. The key is not part of the pipeline's fingerprint: a state taken with or without
+`cache()` resumes in the other.
 
 An entry holds the record's outputs in order, each encoded by `tpufeed.codec` (a dict of
 arrays, bytes, str and numbers, or one such value), with its piece id after a `flat_map`.
@@ -42,6 +46,7 @@ _COUNT = struct.Struct("<I")
 _OUTPUT = struct.Struct("<QBIQ")  # piece id, bare value, scalar keys' length, codec length
 _ALIGN = 16  # each codec payload starts here, so arrays decode as views of the entry
 _BARE = ""  # the key a value that is not a dict is stored under
+_KEY_FORMAT = 2  # what the key is made of: entries keyed another way are never read
 Made = Callable[[list[int]], Elements]  # chunk units -> their elements, read and made
 
 
@@ -113,14 +118,17 @@ class Cache(RecordStage):
             ) from None
 
 
-def cache_key(source: Any, stages: Sequence[RecordStage]) -> str:
-    """Names what makes the entries: the source's files (or contents) and the stages' code."""
-    stamps = [list(stamp) for stamp in source.shard_stamps()]
-    content = "" if stamps else _content_digest(source.source)
-    parts = [source.fingerprint(), stamps, content]
+def cache_key(source: Any, stages: Sequence[RecordStage], key: str | None = None) -> str:
+    """Names what makes the entries: the source's files (their whole identity) or contents,
+    and what the stages compute (`function_identity`), or the user's `key` in its place."""
+    versions = list(source.file_versions())
+    content = "" if versions else _content_digest(source.source)
+    parts = [_KEY_FORMAT, source.fingerprint(), versions, content, key]
     digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16)
     for stage in stages:
-        digest.update(stage.kind.encode() + b"\0" + function_identity(stage.fn))
+        digest.update(stage.kind.encode() + b"\0")
+        if key is None:  # the user's key stands for the code: it is not followed
+            digest.update(function_identity(stage.fn, stage.name))
     return digest.hexdigest()
 
 

@@ -45,18 +45,25 @@ def check_next(stages: Sequence[Stage], stage: Stage) -> None:
         raise InvalidArgumentError("batch after pack takes no pad: packed rows have one length")
 
 
-def cache_stage(directory: Any, max_bytes: Any, source: Any, stages: Sequence[Stage]) -> Cache:
+def cache_stage(
+    directory: Any, max_bytes: Any, source: Any, stages: Sequence[Stage], key: Any = None
+) -> Cache:
     """The `cache()` after `stages` over `source`; raises where it cannot replay them."""
     if not isinstance(directory, (str, os.PathLike)) or not str(directory):
         raise InvalidArgumentError(f"cache directory must be a path, got {directory!r}")
     if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
         raise InvalidArgumentError(f"cache max_bytes must be a positive int, got {max_bytes!r}")
+    if key is not None and not (isinstance(key, str) and key):
+        raise InvalidArgumentError(
+            f"cache key must be a non-empty str that you change when the code changes "
+            f'(key="v2"), or None to key by the code itself; got {key!r}'
+        )
     for stage in stages:
         why = _not_replayable(stage)
         if why:
             raise InvalidArgumentError(f"cache() cannot come after {stage_label(stage)}: {why}")
     records = tuple(s for s in stages if isinstance(s, RecordStage))
-    files = RecordFiles(os.fspath(directory), cache_key(source, records), max_bytes)
+    files = RecordFiles(os.fspath(directory), cache_key(source, records, key), max_bytes)
     return Cache(files, any(stage.splits for stage in records))
 
 

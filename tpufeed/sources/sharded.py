@@ -203,6 +203,11 @@ class ShardedSource(Generic[F]):
         """Each file's name, size and version, as a state remembers them (`file_stamp`)."""
         return [file_stamp(f) for f in self.files]
 
+    def file_versions(self) -> list[str]:
+        """Each file's path and whole identity (`file_version`): what a file derived from the
+        source, such as a record cache entry, is keyed by."""
+        return [file_version(f) for f in self.files]
+
     def fingerprint(self) -> str:
         shards = ",".join(f"{os.path.basename(f.path)}:{len(f)}" for f in self.files)
         return f"{type(self).__name__}[{shards}]"
@@ -263,6 +268,18 @@ def file_stamp(f: RecordFile) -> ShardStamp:
     if pinned is None:
         pinned = FileIdentity.of(check_regular(f.path))
     return ShardStamp(f.path, pinned.size, pinned.mtime_ns, pinned.mtime_ns)
+
+
+def file_version(f: RecordFile) -> str:
+    """File `f` and its whole identity: a remote object's version (GCS generation, S3 ETag); a
+    local file's device, inode, size and modification time as pinned when first opened, so a
+    file replaced by another of the same size and time is another file (`derived_name`)."""
+    if f.remote is not None:
+        return f.remote.obj.identity
+    pinned = getattr(f, "pinned", None)
+    if pinned is None:
+        pinned = FileIdentity.of(check_regular(f.path))
+    return f"{os.path.abspath(f.path)}:{pinned.key()}"
 
 
 def checked_indices(

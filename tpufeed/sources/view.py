@@ -3,8 +3,9 @@
 A source is any object with `__len__` and `__getitem__(int)` (the Grain protocol). Optional:
 `__getitems__(indices)` for batched reads, `locate(index) -> (path, local index)`,
 `fingerprint()`, `will_read(indices)` (the records the plan needs next, in order, for
-read-ahead) and `shard_stamps()` (what a state remembers of its files); the view supplies
-fallbacks for what is missing.
+read-ahead), `shard_stamps()` (what a state remembers of its files) and `file_versions()` (each
+file's whole identity, for what is derived from it); the view supplies fallbacks for what is
+missing.
 """
 
 from __future__ import annotations
@@ -80,6 +81,14 @@ class SourceView:
         """What a state remembers of each file of the source (none for a source without)."""
         stamps = getattr(self.source, "shard_stamps", None)
         return tuple(stamps()) if callable(stamps) else ()
+
+    def file_versions(self) -> tuple[str, ...]:
+        """Each file of the source and its whole identity (inode included: what a derived file
+        is keyed by); a source without `file_versions` gives what `shard_stamps` knows."""
+        versions = getattr(self.source, "file_versions", None)
+        if callable(versions):
+            return tuple(versions())
+        return tuple(":".join(map(str, stamp)) for stamp in self.shard_stamps())
 
     def fingerprint(self) -> str:
         fingerprint = getattr(self.source, "fingerprint", None)
