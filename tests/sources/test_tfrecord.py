@@ -479,3 +479,16 @@ def test_the_stream_reader_holds_no_more_than_the_file_whatever_a_length_says(tm
     assert len(f) == 2 and f.read([0]) == [b"first"]
     with pytest.raises(CorruptDataError, match="record 1 at byte offset 21: torn record"):
         f.read([1])
+
+
+def test_an_index_write_killed_midway_leaves_nothing_the_next_open_does_not_remove(tmp_path):
+    """A writer killed in the middle of an index leaves a temporary named by its host, pid and
+    start time: the next process that writes an index there removes it, and reads exactly."""
+    path = str(tmp_path / "d.tfrecord")
+    write_tfrecords(path, [b"a", b"bb", b"ccc"])
+    host = os.uname().nodename
+    killed = tmp_path / f"d.tfrecord{INDEX_SUFFIX}.tmp-{host}-{os.getpid()}-1-abcd"
+    killed.write_bytes(b"half an index")  # this pid, another start time: a writer that is gone
+    f = TFRecordFile(path)
+    assert f.read([2, 0, 1]) == [b"ccc", b"a", b"bb"]
+    assert sorted(os.listdir(tmp_path)) == ["d.tfrecord", "d.tfrecord" + INDEX_SUFFIX]

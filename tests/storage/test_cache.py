@@ -285,3 +285,21 @@ def test_a_footer_probe_left_by_a_dead_process_is_removed_by_the_next_count(
     assert left.startswith("count.array_record.tmp-")
     assert len(ArrayRecordSource(url, cache=ShardCache(cache_dir))) == 40  # counted by ranges
     assert os.listdir(scratch) == []
+
+
+@emulated
+def test_a_damaged_record_count_kept_in_the_cache_is_counted_again(gcs, bucket, upload, tmp_path):
+    """The count kept beside the cache is a derived file: a damaged one would make the shard
+    read as 50 records; it fails its CRC32C, is removed with a warning and counted again."""
+    url, records = upload_shards(upload, bucket, "facts", 1, 40)
+    assert len(ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))) == 40
+    (obj,) = list_objects(url)
+    facts = ShardCache(tmp_path / "c").layout.meta(entry_key(obj))
+    data = open(facts, "rb").read()
+    assert b'"num_records": 40' in data
+    with open(facts + ".new", "wb") as f:
+        f.write(data.replace(b'"num_records": 40', b'"num_records": 50'))
+    os.replace(facts + ".new", facts)
+    with pytest.warns(UserWarning, match=r"the facts kept about .* fails its CRC32C check"):
+        source = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))
+    assert len(source) == 40 and source.__getitems__(np.arange(40)) == records

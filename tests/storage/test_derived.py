@@ -18,6 +18,7 @@ from tpufeed.storage.derived import (
     open_derived,
     read_derived,
     remove_dead_temporaries,
+    remove_dead_temporaries_once,
     temporary_name,
     write_derived,
 )
@@ -206,3 +207,16 @@ def test_large_payloads_are_checked_in_pieces(tmp_path, monkeypatch):
     write_derived(path, lambda f: f.write(data))
     assert read_derived(path, "the test file") == data
     time.sleep(0)
+
+
+def test_the_sweep_once_lists_each_folder_once_per_process(tmp_path):
+    host = os.uname().nodename
+
+    def dead(name: str) -> None:  # this pid with another start time: a writer that is gone
+        (tmp_path / f"{name}.tmp-{host}-{os.getpid()}-1-abcd").write_bytes(b"")
+
+    dead("a")
+    assert remove_dead_temporaries_once(str(tmp_path)) == 1
+    dead("b")
+    assert remove_dead_temporaries_once(str(tmp_path)) == 0  # this process swept it already
+    assert remove_dead_temporaries(str(tmp_path)) == 1

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import math
 import os
 import time
@@ -46,6 +47,7 @@ from tpufeed.storage.cache_inventory import CacheEntry, list_entries, remove_unu
 from tpufeed.storage.cache_layout import CacheLayout, default_cache_dir, entry_key
 from tpufeed.storage.cache_space import CacheSpace
 from tpufeed.storage.cache_verified import VerifiedCopies
+from tpufeed.storage.derived import read_derived, remove_dead_temporaries_once, write_derived
 from tpufeed.storage.eviction import PlanBoard, VictimChooser
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import open_regular
@@ -286,15 +288,28 @@ class ShardCache:
     # -- facts about objects ------------------------------------------------------------------
 
     def recall(self, obj: RemoteObject, fact: str) -> Any:
-        return (files.read_json(self.layout.meta(entry_key(obj))) or {}).get(fact)
+        """A fact remembered about `obj` (its record count), or None. The facts are a derived
+        file of the object's version, checked by CRC32C on first use (a damaged one is
+        removed with a warning, and the fact found again)."""
+        return self._facts(obj).get(fact)
 
     def remember(self, obj: RemoteObject, fact: str, value: Any) -> None:
         path = self.layout.meta(entry_key(obj))
-        record = files.read_json(path) or {"url": obj.url, "generation": obj.generation}
+        record = self._facts(obj) or {"url": obj.url, "version": obj.version}
         record[fact] = value
+        text = json.dumps(record).encode()
         with contextlib.suppress(OSError):  # a cache of facts; failing to keep one is harmless
             self.layout.make_dirs()
-            files.write_json(path, record)
+            remove_dead_temporaries_once(os.path.dirname(path))
+            write_derived(path, lambda out: out.write(text))
+
+    def _facts(self, obj: RemoteObject) -> dict[str, Any]:
+        data = read_derived(self.layout.meta(entry_key(obj)), f"the facts kept about {obj.url}")
+        try:
+            record = json.loads(data) if data is not None else {}
+        except ValueError:
+            return {}
+        return record if isinstance(record, dict) and record.get("url") == obj.url else {}
 
     def scratch_dir(self) -> str:
         path = os.path.join(self.root, "tmp")

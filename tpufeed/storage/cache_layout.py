@@ -5,7 +5,8 @@
     shards/<key>.lock      the entry's lock; its mtime says when a reader last used the entry
     shards/<key>.json      where the entry came from, and its stat stamp when last verified
     evicted/<key>.evicted-*  an evicted copy a reader still has open (see `cache_holds`)
-    meta/<key>.json        small facts about objects (an ArrayRecord shard's record count)
+    meta/<key>.facts       small facts about objects (an ArrayRecord shard's record count),
+                           JSON as a derived file (`storage.derived`: CRC32C trailer)
     plans/<pid>-<n>.json   each running read-ahead's next uses, for other processes' evictions
     tmp/                   scratch files (ArrayRecord footer probes)
     tfrecord-index/        record indexes of gs:// TFRecord files
@@ -103,7 +104,7 @@ class CacheLayout:
         return os.path.join(self.shards, key + ".json")
 
     def meta(self, key: str) -> str:
-        return os.path.join(self.root, "meta", key + ".json")
+        return os.path.join(self.root, "meta", key + ".facts")
 
     def make_dirs(self) -> None:
         for sub in ("shards", "evicted", "meta", "plans"):

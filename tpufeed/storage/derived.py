@@ -43,6 +43,7 @@ __all__ = [
     "open_derived",
     "read_derived",
     "remove_dead_temporaries",
+    "remove_dead_temporaries_once",
     "temporary_name",
     "write_derived",
 ]
@@ -53,6 +54,7 @@ _CHECK_CHUNK = 8 << 20
 _TMP = ".tmp-"
 _verified: set[tuple[str, FileIdentity]] = set()  # (path, identity) checked in this process
 _verified_lock = threading.Lock()
+_swept: set[tuple[int, str]] = set()  # (pid, folder) whose dead temporaries were removed
 _writers: dict[int, str] = {}  # by pid: a forked child names itself anew
 
 
@@ -148,6 +150,17 @@ def dead_temporary(name: str) -> bool:
     """Whether `name` is a temporary name (`temporary_name`) whose writer, on this host, is gone."""
     at = name.rfind(_TMP)
     return at >= 0 and not _alive(name[at + len(_TMP) :])
+
+
+def remove_dead_temporaries_once(directory: str) -> int:
+    """`remove_dead_temporaries(directory)` the first time this process asks for `directory`,
+    0 after: for writers of many derived files into one folder (one listing, not one each)."""
+    key = (os.getpid(), os.path.abspath(directory))
+    with _verified_lock:
+        if key in _swept:
+            return 0
+        _swept.add(key)
+    return remove_dead_temporaries(directory)
 
 
 def _listings(directory: str, recursive: bool) -> Iterator[tuple[str, list[str]]]:

@@ -23,7 +23,12 @@ from typing import BinaryIO
 import numpy as np
 
 from tpufeed.sources.tfrecord.framing import _CRC, _HEADER, UNFRAMED
-from tpufeed.storage.derived import derived_name, read_derived, write_derived
+from tpufeed.storage.derived import (
+    derived_name,
+    read_derived,
+    remove_dead_temporaries_once,
+    write_derived,
+)
 from tpufeed.storage.opener import FileIdentity
 
 __all__ = [
@@ -84,6 +89,7 @@ def save_index(index_path: str, stamp: bytes, offsets: np.ndarray, lengths: np.n
         out.write(offsets.astype(_LE_U64, copy=False).tobytes())
         out.write(lengths.astype(_LE_U64, copy=False).tobytes())
 
+    remove_dead_temporaries_once(os.path.dirname(index_path) or ".")  # a killed writer's
     write_derived(index_path, write)
 
 
