@@ -1,12 +1,18 @@
-"""A Hugging Face `datasets.Dataset` as a source, with the elements of `from_parquet`.
+"""A Hugging Face `datasets.Dataset` as a source: the rows `hf[i]` gives, as its format says.
 
 `Dataset.from_source(hf_dataset)` works as it is (a `datasets.Dataset` has `__len__`,
 `__getitem__` and a batched `__getitems__`, which tpufeed uses), and yields whatever the
 dataset's format gives: Python lists and ints by default; with `with_format("numpy")`, arrays,
 but an integer column holding nulls turns into float NaN in batched reads and stays int in
-single ones. `HuggingFaceSource` reads the rows as Arrow instead (`with_format("arrow")`, one
-batched take per read) and converts them like Parquet rows (`tpufeed.sources._arrow_rows`):
-numpy scalars and arrays, `str`, None for null, the same types whatever the batch.
+single ones. `HuggingFaceSource` reads the rows as Arrow instead (one batched take per read)
+and converts them like Parquet rows (`tpufeed.sources._arrow_rows`): numpy scalars and arrays,
+`str`, None for null, the same types whatever the batch.
+
+The dataset's format is honoured, never dropped (`tpufeed.sources.huggingface_format`): its
+`columns` (and `output_all_columns`) decide the columns; a transform (`with_transform`,
+`set_transform`) is applied as `hf[indices]` applies it, by reading through the dataset
+itself; formats whose rows cannot be batched ("torch", "arrow", ...) are refused, naming the
+call to make instead.
 
 Nothing is downloaded: the dataset is what the caller built or loaded. Workers get it pickled:
 a dataset backed by Arrow files on disk (what `load_dataset` and `load_from_disk` give) travels
@@ -26,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, missing_dependency
+from tpufeed.sources.huggingface_format import plan_of
 from tpufeed.sources.parquet.source import check_columns
 from tpufeed.sources.sharded import checked_indices
 
@@ -53,17 +60,12 @@ class HuggingFaceSource:
                 "streaming dataset has no random access: load it without streaming=True, or "
                 "read its Parquet files with Dataset.from_parquet"
             )
-        wanted = check_columns(columns)
-        if wanted is not None:
-            missing = [name for name in wanted if name not in dataset.column_names]
-            if missing:
-                raise InvalidArgumentError(
-                    f"the dataset has no column {', '.join(map(repr, missing))}"
-                    f"; its columns are {dataset.column_names}"
-                )
-            dataset = dataset.select_columns(wanted)
-        self.columns: list[str] = list(wanted if wanted is not None else dataset.column_names)
-        self._dataset = dataset.with_format("arrow")
+        self._plan = plan_of(dataset, check_columns(columns))
+        self.columns: list[str] | None = self._plan.columns
+        if self._plan.own:  # a transform, or format settings: the dataset makes the rows
+            self._dataset = dataset
+        else:
+            self._dataset = dataset.select_columns(self.columns).with_format("arrow")
 
     def __len__(self) -> int:
         return len(self._dataset)
@@ -78,12 +80,27 @@ class HuggingFaceSource:
         )
         if not keys.size:
             return []
-        return rows_of(self._dataset[keys.tolist()], self.columns)
+        if not self._plan.own:
+            return rows_of(self._dataset[keys.tolist()], self.columns)
+        rows: list[dict[str, Any]] = self._dataset.__getitems__(keys.tolist())
+        return rows if self.columns is None else [self._picked(row) for row in rows]
 
     def fingerprint(self) -> str:
         # Not datasets' own fingerprint: it is random for transforms it cannot hash, which
-        # would refuse every state after a restart.
-        return f"HuggingFaceSource[{self._dataset.features}:{len(self)}]"
+        # would refuse every state after a restart. A typed read's rows are its features'.
+        made_by = f":{self._plan.described}" if self._plan.own else ""
+        return f"HuggingFaceSource[{self._dataset.features}:{len(self)}{made_by}]"
+
+    def _picked(self, row: dict[str, Any]) -> dict[str, Any]:
+        """`row`'s columns `self.columns` (a transform's row: the names checked here)."""
+        assert self.columns is not None
+        missing = [name for name in self.columns if name not in row]
+        if missing:
+            raise InvalidArgumentError(
+                f"the dataset's transform ({self._plan.described}) gives no column "
+                f"{', '.join(map(repr, missing))}; its rows have {list(row)}"
+            )
+        return {name: row[name] for name in self.columns}
 
     def __repr__(self) -> str:
         return f"HuggingFaceSource({len(self)} rows, columns={self.columns})"
