@@ -18,6 +18,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 import tpufeed
@@ -510,6 +511,15 @@ def run(cache, paths):
 """
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """SIGSTOP, and wait until the process is stopped (the signal lands a little later)."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "the process did not stop"
+        time.sleep(0.001)
+
+
 def temporaries(folder) -> list[str]:
     return [n for _, _, names in os.walk(folder) for n in names if ".tmp-" in n]
 
@@ -520,7 +530,7 @@ def kill_while_writing(proc: subprocess.Popen, folder) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if [n for n in temporaries(folder) if not n.startswith("writing")]:
-            proc.send_signal(signal.SIGSTOP)
+            stop(proc)
             if [n for n in temporaries(folder) if not n.startswith("writing")]:
                 proc.kill()
                 proc.wait(10)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 
+import psutil
 import pytest
 
 from tpufeed.errors import InvalidArgumentError
@@ -99,3 +105,120 @@ def test_a_directory_it_cannot_create_is_named(tmp_path):
     files = RecordFiles(str(tmp_path / "file" / "cache"), "k", 100)
     with pytest.raises(InvalidArgumentError, match="cannot create .*file/cache/k"):
         files.get(0)
+
+
+WRITER = """
+import sys
+from tpufeed.storage.record_cache import RecordFiles
+files = RecordFiles(sys.argv[1], "k", 1 << 40)
+first = int(sys.argv[2])
+for start in range(first, first + 10_000, 4):
+    files.put([(r, bytes([r % 251]) * (4 << 20)) for r in range(start, start + 4)])  # 4 MiB
+"""
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGSTOP, and wait until the process is stopped (the signal lands a little later)."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:
+        assert time.monotonic() < deadline, "the process did not stop"
+        time.sleep(0.001)
+
+
+def temporaries(folder) -> list[str]:
+    return sorted(n for _, _, names in os.walk(folder) for n in names if ".tmp-" in n)
+
+
+def writer_in_the_middle_of_an_entry(folder, first: int) -> subprocess.Popen:
+    """A writer process of records `first`, ..., stopped (SIGSTOP) while an entry's temporary
+    file of its is there."""
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(folder), str(first)])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if [n for n in temporaries(folder) if f"-{proc.pid}-" in n and n[0].isdigit()]:
+            stop(proc)
+            if [n for n in temporaries(folder) if f"-{proc.pid}-" in n and n[0].isdigit()]:
+                return proc
+            proc.send_signal(signal.SIGCONT)
+    proc.kill()
+    pytest.fail("the writer was never seen in the middle of writing an entry")
+
+
+def entry_bytes(folder) -> int:
+    names = [os.path.join(r, n) for r, _, ns in os.walk(folder) for n in ns if n.isdigit()]
+    return sum(os.path.getsize(p) for p in names)
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.timeout(300)
+def test_the_next_opener_cleans_up_after_a_writer_killed_in_a_put_and_keeps_a_live_ones(tmp_path):
+    killed = writer_in_the_middle_of_an_entry(tmp_path, 0)
+    live = writer_in_the_middle_of_an_entry(tmp_path, 5000)  # stopped, alive: its files stay
+    try:
+        killed.kill()
+        killed.wait(10)
+        mine = [n for n in temporaries(tmp_path) if f"-{killed.pid}-" in n]
+        assert len(mine) == 2 and mine[-1].startswith("writing")  # an entry's, and the marker
+        files = RecordFiles(str(tmp_path), "k", 1 << 40)
+        files.get(0)  # opens the key: the killed writer's files go
+        left = temporaries(tmp_path)
+        assert not [n for n in left if f"-{killed.pid}-" in n]
+        assert len([n for n in left if f"-{live.pid}-" in n]) == 2
+    finally:
+        live.kill()
+        live.wait(10)
+    files = RecordFiles(str(tmp_path), "k", 1 << 40)
+    files.get(0)
+    assert temporaries(tmp_path) == []
+    assert files.usage() == entry_bytes(tmp_path / "k")  # the room of unwritten entries back
+
+
+def dead_writers_name(path: str) -> str:
+    """`path` as a temporary of a writer on this host that is gone (no such pid)."""
+    return f"{path}.tmp-{socket.gethostname()}-999999999-1-abcd"
+
+
+def test_without_a_marker_opening_a_key_walks_no_entries(tmp_path):
+    """A dead writer's temporary with no marker (a put never leaves one so) stays: opening a key
+    lists its folder, not its entries. A marker names where to look."""
+    files = RecordFiles(str(tmp_path), "k", 1 << 20)
+    files.put([(1, payload(1))])
+    stray = dead_writers_name(files.path(2))
+    open(stray, "wb").close()
+    RecordFiles(str(tmp_path), "k", 1 << 20).get(1)  # another opener
+    assert os.path.exists(stray)
+    marker = dead_writers_name(os.path.join(files.root, "writing"))
+    with open(marker, "w") as f:
+        f.write(f"2 {HEADER + 1000}\n")
+    RecordFiles(str(tmp_path), "k", 1 << 20).get(1)
+    assert not os.path.exists(stray) and not os.path.exists(marker)
+
+
+def test_a_marker_cut_short_makes_the_opener_look_through_the_whole_key(tmp_path):
+    files = RecordFiles(str(tmp_path), "k", 1 << 20)
+    files.put([(5000, payload(5000))])
+    stray = dead_writers_name(files.path(5001))
+    open(stray, "wb").close()
+    marker = dead_writers_name(os.path.join(files.root, "writing"))
+    with open(marker, "w") as f:
+        f.write("5001 10")  # no end of line: its writer died while leaving it
+    RecordFiles(str(tmp_path), "k", 1 << 20).get(5000)
+    assert not os.path.exists(stray) and not os.path.exists(marker)
+    assert bytes(files.get(5000)) == payload(5000)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_an_entry_that_is_not_a_regular_file_is_removed_with_a_warning(tmp_path, caplog, kind):
+    files = RecordFiles(str(tmp_path), "k", 1 << 20)
+    files.put([(7, payload(7))])
+    path = files.path(7)
+    os.remove(path)
+    os.mkfifo(path) if kind == "fifo" else os.mkdir(path)
+    assert files.get(7) is None  # never opened for reading: no wait for a writer
+    assert ("FIFO" if kind == "fifo" else "directory") in caplog.text and path in caplog.text
+    assert not os.path.lexists(path)
+    files.put([(7, payload(7))])
+    assert bytes(files.get(7)) == payload(7)
