@@ -18,6 +18,12 @@ host's records at stream positions w, w+W, ... (the share `host + w * hosts` of
 each once, but grouped into batches and ordered differently, with up to W short batches (each
 worker's last) instead of one, so the number of batches can change with W.
 
+Each pass (each `iter()`: every epoch of a DataLoader) is the pipeline's next epochs, as a
+sampler draws a new order each epoch: pass p of a pipeline that runs n epochs (`repeat(n)`, 1
+without it) runs epochs [p * n, (p + 1) * n), with any `num_workers`; `set_epoch(e)` makes the
+next pass pass e. The passes of one `Dataset` object are counted together, in every worker
+(`tpufeed.adapters._torch_passes`, `tpufeed.adapters._pass_book`). `len()` is `len(ds)`.
+
 Checkpoints: torchdata's `StatefulDataLoader` saves and restores every worker's position
 (`get_state`/`state_dict` of these objects), exactly, with any `num_workers`. Workers started
 by fork are safe after the parent has read: open files are reopened in each worker, and
