@@ -2,10 +2,11 @@
 
 For each group below, `uv pip install --resolution lowest-direct -e ".[extra]"` puts tpufeed's
 direct requirements at their floors (the lowest that install together) and everything they
-pull at the newest, as a user with an old stack gets it. The script then checks that the
-extra's own requirements did land on their floors (one that lands higher is a floor no install
-can reach: raise it) and runs the group's smoke tests, refusing skips (a skip is a module that
-did not import). torch is the CPU wheel that constraints/ci.txt pins: its floor.
+pull at the newest, as a user with an old stack gets it, from PyPI alone (torch's floor is
+PyPI's build). The script then checks that the extra's own requirements did land on their
+floors (one that lands higher is a floor no install can reach: raise it) and runs the group's
+smoke tests, refusing skips (a skip is a module that did not import). `.ci/newest.py` runs the
+same groups at the newest releases.
 
     python .ci/lowest.py                  # every group
     python .ci/lowest.py tf torch         # some
@@ -42,6 +43,8 @@ class Group:
     tests: tuple[str, ...]  # pytest arguments
     also: tuple[str, ...] = ()  # names from any of pyproject's lists: the tests' TensorFlow
     tools: tuple[str, ...] = ()  # test tools beyond TEST_TOOLS, at constraints/ci.txt's version
+    beside: tuple[str, ...] = ()  # a user's own distributions, installed with it (newest)
+    marks: str = "not slow"  # pytest's -m
 
 
 GROUPS = (
@@ -62,7 +65,13 @@ GROUPS = (
         + ("tests/adapters/test_tensorflow.py",),  # the floor itself passes the run-time check
         also=("tensorflow-cpu",),
     ),
-    Group("torch", ("torch",), ("tests/adapters/test_torch.py",)),
+    Group(
+        "torch",
+        ("torch",),
+        ("tests/adapters/test_torch.py", "tests/adapters/test_torch_state.py"),
+        # StatefulDataLoader's checkpoints: torchdata, which the user installs (tpufeed never imports it)
+        tools=("torchdata",),
+    ),
     Group(
         "beam",
         ("beam",),
@@ -90,7 +99,7 @@ GROUPS = (
     ),
     Group(
         "images",
-        ("images",),
+        ("images", "opencv"),  # Pillow's floor, and OpenCV's where the user has none
         (
             "tests/transforms/test_image.py",
             "tests/transforms/test_crops.py",
@@ -101,8 +110,9 @@ GROUPS = (
     ),
     Group(
         "turbojpeg",
-        ("turbojpeg",),
-        ("tests/transforms/test_turbojpeg.py",),
+        ("turbojpeg", "opencv"),
+        # simplejpeg's libjpeg-turbo 3; no libturbojpeg 3 here for the window
+        ("tests/transforms/test_turbojpeg.py", "-k", "not window"),
         tools=("scipy", "scikit-learn"),  # test_crops' photographs
     ),
     Group("text", ("text",), ("tests/transforms/test_text.py", "-k", "not in_a_build")),
@@ -115,13 +125,15 @@ GROUPS = (
     # the image columns are compared as pixels: the images extra decodes them
     Group("mds", ("mds", "images"), ("tests/sources/test_mds.py", "-k", "not gcs and not workers")),
     Group("metrics", ("metrics",), ("tests/run/test_metrics.py",)),
-    # `all`'s own requirements: the quickstart's digits (scikit-learn) and bench's plot.
+    # `tpufeed quickstart` as the quickstart page installs it: JAX and scikit-learn's digits
     Group(
-        "all",
-        ("jax",),
-        ("tests/cli/test_quickstart.py", "tests/cli/test_bench_plot.py"),
-        also=("scikit-learn", "matplotlib"),
+        "quickstart",
+        ("quickstart",),
+        ("tests/cli/test_quickstart.py", "-k", "one_epoch or input_wait"),
+        marks="",  # the one-epoch run is a slow test
     ),
+    # `all`'s own requirement: bench's plot
+    Group("all", (), ("tests/cli/test_bench_plot.py",), also=("matplotlib",)),
 )
 
 
@@ -147,32 +159,22 @@ def pins(path: Path) -> dict[str, str]:
     return {canonicalize_name(line.split("==")[0]): line for line in lines if "==" in line}
 
 
-def find_links() -> list[str]:
-    """pip's find-links (where the CPU torch wheel lies on CI's machines), for uv."""
-    listing = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
-    ).stdout
-    found = re.findall(r"find-links='([^']*)'", listing)
-    return [
-        arg
-        for value in dict.fromkeys(found)
-        for path in value.split()
-        for arg in ("--find-links", path)
-    ]
-
-
-def install(group: Group, venv: Path, project: dict) -> dict[str, str]:
-    """Makes the group's venv; returns {name: version} of what is in it."""
+def install(
+    group: Group, venv: Path, project: dict, resolution: str = "lowest-direct"
+) -> dict[str, str]:
+    """Makes the group's venv, its requirements resolved from PyPI at `resolution` (the test
+    tools at constraints/ci.txt's versions, or the newest with "highest"); returns {name:
+    version} of what is in it."""
     ci = pins(CI_PINS)
     env = {**os.environ, "VIRTUAL_ENV": str(venv)}
     subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
-    torch = Path(venv.parent / "torch.txt")  # the CPU wheel, the only torch CI can install
-    torch.write_text(ci["torch"] + "\n")
     extras = f"[{','.join(group.extras)}]" if group.extras else ""
     also = [str(r) for r in own_requirements(project, group) if r.name in group.also]
-    tools = [ci[canonicalize_name(name)] for name in TEST_TOOLS + group.tools]
-    command = ["uv", "pip", "install", "-q", "--resolution", "lowest-direct", "-c", str(torch)]
-    command += [*find_links(), "-e", f"{ROOT}{extras}", *also, *tools]
+    tools = [canonicalize_name(name) for name in TEST_TOOLS + group.tools]
+    if resolution != "highest":
+        tools = [ci[name] for name in tools]
+    command = ["uv", "pip", "install", "-q", "--resolution", resolution, "--no-config"]
+    command += ["-e", f"{ROOT}{extras}", *also, *tools, *group.beside]
     subprocess.run(command, check=True, env=env)
     frozen = subprocess.run(
         ["uv", "pip", "freeze"], check=True, env=env, capture_output=True, text=True
@@ -195,7 +197,7 @@ def off_floor(project: dict, group: Group, versions: dict[str, str]) -> list[str
 def smoke(group: Group, venv: Path) -> tuple[list[str], int, int]:
     """Runs the group's tests in its venv: (the failures as sentences, tests passed, failed)."""
     command = [str(venv / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    command += ["-m", "not slow", "-rs", "--timeout", "300", *group.tests]
+    command += ["-m", group.marks, "-rs", "--timeout", "300", *group.tests]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     summary = (result.stdout.strip().splitlines() or ["(no output)"])[-1]
     print(f"  {summary}", flush=True)

@@ -17,13 +17,16 @@ from pathlib import Path
 import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 EXTRAS = ("all", "dev")
 HEADER = """\
-# The tested set: every distribution that tpufeed[all,dev] pulls, at the version CI tests.
+# The tested set: every distribution that tpufeed[all,dev] pulls, at the version CI tests, on
+# Python 3.11 (other Pythons install the README's quickstart line without it: .ci/pythons.py).
 # pip install -e ".[all,dev]" -c constraints/ci.txt   (README, .ci/run, the benchmarks)
-# torch is the CPU wheel (+cpu): a bare `torch` from PyPI is the multi-GB CUDA build.
+# Every pin is a release on PyPI as written (.ci/fresh.py resolves it there): torch==2.13.0 takes
+# PyPI's build (CUDA on Linux x86_64) or a CPU wheel of 2.13.0 where pip finds one (+cpu).
 # Made by `python constraints/freeze.py > constraints/ci.txt` (CONTRIBUTING.md, "The tested set").
 """
 
@@ -69,7 +72,7 @@ def closure(roots: list[Requirement]) -> dict[str, str]:
             distribution = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             sys.exit(f"{requirement} is required but {name} is not installed")
-        found[name] = distribution.version
+        found[name] = Version(distribution.version).public  # 2.13.0+cpu: PyPI has 2.13.0
         for line in distribution.requires or []:
             needed = Requirement(line)
             if wanted(needed, extras):

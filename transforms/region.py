@@ -7,10 +7,10 @@ resampled from that. Other formats (PNG, GIF, WebP...) are decoded whole by Pill
 
 Three backends, chosen on measurements (docs/images.md): "opencv" (cv2.imdecode with
 IMREAD_REDUCED_*, then a bilinear warp of the box, or INTER_AREA when shrinking more than 2x),
-"turbojpeg" (only the box's window decoded, at the same DCT scale, by libjpeg-turbo 3's
-TurboJPEG API: `tpufeed.transforms.turbojpeg`; then OpenCV's resample) and "pillow"
+"turbojpeg" (libjpeg-turbo 3 at the same DCT scale, only the box's window where a libturbojpeg
+3 is found: `tpufeed.transforms.turbojpeg`; then OpenCV's resample) and "pillow"
 (Image.draft, then Image.resize with the box, antialiased bilinear). "auto" takes TurboJPEG
-where its library and `cv2` are installed, else OpenCV when `cv2` imports, else Pillow. All
+where libjpeg-turbo 3 and `cv2` are installed, else OpenCV when `cv2` imports, else Pillow. All
 are imported on first use.
 
 >>> box = (10.0, 20.0, 300.0, 400.0)  # top, left, height, width on the full-size image
@@ -52,19 +52,20 @@ def resolve_backend(backend: str) -> str:
     if backend == "pillow":
         load_pillow()
         return backend
-    if backend in ("auto", "turbojpeg") and opencv() is not None and turbojpeg.library():
+    if backend in ("auto", "turbojpeg") and opencv() is not None and turbojpeg.available():
         return "turbojpeg"
     if backend == "turbojpeg":
         raise InvalidArgumentError(
-            "decoder backend 'turbojpeg' needs cv2 and libturbojpeg 3 (the TurboJPEG 3 API): "
-            f"`pip install tpufeed[turbojpeg]`, or its path in {turbojpeg.ENV}"
+            "decoder backend 'turbojpeg' needs cv2 and libjpeg-turbo 3: "
+            "`pip install tpufeed[turbojpeg]` (simplejpeg), with any OpenCV (tpufeed[opencv] "
+            f"where there is none), or the path of a libturbojpeg 3 in {turbojpeg.ENV}"
         )
     if opencv() is not None:
         return "opencv"
     if backend == "opencv":
         raise InvalidArgumentError(
-            "decoder backend 'opencv' needs cv2: "
-            "`pip install opencv-python-headless` (or backend='auto')"
+            "decoder backend 'opencv' needs cv2: any OpenCV distribution, or "
+            "`pip install tpufeed[opencv]` (opencv-python-headless); or backend='auto'"
         )
     load_pillow()
     return "pillow"

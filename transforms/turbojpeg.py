@@ -1,14 +1,18 @@
-"""Decode only a crop's window of a JPEG: libjpeg-turbo's TurboJPEG 3 API through ctypes.
+"""Decode a crop's JPEG at its DCT scale with libjpeg-turbo 3: only the crop's window where a
+libturbojpeg with the TurboJPEG 3 API is found (through ctypes), else the whole image through
+simplejpeg, which carries libjpeg-turbo 3 inside its extension.
 
-`decode_region(..., backend="turbojpeg")` decodes only the rows and columns of the box (and
-one iMCU around it), at the DCT scale tpufeed picks, as tf.data's `decode_and_crop_jpeg` does;
-OpenCV and Pillow decode the whole image. It saves 6-14% of a baseline JPEG's crop and nothing
-on a progressive one, whose scans are all entropy-decoded first (docs/images.md).
+`decode_region(..., backend="turbojpeg")` decodes, with a libturbojpeg 3, only the rows and
+columns of the box (and one iMCU around it), at the DCT scale tpufeed picks, as tf.data's
+`decode_and_crop_jpeg` does; OpenCV and Pillow decode the whole image. The window saves 6-14%
+of a baseline JPEG's crop and nothing on a progressive one, whose scans are all
+entropy-decoded first (docs/images.md). Without one, simplejpeg (`pip install
+"tpufeed[turbojpeg]"`) decodes the whole image at the same DCT scale, the same pixels.
 
-The library (libturbojpeg with the TurboJPEG 3 API, libjpeg-turbo 3.0 or later) is looked for
-in this order: the path in `TPUFEED_LIBTURBOJPEG`; the copy the `turbojpeg` wheel carries
-(`pip install "tpufeed[turbojpeg]"`; its own Python binding is not used); the system's
-`libturbojpeg`, where it has the TurboJPEG 3 API (Debian 12 and 13 ship 2.1, which has not).
+The library is looked for in this order: the path in `TPUFEED_LIBTURBOJPEG`; the copy the
+`turbojpeg` wheel carries, where it is installed (its own Python binding is not used); the
+system's `libturbojpeg`, where it has the TurboJPEG 3 API (Debian 12 and 13 ship 2.1, which
+has not). simplejpeg's copy is linked into its extension, where ctypes cannot call it.
 
 Each thread of each process has its own decompressor; the library reports errors through
 its handle (TurboJPEG catches libjpeg's errors itself), never by exiting.
@@ -25,12 +29,13 @@ import importlib.util
 import os
 import threading
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
 
-__all__ = ["ENV", "decode_window", "library"]
+__all__ = ["ENV", "available", "decode_window", "library", "simplejpeg"]
 
 ENV = "TPUFEED_LIBTURBOJPEG"
 _INIT_DECOMPRESS = 1  # TJINIT_DECOMPRESS
@@ -98,6 +103,21 @@ def library() -> ctypes.CDLL | None:
     return None
 
 
+@lru_cache(maxsize=1)
+def simplejpeg() -> Any:
+    """The simplejpeg module (the `turbojpeg` extra), or None where it is not installed."""
+    try:
+        import simplejpeg as module
+    except ImportError:
+        return None
+    return module
+
+
+def available() -> bool:
+    """Whether libjpeg-turbo 3 is here: a libturbojpeg 3 (`library()`) or simplejpeg's."""
+    return library() is not None or simplejpeg() is not None
+
+
 class _Decompressor:
     """One TurboJPEG handle, destroyed with its thread's state."""
 
@@ -145,9 +165,10 @@ def decode_window(
     an unusual subsampling), whose data is damaged, or whose size is not `dims` (height,
     width), read from its header by the caller (a header TurboJPEG reads only in part leaves
     the last image's size in its handle). Raises ValueError for data it cannot read, naming
-    it."""
+    it. Without a libturbojpeg 3 the window is the whole image, which simplejpeg decodes."""
     lib = library()
-    assert lib is not None, "decode_window needs the library (`library()`)"
+    if lib is None:
+        return _decode_scaled(data, box, factor, mode, dims)
     handle = _handle(lib)
     if lib.tj3DecompressHeader(handle, data, len(data)):
         raise _error(lib, handle, data)
@@ -178,3 +199,41 @@ def decode_window(
             return None  # damaged (cut short, say): OpenCV decides, as with backend="opencv"
         raise _error(lib, handle, data)
     return out, (top - y0, left - x0, h, w)
+
+
+def _decode_scaled(
+    data: bytes,
+    box: tuple[float, float, float, float],
+    factor: int,
+    mode: str,
+    dims: tuple[int, int],
+) -> tuple[np.ndarray, tuple[float, float, float, float]] | None:
+    """`decode_window`'s answer from simplejpeg: the whole image at 1/`factor`, the box's place
+    in it; None where libjpeg-turbo cannot give it in `mode` (CMYK) or warns of damage (OpenCV
+    decides, as with `backend="opencv"`)."""
+    module = simplejpeg()
+    if module is None:
+        raise InvalidArgumentError(
+            "the turbojpeg backend needs libjpeg-turbo 3: `pip install tpufeed[turbojpeg]` "
+            f"(simplejpeg), or the path of a libturbojpeg 3 in {ENV}"
+        )
+    try:
+        height, width, colorspace, _ = module.decode_jpeg_header(data)
+    except ValueError as e:
+        raise ValueError(
+            f"cannot decode image ({len(data)} bytes, starting {bytes(data[:8])!r}): "
+            f"libjpeg-turbo: {e}"
+        ) from None
+    scaled = (-(-height // factor), -(-width // factor))
+    if (height, width) != dims or colorspace in ("CMYK", "YCCK"):
+        return None
+    try:  # the smallest DCT scale that is at least `scaled`: 1/factor
+        image = module.decode_jpeg(
+            data, "RGB" if mode == "RGB" else "GRAY", min_height=scaled[0], min_width=scaled[1]
+        )
+    except ValueError:  # damaged (cut short, say): strict refuses what libjpeg-turbo warns of
+        return None
+    if image.shape[:2] != scaled:
+        return None
+    top, left, h, w = box
+    return image.reshape(*scaled, -1), (top / factor, left / factor, h / factor, w / factor)

@@ -1,5 +1,6 @@
-"""The TurboJPEG backend: only the crop's window decoded (libjpeg-turbo 3's TurboJPEG API), the
-same crops as the OpenCV backend, the same errors, any thread, any worker count."""
+"""The TurboJPEG backend: libjpeg-turbo 3 at the crop's DCT scale, only the crop's window where a
+libturbojpeg 3 is found ("window"), else simplejpeg's whole image ("simplejpeg"); the same crops
+as the OpenCV backend, the same errors, any thread, any worker count."""
 
 from __future__ import annotations
 
@@ -19,8 +20,20 @@ from tpufeed.transforms import RandomResizedCrop, ResizedCenterCrop, sample_crop
 from tpufeed.transforms.region import decode_region, resize_region, resolve_backend
 
 pytestmark = pytest.mark.skipif(
-    turbojpeg.library() is None, reason="no libturbojpeg 3: pip install tpufeed[turbojpeg]"
+    not turbojpeg.available(), reason="no libjpeg-turbo 3: pip install tpufeed[turbojpeg]"
 )
+
+
+@pytest.fixture(params=["window", "simplejpeg"])
+def source(request, monkeypatch):
+    """Where libjpeg-turbo 3 comes from: a libturbojpeg 3 (the window), or simplejpeg."""
+    if request.param == "window" and turbojpeg.library() is None:
+        pytest.skip(f"no libturbojpeg 3 here: its path in {turbojpeg.ENV}")
+    if request.param == "simplejpeg":
+        if turbojpeg.simplejpeg() is None:
+            pytest.skip("no simplejpeg: pip install tpufeed[turbojpeg]")
+        monkeypatch.setattr(turbojpeg, "library", lambda: None)
+    return request.param
 
 
 def _boxes(data: bytes, n: int, seed: int = 0) -> list[tuple[float, float, float, float]]:
@@ -43,12 +56,12 @@ def _differences(photos, size, backends=("turbojpeg", "opencv"), **encode) -> li
     return out
 
 
-def test_auto_takes_it_where_it_is_installed():
+def test_auto_takes_it_where_it_is_installed(source):
     assert resolve_backend("auto") == resolve_backend("turbojpeg") == "turbojpeg"
 
 
-def test_a_window_at_full_scale_is_opencvs_crop_exactly(photos):  # noqa: F811
-    """At 224 no box of these photographs is reduced: the window's pixels are the whole
+def test_at_full_scale_the_crops_are_opencvs_exactly(photos, source):  # noqa: F811
+    """At 224 no box of these photographs is reduced: a window's pixels are the whole
     image's, so the crops are identical."""
     assert max(_differences(photos, 224)) == 0
 
@@ -58,7 +71,7 @@ def test_a_window_at_full_scale_is_opencvs_crop_exactly(photos):  # noqa: F811
     [{}, {"progressive": True}, {"subsampling": 0}, {"subsampling": 1}],
     ids=["420", "progressive", "444", "422"],
 )
-def test_reduced_windows_stay_within_the_documented_tolerance(photos, encode):  # noqa: F811
+def test_reduced_scales_stay_within_the_documented_tolerance(photos, encode, source):  # noqa: F811
     worst, middle = TOLERANCE["turbojpeg"]
     for size in (112, 64, 32):
         differences = _differences(photos, size, ("turbojpeg", "pillow"), **encode)
@@ -67,7 +80,7 @@ def test_reduced_windows_stay_within_the_documented_tolerance(photos, encode):  
         assert float(np.median(same_scale)) <= 0.5 and max(same_scale) <= worst, size
 
 
-def test_grey_output_and_cmyk_input(photos):  # noqa: F811
+def test_grey_output_and_cmyk_input(photos, source):  # noqa: F811
     box = _boxes(photos[1], 1)[0]
     grey = decode_region(photos[1], box, (40, 40), mode="L", backend="turbojpeg")
     assert grey.shape == (40, 40, 1)
@@ -81,16 +94,18 @@ def test_grey_output_and_cmyk_input(photos):  # noqa: F811
     )
 
 
-def test_bad_jpegs_are_named_and_a_damaged_one_fails_as_with_opencv(photos):  # noqa: F811
+def test_bad_jpegs_are_named_and_a_damaged_one_fails_as_with_opencv(photos, source):  # noqa: F811
     with pytest.raises(ValueError, match=r"cannot decode image \(53 bytes"):
         decode_region(b"\xff\xd8\xff" + b"\0" * 50, (0, 0, 4, 4), (2, 2), backend="turbojpeg")
     with pytest.raises(ValueError, match="not inside"):
         decode_region(photos[1], (0, 0, 400, 600), (2, 2), backend="turbojpeg")
     bogus = bytearray(photos[1])
     bogus[bogus.index(b"\xff\xc4") + 4] = 0x55  # a Huffman table's class and index
-    with pytest.raises(ValueError, match=r"cannot decode image .*TurboJPEG: Bogus DHT index"):
+    # simplejpeg's header call (TurboJPEG 2's) says only that it cannot read the subsampling
+    said = {"window": "TurboJPEG: Bogus DHT index", "simplejpeg": "libjpeg-turbo: "}[source]
+    with pytest.raises(ValueError, match=rf"cannot decode image \(\d+ bytes, .*{said}"):
         decode_region(bytes(bogus), (0, 0, 40, 40), (20, 20), backend="turbojpeg")
-    cut = photos[1][: len(photos[1]) // 2]  # TurboJPEG warns: OpenCV decides, as ever
+    cut = photos[1][: len(photos[1]) // 2]  # libjpeg-turbo warns: OpenCV decides, as ever
     got = []
     for backend in ("turbojpeg", "opencv"):  # OpenCV 5 refuses it; 4.10 decodes the top half
         try:
@@ -103,7 +118,7 @@ def test_bad_jpegs_are_named_and_a_damaged_one_fails_as_with_opencv(photos):  # 
     np.testing.assert_array_equal(*good)
 
 
-def test_threads_decode_at_once_and_get_the_same_crops(photos):  # noqa: F811
+def test_threads_decode_at_once_and_get_the_same_crops(photos, source):  # noqa: F811
     jobs = [(data, box) for data in photos for box in _boxes(data, 4)]
     alone = [decode_region(d, b, (96, 96), backend="turbojpeg") for d, b in jobs]
     together: list = [None] * len(jobs)
@@ -138,7 +153,9 @@ def test_the_same_batches_with_0_and_2_workers(photos):  # noqa: F811
         np.testing.assert_array_equal(a, b)
 
 
-def test_where_the_library_is_looked_for_and_what_is_said_without_it(monkeypatch, tmp_path):
+def test_the_window_library_is_looked_for_in_tpufeed_libturbojpeg_first(monkeypatch, tmp_path):
+    if turbojpeg.library() is None:
+        pytest.skip(f"no libturbojpeg 3 here: its path in {turbojpeg.ENV}")
     path = turbojpeg.library()._name
     monkeypatch.setenv(turbojpeg.ENV, path)
     assert turbojpeg._candidates()[0] == path
@@ -152,7 +169,11 @@ def test_where_the_library_is_looked_for_and_what_is_said_without_it(monkeypatch
         monkeypatch.setenv(turbojpeg.ENV, path)
         turbojpeg.library.cache_clear()
         assert turbojpeg.library()._name == path
+
+
+def test_without_libjpeg_turbo_3_it_says_what_to_install_and_auto_takes_opencv(monkeypatch):
     monkeypatch.setattr(turbojpeg, "library", lambda: None)
+    monkeypatch.setattr(turbojpeg, "simplejpeg", lambda: None)
     with pytest.raises(InvalidArgumentError, match=r"tpufeed\[turbojpeg\].*TPUFEED_LIBTURBOJPEG"):
         resolve_backend("turbojpeg")
     assert resolve_backend("auto") == "opencv"

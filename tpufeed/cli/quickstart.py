@@ -39,7 +39,7 @@ def build(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
         from sklearn.datasets import load_digits
     except ImportError:
         raise MissingDependencyError(
-            "the quickstart uses scikit-learn's bundled digits; `pip install tpufeed[all]`"
+            "the quickstart uses scikit-learn's bundled digits; `pip install tpufeed[quickstart]`"
         ) from None
     digits = load_digits()
     images = (digits.images * (255 / 16)).astype(np.uint8)
@@ -145,7 +145,7 @@ def run(root: str = "tpufeed-quickstart", epochs: int = 20) -> dict:
         import jax
     except ImportError:
         raise MissingDependencyError(
-            "the quickstart trains with JAX; `pip install tpufeed[jax]`"
+            "the quickstart trains with JAX; `pip install tpufeed[quickstart]`"
         ) from None
 
     started = time.perf_counter()
