@@ -303,9 +303,8 @@ class Dataset(SourceConstructors):
         return element_spec(self._plan())
 
     def __len__(self) -> int:
-        """Items (batches, or elements) the pipeline yields on this host, every epoch of it
-        (`repeat(0)`: 0); an `UnknownLengthError` (a TypeError) names `repeat()` or the stages
-        that make the count depend on the data."""
+        """Items this host's pipeline yields, every epoch counted (`repeat(0)`: 0); else an
+        `UnknownLengthError` (a TypeError) naming `repeat()` or the stages deciding it."""
         return pipeline_length(self._plan())
 
     def iterator(
