@@ -53,6 +53,8 @@ SKIPPED = {
     ("formats/mds.md", 1): "MosaicML Streaming pins numpy < 2.2: it runs in an environment of its "
     "own; the next block copies the folder this code wrote for tpufeed's tests",
     ("formats/mds.md", 5): "runs Streaming's benchmark rows (minutes, and Streaming's environment)",
+    ("coming-from/pytorch.md", 2): "needs torch_xla, which runs only with its own torch (2.9): "
+    ".ci/xla.py runs this loop in an environment of its own (tests/adapters/test_torch_xla.py)",
 }
 
 # Pages that, run in a checkout of the repository, leave `git status` as it was: what they
