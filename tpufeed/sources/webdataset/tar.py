@@ -1,8 +1,9 @@
 """WebDataset tar shards read in place, one sample by index: `Dataset.from_webdataset(paths)`.
 
-A shard's headers are scanned once into a sample index (`tpufeed.sources.webdataset.index`: members
-grouped into samples exactly as WebDataset groups them, the index cached and checked against
-the file's size and mtime); a sample is then one read of the span its members take. A sample
+A shard's headers are walked once, within bounds (`headers`), into a sample index (`index`:
+members grouped into samples exactly as WebDataset groups them), kept as a derived file keyed
+by the tar's whole identity and checked by its CRC32C (`index_file`); a sample is then one
+read of the span its members take, from the file pinned when it was opened. A sample
 is a dict as `WebDataset(urls).decode()` gives it: `__key__`, `__url__` (the shard's path or
 gs:// URL), and one field per member extension, decoded by extension
 (`tpufeed.sources.webdataset.fields`; `decode=False`: every field as bytes).
@@ -11,18 +12,17 @@ gs:// URL), and one field per member extension, decoded by extension
 >>> source[0]  # doctest: +SKIP
 {'__key__': '000000', '__url__': 'shards/train-000.tar', 'jpg': b'...', 'cls': 3}
 
-gs:// shards go through the shard cache (indexed from the cached copy, the index cached under
-`<cache dir>/tar-index` keyed by the object's generation) or, with a cache of 0 bytes, as
-coalesced ranged GETs of the samples asked for.
+gs:// and s3:// shards go through the shard cache (indexed from the cached copy, the index kept
+under `<cache dir>/tar-index` keyed by the object's generation or ETag) or, with a cache of 0
+bytes, as ranged GETs: of the headers (1 MiB windows) to index, of the samples asked for
+(nearby ones coalesced) to read.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import os
-import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -31,21 +31,20 @@ from tpufeed.errors import CorruptDataError, TpufeedError
 from tpufeed.observe import counts
 from tpufeed.sources.descriptor import OwnDescriptor
 from tpufeed.sources.sharded import ShardedSource, checked_indices
-from tpufeed.sources.tfrecord.framing import _atomic_write
-from tpufeed.sources.tfrecord.index import cached_index_name, default_index_dir
 from tpufeed.sources.webdataset.fields import decoder_for, refused
-from tpufeed.sources.webdataset.index import (
-    INDEX_SUFFIX,
-    TarIndex,
-    load_tar_index,
-    save_tar_index,
-    scan_tar,
+from tpufeed.sources.webdataset.index import LOCAL_WINDOW, REMOTE_WINDOW, TarIndex, scan_tar
+from tpufeed.sources.webdataset.index_file import (
+    load_index,
+    local_places,
+    remote_identity,
+    remote_places,
+    save_index,
 )
 from tpufeed.storage.backends import is_remote_url
 from tpufeed.storage.cache import ShardCache
 from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.objects import RemoteObject
-from tpufeed.storage.opener import FileIdentity, open_regular
+from tpufeed.storage.opener import FileIdentity, open_pinned, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 from tpufeed.storage.transfers import coalesce
@@ -54,7 +53,6 @@ __all__ = ["TarShard", "WebDatasetSource"]
 
 _MAX_GAP = 256 << 10  # uncached gs:// reads, as TFRecordFile's
 _MAX_SPAN = 16 << 20
-_SCAN_BUFFER = 1 << 20
 _INDEX_THREADS = 8
 
 
@@ -104,63 +102,40 @@ class TarShard(OwnDescriptor):
         return [decoder_for(field) for field in self.index.fields]
 
     def _local_index(self) -> tuple[str | None, TarIndex]:
-        name = cached_index_name(self.path).removesuffix(".tpufeed-index") + INDEX_SUFFIX
-        candidates = (
-            [os.path.join(self.index_dir, name)]
-            if self.index_dir is not None
-            else [self.path + INDEX_SUFFIX, os.path.join(default_index_dir(), name)]
-        )
-        fd = open_regular(self.path)
-        with os.fdopen(fd, "rb", buffering=_SCAN_BUFFER) as f:
-            st = os.fstat(f.fileno())
-            self.pinned = FileIdentity.of(st)
-            for index_path in candidates:
-                found = load_tar_index(index_path, st.st_size, st.st_mtime_ns)
-                if found is not None:
-                    return index_path, found
-            index = scan_tar(f, self.path, st.st_size)
-        return self._save(candidates, st.st_size, st.st_mtime_ns, index), index
+        """The index of a local tar, pinned as it is opened here: loaded if one made from
+        this very file (its identity) is whole, else scanned and saved."""
+        fd, self.pinned = open_pinned(self.path)
+        identity, size = self.pinned.key(), self.pinned.size
+        try:
+            places = local_places(self.path, self.pinned, self.index_dir)
+            found = load_index(places, identity, size, self.path)
+            if found is not None:
+                return found
+            index = scan_tar(partial(_pread, fd), self.path, size, LOCAL_WINDOW)
+        finally:
+            os.close(fd)
+        return save_index(places, identity, size, index, self.path), index
 
     def _remote_index(self, remote: RemoteFile) -> tuple[str | None, TarIndex]:
-        """A gs:// shard's index is keyed by its generation (in the place of a local mtime)."""
+        """An object's index is keyed by its version (generation or ETag): scanned from the
+        cached copy, or from ranged GETs of its headers with a cache of 0 bytes."""
         obj = remote.obj
         directory = self.index_dir or os.path.join(remote.cache.root, "tar-index")
-        digest = hashlib.sha256(f"{obj.url}#{obj.generation}".encode()).hexdigest()[:32]
-        index_path = os.path.join(
-            directory, f"{digest}-{os.path.basename(obj.name)[:100]}{INDEX_SUFFIX}"
-        )
-        found = load_tar_index(index_path, obj.size, obj.generation)
+        places = remote_places(obj, directory)
+        identity = remote_identity(obj)
+        found = load_index(places, identity, obj.size, self.path)
         if found is not None:
-            return index_path, found
+            return found
         if remote.cached:
-            with remote.pinned() as local, open(local, "rb", buffering=_SCAN_BUFFER) as f:
-                index = scan_tar(f, self.path, obj.size)
+            with remote.pinned():
+                fd = remote.open_copy()
+                try:
+                    index = scan_tar(partial(_pread, fd), self.path, obj.size, LOCAL_WINDOW)
+                finally:
+                    os.close(fd)
         else:
-            ranged = io.BufferedReader(_RangedFile(remote), buffer_size=_SCAN_BUFFER)
-            index = scan_tar(ranged, self.path, obj.size)
-        return self._save([index_path], obj.size, obj.generation, index), index
-
-    def _save(self, candidates: list[str], size: int, version: int, index: TarIndex) -> str | None:
-        errors = []
-        for index_path in candidates:
-            try:
-                os.makedirs(os.path.dirname(index_path) or ".", exist_ok=True)
-                save_tar_index(
-                    lambda p, w: _atomic_write(p, w, durable=False),
-                    index_path,
-                    size,
-                    version,
-                    index,
-                )
-                return index_path
-            except OSError as e:
-                errors.append(f"{index_path}: {e}")
-        warnings.warn(
-            f"{self.path}: cannot cache its sample index ({'; '.join(errors)}); "
-            "it will be rebuilt on every open",
-            stacklevel=5,
-        )
-        return None
+            index = scan_tar(partial(_ranged, remote), self.path, obj.size, REMOTE_WINDOW)
+        return save_index(places, identity, obj.size, index, self.path), index
 
     def __len__(self) -> int:
         return len(self.index)
@@ -182,8 +157,8 @@ class TarShard(OwnDescriptor):
             return [self._sample(i, self._pread(fd, i)) for i in idx.tolist()]
         if not self.remote.cached:
             return self._read_ranges(self.remote, idx)
-        with self.remote.pinned() as local:
-            fd = os.open(local, os.O_RDONLY | os.O_CLOEXEC)
+        with self.remote.pinned():
+            fd = self.remote.open_copy()
             try:
                 return [self._sample(i, self._pread(fd, i)) for i in idx.tolist()]
             finally:
@@ -262,35 +237,12 @@ class TarShard(OwnDescriptor):
         return f"TarShard({self.path!r}, {len(self)} samples)"
 
 
-class _RangedFile(io.RawIOBase):
-    """A gs:// object as a seekable read-only file of ranged GETs (wrap it in a buffer)."""
+def _pread(fd: int, offset: int, length: int) -> bytes:
+    return os.pread(fd, length, offset)
 
-    def __init__(self, remote: RemoteFile):
-        self.remote = remote
-        self.position = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.position, 2: self.remote.size}[whence]
-        self.position = base + offset
-        return self.position
-
-    def tell(self) -> int:
-        return self.position
-
-    def readinto(self, buffer: Any) -> int:
-        end = min(self.position + len(buffer), self.remote.size)
-        if end <= self.position:
-            return 0
-        data = self.remote.read_ranges([(self.position, end)])[0]
-        buffer[: len(data)] = data
-        self.position += len(data)
-        return len(data)
+def _ranged(remote: RemoteFile, offset: int, length: int) -> bytes:
+    return remote.read_ranges([(offset, offset + length)])[0] if length else b""
 
 
 class WebDatasetSource(ShardedSource[TarShard]):
