@@ -15,7 +15,9 @@ So a worker registers an at-fork hook (`watch_forks`) that, in every child it fo
 - restores SIGTERM's default action (the worker's handler raises `WorkerStopped`, which a
   `multiprocessing` pool's `terminate()` would print as a traceback);
 - has the kernel kill the child (SIGKILL) when the worker ends (PR_SET_PDEATHSIG): no child
-  outlives its worker, and so none outlives the iterator.
+  outlives its worker, and so none outlives the iterator. (Strictly, when the thread that
+  forked it ends: transforms run on the worker's main thread, but a child forked from a
+  thread the transform started ends with that thread.)
 
 A child that comes back into tpufeed's code is ended there at once (`end_if_stray`), with the
 exit status its function meant: `sys.exit(n)`'s n where its transform raised SystemExit, 1 for
@@ -54,7 +56,6 @@ def watch_forks(fds: list[int], memory: Callable[[], list[mmap.mmap]]) -> None:
     def in_child() -> None:
         _stray.append(True)
         end_forked_child_with(end_if_stray)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in fds:
             os.dup2(devnull, fd)
@@ -62,6 +63,7 @@ def watch_forks(fds: list[int], memory: Callable[[], list[mmap.mmap]]) -> None:
         for segment in memory():
             _map_privately(segment)
         _die_with_parent(_forker[0])
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the forking thread is the child's main
 
     os.register_at_fork(before=before, after_in_child=in_child)
 
