@@ -29,6 +29,7 @@ def test_segments_are_named_by_their_owner():
     assert owner_tag() == f"tpufeed-{os.getpid()}-{start_time(os.getpid())}-{namespace}"
 
 
+@pytest.mark.multiprocess
 def test_the_sweep_removes_the_segments_of_owners_gone_and_only_those(tmp_path):
     pid, started = _ended_process()
     namespace = os.stat("/proc/self/ns/pid").st_ino
