@@ -161,16 +161,9 @@ class Dataset(SourceConstructors):
 
     def cache(self, directory: str, max_bytes: int, key: str | None = None) -> Dataset:
         """Stores each record's output of the stages so far in `directory` (at most `max_bytes`)
-        and replays it in later epochs; the stages after it still run (docs/images.md).
-
-        Entries are keyed by the source's files and by what the stages compute: their code,
-        settings and captured values, the module-level values the code reads, and the functions
-        and classes of your own modules it reaches. A value that cannot be keyed (an open file,
-        a lock) is refused here, by name. `key="v2"` stands for the code instead (it is then not
-        followed): change it whenever the code changes.
-        """
-        source, stages = self._view("cache"), self._stages
-        return self._add(cache_stage(directory, max_bytes, source, stages, key))
+        and replays it in later epochs, keyed by the source's files and what the stages compute
+        (their code and the values it reads), or by `key="v2"` instead (docs/images.md)."""
+        return self._add(cache_stage(directory, max_bytes, self._view("cache"), self._stages, key))
 
     def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Dataset:
         """Packs sequences into rows of fixed length, first-fit over `open_rows` open rows.
