@@ -290,10 +290,9 @@ def _filtered(spec: dict) -> dict:
 def _packed(spec: dict) -> dict:
     import torch
 
-    ds = _pipeline(packed=True)
-    result = _own_batches(ds)
+    result = _own_batches(_pipeline(packed=True))
     for mode in ("shortest", "pad"):
-        it = ds.to_torch(uneven=mode)
+        it = _pipeline(packed=True).to_torch(uneven=mode)  # a pipeline's first pass, each
         loader = iter(it)  # as a DataLoader with num_workers=0 does
         batches = ((b, it.get_state()["epoch"]) for b in loader)
 
