@@ -85,31 +85,37 @@ class _Walker:
     def members(self) -> Iterator[Member]:
         if self.size == 0:
             raise CorruptDataError(f"{self.path}: not a tar file: it is empty", path=self.path)
-        offset, chain = 0, None
+        offset = 0
         while True:
             with parsing(self.path, f"the tar header after member {self.last!r}", offset):
-                block = self._header_block(offset, chain)
-                if block is None:
+                member = self._next(offset)
+                if member is None:
                     return
-                kind, name, size = self._header(block, offset)
-                chain = chain or _Chain(offset)
-                data = offset + BLOCK
-                member = None
-                if kind in _LONG or kind in _PAX:
-                    after = self._extended(kind, size, data, chain)
-                else:
-                    member = self._member(kind, name, size, data, chain)
-                    after = self._after(member)
-                    self.last, chain = member.name, None
-            if member is not None:
-                yield member
+                after = self._after(member)
+            self.last = member.name
+            yield member
+            offset = advancing(offset, after, self.path, f"the tar header at byte {offset:,}")
+
+    def _next(self, offset: int) -> Member | None:
+        """The member whose headers begin at `offset` (its extended headers, then its own);
+        None at the end-of-archive block."""
+        chain = _Chain(offset)
+        while True:
+            block = self._header_block(offset, chain)
+            if block is None:
+                return None
+            kind, name, size = self._header(block, offset)
+            data = offset + BLOCK
+            if kind not in _LONG and kind not in _PAX:
+                return self._member(kind, name, size, data, chain)
+            after = self._extended(kind, size, data, chain)
             offset = advancing(offset, after, self.path, f"the tar header at byte {offset:,}")
 
     def _fail(self, offset: int, cause: str) -> CorruptDataError:
         what = f"the tar is truncated or damaged after member {self.last!r}"
         return malformed(self.path, what, cause, offset)
 
-    def _header_block(self, offset: int, chain: _Chain | None) -> bytes | None:
+    def _header_block(self, offset: int, chain: _Chain) -> bytes | None:
         """The header block at `offset`, or None at the end-of-archive block."""
         left = self.size - offset
         if left <= 0:
@@ -120,7 +126,7 @@ class _Walker:
             )
         block = self._read(offset, min(BLOCK, left))
         if block == _ZEROS[: len(block)]:  # tarfile ends at the first zero block, as here
-            if chain is not None:
+            if chain.start != offset:
                 raise self._fail(chain.start, "an extended header with no member after it")
             return None
         if len(block) < BLOCK:
@@ -184,31 +190,31 @@ class _Walker:
             if kind == ord("L") and chain.name is None:
                 chain.name = _text(body)
         else:
-            records = self._pax(body, data - BLOCK, what)
+            records = self._pax(body, data - BLOCK)
             self._apply_pax(kind, records, chain, data - BLOCK)
         return data + _blocks(size)
 
-    def _pax(self, body: bytes, offset: int, what: str) -> dict[str, str]:
-        """The records of a pax header: `LENGTH KEYWORD=VALUE\\n`, each checked whole."""
+    def _pax(self, body: bytes, offset: int) -> dict[str, str]:
+        """The records of a pax header: `LENGTH KEYWORD=VALUE\\n`, each checked whole (what
+        else goes wrong is named by the caller's `parsing`)."""
         records: dict[str, str] = {}
         at, limit = 0, len(body.rstrip(b"\0"))
         while at < limit:
-            with parsing(self.path, f"the {what} record at byte {offset + BLOCK + at:,}"):
-                space = body.find(b" ", at, at + 21)
-                length = body[at:space] if space > at else b""
-                if not _DECIMAL.fullmatch(length):
-                    raise self._fail(offset, f"a pax record's length is {length[:21]!r}")
-                end = at + int(length)
-                record = body[space + 1 : end]
-                if end > len(body) or not record.endswith(b"\n") or b"=" not in record:
-                    raise self._fail(
-                        offset,
-                        f"a pax record of {int(length):,} bytes at byte {offset + BLOCK + at:,}"
-                        f" is not whole in its {len(body):,}-byte header (or not KEY=VALUE\\n)",
-                    )
-                keyword, _, value = record[:-1].partition(b"=")
-                records[_text(keyword, cut=False)] = _text(value, cut=False)  # the last wins
-                at = advancing(at, end, self.path, f"the pax record at byte {offset + at:,}")
+            space = body.find(b" ", at, at + 21)
+            length = body[at:space] if space > at else b""
+            if not _DECIMAL.fullmatch(length):
+                raise self._fail(offset, f"a pax record's length is {length[:21]!r}")
+            end = at + int(length)
+            record = body[space + 1 : end]
+            if end > len(body) or not record.endswith(b"\n") or b"=" not in record:
+                raise self._fail(
+                    offset,
+                    f"a pax record of {int(length):,} bytes at byte {offset + BLOCK + at:,}"
+                    f" is not whole in its {len(body):,}-byte header (or not KEY=VALUE\\n)",
+                )
+            keyword, _, value = record[:-1].partition(b"=")
+            records[_text(keyword, cut=False)] = _text(value, cut=False)  # the last wins
+            at = advancing(at, end, self.path, f"the pax record at byte {offset + at:,}")
         return records
 
     def _apply_pax(self, kind: int, records: dict[str, str], chain: _Chain, offset: int) -> None:
