@@ -200,3 +200,37 @@ def test_tpufeeds_own_state_resumes_mid_pass_and_the_passes_go_on(workers):
     one = loader(resumed, workers)
     assert head + ids(one) == epochs[1]
     assert ids(one) == epochs[2]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_loaders_made_anew_with_one_seeded_generator_still_go_on():
+    """The same seed each epoch gives every new loader's workers the same base seed."""
+    ds = make()
+    passes = [
+        ids(
+            DataLoader(
+                ds.to_torch(),
+                batch_size=None,
+                num_workers=2,
+                generator=torch.Generator().manual_seed(0),
+            )
+        )
+        for _ in range(E)
+    ]
+    assert passes == epochs_of(make(epochs=E))
+
+
+@pytest.mark.multiprocess
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_a_state_set_in_the_loop_reaches_persistent_workers():
+    """Workers started before `set_state` continue there at their next pass."""
+    epochs = epochs_of(make(epochs=E))
+    data = make().to_torch()
+    one = loader(data, 2, "persistent")
+    assert ids(one) == epochs[0]
+    it = iter(make().to_torch())
+    head = ids(itertools.islice(it, 3))
+    data.set_state(it.get_state())  # 3 batches into epoch 0
+    assert head + ids(one) == epochs[0]
+    assert ids(one) == epochs[1]
