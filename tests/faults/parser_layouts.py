@@ -235,6 +235,79 @@ def parquet() -> Layout:
     return Layout("d.parquet", data, records, regions, sorted(cuts), read)
 
 
+# -- WebDataset tar shards -------------------------------------------------------------------
+
+
+def _wds_tar(path: str) -> None:
+    """A shard as WebDataset's `TarWriter` writes it: a pax header before every member."""
+    import webdataset as wds
+
+    with wds.TarWriter(path, mtime=1_700_000_000.5) as sink:
+        for i in range(6):
+            key = f"k{i}/" + "long-folder-name/" * (4 * (i % 2))  # pax paths past 100 bytes
+            sink.write({"__key__": f"{key}{i:03d}", "txt": f"t{i}", "bin": bytes(i * 97)})
+
+
+def _wds_read(path: str, index_dir: str | None) -> list[dict[str, Any]]:
+    from tpufeed.sources.webdataset.tar import TarShard
+
+    shard = TarShard(path, index_dir=index_dir, decode=False)
+    samples = shard.read(np.arange(len(shard)))
+    return [{k: v for k, v in s.items() if k != "__url__"} for s in samples]
+
+
+def webdataset() -> Layout:
+    """Every 512-byte header of a tar shard (pax headers and members' own): each has a
+    checksum, so a flip there is refused by name; the tar's data and pax records are
+    fuzzed by tests/sources/test_webdataset_headers.py."""
+    import tarfile
+
+    data = _written(_wds_tar)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = [(m.offset, m.offset_data, m.size) for m in tar]
+    regions, cuts = [], []
+    for start, at, size in members:
+        regions += [(start, start + 512), (at - 512, at)]
+        cuts += [start, start + 100, start + 512, at - 512, at - 256, at, at + size // 2]
+    end = members[-1][1] + -(-members[-1][2] // 512) * 512  # the end-of-archive block
+    cuts += [end]
+    records = _wds_read_bytes(data)
+    read = lambda folder: _wds_read(os.path.join(folder, "d.tar"), os.path.join(folder, "i"))  # noqa: E731
+    return Layout("d.tar", data, records, regions, sorted(set(cuts) - {0}), read)
+
+
+def _wds_read_bytes(data: bytes) -> list[dict[str, Any]]:
+    work = _scratch()
+    try:
+        with open(os.path.join(work, "d.tar"), "wb") as f:
+            f.write(data)
+        return _wds_read(os.path.join(work, "d.tar"), os.path.join(work, "i"))
+    finally:
+        shutil.rmtree(work)
+
+
+def webdataset_index() -> Layout:
+    """The derived sample index beside a tar shard: damaged, it is made again."""
+    from tpufeed.sources.webdataset.index_file import INDEX_SUFFIX
+
+    def prepare(folder: str) -> None:  # the index of this very tar (its inode is in it)
+        _wds_tar(os.path.join(folder, "d.tar"))
+        _wds_read(os.path.join(folder, "d.tar"), None)
+
+    work = _scratch()
+    prepare(work)
+    index = open(os.path.join(work, "d.tar" + INDEX_SUFFIX), "rb").read()
+    records = _wds_read(os.path.join(work, "d.tar"), None)
+    shutil.rmtree(work)
+    head, trailer, size = 64, 24, len(index)
+    # The trailer's last 4 bytes are padding, which no reader looks at: not flipped.
+    regions = [(0, head), (head, size - trailer), (size - trailer, size - 4)]
+    cuts = [0, 8, 40, head, size // 2, size - trailer, size - 12, size - 4, size - 1]
+    read = lambda folder: _wds_read(os.path.join(folder, "d.tar"), None)  # noqa: E731
+    name = "d.tar" + INDEX_SUFFIX
+    return Layout(name, index, records, regions, cuts, read, prepare=prepare, derived=True)
+
+
 # -- built datasets (Dataset.open) ------------------------------------------------------------
 
 
@@ -379,4 +452,6 @@ LAYOUTS: dict[str, Callable[[], Layout]] = {
     "jsonl": lambda: text_input("jsonl"),
     "csv": lambda: text_input("csv"),
     "jpeg": jpeg,
+    "webdataset": webdataset,
+    "webdataset-index": webdataset_index,
 }
