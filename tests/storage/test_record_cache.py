@@ -222,3 +222,25 @@ def test_an_entry_that_is_not_a_regular_file_is_removed_with_a_warning(tmp_path,
     assert not os.path.lexists(path)
     files.put([(7, payload(7))])
     assert bytes(files.get(7)) == payload(7)
+
+
+@pytest.mark.parametrize("how", ["renamed", "symlink", "another key's"])
+def test_an_entry_in_another_entrys_place_is_removed_with_a_warning(tmp_path, caplog, how):
+    """Each entry's CRC32C covers its key and record: a whole, sound entry moved or linked
+    into another's place is taken for a damaged one, never read as that record."""
+    files = RecordFiles(str(tmp_path), "k", 1 << 20)
+    other = RecordFiles(str(tmp_path), "other", 1 << 20)
+    files.put([(5, payload(5)), (6, payload(6))])
+    other.put([(5, payload(99))])
+    if how == "renamed":
+        os.replace(files.path(6), files.path(5))
+    elif how == "symlink":
+        os.remove(files.path(5))
+        os.symlink(files.path(6), files.path(5))
+    else:
+        os.replace(other.path(5), files.path(5))
+    assert files.get(5) is None
+    assert "record 5" in caplog.text and "another record's entry" in caplog.text
+    assert not os.path.lexists(files.path(5))
+    files.put([(5, payload(5))])
+    assert bytes(files.get(5)) == payload(5)

@@ -22,9 +22,10 @@ back the room of the entries never written. Without such a marker, opening a key
 listing of its folder, never a walk of its entries.
 
 An entry is read through the opener (`open_pinned`): anything but a regular file in its place (a
-FIFO) is never opened for reading. Its header holds the payload's length and CRC32C; an entry
-that is not a regular file or fails them is removed, with a warning, and the caller makes the
-record again. A write that fails (a full disk) removes its temporary, gives its room back and
+FIFO) is never opened for reading. Its header holds the payload's length and a CRC32C of the
+payload and of whose entry it is (key and record: an entry renamed or linked over another's
+fails it). An entry that is not a regular file or fails them is removed, with a warning, and
+the caller makes the record again. A write that fails (a full disk) removes its temporary, gives its room back and
 ends this process's writing, with a warning: the pipeline goes on, uncached.
 """
 
@@ -91,7 +92,7 @@ class RecordFiles:
             return None
         try:
             data = bytearray(identity.size)
-            problem = _problem(data, _read_into(fd, data))
+            problem = _problem(data, _read_into(fd, data), self._seal(record))
         except OSError as error:
             problem = f"cannot be read ({error})"
         finally:
@@ -141,7 +142,8 @@ class RecordFiles:
         path = self.path(record)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = temporary_name(path)
-        header = _HEADER.pack(_MAGIC, google_crc32c.value(payload), len(payload))
+        crc = google_crc32c.extend(google_crc32c.value(payload), self._seal(record))
+        header = _HEADER.pack(_MAGIC, crc, len(payload))
         try:
             _write_new(tmp, [header, payload])
             os.replace(tmp, path)
@@ -149,6 +151,11 @@ class RecordFiles:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    def _seal(self, record: int) -> bytes:
+        """What an entry's CRC32C covers after its payload: whose entry it is (key, record), so
+        one moved or linked into another's place fails its check like a damaged one."""
+        return f"\0{self.key}\0{record}".encode()
 
     def _mark(self, entries: list[tuple[int, bytes]], sizes: list[int]) -> str:
         """Leaves the marker of a put under way: each record and the room reserved for it."""
@@ -288,16 +295,16 @@ def _release(fd: int, pid: int) -> None:
             os.close(fd)
 
 
-def _problem(data: bytearray, read: int) -> str | None:
-    """What is wrong with an entry's bytes, or None."""
+def _problem(data: bytearray, read: int, seal: bytes) -> str | None:
+    """What is wrong with an entry's bytes (`seal`: whose entry it must be), or None."""
     if read != len(data) or len(data) < _HEADER.size:
         return f"is {len(data)} bytes, too short for its header"
     magic, crc, length = _HEADER.unpack_from(data)
     if magic != _MAGIC or length != len(data) - _HEADER.size:
         return "has a damaged header"
     del data[: _HEADER.size]  # in place: the payload stays at the buffer's aligned start
-    if google_crc32c.value(bytes(data)) != crc:
-        return "fails its CRC32C check"
+    if google_crc32c.extend(google_crc32c.value(bytes(data)), seal) != crc:
+        return "fails its CRC32C check (damaged, or another record's entry)"
     return None
 
 
