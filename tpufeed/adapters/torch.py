@@ -123,6 +123,7 @@ class TorchIterable(IterableDataset):
         self._epochs = PassEpochs(self._ds)
         self._book = book_of(ds)  # every to_torch() of `ds` numbers its passes in one book
         self._own: Any = None  # a DataLoader worker's own state, for its next pass
+        self._pending_here = False  # a state set in the loop's process, maybe not taken yet
         self._begun = 0  # passes begun in this process (part of a worker's key to its pass)
         self._iterator: TorchIterator | None = None
 
@@ -138,7 +139,7 @@ class TorchIterable(IterableDataset):
         member = (
             None if info is None else (info.seed - info.id, info.num_workers, self._begun, info.id)
         )
-        own, self._own = self._own, None
+        own, self._own, self._pending_here = self._own, None, False
         number, state = self._book.claim(member, own, opener.pass_of)
         self._begun += 1
         if self._epochs.mixture and number > 0 and state is None and not (info and info.id):
@@ -167,17 +168,14 @@ class TorchIterable(IterableDataset):
 
     def get_state(self) -> dict[str, Any]:
         """The position of the running (or last) pass; before any pass, where the next starts."""
-        if get_worker_info() is not None:
-            number, waiting = None, self._own
-        else:
-            number, waiting = self._book.upcoming()
+        waiting = self._own  # in a worker; in the loop's process, a state set here
+        if waiting is None and get_worker_info() is None and self._pending_here:
+            waiting = self._book.upcoming()[1]  # unless a pass took it since
         if waiting is not None:
             return copy.deepcopy(waiting)
         if self._iterator is not None:
             return self._iterator.get_state()
-        if number is None:
-            number = self._book.upcoming()[0]
-        return self._opener().start_state(number)
+        return self._opener().start_state(self._book.upcoming()[0])
 
     def set_state(self, state: Any) -> None:
         """The next `iter()` continues right after `state` (to the end of its pass): one
@@ -189,6 +187,7 @@ class TorchIterable(IterableDataset):
             self._own = copy.deepcopy(state)
         else:
             self._book.set_pending(_json_state(state))
+            self._pending_here = True
 
     def state_dict(self) -> dict[str, Any]:
         """`get_state()`, under torch's name (torchdata's StatefulDataLoader calls it)."""
