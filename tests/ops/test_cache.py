@@ -490,7 +490,7 @@ KILLED = """
 import os, sys
 sys.path.insert(0, sys.argv[1])
 import slow_pipeline
-slow_pipeline.run(sys.argv[2], sys.argv[3:])
+slow_pipeline.run(sys.argv[2], int(sys.argv[3]), sys.argv[4:])
 """
 
 SLOW_PIPELINE = """
@@ -505,19 +505,21 @@ def pipeline(cache, paths):
 
 LIMIT = 60 << 20  # room for 14 of the 24 entries
 
-def run(cache, paths):
-    for _ in pipeline(cache, paths).repeat(2):
+def run(cache, workers, paths):
+    for _ in pipeline(cache, paths).repeat(2).workers(workers):
         pass
 """
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """SIGSTOP, and wait until the process is stopped (the signal lands a little later)."""
-    proc.send_signal(signal.SIGSTOP)
+def stop(procs: list[psutil.Process]) -> None:
+    """SIGSTOP each, and wait until all are stopped (the signal lands a little later)."""
+    for proc in procs:
+        proc.send_signal(signal.SIGSTOP)
     deadline = time.monotonic() + 10
-    while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:
-        assert time.monotonic() < deadline, "the process did not stop"
-        time.sleep(0.001)
+    for proc in procs:
+        while proc.is_running() and proc.status() not in (psutil.STATUS_STOPPED, "zombie"):
+            assert time.monotonic() < deadline, f"{proc} did not stop"
+            time.sleep(0.001)
 
 
 def temporaries(folder) -> list[str]:
@@ -525,36 +527,44 @@ def temporaries(folder) -> list[str]:
 
 
 def kill_while_writing(proc: subprocess.Popen, folder) -> None:
-    """SIGKILLs `proc` while an entry's temporary file of its is there: stopped (SIGSTOP) the
-    moment one is seen, killed if it is still there, let go on otherwise."""
+    """SIGKILLs the job `proc` started (it and every process under it, together) while an
+    entry's temporary file is there: all stopped (SIGSTOP) the moment one is seen, killed if it
+    is still there, let go on otherwise; returns once every one of them is gone."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if [n for n in temporaries(folder) if not n.startswith("writing")]:
-            stop(proc)
+            top = psutil.Process(proc.pid)
+            job = [top, *top.children(recursive=True)]
+            stop(job)
             if [n for n in temporaries(folder) if not n.startswith("writing")]:
-                proc.kill()
+                for each in job:
+                    each.send_signal(signal.SIGKILL)
                 proc.wait(10)
+                psutil.wait_procs(job, timeout=10)
                 return
-            proc.send_signal(signal.SIGCONT)
+            for each in job:
+                each.send_signal(signal.SIGCONT)
     proc.kill()
-    pytest.fail("the process was never seen in the middle of writing an entry")
+    pytest.fail("the job was never seen in the middle of writing an entry")
 
 
 @pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.timeout(300)
-def test_a_writer_killed_in_the_middle_of_an_entry_leaves_nothing_after_the_rerun(
-    paths, tmp_path, monkeypatch
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_job_killed_in_the_middle_of_an_entry_leaves_nothing_after_the_rerun(
+    paths, tmp_path, monkeypatch, workers
 ):
     code, cache = tmp_path / "code", tmp_path / "cache"
     code.mkdir()
     (code / "slow_pipeline.py").write_text(SLOW_PIPELINE)
-    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(code), str(cache), *paths])
-    kill_while_writing(proc, cache)
+    args = [sys.executable, "-c", KILLED, str(code), str(cache), str(workers), *paths]
+    kill_while_writing(subprocess.Popen(args), cache)
     left = temporaries(cache)
     assert [n for n in left if n.startswith("writing")] and len(left) >= 2  # marker, entry
 
     monkeypatch.syspath_prepend(str(code))
+    monkeypatch.delitem(sys.modules, "slow_pipeline", raising=False)
     import slow_pipeline
 
     rerun = slow_pipeline.pipeline(str(cache), paths)
