@@ -81,3 +81,15 @@ def test_every_to_torch_of_one_dataset_counts_in_one_book():
     ds = tpufeed.Dataset.from_sequence(list(range(4)))
     assert book_of(ds) is book_of(ds)
     assert book_of(ds) is not book_of(ds.batch(2))  # another Dataset object
+
+
+def test_a_writer_killed_before_its_truncate_leaves_a_readable_book():
+    """A table is written whole, then the old tail cut off: killed in between, the file holds
+    the new table and the end of a longer old one. Bytes that are no table are named."""
+    book = PassBook()
+    book.set_pending({"epoch": 3, "a long state": "x" * 200})
+    os.pwrite(book._fd, b'{"next": 5, "pending": null, "passes": []}', 0)  # no truncate
+    assert book.upcoming() == (5, None)
+    os.pwrite(book._fd, b"\x00garbage", 0)
+    with pytest.raises(tpufeed.StateError, match="pass book is unreadable"):
+        book.upcoming()

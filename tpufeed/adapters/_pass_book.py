@@ -6,7 +6,7 @@ ones told to start again). So the count lives in a small shared file, not in any
 an anonymous file (memfd) that the loop's process makes, that forked workers inherit and that
 spawned ones receive as multiprocessing passes its own descriptors. It holds a JSON table,
 read and rewritten under a POSIX record lock (one process at a time; the kernel releases a
-dead holder's lock):
+dead holder's lock; a holder killed mid-write leaves the new table whole, or the old one):
 
 - `next`: the pass the next new one is (`set_epoch(e)` writes e);
 - `pending`: a state set in the loop's process (`set_state`), taken by the next pass;
@@ -33,6 +33,8 @@ import weakref
 from collections.abc import Callable
 from multiprocessing import context, reduction
 from typing import Any
+
+from tpufeed.errors import StateError
 
 __all__ = ["Member", "PassBook", "book_of"]
 
@@ -120,14 +122,19 @@ class PassBook:
         return _Locked(self._lock, self._fd)
 
     def _read(self) -> dict[str, Any]:
-        size = os.fstat(self._fd).st_size
-        table: dict[str, Any] = json.loads(os.pread(self._fd, size, 0))
-        return table
+        text = os.pread(self._fd, os.fstat(self._fd).st_size, 0).decode()
+        try:  # the first JSON value: a writer killed before its truncate left a tail after it
+            table, _ = json.JSONDecoder().raw_decode(text)
+        except ValueError as e:
+            raise StateError(
+                f"to_torch()'s pass book is unreadable ({e}): {text[:200]!r}"
+            ) from None
+        return dict(table)
 
     def _write(self, table: dict[str, Any]) -> None:
-        data = json.dumps(table).encode()
-        os.ftruncate(self._fd, len(data))
+        data = json.dumps(table).encode()  # written whole, then the old tail cut off
         os.pwrite(self._fd, data, 0)
+        os.ftruncate(self._fd, len(data))
 
 
 class _Locked:
