@@ -90,6 +90,6 @@ def test_a_writer_killed_before_its_truncate_leaves_a_readable_book():
     book.set_pending({"epoch": 3, "a long state": "x" * 200})
     os.pwrite(book._fd, b'{"next": 5, "pending": null, "passes": []}', 0)  # no truncate
     assert book.upcoming() == (5, None)
-    os.pwrite(book._fd, b"\x00garbage", 0)
+    os.pwrite(book._fd, b"\xff\x00garbage", 0)
     with pytest.raises(tpufeed.StateError, match="pass book is unreadable"):
         book.upcoming()

@@ -122,12 +122,12 @@ class PassBook:
         return _Locked(self._lock, self._fd)
 
     def _read(self) -> dict[str, Any]:
-        text = os.pread(self._fd, os.fstat(self._fd).st_size, 0).decode()
+        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
         try:  # the first JSON value: a writer killed before its truncate left a tail after it
-            table, _ = json.JSONDecoder().raw_decode(text)
+            table, _ = json.JSONDecoder().raw_decode(data.decode())
         except ValueError as e:
             raise StateError(
-                f"to_torch()'s pass book is unreadable ({e}): {text[:200]!r}"
+                f"to_torch()'s pass book is unreadable ({e}): {data[:200]!r}"
             ) from None
         return dict(table)
 
