@@ -193,6 +193,26 @@ def test_values_and_functions_reached_through_the_users_modules_are_part_of_it(m
         assert function_identity(modules("main_module", main_text).fn) == first, (name, old)
 
 
+@pytest.mark.parametrize(
+    "body, edited",
+    [
+        ('getattr(dynamic_helpers, "SCALE")', "dynamic_helpers"),
+        ('vars(dynamic_helpers)["SCALE"]', "dynamic_helpers"),
+        ('globals()["SCALE"]', "dynamic_main"),
+    ],
+)
+def test_a_value_named_by_a_string_is_part_of_it(modules, body, edited):
+    texts = {
+        "dynamic_helpers": "SCALE = 2\n",
+        "dynamic_main": f"import dynamic_helpers\nSCALE = 2\n\ndef fn(x):\n    return x * {body}\n",
+    }
+    modules("dynamic_helpers", texts["dynamic_helpers"])
+    first = function_identity(modules("dynamic_main", texts["dynamic_main"]).fn)
+    modules(edited, texts[edited].replace("SCALE = 2", "SCALE = 3"))
+    main = modules("dynamic_main", texts["dynamic_main"]) if edited != "dynamic_main" else None
+    assert function_identity((main or sys.modules["dynamic_main"]).fn) != first
+
+
 def test_an_import_inside_the_function_is_followed(modules):
     modules("lazy_helpers", "def f(x):\n    return x + 1\n")
     main = modules(

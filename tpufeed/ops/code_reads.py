@@ -69,6 +69,11 @@ def imports(code: types.CodeType) -> list[tuple[str, int]]:
 
 
 def used_names(code: types.CodeType) -> frozenset[str]:
-    """Every name the code uses as a global or an attribute, nested code included: what it may
-    read of a module it holds other than through a global chain (an import in its body)."""
-    return frozenset(name for each in code_objects(code) for name in each.co_names)
+    """Every name the code uses as a global or an attribute, and every string constant that
+    could be one (`getattr(helpers, "SCALE")`, `globals()["SCALE"]`), nested code included:
+    what it may read of a module it holds other than through a global chain."""
+    names: set[str] = set()
+    for each in code_objects(code):
+        names.update(each.co_names)
+        names.update(c for c in each.co_consts if isinstance(c, str) and c.isidentifier())
+    return frozenset(names)

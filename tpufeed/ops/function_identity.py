@@ -108,7 +108,11 @@ class _CodeForm(StableForm):
             return
         self.scopes.append(used_names(fn.__code__))
         try:
-            for chain in global_reads(fn.__code__):
+            chains = global_reads(fn.__code__)
+            if ("globals",) in chains:  # globals()["NAME"]: every global it may name
+                named = sorted(self.scopes[-1] & fn.__globals__.keys())
+                chains += [(name,) for name in named if (name,) not in chains]
+            for chain in chains:
                 self._add_global(fn, chain, label)
             for name, level in imports(fn.__code__):
                 self._add_import(fn, name, level, label)
