@@ -293,6 +293,18 @@ def test_a_footer_that_disagrees_with_itself_is_named(tmp_path):
     assert e.value.path == str(path)
 
 
+@pytest.mark.parametrize("length", [1 << 31, (1 << 32) - 1, 0])
+def test_a_footer_length_past_the_file_is_named(tmp_path, length):
+    path = tmp_path / "one.parquet"
+    pq.write_table(pa.table({"alpha": [1, 2, 3]}), path)
+    data = bytearray(path.read_bytes())
+    data[-8:-4] = length.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptDataError, match=r"one.parquet: not a readable Parquet file") as e:
+        tpufeed.Dataset.from_parquet(str(path))
+    assert e.value.path == str(path)
+
+
 def test_damaged_data_names_file_row_and_cause(tmp_path):
     path = write_files(tmp_path, files=1, compression="snappy", write_page_checksum=True)[0]
     meta = pq.read_metadata(path)
