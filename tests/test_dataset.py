@@ -215,7 +215,8 @@ def test_ignore_errors_skips_counts_and_bounds_bad_records(workers, caplog):
     assert sum("skipped a bad record" in r.message for r in caplog.records) == 3
     with pytest.raises(TransformError, match="cannot decode 12") as info:
         list(ds.ignore_errors(2))
-    assert "ignore_errors(2) skips at most 2" in "".join(info.value.__notes__)
+    said = str(info.value) + "".join(getattr(info.value, "__notes__", []))  # 3.10: no notes
+    assert "ignore_errors(2) skips at most 2" in said
 
 
 def test_ignore_errors_skips_unreadable_records():
