@@ -122,7 +122,7 @@ def cache_key(source: Any, stages: Sequence[RecordStage], key: str | None = None
     """Names what makes the entries: the source's files (their whole identity) or contents,
     and what the stages compute (`function_identity`), or the user's `key` in its place."""
     versions = list(source.file_versions())
-    content = "" if versions else _content_digest(source.source)
+    content = "" if versions or key is not None else _content_digest(source.source)
     parts = [_KEY_FORMAT, source.fingerprint(), versions, content, key]
     digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16)
     for stage in stages:
@@ -133,11 +133,23 @@ def cache_key(source: Any, stages: Sequence[RecordStage], key: str | None = None
 
 
 def _content_digest(source: Any) -> str:
-    """A source without files (an in-memory sequence) is known by its contents, if it pickles."""
+    """A source without files is known by what it says its contents are (`content_identity()`),
+    or by its pickled contents (an in-memory sequence). One that gives neither cannot be told
+    from itself with other data: it is refused, as a cache replayed for changed data is wrong
+    data."""
+    identity = getattr(source, "content_identity", None)
+    if callable(identity):
+        return hashlib.blake2b(identity(), digest_size=16).hexdigest()
     try:
         return hashlib.blake2b(pickle.dumps(source, protocol=5), digest_size=16).hexdigest()
-    except Exception:  # noqa: BLE001 - a source that does not pickle is known by its fingerprint
-        return "unpicklable"
+    except Exception as error:  # noqa: BLE001 - whatever pickling raises, the source is unkeyed
+        raise InvalidArgumentError(
+            f"cache() cannot tell when the data of {type(source).__qualname__} changes: it has "
+            f"no files, and it cannot be pickled to key the cache by its contents "
+            f"({type(error).__name__}: {error}). Give the source a content_identity() method "
+            "that returns bytes which change with its data, or pass cache(..., key='...') and "
+            "change the key whenever the data changes"
+        ) from None
 
 
 def _by_unit(elements: Elements) -> dict[int, list[tuple[Any, int]]]:

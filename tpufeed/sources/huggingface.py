@@ -26,15 +26,20 @@ as their paths and is memory-mapped again; one built in memory (`from_dict`) tra
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError, missing_dependency
+from tpufeed.ops.function_identity import function_identity
 from tpufeed.sources.huggingface_format import plan_of
 from tpufeed.sources.parquet.source import check_columns
 from tpufeed.sources.sharded import checked_indices
+from tpufeed.storage.opener import FileIdentity
 
 try:
     from tpufeed.sources._arrow_rows import rows_of
@@ -90,6 +95,28 @@ class HuggingFaceSource:
         # would refuse every state after a restart. A typed read's rows are its features'.
         made_by = f":{self._plan.described}" if self._plan.own else ""
         return f"HuggingFaceSource[{self._dataset.features}:{len(self)}{made_by}]"
+
+    def content_identity(self) -> bytes:
+        """What the rows are made of, for `cache()`'s key: the Arrow files under the dataset
+        (each one's whole identity: a file replaced is other data) or its in-memory data, the
+        rows it selects, and the format or transform that makes them (the transform's code
+        and what it reads, as `cache()` keys its own stages)."""
+        digest = hashlib.blake2b(self.fingerprint().encode(), digest_size=32)
+        data = self._dataset.with_format(None)  # the transform is keyed by its code, below
+        try:
+            digest.update(pickle.dumps(data, protocol=5))  # memory-mapped: paths; else data
+        except Exception as error:  # noqa: BLE001 - whatever pickling raises
+            raise InvalidArgumentError(
+                f"cache() cannot key the Hugging Face dataset's data: it does not pickle "
+                f"({type(error).__name__}: {error}); pass cache(..., key='...')"
+            ) from None
+        for entry in self._dataset.cache_files:
+            name = entry["filename"]
+            digest.update(f"{name}\0{FileIdentity.of(os.stat(name)).key()}".encode())
+        transform = (self._dataset.format.get("format_kwargs") or {}).get("transform")
+        if transform is not None:
+            digest.update(function_identity(transform, "the Hugging Face dataset's transform"))
+        return digest.digest()
 
     def _picked(self, row: dict[str, Any]) -> dict[str, Any]:
         """`row`'s columns `self.columns` (a transform's row: the names checked here)."""
