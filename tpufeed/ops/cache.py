@@ -122,7 +122,7 @@ def cache_key(source: Any, stages: Sequence[RecordStage], key: str | None = None
     """Names what makes the entries: the source's files (their whole identity) or contents,
     and what the stages compute (`function_identity`), or the user's `key` in its place."""
     versions = list(source.file_versions())
-    content = "" if versions or key is not None else _content_digest(source.source)
+    content = "" if versions else _content_digest(source.source, key)
     parts = [_KEY_FORMAT, source.fingerprint(), versions, content, key]
     digest = hashlib.blake2b(json.dumps(parts).encode(), digest_size=16)
     for stage in stages:
@@ -132,17 +132,19 @@ def cache_key(source: Any, stages: Sequence[RecordStage], key: str | None = None
     return digest.hexdigest()
 
 
-def _content_digest(source: Any) -> str:
+def _content_digest(source: Any, key: str | None) -> str:
     """A source without files is known by what it says its contents are (`content_identity()`),
     or by its pickled contents (an in-memory sequence). One that gives neither cannot be told
-    from itself with other data: it is refused, as a cache replayed for changed data is wrong
-    data."""
+    from itself with other data: the user's `key` stands for it, or it is refused, as a cache
+    replayed for changed data is wrong data."""
     identity = getattr(source, "content_identity", None)
     if callable(identity):
         return hashlib.blake2b(identity(), digest_size=16).hexdigest()
     try:
         return hashlib.blake2b(pickle.dumps(source, protocol=5), digest_size=16).hexdigest()
     except Exception as error:  # noqa: BLE001 - whatever pickling raises, the source is unkeyed
+        if key is not None:
+            return ""
         raise InvalidArgumentError(
             f"cache() cannot tell when the data of {type(source).__qualname__} changes: it has "
             f"no files, and it cannot be pickled to key the cache by its contents "
