@@ -31,7 +31,7 @@ _CV2 = __import__("importlib").util.find_spec("cv2") is not None
 BACKENDS = ["pillow"] + (["opencv"] if _CV2 else [])
 BACKENDS += (
     ["turbojpeg"]
-    if _CV2 and __import__("tpufeed.transforms.turbojpeg").transforms.turbojpeg.library()
+    if _CV2 and __import__("tpufeed.transforms.turbojpeg").transforms.turbojpeg.available()
     else []
 )
 # Documented in docs/images.md: per image, the mean absolute difference (0..255 levels) of a
