@@ -44,6 +44,14 @@ def test_a_symlink_out_of_the_root_is_refused_by_name(root, tmp_path):
     assert _opened(str(root / "escape.bin")) == b"o" * 100  # without a root: the user's own path
 
 
+def test_links_false_refuses_any_symlink_in_the_files_place(root):
+    """For files tpufeed writes itself (cache entries, copies), which are never links."""
+    os.symlink(root / "a.bin", root / "link.bin")
+    with pytest.raises(SourceError, match=r"link\.bin is a symlink"):
+        _opened(str(root / "link.bin"), links=False)
+    assert _opened(str(root / "a.bin"), links=False) == b"a" * 100
+
+
 def test_a_root_that_is_itself_a_symlink_holds_its_own_files(root, tmp_path):
     os.symlink(root, tmp_path / "alias")
     assert _opened(str(tmp_path / "alias" / "a.bin"), root=str(tmp_path / "alias")) == b"a" * 100

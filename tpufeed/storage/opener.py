@@ -14,6 +14,7 @@ its `FileIdentity` (device, inode, size, modification time) is compared at every
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import NamedTuple
@@ -91,17 +92,25 @@ def open_regular(
     shown: str | None = None,
     pinned: FileIdentity | None = None,
     root: str | None = None,
+    links: bool = True,
 ) -> int:
     """A descriptor of `path` open for reading, if it is a regular file; anything else is
     refused without blocking on it. With `root`, the file must lie inside that folder (links
-    followed); with `pinned`, it must be that file, unchanged (`changed_file` otherwise).
-    Errors name `shown` (default: `path`)."""
+    followed); with `pinned`, it must be that file, unchanged (`changed_file` otherwise); with
+    `links=False`, a symlink in its place is refused (for files tpufeed writes itself, which
+    are never links: a check that costs no call of its own). Errors name `shown` (default:
+    `path`)."""
     shown = shown or path
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if links else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise SourceNotFoundError(f"no such file: {shown}", path=shown) from None
     except OSError as e:  # a socket cannot be opened at all: say what it is
+        if e.errno == errno.ELOOP and not links:
+            raise SourceError(
+                f"{shown} is a symlink, not the regular file tpufeed wrote there", path=shown
+            ) from None
         check_regular(path, shown)
         raise SourceError(f"{shown}: cannot open: {e}", path=shown) from e
     try:
@@ -120,10 +129,10 @@ def open_regular(
 
 
 def open_pinned(
-    path: str, shown: str | None = None, root: str | None = None
+    path: str, shown: str | None = None, root: str | None = None, links: bool = True
 ) -> tuple[int, FileIdentity]:
     """`open_regular` for a first open: the descriptor and the identity to pin."""
-    fd = open_regular(path, shown, root=root)
+    fd = open_regular(path, shown, root=root, links=links)
     try:
         return fd, FileIdentity.of(os.fstat(fd))
     except BaseException:

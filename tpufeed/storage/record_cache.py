@@ -22,7 +22,7 @@ back the room of the entries never written. Without such a marker, opening a key
 listing of its folder, never a walk of its entries.
 
 An entry is read through the opener (`open_pinned`): anything but a regular file in its place (a
-FIFO) is never opened for reading. Its header holds the payload's length and a CRC32C of the
+FIFO, a symlink) is never opened for reading. Its header holds the payload's length and a CRC32C of the
 payload and of whose entry it is (key and record: an entry renamed or linked over another's
 fails it). An entry that is not a regular file or fails them is removed, with a warning, and
 the caller makes the record again. A write that fails (a full disk) removes its temporary, gives its room back and
@@ -84,10 +84,10 @@ class RecordFiles:
         self._open()
         path = self.path(record)
         try:
-            fd, identity = open_pinned(path)
+            fd, identity = open_pinned(path, links=False)
         except SourceNotFoundError:
             return None
-        except SourceError as error:  # not a regular file (a FIFO, a folder): never read
+        except SourceError as error:  # not a regular file (a FIFO, a folder, a link): never read
             self._discard(record, path, f"is not an entry ({error})", counted=False)
             return None
         try:
@@ -108,9 +108,9 @@ class RecordFiles:
         if self.full or not entries:
             return 0
         sizes = [_HEADER.size + len(payload) for _, payload in entries]
-        fit = self._reserve(sizes)
-        written, marker = 0, None
-        try:
+        fit, written, marker = 0, 0, None
+        try:  # a full disk may refuse even the count of reserved room
+            fit = self._reserve(sizes)
             if fit:
                 marker = self._mark(entries[:fit], sizes)
             for record, payload in entries[:fit]:
