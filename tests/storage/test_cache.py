@@ -184,7 +184,9 @@ def test_after_a_reboot_files_are_checked_again_not_fetched(
     assert source.__getitems__(np.arange(len(source))) == records
     crcs = []
     real = cache_module.files.file_crc32c
-    monkeypatch.setattr(cache_module.files, "file_crc32c", lambda p: crcs.append(p) or real(p))
+    monkeypatch.setattr(
+        cache_module.files, "file_crc32c", lambda p, **kw: crcs.append(p) or real(p, **kw)
+    )
     monkeypatch.setattr(cache_module, "BOOT", "another-boot")
     gcs.reset()
     again = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))

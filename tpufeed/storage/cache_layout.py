@@ -153,10 +153,11 @@ def free_bytes(path: str) -> int:
     return shutil.disk_usage(path).free
 
 
-def file_crc32c(path: str) -> int:
-    """The CRC32C of the regular file `path` (anything else is refused without blocking)."""
+def file_crc32c(path: str, links: bool = True) -> int:
+    """The CRC32C of the regular file `path` (anything else is refused without blocking; with
+    `links=False`, a symlink too)."""
     crc = 0
-    with os.fdopen(open_regular(path), "rb", buffering=0) as f:
+    with os.fdopen(open_regular(path, links=links), "rb", buffering=0) as f:
         while chunk := f.read(8 << 20):
             crc = google_crc32c.extend(crc, chunk)
     return crc

@@ -54,8 +54,8 @@ class VerifiedCopies:
             return f"{size:,} bytes, the object has {obj.size:,}"
         if obj.crc32c is not None:
             try:
-                crc = files.file_crc32c(path)
-            except SourceError as error:  # not a regular file (a FIFO put in its place)
+                crc = files.file_crc32c(path, links=False)
+            except SourceError as error:  # not a regular file (a FIFO, a link put in its place)
                 return str(error)
             if crc != obj.crc32c:
                 return f"CRC32C {crc:08x}, the object's is {obj.crc32c:08x}"
