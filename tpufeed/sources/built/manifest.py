@@ -187,8 +187,9 @@ def load_manifest(
 def _read_manifest(path: str) -> tuple[str, bytes]:
     """(manifest path, at most one byte more than the size cap) of a local folder or file."""
     manifest_path = os.path.join(path, MANIFEST_NAME) if os.path.isdir(path) else path
+    root = os.path.dirname(os.path.abspath(manifest_path))  # a link out of it is refused
     try:
-        with os.fdopen(open_regular(manifest_path), "rb") as f:
+        with os.fdopen(open_regular(manifest_path, root=root), "rb") as f:
             return manifest_path, f.read(_MAX_MANIFEST_BYTES + 1)
     except SourceNotFoundError:
         hint = _NO_MANIFEST if os.path.isdir(path) else ""
