@@ -1,0 +1,81 @@
+"""The derived files the one fault suite runs over: files tpufeed makes from a source and keeps
+(tar and TFRecord indexes, MDS decompressed copies, record-cache entries, the shard cache's
+copies and the facts it keeps about an object). A registry, like tests/faults/formats.py.
+
+Each `DerivedKind` names the format whose dataset makes it (`FORMATS`), where its files lie,
+how a pipeline that makes them is opened, and which write of tpufeed's the SIGKILL case stops
+in the middle (`writer`, see tests/faults/killed_writer.py). A new kind of derived file joins
+tests/faults/test_derived_faults.py with one entry in `DERIVED`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tpufeed
+from tests.faults.formats import FORMATS
+
+RECORD_CACHE_BYTES = 1 << 20
+SHARD_CACHE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class DerivedKind:
+    """One kind of derived file. `pattern`: its files, under the derived folder, or under the
+    dataset's own folder if `beside`; `opens`: the pipeline that makes and reads them, over a
+    dataset at a location (a folder, or a gs:// prefix if `emulator`); `writer`: what makes one
+    ("derived": `storage.derived.write_derived`, "record cache", "shard cache")."""
+
+    name: str
+    format: str
+    pattern: str
+    writer: str = "derived"
+    beside: bool = False
+    emulator: bool = False
+    opens: Callable[[str, Path], tpufeed.Dataset] | None = None
+
+    def find(self, folder: Path, derived: Path) -> list[Path]:
+        return sorted((folder if self.beside else derived).glob(self.pattern))
+
+    def open(self, location: str, derived: Path) -> tpufeed.Dataset:
+        if self.opens is not None:
+            return self.opens(location, derived)
+        return FORMATS[self.format].open(Path(location), derived)
+
+
+def _record_cache(location: str, derived: Path) -> tpufeed.Dataset:
+    ds = FORMATS["array_record"].open(Path(location), derived)
+    return ds.cache(str(derived / "records"), max_bytes=RECORD_CACHE_BYTES)
+
+
+def _from_gcs(location: str, derived: Path) -> tpufeed.Dataset:
+    return tpufeed.Dataset.from_array_record(
+        f"{location}/*.array_record", cache_dir=derived, cache_bytes=SHARD_CACHE_BYTES
+    )
+
+
+DERIVED: dict[str, DerivedKind] = {
+    kind.name: kind
+    for kind in [
+        DerivedKind("tfrecord index", "tfrecord", "*.tpufeed-index"),
+        DerivedKind("built tfrecord index", "built-tfrecord", "*.tpufeed-index", beside=True),
+        DerivedKind("tar index", "webdataset", "*.wds.tpufeed-index"),
+        DerivedKind("mds copy", "mds-zstd", "mds/*.raw"),
+        DerivedKind(
+            "record cache", "array_record", "records/*/*/*", "record cache", opens=_record_cache
+        ),
+        DerivedKind(
+            "shard cache",
+            "array_record",
+            "shards/*.data",
+            "shard cache",
+            emulator=True,
+            opens=_from_gcs,
+        ),
+        DerivedKind(
+            "shard cache facts", "array_record", "meta/*.facts", emulator=True, opens=_from_gcs
+        ),
+    ]
+}

@@ -1,0 +1,213 @@
+"""The one fault suite, over derived files: every kind of tests/faults/derived_kinds.py (tar and
+TFRecord indexes, beside a built dataset's shards too, MDS decompressed copies, record-cache
+entries, the shard cache's copies and facts over gs://), made by a first read, then damaged,
+swapped, starved of disk or cut short by a SIGKILL.
+
+A derived file that is bad in any way is never read as good: it is removed with a warning and
+made again (or, for a full disk, the pipeline goes on without it or raises naming it), and the
+records are always the source's own. Each case ends within `CASE_S`, leaving no temporary file
+and no process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.derived_kinds import DERIVED, DerivedKind
+from tests.faults.file_changes import (
+    fill,
+    full_disk,
+    no_leftovers,
+    outcome,
+    same_size_and_time,
+    symlink_out,
+    temporaries,
+)
+from tests.faults.formats import FORMATS
+from tpufeed.storage import derived as derived_files
+
+CASE_S = 60
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(CASE_S)
+
+KINDS = [
+    pytest.param(name, marks=[pytest.mark.emulator] if kind.emulator else [], id=name)
+    for name, kind in DERIVED.items()
+]
+
+
+class Place:
+    """Where a case keeps its dataset (a folder, and for gs:// kinds its objects too) and the
+    derived files of `kind`."""
+
+    def __init__(self, kind: DerivedKind, tmp: Path, upload: Any = None, bucket: str = ""):
+        self.kind, self.format = kind, FORMATS[kind.format]
+        self.folder, self.derived = tmp / "ds", tmp / "derived"
+        self.upload, self.bucket = upload, bucket
+        self.location = f"gs://{bucket}/ds" if upload else str(self.folder)
+
+    def publish(self, variant: str) -> None:
+        """Writes the dataset of `variant`; over one already there, each file another of the
+        same size and modification time (a new inode; over gs://, a new generation)."""
+        if not self.folder.exists() or not any(self.folder.iterdir()):
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.format.write(self.folder, variant)
+        else:
+            fresh = self.folder.parent / f"fresh-{variant}"
+            fresh.mkdir()
+            self.format.write(fresh, variant)
+            for path in sorted(fresh.iterdir()):
+                same_size_and_time(self.folder / path.name, path)
+        if self.upload:
+            for path in sorted(self.folder.iterdir()):
+                self.upload(self.bucket, f"ds/{path.name}", str(path))
+
+    def read(self) -> list[Any]:
+        return self.format.comparable(list(self.kind.open(self.location, self.derived)))
+
+    def files(self) -> list[Path]:
+        return self.kind.find(self.folder, self.derived)
+
+
+@pytest.fixture
+def place(request, tmp_path) -> Place:
+    kind = DERIVED[request.param]
+    if not kind.emulator:
+        return Place(kind, tmp_path)
+    request.getfixturevalue("gcs")
+    upload, bucket = request.getfixturevalue("upload"), request.getfixturevalue("bucket")
+    return Place(kind, tmp_path, upload, bucket)
+
+
+@pytest.fixture(autouse=True)
+def _leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))  # the fallback folders
+    yield from no_leftovers(tmp_path)
+
+
+@pytest.fixture
+def new_process(monkeypatch):
+    """What a new process knows: no derived file checked yet."""
+    monkeypatch.setattr(derived_files, "_verified", set())
+
+
+def warned(caught: list[warnings.WarningMessage], records: list[logging.LogRecord]) -> str:
+    """What the warnings and the log said (an unclosed file's `ResourceWarning` aside)."""
+    said = [str(w.message) for w in caught if not issubclass(w.category, ResourceWarning)]
+    return "\n".join(said + [r.getMessage() for r in records])
+
+
+def damage(path: Path, how: str, outside: Path) -> None:
+    data = path.read_bytes()
+    if how == "fifo":
+        path.unlink()
+        os.mkfifo(path)
+    elif how == "symlink out":  # to its very bytes, in a folder not its own
+        symlink_out(path, outside)
+    elif how == "flipped":
+        path.write_bytes(
+            data[: len(data) // 2]
+            + bytes([data[len(data) // 2] ^ 0x10])
+            + data[len(data) // 2 + 1 :]
+        )
+    elif how == "cut":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # emptied
+        path.write_bytes(b"")
+
+
+@pytest.mark.parametrize("how", ["fifo", "symlink out", "flipped", "cut", "empty"])
+@pytest.mark.parametrize("place", KINDS, indirect=True)
+def test_a_bad_derived_file_is_made_again_with_a_warning(place, how, tmp_path, caplog, new_process):
+    place.publish("a")
+    assert place.read() == place.format.records("a")
+    files = place.files()
+    assert files, f"{place.kind.name}: no derived file was made"
+    for path in files:
+        damage(path, how, tmp_path / "outside")
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        assert place.read() == place.format.records("a")
+    said = warned(caught, caplog.records)
+    for path in files:
+        assert path.name in said, f"no warning names {path.name}:\n{said}"
+        assert path.is_file() and not path.is_symlink(), f"{path} was not made again"
+    caplog.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert place.read() == place.format.records("a")
+    assert not warned(caught, caplog.records), "made again, still found bad"
+
+
+@pytest.mark.parametrize("place", KINDS, indirect=True)
+def test_a_source_replaced_by_another_of_the_same_size_and_time_is_read_anew(place):
+    """The derived files of the old source are never reused for the new one."""
+    place.publish("a")
+    assert place.read() == place.format.records("a")
+    place.publish("b")
+    assert place.read() == place.format.records("b")
+
+
+@pytest.mark.parametrize("place", KINDS, indirect=True)
+def test_a_full_disk_gives_the_records_or_a_named_error_and_leaves_no_temporary(
+    place, caplog, monkeypatch
+):
+    """The folder of the derived files on a small tmpfs filled to its last byte (for files kept
+    beside the dataset, the dataset's folder): the records, with a warning, or a named error."""
+    disk = place.folder if place.kind.beside else place.derived
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(disk / "cache"))  # no room there either
+    with full_disk(disk), caplog.at_level(logging.WARNING):
+        place.publish("a")
+        fill(disk)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = outcome(place.read, place.format.records("a"), "")
+        assert result[0] in ("right", "named"), result
+        if result[0] == "right":
+            assert "No space left" in warned(caught, caplog.records), "no warning said why"
+        else:
+            assert "No space left" in result[1] or "space" in result[1], result
+        assert not temporaries(disk)
+
+
+def mid_write(place: Place) -> subprocess.Popen[str]:
+    """A process reading `place`, stopped in the middle of a derived file's write."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.killed_writer", place.kind.name, place.location]
+        + [str(place.derived)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ready, _, _ = select.select([proc.stdout], [], [], CASE_S / 2)
+    line = proc.stdout.readline() if ready else ""
+    if not line.startswith("mid-write"):
+        proc.kill()
+        _, err = proc.communicate(timeout=CASE_S / 2)
+        pytest.fail(f"the writer never reached a derived file's write: {line!r}\n{err[-3000:]}")
+    return proc
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("place", KINDS, indirect=True)
+def test_a_writer_killed_mid_write_leaves_nothing_once_run_again(place, tmp_path):
+    place.publish("a")
+    proc = mid_write(place)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=CASE_S / 2)
+    assert proc.returncode == -signal.SIGKILL
+    assert temporaries(tmp_path), "the killed write left no temporary: it was not mid-write"
+    assert place.read() == place.format.records("a")
+    assert not temporaries(tmp_path)
+    assert place.read() == place.format.records("a")
