@@ -5,8 +5,11 @@ alone (no local wheel folder or index), everything at its newest, the test tools
 checks that each of the extra's own requirements landed on the newest release this Python can
 install (`pip index versions`, pip's local configuration off): one held lower means something
 in the extra caps it, so a user's newer copy would be downgraded. Then it runs the group's
-smoke tests, refusing skips. The `all` group installs `tpufeed[all]` whole. What is newer than
-the tested set (constraints/ci.txt) is printed: protobuf 7 against the tested 6, say.
+smoke tests, refusing skips. The `all` group installs `tpufeed[all]` whole, with the test tools
+of every group inside it, and those groups run their tests in that one venv (their
+requirements are at the newest there too, or `all` would fail); the others (Beam, TensorFlow,
+OpenCV, a user's opencv-python) get venvs of their own. What is newer than the tested set
+(constraints/ci.txt) is printed: protobuf 7 against the tested 6, say.
 
     python .ci/newest.py                  # every group
     python .ci/newest.py all torch        # some
@@ -34,14 +37,9 @@ import lowest  # .ci/lowest.py: the groups, and how a venv is made and tested
 
 ROOT = lowest.ROOT
 # `tpufeed[all]` whole; the user who has `opencv-python` (not -headless) keeps it
+ALL = lowest.Group("all", ("all",), ("tests/cli/test_bench_plot.py",))
 GROUPS = tuple(g for g in lowest.GROUPS if g.name != "all") + (
-    lowest.Group(
-        "all",
-        ("all",),
-        ("tests/cli/test_quickstart.py", "tests/cli/test_bench_plot.py")
-        + ("tests/adapters/test_torch.py", "tests/sources/test_parquet.py")
-        + ("-k", "not workers and not gs_files"),
-    ),
+    ALL,
     lowest.Group(
         "opencv-python",
         ("images",),
@@ -99,6 +97,19 @@ def held_back(project: dict, group: lowest.Group, versions: dict[str, str]) -> l
     return found
 
 
+def host(project: dict, group: lowest.Group) -> str:
+    """The group whose venv runs `group`'s tests: `all` where its extras are inside `all` and it
+    needs nothing beside them; itself otherwise."""
+    if set(group.extras) <= _all_extras(project) and not group.also and not group.beside:
+        return "all"
+    return group.name
+
+
+def _all_extras(project: dict) -> set[str]:
+    line = next(x for x in project["optional-dependencies"]["all"] if x.startswith("tpufeed["))
+    return set(line[line.index("[") + 1 : line.index("]")].split(","))
+
+
 def newer_than_tested(versions: dict[str, str]) -> str:
     ci = {k: Version(v.split("==")[1]) for k, v in lowest.pins(lowest.CI_PINS).items()}
     newer = [
@@ -118,29 +129,37 @@ def main(names: list[str]) -> int:
         sys.exit(f"no group {sorted(unknown)}; the groups: {[g.name for g in GROUPS]}")
     failed: dict[str, list[str]] = {}
     tests = {"passed": 0, "failed": 0}
-    for group in (g for g in GROUPS if not names or g.name in names):
+    chosen = [g for g in GROUPS if not names or g.name in names]
+    hosts: dict[str, list[lowest.Group]] = {}
+    for group in chosen:
+        hosts.setdefault(host(project, group), []).append(group)
+    for name, guests in hosts.items():
         start = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix=f"newest-{group.name}-") as scratch:
+        venv_group = next(g for g in GROUPS if g.name == name)
+        tools = tuple(dict.fromkeys(t for g in guests for t in g.tools))
+        venv_group = replace(venv_group, tools=tools)
+        with tempfile.TemporaryDirectory(prefix=f"newest-{name}-") as scratch:
             venv = Path(scratch) / "venv"
             try:
-                versions = lowest.install(group, venv, project, resolution="highest")
+                versions = lowest.install(venv_group, venv, project, resolution="highest")
             except subprocess.CalledProcessError as error:  # uv said why, above
-                failed[group.name] = [f"the install failed: {' '.join(error.cmd)}"]
+                failed[name] = [f"the install failed: {' '.join(error.cmd)}"]
                 tests["failed"] += 1
                 continue
-            direct = ", ".join(
-                f"{r.name} {versions.get(canonicalize_name(r.name))}"
-                for r in requirements(project, group)
-            )
-            print(f"[{group.name}] {direct}", flush=True)
-            print(f"  newer than constraints/ci.txt: {newer_than_tested(versions)}", flush=True)
-            problems, passed, failing = lowest.smoke(group, venv)
-            problems = held_back(project, group, versions) + problems
-            tests["passed"] += passed
-            tests["failed"] += failing
+            print(f"[{name} venv] newer than constraints/ci.txt: {newer_than_tested(versions)}")
+            for group in guests:
+                direct = ", ".join(
+                    f"{r.name} {versions.get(canonicalize_name(r.name))}"
+                    for r in requirements(project, group)
+                )
+                print(f"[{group.name}] {direct}", flush=True)
+                problems, passed, failing = lowest.smoke(group, venv)
+                problems = held_back(project, group, versions) + problems
+                tests["passed"] += passed
+                tests["failed"] += failing
+                if problems:
+                    failed[group.name] = problems
         print(f"  {time.monotonic() - start:.0f} s", flush=True)
-        if problems:
-            failed[group.name] = problems
     for name, problems in failed.items():
         print(f"FAILED [{name}]:", *problems, sep="\n  ")
     print(f"newest: {tests['passed']} passed, {tests['failed']} failed")
