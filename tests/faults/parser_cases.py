@@ -81,7 +81,7 @@ def _read_case(layout: Layout, folder: str, damaged: bytes, cut: bool) -> tuple[
         for name, data in layout.extra.items():
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(data)
-    target = os.path.join(folder, layout.name)
+    target = layout.target(folder) if layout.target else os.path.join(folder, layout.name)
     if os.path.exists(target):
         os.remove(target)
     with open(target, "wb") as f:

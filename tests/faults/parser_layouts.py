@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.faults.mds_layouts import MDS_LAYOUTS
+
 Region = tuple[int, int]  # [start, end) byte offsets
 
 
@@ -44,6 +46,8 @@ class Layout:
     checksummed: bool = True
     # A derived file (an index): damaged, it must be removed with a warning and made again.
     derived: bool = False
+    # Where the file lies once `prepare` ran, if its name is not `name` (a name keyed by identity).
+    target: Callable[[str], str] | None = None
 
 
 def _rng_records(seed: int, n: int, longest: int) -> list[bytes]:
@@ -454,4 +458,5 @@ LAYOUTS: dict[str, Callable[[], Layout]] = {
     "jpeg": jpeg,
     "webdataset": webdataset,
     "webdataset-index": webdataset_index,
+    **MDS_LAYOUTS,
 }
