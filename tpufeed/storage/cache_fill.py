@@ -21,6 +21,7 @@ from tpufeed.storage import cache_layout as files
 from tpufeed.storage.cache_layout import CacheLayout
 from tpufeed.storage.cache_space import CacheSpace
 from tpufeed.storage.cache_verified import VerifiedCopies
+from tpufeed.storage.derived import remove_dead_temporaries_once
 from tpufeed.storage.eviction import VictimChooser
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.retry import RetryPolicy
@@ -55,6 +56,7 @@ class CacheFiller:
         wait: bool,
     ) -> str | None:
         """Under the entry's exclusive lock: 'cached' (sound) or 'fetched'; None: no room."""
+        remove_dead_temporaries_once(self.layout.shards)  # records killed writers left
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             if self.keep_if_sound(obj, key):

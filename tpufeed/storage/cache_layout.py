@@ -30,6 +30,7 @@ from typing import Any
 import google_crc32c
 
 from tpufeed.errors import SourceError
+from tpufeed.storage.derived import temporary_name
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import open_regular
 
@@ -165,9 +166,9 @@ def file_crc32c(path: str, links: bool = True) -> int:
 
 def read_json(path: str) -> dict[str, Any] | None:
     """The JSON object in `path`, or None if there is none (missing, damaged, or not a
-    regular file: a FIFO in its place is never opened for reading)."""
+    regular file: a FIFO or a link in its place is never opened for reading)."""
     try:
-        with os.fdopen(open_regular(path), encoding="utf-8") as f:
+        with os.fdopen(open_regular(path, links=False), encoding="utf-8") as f:
             value = json.load(f)
     except (OSError, ValueError, RecursionError, SourceError):
         return None
@@ -175,8 +176,9 @@ def read_json(path: str) -> dict[str, Any] | None:
 
 
 def write_json(path: str, value: dict[str, Any]) -> None:
-    """Writes `path` whole or not at all (temporary name, then rename)."""
-    tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+    """Writes `path` whole or not at all (temporary name, then rename). The temporary names
+    its writer (`derived.temporary_name`), so a killed writer's is known and removed."""
+    tmp = temporary_name(path)
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(value, f)

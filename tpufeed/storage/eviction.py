@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from tpufeed.storage.cache_layout import CacheLayout, read_json, remove, write_json
+from tpufeed.storage.derived import remove_dead_temporaries_once
 
 __all__ = ["PlanBoard", "VictimChooser", "least_recently_used"]
 
@@ -42,6 +43,7 @@ class PlanBoard:
         """Publishes one read-ahead's plan: key -> plan positions until its next use."""
         with contextlib.suppress(OSError):  # a hint for others: losing one costs no correctness
             self.layout.make_dirs()
+            remove_dead_temporaries_once(self.layout.plans)  # plans killed writers left
             write_json(
                 os.path.join(self.layout.plans, name + ".json"),
                 {"pid": os.getpid(), "posted": time.time(), "next": distances},
