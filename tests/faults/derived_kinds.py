@@ -26,7 +26,10 @@ class DerivedKind:
     """One kind of derived file. `pattern`: its files, under the derived folder, or under the
     dataset's own folder if `beside`; `opens`: the pipeline that makes and reads them, over a
     dataset at a location (a folder, or a gs:// prefix if `emulator`); `writer`: what makes one
-    ("derived": `storage.derived.write_derived`, "record cache", "shard cache")."""
+    ("derived": `storage.derived.write_derived`, "record cache", "shard cache", "shard cache
+    record"). `warns`: a bad one is removed with a warning; the shard cache's record of a
+    verified copy is not (a bad record only has the copy's CRC32C checked again, and a new
+    record written)."""
 
     name: str
     format: str
@@ -34,6 +37,7 @@ class DerivedKind:
     writer: str = "derived"
     beside: bool = False
     emulator: bool = False
+    warns: bool = True
     opens: Callable[[str, Path], tpufeed.Dataset] | None = None
 
     def find(self, folder: Path, derived: Path) -> list[Path]:
@@ -76,6 +80,15 @@ DERIVED: dict[str, DerivedKind] = {
         ),
         DerivedKind(
             "shard cache facts", "array_record", "meta/*.facts", emulator=True, opens=_from_gcs
+        ),
+        DerivedKind(
+            "shard cache record",
+            "array_record",
+            "shards/*.json",
+            "shard cache record",
+            emulator=True,
+            warns=False,
+            opens=_from_gcs,
         ),
     ]
 }

@@ -14,6 +14,7 @@ import errno
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,12 +93,21 @@ def outcome(read: Callable[[], list[Any]], expected: list[Any], named: str) -> t
 
 
 def temporaries(*folders: Path) -> list[str]:
-    """Temporary files left under `folders` (a writer's, a download's part)."""
+    """Temporary files under `folders` (a writer's, a download's part)."""
     found = []
     for folder in folders:
         for root, _, names in os.walk(folder):
             found += [os.path.join(root, n) for n in names if any(m in n for m in TEMPORARY_MARKS)]
     return found
+
+
+def left_behind(*folders: Path, wait_s: float = 5.0) -> list[str]:
+    """Temporary files under `folders` that stay: one in flight (a read-ahead thread re-posts
+    its plan every 20 ms, through a temporary) is gone within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while temporaries(*folders) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return temporaries(*folders)
 
 
 SERVERS = ("gcp_storage_emulator", "moto", "tpufeed-forksrv", "tpufeed.run.workers.forkserver")
@@ -122,7 +132,8 @@ def no_leftovers(folder: Path) -> Iterator[None]:
     started still running."""
     before = own_processes()
     yield
-    assert not temporaries(folder), f"temporary files left: {temporaries(folder)}"
+    left = left_behind(folder)
+    assert not left, f"temporary files left: {left}"
     started = own_processes() - before
     for pid in started:  # a worker may take a moment to go once its iterator closed
         try:

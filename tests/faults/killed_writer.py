@@ -70,10 +70,24 @@ def wrap_shard_cache() -> None:
     cache_fill.download = download
 
 
+def wrap_cache_record() -> None:
+    """The shard cache's record of a verified copy: written whole to its temporary, not yet
+    renamed into place."""
+    real = os.replace
+
+    def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+        if str(dst).endswith(".json") and os.path.basename(os.path.dirname(dst)) == "shards":
+            stop_here(str(src))
+        real(src, dst, **kwargs)
+
+    os.replace = replace
+
+
 WRAPS = {
     "derived": wrap_derived,
     "record cache": wrap_record_cache,
     "shard cache": wrap_shard_cache,
+    "shard cache record": wrap_cache_record,
 }
 
 

@@ -27,6 +27,7 @@ from tests.faults.derived_kinds import DERIVED, DerivedKind
 from tests.faults.file_changes import (
     fill,
     full_disk,
+    left_behind,
     no_leftovers,
     outcome,
     same_size_and_time,
@@ -140,7 +141,7 @@ def test_a_bad_derived_file_is_made_again_with_a_warning(place, how, tmp_path, c
         assert place.read() == place.format.records("a")
     said = warned(caught, caplog.records)
     for path in files:
-        assert path.name in said, f"no warning names {path.name}:\n{said}"
+        assert path.name in said or not place.kind.warns, f"no warning names {path.name}:\n{said}"
         assert path.is_file() and not path.is_symlink(), f"{path} was not made again"
     caplog.clear()
     with warnings.catch_warnings(record=True) as caught:
@@ -177,7 +178,7 @@ def test_a_full_disk_gives_the_records_or_a_named_error_and_leaves_no_temporary(
             assert "No space left" in warned(caught, caplog.records), "no warning said why"
         else:
             assert "No space left" in result[1] or "space" in result[1], result
-        assert not temporaries(disk)
+        assert not left_behind(disk)
 
 
 def mid_write(place: Place) -> subprocess.Popen[str]:
@@ -209,5 +210,5 @@ def test_a_writer_killed_mid_write_leaves_nothing_once_run_again(place, tmp_path
     assert proc.returncode == -signal.SIGKILL
     assert temporaries(tmp_path), "the killed write left no temporary: it was not mid-write"
     assert place.read() == place.format.records("a")
-    assert not temporaries(tmp_path)
+    assert not left_behind(tmp_path)
     assert place.read() == place.format.records("a")
