@@ -84,6 +84,37 @@ def test_a_shard_replaced_mid_run_raises_object_changed(s3, s3_bucket, s3_upload
         list(it)
 
 
+def test_a_copy_of_an_object_without_a_checksum_damaged_on_disk_is_fetched_again(
+    s3, s3_bucket, s3_upload, tmp_path, caplog
+):
+    """S3 keeps no CRC32C for an object uploaded without one: its copy's first CRC32C is kept
+    instead, so a byte flipped later in a tar member's data (tar keeps no checksum of its own)
+    is found, never read as the sample's bytes."""
+    import io
+    import tarfile
+
+    from tests.sources.tar_damage import samples, write_shard
+
+    write_shard(tmp_path / "d.tar", "a", count=6)
+    s3_upload(s3_bucket, "tars/d.tar", str(tmp_path / "d.tar"))
+    url = f"s3://{s3_bucket}/tars/d.tar"
+
+    def read() -> list[bytes]:
+        ds = tpufeed.Dataset.from_webdataset(url, cache_dir=tmp_path / "c", cache_bytes=1 << 26)
+        return [sample["bin"] for sample in ds]
+
+    assert read() == [s["bin"] for s in samples("a", 6)]
+    (copy,) = (tmp_path / "c" / "shards").glob("*.data")
+    data = bytearray(copy.read_bytes())
+    with tarfile.open(fileobj=io.BytesIO(bytes(data))) as tar:
+        member = next(m for m in tar if m.name.endswith(".bin"))
+    data[member.offset_data + 5] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        assert read() == [s["bin"] for s in samples("a", 6)]
+    assert "its first copy's is" in caplog.text and copy.name in caplog.text
+
+
 def test_a_missing_object_names_its_url(s3, s3_bucket, tmp_path):
     url = f"s3://{s3_bucket}/none/part-0.array_record"
     with pytest.raises(SourceNotFoundError, match=url):

@@ -68,7 +68,7 @@ class CacheFiller:
                 return None
             try:
                 started = time.perf_counter()
-                self._download(obj, part, priority)
+                self._download(obj, key, part, priority)
                 counts.count("cache_bytes", obj.size)
                 timeline.complete(
                     "cache download",
@@ -108,7 +108,7 @@ class CacheFiller:
             return False
         if self.verified.trusted(key, obj, st):
             return True
-        problem = self.verified.problem(obj, data, st.st_size)
+        problem = self.verified.problem(obj, data, st.st_size, key)
         if problem is None:
             self.verified.seal(obj, key)
             return True
@@ -120,7 +120,7 @@ class CacheFiller:
         self.verified.forget(key)
         return False
 
-    def _download(self, obj: RemoteObject, part: str, priority: float) -> None:
+    def _download(self, obj: RemoteObject, key: str, part: str, priority: float) -> None:
         problem = None
         for attempt in range(2):  # bytes that fail the check are fetched once more
             out = os.open(part, os.O_RDWR | os.O_CLOEXEC)
@@ -128,7 +128,7 @@ class CacheFiller:
                 download(obj, out, priority, self.retry, self.part_bytes)
             finally:
                 os.close(out)
-            problem = self.verified.problem(obj, part, os.path.getsize(part))
+            problem = self.verified.problem(obj, part, os.path.getsize(part), key)
             if problem is None:
                 return
             log.warning(

@@ -1,8 +1,9 @@
 """Which cached copies this process trusts without reading them, and the check that earns it.
 
 A copy is checked against its object's size and CRC32C (`problem`) once, then sealed: a record
-beside it keeps its stat stamp (inode, size, mtime, ctime), the boot it was made in, and the
-object's size and CRC32C. A copy whose record still matches all of them is trusted as it is,
+beside it keeps its stat stamp (inode, size, mtime, ctime), the boot it was made in, the
+object's size and CRC32C, and the CRC32C of the copy's bytes (for an object its store keeps no
+checksum for, the one later checks compare with). A copy whose record still matches all of them is trusted as it is,
 so a restarted job need not re-read a warm cache; any other copy is checked again. Each process
 remembers the stamps it has trusted, so that a trusted copy costs one stat and no read.
 """
@@ -47,35 +48,57 @@ class VerifiedCopies:
             return True
         return False
 
-    @staticmethod
-    def problem(obj: RemoteObject, path: str, size: int) -> str | None:
-        """What is wrong with the `size` bytes at `path` as a copy of `obj`, or None."""
+    def problem(self, obj: RemoteObject, path: str, size: int, key: str) -> str | None:
+        """What is wrong with the `size` bytes at `path` as a copy of `obj` (kept under `key`),
+        or None. Checked against the object's CRC32C; for an object its store keeps none for
+        (S3 without a checksum), against the CRC32C of its first copy (`seal`), whose every
+        byte came under the object's version (If-Match): a copy damaged since is found too."""
         if size != obj.size:
             return f"{size:,} bytes, the object has {obj.size:,}"
-        if obj.crc32c is not None:
-            try:
-                crc = files.file_crc32c(path, links=False)
-            except SourceError as error:  # not a regular file (a FIFO, a link put in its place)
-                return str(error)
-            if crc != obj.crc32c:
-                return f"CRC32C {crc:08x}, the object's is {obj.crc32c:08x}"
+        expected = obj.crc32c if obj.crc32c is not None else self._first_crc32c(key, obj)
+        if expected is None:  # the first copy of an object the store keeps no checksum for
+            return None
+        try:
+            crc = files.file_crc32c(path, links=False)
+        except SourceError as error:  # not a regular file (a FIFO, a link put in its place)
+            return str(error)
+        if crc != expected:
+            whose = "the object's" if obj.crc32c is not None else "its first copy's"
+            return f"CRC32C {crc:08x}, {whose} is {expected:08x}"
         return None
 
     def seal(self, obj: RemoteObject, key: str) -> None:
-        """Records the verified file's stamp (after the rename: a rename changes the ctime)."""
-        stamp = files.stamp(os.stat(self.layout.data(key)))
+        """Records the verified file's stamp (after the rename: a rename changes the ctime),
+        and the CRC32C of its bytes (read once here if the object has none)."""
+        data = self.layout.data(key)
+        content = obj.crc32c
+        if content is None:
+            content = self._first_crc32c(key, obj)
+        if content is None:
+            content = files.file_crc32c(data, links=False)
+        stamp = files.stamp(os.stat(data))
         files.write_json(
             self.layout.record(key),
             {
                 "url": obj.url,
                 "generation": obj.generation,
+                "version": obj.version,
                 "size": obj.size,
                 "crc32c": obj.crc32c,
+                "content_crc32c": content,
                 "stamp": stamp,
                 "boot": BOOT,
             },
         )
         self._stamps[key] = stamp
+
+    def _first_crc32c(self, key: str, obj: RemoteObject) -> int | None:
+        """The CRC32C sealed for the first copy of this very version of `obj`, if any."""
+        record = files.read_json(self.layout.record(key))
+        if record is None or (record.get("url"), record.get("version")) != (obj.url, obj.version):
+            return None
+        crc = record.get("content_crc32c")
+        return crc if isinstance(crc, int) and record.get("size") == obj.size else None
 
     def forget(self, key: str) -> None:
         """Stops trusting the copy under `key` (it was found damaged)."""

@@ -9,7 +9,8 @@ listed when the source was opened (and its VersionId where a metadata read found
 ranged read sends `If-Match`, so an object replaced or deleted while a job runs raises
 `ObjectChangedError` naming both ETags instead of mixing two versions. A whole-object
 `ChecksumCRC32C` (objects uploaded with one) is what the shard cache checks its copy against;
-without it a copy is checked by its size, and every byte of it came under `If-Match`.
+without it, its first copy is checked by its size (every byte of it came under `If-Match`), and
+later ones against the CRC32C that first copy had.
 
 >>> [o.url for o in list_objects("s3://bucket/train-*.tfrecord")]  # doctest: +SKIP
 ['s3://bucket/train-00000.tfrecord', 's3://bucket/train-00001.tfrecord']
