@@ -25,7 +25,8 @@ SHARD_CACHE_BYTES = 64 << 20
 class DerivedKind:
     """One kind of derived file. `pattern`: its files, under the derived folder, or under the
     dataset's own folder if `beside`; `opens`: the pipeline that makes and reads them, over a
-    dataset at a location (a folder, or a gs:// prefix if `emulator`); `writer`: what makes one
+    dataset at a location (a folder, or a gs:// or s3:// prefix: `store`, its scheme, served by
+    the GCS emulator or moto's S3 server, as tests/conftest.py starts them); `writer`: what makes one
     ("derived": `storage.derived.write_derived`, "record cache", "shard cache", "shard cache
     record"). `warns`: a bad one is removed with a warning; the shard cache's record of a
     verified copy is not (a bad record only has the copy's CRC32C checked again, and a new
@@ -36,7 +37,7 @@ class DerivedKind:
     pattern: str
     writer: str = "derived"
     beside: bool = False
-    emulator: bool = False
+    store: str = ""
     warns: bool = True
     opens: Callable[[str, Path], tpufeed.Dataset] | None = None
 
@@ -54,7 +55,14 @@ def _record_cache(location: str, derived: Path) -> tpufeed.Dataset:
     return ds.cache(str(derived / "records"), max_bytes=RECORD_CACHE_BYTES)
 
 
-def _from_gcs(location: str, derived: Path) -> tpufeed.Dataset:
+def _tars_from_store(location: str, derived: Path) -> tpufeed.Dataset:
+    """WebDataset tars keep no checksum of their data: only the cache's check guards a copy."""
+    return tpufeed.Dataset.from_webdataset(
+        f"{location}/*.tar", cache_dir=derived, cache_bytes=SHARD_CACHE_BYTES
+    )
+
+
+def _from_store(location: str, derived: Path) -> tpufeed.Dataset:
     return tpufeed.Dataset.from_array_record(
         f"{location}/*.array_record", cache_dir=derived, cache_bytes=SHARD_CACHE_BYTES
     )
@@ -75,20 +83,28 @@ DERIVED: dict[str, DerivedKind] = {
             "array_record",
             "shards/*.data",
             "shard cache",
-            emulator=True,
-            opens=_from_gcs,
+            store="gs",
+            opens=_from_store,
         ),
         DerivedKind(
-            "shard cache facts", "array_record", "meta/*.facts", emulator=True, opens=_from_gcs
+            "shard cache over s3",
+            "webdataset",
+            "shards/*.data",
+            "shard cache",
+            store="s3",
+            opens=_tars_from_store,
+        ),
+        DerivedKind(
+            "shard cache facts", "array_record", "meta/*.facts", store="gs", opens=_from_store
         ),
         DerivedKind(
             "shard cache record",
             "array_record",
             "shards/*.json",
             "shard cache record",
-            emulator=True,
+            store="gs",
             warns=False,
-            opens=_from_gcs,
+            opens=_from_store,
         ),
     ]
 }

@@ -42,24 +42,24 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.timeout(CASE_S)
 
 KINDS = [
-    pytest.param(name, marks=[pytest.mark.emulator] if kind.emulator else [], id=name)
+    pytest.param(name, marks=[pytest.mark.emulator] if kind.store else [], id=name)
     for name, kind in DERIVED.items()
 ]
 
 
 class Place:
-    """Where a case keeps its dataset (a folder, and for gs:// kinds its objects too) and the
-    derived files of `kind`."""
+    """Where a case keeps its dataset (a folder, and for kinds over a store its objects too)
+    and the derived files of `kind`."""
 
     def __init__(self, kind: DerivedKind, tmp: Path, upload: Any = None, bucket: str = ""):
         self.kind, self.format = kind, FORMATS[kind.format]
         self.folder, self.derived = tmp / "ds", tmp / "derived"
         self.upload, self.bucket = upload, bucket
-        self.location = f"gs://{bucket}/ds" if upload else str(self.folder)
+        self.location = f"{kind.store}://{bucket}/ds" if upload else str(self.folder)
 
     def publish(self, variant: str) -> None:
         """Writes the dataset of `variant`; over one already there, each file another of the
-        same size and modification time (a new inode; over gs://, a new generation)."""
+        same size and modification time (a new inode; in a store, a new generation or ETag)."""
         if not self.folder.exists() or not any(self.folder.iterdir()):
             self.folder.mkdir(parents=True, exist_ok=True)
             self.format.write(self.folder, variant)
@@ -83,11 +83,12 @@ class Place:
 @pytest.fixture
 def place(request, tmp_path) -> Place:
     kind = DERIVED[request.param]
-    if not kind.emulator:
+    if not kind.store:
         return Place(kind, tmp_path)
-    request.getfixturevalue("gcs")
-    upload, bucket = request.getfixturevalue("upload"), request.getfixturevalue("bucket")
-    return Place(kind, tmp_path, upload, bucket)
+    prefix = "" if kind.store == "gs" else "s3_"
+    request.getfixturevalue("gcs" if kind.store == "gs" else "s3")
+    upload = request.getfixturevalue(f"{prefix}upload")
+    return Place(kind, tmp_path, upload, request.getfixturevalue(f"{prefix}bucket"))
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +106,7 @@ def new_process(monkeypatch):
 def warned(caught: list[warnings.WarningMessage], records: list[logging.LogRecord]) -> str:
     """What the warnings and the log said (an unclosed file's `ResourceWarning` aside)."""
     said = [str(w.message) for w in caught if not issubclass(w.category, ResourceWarning)]
-    return "\n".join(said + [r.getMessage() for r in records])
+    return "\n".join(said + [r.getMessage() for r in records if r.levelno >= logging.WARNING])
 
 
 def damage(path: Path, how: str, outside: Path) -> None:
