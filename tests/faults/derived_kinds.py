@@ -75,6 +75,7 @@ DERIVED: dict[str, DerivedKind] = {
         DerivedKind("built tfrecord index", "built-tfrecord", "*.tpufeed-index", beside=True),
         DerivedKind("tar index", "webdataset", "*.wds.tpufeed-index"),
         DerivedKind("mds copy", "mds-zstd", "mds/*.raw"),
+        DerivedKind("mds gz copy", "mds-gz", "mds/*.raw"),
         DerivedKind(
             "record cache", "array_record", "records/*/*/*", "record cache", opens=_record_cache
         ),

@@ -5,7 +5,8 @@ Each `Format` writes a small dataset with the format's own writer (array_record'
 TFRecord writer, pyarrow, webdataset's `TarWriter`, the MDSWriter fixtures of tests/data/mds,
 the build's layout of tests/dataset_folder.py) in two variants, "a" and "b": the same files, of
 the same sizes, holding other records (so a file of "b" put in place of one of "a" keeps its
-size and modification time and differs only by its inode and bytes). It says which records each
+size and modification time and differs only by its inode and bytes; for MDS fixtures written
+once, "b" is a copy of "a": other inodes, the same records). It says which records each
 variant holds and how tpufeed opens the dataset, with its derived files (indexes, decompressed
 copies) kept in a folder of the test's choosing.
 
@@ -159,6 +160,11 @@ def _nested_expected(variant: str) -> list[Any]:
     return json.loads((MDS_DATA / "expected.json").read_text())["nested"][:5]
 
 
+def _gz_expected(variant: str) -> list[Any]:
+    """Streaming's own reading of the gz fixture; "b" is a copy of it."""
+    return json.loads((MDS_DATA / "expected.json").read_text())["gz"]
+
+
 def _mds_comparable(expected: Callable[[str], list[Any]]) -> Callable[[list[Any]], list[Any]]:
     """tpufeed's samples in the tagged form Streaming's were kept in (images decoded)."""
     from tests.sources.mds_data import tagged
@@ -230,6 +236,15 @@ FORMATS: dict[str, Format] = {
         _trust_expected,
         _open_mds,
         _mds_comparable(_trust_expected),
+        rooted=True,
+        opened_once=("index.json",),
+    ),
+    # gz shards (md5 in the index) alone, as after an upload: each decompressed into a copy.
+    "mds-gz": Format(
+        _mds_fixture("gz"),
+        _gz_expected,
+        _open_mds,
+        _mds_comparable(_gz_expected),
         rooted=True,
         opened_once=("index.json",),
     ),
