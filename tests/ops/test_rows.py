@@ -1,5 +1,6 @@
 """`StackedRows`: a batch stacked one element at a time gives what `stack` gives for the whole
-list (values, dtypes, errors), in a slot or in memory, whatever the elements are."""
+list (values, dtypes, errors), in a slot or in memory, whatever the elements are; so does a
+small batch, kept as a list and stacked at the end (`listed`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from tests.run.workers.test_layout import assert_same
 from tpufeed.errors import BatchError
-from tpufeed.ops.rows import StackedRows
+from tpufeed.ops.rows import ROWS_FROM_BYTES, StackedRows
 from tpufeed.ops.stacking import stack
 from tpufeed.run.workers.layout import read_batch
 
@@ -29,17 +30,23 @@ class _Slot:
         return memoryview(self.buffer)
 
 
-def _both(elements: list, rows: int | None = None) -> tuple:
+# Row by row from the first byte, or every batch of these tests kept as a list (`listed`).
+MODES = {"rows": 0, "listed": ROWS_FROM_BYTES}
+
+
+def _both(elements: list, rows: int | None = None, rows_from: int = 0) -> tuple:
     """The batch through a slot (its layout read back) and in memory; asserts one slot."""
     rows = len(elements) if rows is None else rows
     slot = _Slot()
-    in_slot = StackedRows(rows, slot, _describe)
-    in_memory = StackedRows.in_memory(rows, _describe)
+    in_slot = StackedRows(rows, slot, _describe, rows_from)
+    in_memory = StackedRows(rows, None, _describe, rows_from)
     for element in elements:
         in_slot.add(element)
         in_memory.add(element)
-    assert slot.calls == 1 and in_slot.count == in_memory.count == len(elements)
+    assert in_slot.count == in_memory.count == len(elements)
+    assert in_slot.listed is in_memory.listed is (rows_from > 0)
     layout = in_slot.result()
+    assert slot.calls == 1
     return read_batch(layout, slot.buffer), in_memory.result(), layout
 
 
@@ -58,34 +65,40 @@ def _elements(n: int, seed: int = 0) -> list:
 
 
 @pytest.mark.parametrize("n", [1, 2, 7])
-def test_rows_give_what_stack_gives(n):
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_rows_give_what_stack_gives(n, mode):
     elements = _elements(n)
-    from_slot, in_memory, layout = _both(elements)
+    from_slot, in_memory, layout = _both(elements, rows_from=MODES[mode])
     want = stack(elements)
     assert_same(from_slot, want)
     assert_same(in_memory, want)
     kinds = {key: spec[0] for key, spec in zip(["image", "label", "name"], layout[1])}
-    assert kinds["image"] == "<f4" and kinds["label"] == "inline" and kinds["name"] == "inline"
+    assert kinds["image"] == "<f4" and kinds["name"] == "inline"
+    # stacked at the end, labels travel in the slot too (`write_stacked`)
+    assert kinds["label"] == ("inline" if mode == "rows" else "<i8")
 
 
-def test_flat_dicts_with_keys_in_another_order_stack_by_key():
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_flat_dicts_with_keys_in_another_order_stack_by_key(mode):
     a = {"x": np.zeros(2, np.float32), "y": np.ones(3, np.int32)}
     b = {"y": np.full(3, 7, np.int32), "x": np.full(2, 5, np.float32)}
-    from_slot, in_memory, _ = _both([a, b])
+    from_slot, in_memory, _ = _both([a, b], rows_from=MODES[mode])
     assert_same(from_slot, stack([a, b]))
     assert_same(in_memory, stack([a, b]))
 
 
-def test_fewer_elements_than_rows_make_a_shorter_batch():
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_fewer_elements_than_rows_make_a_shorter_batch(mode):
     elements = _elements(3)
-    from_slot, in_memory, _ = _both(elements, rows=8)  # 5 dropped on the way
+    from_slot, in_memory, _ = _both(elements, rows=8, rows_from=MODES[mode])  # 5 dropped on the way
     assert_same(from_slot, stack(elements))
     assert_same(in_memory, stack(elements))
 
 
-def test_more_elements_than_rows_still_make_the_whole_batch():
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_more_elements_than_rows_still_make_the_whole_batch(mode):
     elements = _elements(5)
-    from_slot, in_memory, _ = _both(elements, rows=3)
+    from_slot, in_memory, _ = _both(elements, rows=3, rows_from=MODES[mode])
     assert_same(from_slot, stack(elements))
     assert_same(in_memory, stack(elements))
 
@@ -116,12 +129,17 @@ def test_an_element_of_another_dtype_turns_the_batch_into_a_list_stacked_at_the_
         [np.zeros(3)],  # another structure
     ],
 )
-def test_an_element_that_cannot_be_stacked_fails_as_stack_does(bad):
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_an_element_that_cannot_be_stacked_fails_as_stack_does(bad, mode):
     elements = [{"image": np.zeros((4, 5, 3), np.float32), "label": i} for i in range(3)]
     elements.insert(2, bad)
     with pytest.raises(BatchError) as expected:
         stack(elements, _describe)
-    for rows in (StackedRows(4, _Slot(), _describe), StackedRows.in_memory(4, _describe)):
+    rows_from = MODES[mode]
+    for rows in (
+        StackedRows(4, _Slot(), _describe, rows_from),
+        StackedRows(4, None, _describe, rows_from),
+    ):
         for element in elements:
             rows.add(element)
         with pytest.raises(BatchError) as got:
@@ -129,13 +147,14 @@ def test_an_element_that_cannot_be_stacked_fails_as_stack_does(bad):
         assert str(got.value) == str(expected.value)
 
 
-def test_bare_arrays_and_tuples_are_rows_too():
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_bare_arrays_and_tuples_are_rows_too(mode):
     arrays = [np.arange(6, dtype=np.uint8).reshape(2, 3) + i for i in range(4)]
-    from_slot, in_memory, _ = _both(arrays)
+    from_slot, in_memory, _ = _both(arrays, rows_from=MODES[mode])
     assert_same(from_slot, stack(arrays))
     assert_same(in_memory, stack(arrays))
     pairs = [(np.full(2, i, np.float32), np.int32(i)) for i in range(4)]
-    from_slot, in_memory, _ = _both(pairs)
+    from_slot, in_memory, _ = _both(pairs, rows_from=MODES[mode])
     assert_same(from_slot, stack(pairs))
     assert_same(in_memory, stack(pairs))
 
@@ -158,9 +177,7 @@ def _written_in_place(rows: StackedRows, value: float, **other) -> dict:
 @pytest.mark.parametrize("where", ["slot", "memory"])
 def test_a_row_written_in_place_is_the_batch_row(where):
     slot = _Slot()
-    rows = (
-        StackedRows(3, slot, _describe) if where == "slot" else StackedRows.in_memory(3, _describe)
-    )
+    rows = StackedRows(3, slot if where == "slot" else None, _describe, rows_from=0)
     assert rows.row("x", (2, 3), np.float32) is None  # no layout before the first element
     rows.add({"x": np.zeros((2, 3), np.float32), "y": 0})
     assert rows.row("x", (2, 4), np.float32) is None  # another shape
@@ -182,7 +199,7 @@ def test_a_row_written_in_place_but_put_elsewhere_is_copied_before_it_is_written
     """A stage that writes the row of "x" but returns it as "w" (and other pixels as "x"): the
     batch is what `stack` makes of the elements, never the row written over."""
     first = {"x": np.zeros((2, 3), np.float32), "w": np.zeros((2, 3), np.float32)}
-    rows = StackedRows.in_memory(3, _describe)
+    rows = StackedRows(3, None, _describe, rows_from=0)
     rows.add(first)
     second = _written_in_place(rows, 5.0)
     rows.add({"x": np.full((2, 3), 7, np.float32), "w": second["x"]})
@@ -194,3 +211,41 @@ def test_a_row_written_in_place_but_put_elsewhere_is_copied_before_it_is_written
         {"x": np.ones((2, 3), np.float64), "w": np.full((2, 3), 9, np.float32)},
     ]
     assert_same(rows.batch(), stack(expected, _describe))
+
+
+def test_the_first_element_decides_rows_or_a_list_by_the_bytes_of_the_batch():
+    """48 bytes an element: 4 rows are 192 bytes (aligned to 64), listed below that."""
+    element = {"x": np.zeros(12, np.float32), "label": 3}
+    at = StackedRows(4, _Slot(), _describe, rows_from=192)
+    below = StackedRows(4, _Slot(), _describe, rows_from=193)
+    at.add(element)
+    below.add(element)
+    assert not at.listed and below.listed
+    assert below.row("x", (12,), np.float32) is None  # a listed batch hands out no row
+
+
+def test_the_default_lists_w1_batches_and_writes_w4_batches_row_by_row():
+    w1 = StackedRows.in_memory(256, _describe)
+    w1.add({"x": np.zeros(1024, np.uint8)})
+    w4 = StackedRows.in_memory(64, _describe)
+    w4.add({"image": np.zeros((224, 224, 3), np.float32), "label": 1})
+    assert w1.listed and not w4.listed
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_the_rest_handed_over_at_once_is_the_same_batch(mode):
+    elements = _elements(6)
+    slots = _Slot(), _Slot()
+    batches = []
+    for slot in slots:
+        rows = StackedRows(6, slot, _describe, MODES[mode])
+        rows.add(elements[0])
+        if slot is slots[0]:
+            rows.extend(elements[1:])
+        else:
+            for element in elements[1:]:
+                rows.add(element)
+        assert rows.count == 6 and slot.calls == (0 if mode == "listed" else 1)
+        batches.append(read_batch(rows.result(), slot.buffer))
+    assert_same(batches[0], batches[1])
+    assert_same(batches[0], stack(elements))

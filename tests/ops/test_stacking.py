@@ -44,3 +44,40 @@ def test_strings_bytes_and_other_objects_still_batch_into_object_arrays():
     out = stack([{"s": "a", "b": b"x", "o": None, "d": 1.5}, {"s": "b", "b": b"y", "o": 3, "d": 2}])
     assert out["s"].tolist() == ["a", "b"] and out["b"].tolist() == [b"x", b"y"]
     assert out["o"].dtype == object and out["o"].tolist() == [None, 3]
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [np.arange(6, dtype=np.uint8) + i for i in range(5)],  # W1's: 1-D
+        [np.full((2, 3, 4), i, np.float32) for i in range(3)],
+        [np.arange(8, dtype=np.int64)[::2] + i for i in range(3)],  # not contiguous
+        [np.zeros((0, 3)) for _ in range(2)],  # no values
+        [np.float32(i) * np.ones((), np.float32) for i in range(4)],  # scalars: np.stack itself
+    ],
+)
+def test_arrays_of_one_shape_and_dtype_stack_as_numpy_stacks_them(arrays):
+    for got in (stack(arrays), stack([{"x": a} for a in arrays])["x"]):
+        want = np.stack(arrays)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, want) and got.flags.c_contiguous and got.flags.writeable
+        assert not np.shares_memory(got, arrays[0])
+
+
+@pytest.mark.parametrize(
+    "arrays, says",
+    [
+        ([np.zeros(3), np.zeros(3), np.zeros((3, 2))], r"element 2 has shape \(3, 2\)"),
+        ([np.zeros((2, 2)), np.zeros((2, 3))], r"element 1 has shape \(2, 3\)"),
+        ([np.zeros(4), np.zeros(2), np.zeros(6)], r"element 1 has shape \(2,\)"),  # sum fits
+    ],
+)
+def test_arrays_of_other_shapes_still_fail_naming_the_element(arrays, says):
+    with pytest.raises(BatchError, match=says):
+        stack(arrays)
+
+
+def test_arrays_of_other_dtypes_stack_to_what_numpy_makes_of_them():
+    arrays = [np.ones(3, np.int8), np.ones(3, np.int32), np.full(3, 0.5, np.float32)]
+    got = stack(arrays)
+    assert got.dtype == np.stack(arrays).dtype and np.array_equal(got, np.stack(arrays))

@@ -1,4 +1,5 @@
-"""A batch stacked one element at a time, as its elements are made (`StackedRows`).
+"""A batch stacked one element at a time, as its elements are made (`StackedRows`), where that
+pays.
 
 Record stages used to make all the elements of a batch and then stack them: 64 float32 images
 (38 MB) written, then read back through DRAM to be stacked. Written into its row of the batch
@@ -7,72 +8,48 @@ in one process: 1.71 -> 1.26 CPU ms an image, `benchmarks/w4_order.py`). A worke
 rows into its shared-memory slot and sends the layout (`tpufeed.run.workers.layout` reads
 it); a pipeline without workers gets arrays of its own.
 
+Row by row costs a Python-level write for each element, which a small batch, still in the
+cache when stacked, does not win back (W1, 1 KiB records: 34% more instructions a batch than a
+list stacked in one call). So the first element decides: a batch whose arrays come to fewer than
+`ROWS_FROM_BYTES` keeps its elements as they are made and stacks them in one call at the end
+(`listed`), and its maker may hand over the rest at once (`extend`).
+
 >>> rows = StackedRows.in_memory(2, lambda i: f"element {i}")
 >>> rows.add({"x": np.zeros(3, np.float32), "y": 1})
 >>> rows.add({"x": np.ones(3, np.float32), "y": 2})
 >>> batch = rows.batch()
->>> batch["x"].shape, batch["y"].tolist()
-((2, 3), [1, 2])
+>>> batch["x"].shape, batch["y"].tolist(), rows.listed
+((2, 3), [1, 2], True)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from tpufeed.ops.slot_layout import (
+    LeafSpec,
+    aligned,
+    in_slot,
+    layout_size,
+    write_batch,
+    write_stacked,
+)
 from tpufeed.ops.stacking import TreeDef, flatten, stack, unflatten
 
-__all__ = [
-    "LeafSpec",
-    "RowFor",
-    "StackedRows",
-    "aligned",
-    "in_slot",
-    "layout_size",
-    "write_batch",
-]
+__all__ = ["ROWS_FROM_BYTES", "RowFor", "StackedRows"]
 
-_ALIGN = 64
+# A batch (its first element's arrays, times its rows) of at least this many bytes is stacked
+# row by row as its elements are made; a smaller one is kept as a list and stacked at the end.
+# Measured (`python -m benchmarks.stacking_cost`, CPU an element, rows / listed): 1.88 for 256
+# rows of 1 KiB, 1.36 of 12 KiB (3 MiB), ~1.0 at 8 MiB a batch, 0.95 at 16 MiB, 0.28 for 64
+# rows of 600 KiB (W4's 38 MiB: the list goes through DRAM, and into fresh pages).
+ROWS_FROM_BYTES = 8 << 20
 
 # (key, shape, dtype) -> the next element's row of that array, to write in place, or None
 RowFor = Callable[[Any, tuple[int, ...], Any], "np.ndarray | None"]
-
-# A leaf of a layout: ("inline", value), travelling as is, or (dtype.str, shape, offset) in the slot.
-LeafSpec = tuple[Any, ...]
-
-
-def in_slot(leaf: Any) -> bool:
-    """Whether a leaf can live in a slot: an array of fixed-size values."""
-    return isinstance(leaf, np.ndarray) and leaf.dtype != object and leaf.dtype.kind not in "OUSV"
-
-
-def aligned(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-def layout_size(leaves: Sequence[Any]) -> int:
-    """Bytes a batch with these (already stacked) leaves needs in a slot."""
-    return sum(aligned(leaf.nbytes) for leaf in leaves if in_slot(leaf))
-
-
-def write_batch(batch: Any, buffer_for: Callable[[int], memoryview]) -> tuple:
-    """Copies a stacked batch into a slot; returns its layout. `buffer_for(nbytes)` gives the slot."""
-    treedef, leaves = flatten(batch)
-    leaves = [np.asarray(leaf) if not isinstance(leaf, (bytes, str)) else leaf for leaf in leaves]
-    buffer = buffer_for(layout_size(leaves))
-    specs: list[LeafSpec] = []
-    offset = 0
-    for leaf in leaves:
-        if in_slot(leaf):
-            view = np.ndarray(leaf.shape, leaf.dtype, buffer=buffer, offset=offset)
-            view[...] = leaf
-            specs.append((leaf.dtype.str, leaf.shape, offset))
-            offset += aligned(leaf.nbytes)
-        else:
-            specs.append(("inline", leaf))
-    return treedef, specs
 
 
 class StackedRows:
@@ -81,7 +58,9 @@ class StackedRows:
     reading them back to stack them, goes through DRAM: W4 1.71 -> 1.26 CPU ms an image).
 
     The slot is taken at the first element, sized from it; `buffer_for` is called exactly
-    once. Leaves that cannot live in shared memory are stacked at the end and travel in the
+    once. A batch smaller than `rows_from` bytes (default `ROWS_FROM_BYTES`) is `listed`: its elements are kept as they are
+    and stacked straight into the slot at the end (`write_stacked`), a row by row write would
+    cost more than it saves. Leaves that cannot live in shared memory are stacked at the end and travel in the
     layout. An element that does not fit the first one's layout (other keys, another shape or
     dtype) turns the batch back into a list of elements, stacked at the end as `stack` would
     (the same errors, the same values), into the slot where it fits, else in the layout.
@@ -102,9 +81,12 @@ class StackedRows:
         rows: int,
         buffer_for: Callable[[int], memoryview] | None,
         describe: Callable[[int], str],
+        rows_from: int | None = None,
     ):
         self._rows, self._buffer_for, self._describe = rows, buffer_for, describe
+        self._rows_from = ROWS_FROM_BYTES if rows_from is None else rows_from
         self.count = 0
+        self.listed = False  # the first element was small: the batch is stacked at the end
         self._treedef: TreeDef | None = None
         self._keys: Any = None  # the first element's dict keys, for the flat-dict fast check
         self._outs: list[np.ndarray | None] = []  # per leaf: its (rows, ...) view, or None
@@ -145,6 +127,15 @@ class StackedRows:
                 self._write(_apart_leaves(leaves, offered), offered)
         self.count += 1
 
+    def extend(self, elements: list[Any]) -> None:
+        """Adds elements made without a row handed out (the rest of a `listed` batch at once)."""
+        if self._elements is not None and self._offered is None:
+            self._elements.extend(elements)
+            self.count += len(elements)
+        else:
+            for element in elements:
+                self.add(element)
+
     def _leaves(self, element: Any) -> list[Any] | None:
         """The element's leaves where it fits the first element's layout, else None."""
         if self._keys is not None:
@@ -163,13 +154,17 @@ class StackedRows:
         return leaves
 
     def _start(self, element: Any) -> None:
-        self._treedef, leaves = flatten(element)
-        if type(element) is dict and all(d == ("leaf",) for d in self._treedef[2]):
-            self._keys = dict.fromkeys(element).keys()  # the order of its leaves
+        treedef, leaves = flatten(element)
         sizes = [
             aligned(self._rows * leaf.nbytes) if type(leaf) is np.ndarray and in_slot(leaf) else 0
             for leaf in leaves
         ]
+        if sum(sizes) < self._rows_from:
+            self.listed, self._elements = True, [element]
+            return
+        self._treedef = treedef
+        if type(element) is dict and all(d == ("leaf",) for d in treedef[2]):
+            self._keys = dict.fromkeys(element).keys()  # the order of its leaves
         if self._buffer_for is not None:
             self._buffer = self._buffer_for(sum(sizes))
         offset = 0
@@ -238,10 +233,13 @@ class StackedRows:
         return self._treedef, specs
 
     def _as_list(self) -> tuple:
-        """The elements stacked at once, as `write_stacked` does, into the slot already taken
-        where they fit, else in the layout."""
-        buffer = self._buffer
-        assert self._elements is not None and buffer is not None
+        """The elements stacked at once: a `listed` batch by `write_stacked`, one that turned
+        into a list on the way into the slot already taken where they fit, else in the
+        layout."""
+        buffer, buffer_for = self._buffer, self._buffer_for
+        assert self._elements is not None and buffer_for is not None
+        if buffer is None:
+            return write_stacked(self._elements, buffer_for, self._describe)
         batch = stack(self._elements, self._describe)
         treedef, leaves = flatten(batch)
         if layout_size([np.asarray(leaf) for leaf in leaves]) <= len(buffer):

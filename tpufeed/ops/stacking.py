@@ -3,6 +3,7 @@ flattening, slicing and joining stacked batches."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -12,6 +13,9 @@ from tpufeed.errors import BatchError
 
 Describe = Callable[[int], str]
 TreeDef = tuple
+
+_dtype_of = operator.attrgetter("dtype")
+_shape_of = operator.attrgetter("shape")
 
 
 def stack(elements: Sequence[Any], describe: Describe | None = None) -> Any:
@@ -31,7 +35,7 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
     first = elements[0]
     if isinstance(first, dict):
         keys = first.keys()
-        same = _same_keys(elements, keys)
+        same = same_keys(elements, keys)
         for i, e in enumerate(() if same else elements):
             if not isinstance(e, dict) or e.keys() != keys:
                 got = sorted(e.keys()) if isinstance(e, dict) else type(e).__name__
@@ -58,6 +62,14 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
         out = np.empty(len(elements), dtype=object)
         out[:] = elements
         return out
+    if type(first) is np.ndarray and first.ndim and uniform(elements):
+        return stack_into(elements, None)
+    return _stack_values(elements, where, describe)
+
+
+def _stack_values(elements: Sequence[Any], where: str, describe: Describe) -> np.ndarray:
+    """numpy's stack of leaf values (arrays, numbers), its failures named by element."""
+    first = elements[0]
     try:
         out = np.stack(elements)
     except (ValueError, TypeError):
@@ -76,6 +88,29 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
         _mixed_types(elements, where, describe)  # numpy would turn numbers into strings
     if out.dtype.kind == "O":  # Python objects: only here is a callable possible
         _no_callables(elements, where, describe)
+    return out
+
+
+def uniform(column: Sequence[Any]) -> bool:
+    """Whether every value of `column` has the first's dtype and shape (which `stack_into`
+    needs), checked in C loops: a Python loop over a batch of 256 arrays costs twice as many
+    instructions as stacking them."""
+    try:
+        return len(set(map(_dtype_of, column))) == 1 and len(set(map(_shape_of, column))) == 1
+    except (AttributeError, TypeError):  # a value without them, or an unhashable dtype
+        return False
+
+
+def stack_into(column: Sequence[np.ndarray], out: np.ndarray | None) -> np.ndarray:
+    """`np.stack(column, out=out)` for arrays of one shape and dtype (`uniform`), as one
+    `np.concatenate`: np.stack makes a view of every array first (W1, 256 arrays of 1 KiB:
+    1.37M instructions against 0.50M)."""
+    shape = column[0].shape
+    if not shape:  # scalars do not concatenate
+        return np.stack(column, out=out)
+    if out is None:
+        return np.concatenate(column).reshape(len(column), *shape)
+    np.concatenate(column, out=out.reshape(len(column) * shape[0], *shape[1:]))
     return out
 
 
@@ -121,8 +156,9 @@ def _mixed_types(elements: Sequence[Any], where: str, describe: Describe) -> Non
     )
 
 
-def _same_keys(elements: Sequence[Any], keys: Any) -> bool:
-    """Whether every element is a dict with exactly `keys`, checked without a Python loop."""
+def same_keys(elements: Sequence[Any], keys: Any) -> bool:
+    """Whether every element is a dict with exactly `keys` (a dict's keys view), checked
+    without a Python loop."""
     try:
         return all(map(keys.__eq__, map(dict.keys, elements)))
     except TypeError:  # an element that is not a dict

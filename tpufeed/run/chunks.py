@@ -214,19 +214,42 @@ class ChunkRunner:
         elements: Elements | None = None,
     ) -> Piece:
         """The piece of a chunk that is one batch, its last record stage run one element at a
-        time and each result handed to `rows_for`'s writer at once (timed as "batch").
-        `elements`: the outputs of the stages before the last, where already made."""
+        time and each result handed to `rows_for`'s writer at once (timed as "batch"), or,
+        where the first result says the batch is small (`StackedRows.listed`), the rest run
+        as a list and handed over at once. `elements`: the outputs of the stages before the
+        last, where already made."""
         if elements is None:
             elements = self._head(indices, context, end=-1)
-        stage, label = self.plan.head[-1], self.labels[-1]
         records, beacon = context.records, self.beacon
         units: list[int] = []
         rows = rows_for(
             len(elements.values), lambda i: self.plan.source.describe(records[units[i]])
         )
         context.rows = rows  # where the stage may write its output in place
+        stacking = self._last_stage(elements, context, rows, units)
+        piece = Piece(None, None, rows.count, skipped=context.skipped or [])
+        if rows.count != len(records):
+            piece.units = units
+        if rows.count:
+            made = now()
+            piece.payload, piece.final = rows.result(), True
+            stacking += now() - made
+        self.clock.add("batch", stacking, rows.count)
+        if beacon is not None:
+            beacon.idle()
+        return piece
+
+    def _last_stage(
+        self, elements: Elements, context: Context, rows: Any, units: list[int]
+    ) -> float:
+        """Runs the last record stage on `elements` into `rows` (the unit of each output
+        appended to `units`): one at a time while the rows are written as made, then, once
+        they are `listed`, over the rest at once. Returns the seconds spent stacking."""
+        stage, label = self.plan.head[-1], self.labels[-1]
+        records, beacon = context.records, self.beacon
         started = now()
         stacking = 0.0
+        done = 0
         for value, unit in zip(elements.values, elements.units):
             if beacon is not None:
                 beacon.at(label, records[unit])
@@ -236,16 +259,20 @@ class ChunkRunner:
                 units.append(unit)
                 rows.add(out)
             stacking += now() - made
-        self.clock.add(label, now() - started - stacking, len(elements.values))
-        self.clock.add("batch", stacking, rows.count)
-        piece = Piece(None, None, rows.count, skipped=context.skipped or [])
-        if rows.count != len(records):
-            piece.units = units
-        if rows.count:
-            piece.payload, piece.final = rows.result(), True
-        if beacon is not None:
-            beacon.idle()
-        return piece
+            done += 1
+            if rows.listed:
+                break
+        self.clock.add(label, now() - started - stacking, done)
+        if done < len(elements.values):  # the rest as a list (timed by the stage itself)
+            context.rows = None
+            rest = stage.run(
+                Elements(elements.values[done:], elements.units[done:]), context, label
+            )
+            units += rest.units
+            made = now()
+            rows.extend(rest.values)
+            stacking += now() - made
+        return stacking
 
     def _head(self, indices: np.ndarray, context: Context, end: int | None = None) -> Elements:
         """Reads the records and runs the stages before batch (before `end`); a `cache()`

@@ -1,9 +1,9 @@
 """Batches as flat leaves: written by a worker straight into shared memory, read by the parent.
 
 A batch is a tree of dicts, lists and tuples whose leaves are numpy arrays. `write_stacked`
-stacks a list of elements leaf by leaf directly into a slot buffer and returns a small, picklable
-layout; `StackedRows` does the same one element at a time, as the elements are made;
-`read_batch` rebuilds the tree in the parent. Leaves that cannot live in shared memory
+(`tpufeed.ops.slot_layout`) stacks a list of elements leaf by leaf directly into a slot buffer
+and returns a small, picklable layout; `StackedRows` does the same one element at a time, as the
+elements are made; `read_batch` rebuilds the tree in the parent. Leaves that cannot live in shared memory
 (bytes, str, object arrays) travel inside the layout. Unbatched elements go the same way,
 unstacked (`write_elements`, `read_elements`).
 """
@@ -15,8 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.ops.rows import LeafSpec, StackedRows, aligned, in_slot, layout_size, write_batch
-from tpufeed.ops.stacking import TreeDef, flatten, stack, unflatten
+from tpufeed.ops.rows import StackedRows
+from tpufeed.ops.slot_layout import (
+    LeafSpec,
+    aligned,
+    in_slot,
+    layout_size,
+    write_batch,
+    write_stacked,
+)
+from tpufeed.ops.stacking import unflatten
 
 __all__ = [
     "LeafSpec",
@@ -28,81 +36,6 @@ __all__ = [
     "write_elements",
     "write_stacked",
 ]
-
-
-def write_stacked(
-    elements: Sequence[Any], buffer_for: Callable[[int], memoryview], describe: Callable[[int], str]
-) -> tuple:
-    """Stacks `elements` leaf by leaf straight into a slot; returns the layout.
-
-    Everything is checked before the slot is taken, so `buffer_for` is called exactly once.
-    """
-    treedef, columns = _columns(elements)
-    if columns is None:
-        return write_batch(stack(elements, describe), buffer_for)  # stack() names the mismatch
-    m = len(elements)
-    plans: list[tuple[Any, ...]] = []  # ("stack", dtype, shape) or ("stacked", stacked column)
-    for column in columns:
-        first = column[0]
-        if isinstance(first, np.ndarray) and in_slot(first):
-            shape, dtype = first.shape, first.dtype
-            if not all(
-                isinstance(x, np.ndarray) and x.shape == shape and x.dtype == dtype for x in column
-            ):
-                return write_batch(stack(elements, describe), buffer_for)
-            plans.append(("stack", np.dtype(dtype), (m, *shape)))
-        else:
-            plans.append(("stacked", stack(column, describe)))
-    sizes = []
-    for plan in plans:
-        if plan[0] == "stack":
-            sizes.append(aligned(int(np.prod(plan[2])) * plan[1].itemsize))
-        else:
-            sizes.append(aligned(plan[1].nbytes) if in_slot(plan[1]) else 0)
-    buffer = buffer_for(sum(sizes))
-    specs: list[LeafSpec] = []
-    offset = 0
-    for column, plan, size in zip(columns, plans, sizes):
-        if plan[0] == "stack":
-            out = np.ndarray(plan[2], plan[1], buffer=buffer, offset=offset)
-            np.stack(column, out=out)
-            specs.append((plan[1].str, plan[2], offset))
-        elif in_slot(plan[1]):
-            out = np.ndarray(plan[1].shape, plan[1].dtype, buffer=buffer, offset=offset)
-            out[...] = plan[1]
-            specs.append((plan[1].dtype.str, plan[1].shape, offset))
-        else:
-            specs.append(("inline", plan[1]))
-        offset += size
-    return treedef, specs
-
-
-def _columns(elements: Sequence[Any]) -> tuple[TreeDef | None, list[list[Any]] | None]:
-    """(treedef, one list of leaves per leaf position), or (None, None) if structures differ.
-
-    Flat dicts and bare leaves, the common cases, skip the general flatten of every element.
-    """
-    first = elements[0]
-    if isinstance(first, dict) and not any(
-        isinstance(v, (dict, list, tuple)) for v in first.values()
-    ):
-        keys = first.keys()
-        for element in elements:
-            if not isinstance(element, dict) or element.keys() != keys:
-                return None, None
-        treedef = ("dict", tuple(keys), tuple(("leaf",) for _ in keys))
-        return treedef, [[e[k] for e in elements] for k in keys]
-    if not isinstance(first, (dict, list, tuple)):
-        return ("leaf",), [list(elements)]
-    treedef, leaves = flatten(first)
-    columns = [[leaf] for leaf in leaves]
-    for element in elements[1:]:
-        element_def, leaves = flatten(element)
-        if element_def != treedef:
-            return None, None
-        for column, leaf in zip(columns, leaves):
-            column.append(leaf)
-    return treedef, columns
 
 
 def read_batch(layout: tuple, buffer: Any, copy: bool = True) -> Any:
