@@ -1,0 +1,74 @@
+"""The speed gate (`benchmarks/gate.py`): no gauge costs more than 3% instructions a batch over
+the committed baseline; and the verdict names the gauge and its figures when one does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.gate import BASELINE, verdict
+from benchmarks.gauges import GAUGES
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+ENV = {"python": "cpython 3.11.7", "numpy": "2.4.6"}
+
+
+def _baseline(**counts: float) -> dict:
+    return {"environment": dict(ENV), "counts": counts}
+
+
+def test_a_rise_over_3_percent_fails_naming_the_gauge_and_both_figures():
+    passed, lines = verdict(
+        {"W1-0w": 8_700_000, "W2-0w": 100}, ENV, _baseline(**{"W1-0w": 8_400_000, "W2-0w": 100})
+    )
+    assert not passed
+    assert lines[0].startswith("W1-0w: 8,700,000 instructions a batch, baseline 8,400,000 (+3.6%)")
+    assert "FAILS, more than 3% over" in lines[0]
+    assert "FAILS" not in lines[1]
+
+
+def test_a_rise_within_3_percent_passes_and_a_fall_is_said_but_passes():
+    passed, lines = verdict(
+        {"W1-0w": 103, "W2-0w": 90}, ENV, _baseline(**{"W1-0w": 100, "W2-0w": 100})
+    )
+    assert passed
+    assert lines[0] == "W1-0w: 103 instructions a batch, baseline 100 (+3.0%)"
+    assert "cheaper; commit the new baseline" in lines[1]
+
+
+def test_a_gauge_without_a_baseline_fails():
+    passed, lines = verdict({"W9-0w": 5}, ENV, _baseline())
+    assert not passed and lines == ["W9-0w: 5 instructions a batch, and no baseline for it"]
+
+
+def test_counts_from_other_libraries_are_refused_naming_what_differs():
+    passed, lines = verdict({"W1-0w": 100}, {**ENV, "numpy": "2.5.0"}, _baseline(**{"W1-0w": 100}))
+    assert not passed
+    assert "numpy: 2.4.6 in the baseline, 2.5.0 here" in lines[0]
+
+
+def test_the_committed_baseline_holds_every_gauge():
+    with open(BASELINE) as f:
+        baseline = json.load(f)
+    assert sorted(baseline["counts"]) == sorted(GAUGES)
+    assert {"python", "valgrind", "numpy", "array-record"} <= set(baseline["environment"])
+
+
+@pytest.mark.slow
+def test_no_gauge_costs_more_than_3_percent_over_the_baseline():
+    """Under callgrind (valgrind must be installed: the gate fails, saying so, where it is
+    not). A failure prints the gate's report: which gauge, its count and the baseline's."""
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    print(done.stdout)
+    assert done.returncode == 0, done.stdout + done.stderr
