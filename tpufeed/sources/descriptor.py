@@ -1,13 +1,14 @@
 """`OwnDescriptor`: a shard's file descriptor, opened on its first read and owned by the process
 that opened it.
 
-It is closed by `close()`, left out when the shard is pickled (the process that unpickles it
+It is closed by `close()` or when the shard is let go, left out when the shard is pickled (the process that unpickles it
 opens its own), and given up in a forked child, whose copy shares the parent's file offset:
 the child closes its copy and opens its own on its next read (`_after_fork`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import Any
@@ -34,6 +35,13 @@ class OwnDescriptor:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+    def __del__(self) -> None:
+        """A shard dropped without `close()` (a dataset let go) does not keep its file open."""
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
