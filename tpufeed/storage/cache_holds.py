@@ -6,8 +6,9 @@ cache counts such copies against its limit until then. A reader that keeps a cop
 pinned); eviction moves a held copy to `evicted/` instead of deleting it, and the space scan
 counts the evicted files that are still held and deletes the others (`CacheSpace.scan`).
 
-Each process runs one releaser thread while it has holds: when one of its held copies has been
-evicted, it asks the holder to close it (the holder's `on_evicted`, which closes the reader and
+Each process runs one releaser thread while it has holds: it closes the holds whose holders
+were let go without closing them, and when one of its held copies has been evicted, it asks
+the holder to close it (the holder's `on_evicted`, which closes the reader and
 then the hold) unless the holder is reading it just then, and asks again a moment later.
 
 In a forked child the inherited holds stay open, untouched, like the readers they stand for.
@@ -42,7 +43,8 @@ class CopyHold:
 
     `on_evicted` closes the holder's open copy and then this hold; it may decline (a read in
     progress) and is asked again. It is kept as a weak reference: a holder that is collected
-    has closed its copy, and its hold is closed with it.
+    has closed its copy, and its hold is closed with it by the releaser thread, within
+    `RELEASE_EVERY_S` (not only once the copy is evicted).
     """
 
     def __init__(self, layout: CacheLayout, key: str, on_evicted: Callable[[], None] | None):
@@ -81,6 +83,10 @@ class CopyHold:
             _holds.discard(self)
         if fd >= 0:
             os.close(fd)
+
+    def orphaned(self) -> bool:
+        """Whether its holder was collected without closing it (a dataset let go)."""
+        return self._holder is not None and self._holder() is None
 
     def evicted(self) -> bool:
         """Whether the held copy is no longer the entry's data file."""
@@ -138,6 +144,9 @@ def _release_evicted() -> None:
         # Evictions are rare: one listing per cache says which held keys may have been evicted.
         evicted_keys: dict[str, set[str]] = {}
         for hold in holds:
+            if hold.orphaned():  # its reader is gone, and the copy it had open with it
+                hold.close()
+                continue
             folder = hold.layout.evicted
             if folder not in evicted_keys:
                 try:
