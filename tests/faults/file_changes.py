@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gc
+import glob
 import os
 import shutil
 import subprocess
@@ -105,9 +107,9 @@ def left_behind(*folders: Path, wait_s: float = 5.0) -> list[str]:
     """Temporary files under `folders` that stay: one in flight (a read-ahead thread re-posts
     its plan every 20 ms, through a temporary) is gone within `wait_s`."""
     deadline = time.monotonic() + wait_s
-    while temporaries(*folders) and time.monotonic() < deadline:
+    while (found := temporaries(*folders)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return temporaries(*folders)
+    return found
 
 
 SERVERS = ("gcp_storage_emulator", "moto", "tpufeed-forksrv", "tpufeed.run.workers.forkserver")
@@ -127,13 +129,33 @@ def own_processes() -> set[int]:
     return found
 
 
+def open_under(folder: Path, wait_s: float = 5.0) -> list[str]:
+    """Files under `folder` this process still has open once what used them is let go (a
+    read-ahead thread that lets go of its files when idle has `wait_s`)."""
+    deadline, found = time.monotonic() + wait_s, []
+    while True:
+        gc.collect()
+        found = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/self/fd/{fd}")
+                if target.startswith(f"{folder}/"):
+                    found.append(target)
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
 def no_leftovers(folder: Path) -> Iterator[None]:
-    """The body of a fixture: after the case, no temporary under `folder` and no process it
-    started still running."""
+    """The body of a fixture: after the case, no temporary under `folder` and no file there
+    still open, no process it started still running and no shared-memory segment of this
+    process."""
     before = own_processes()
     yield
     left = left_behind(folder)
     assert not left, f"temporary files left: {left}"
+    held = open_under(folder)
+    assert not held, f"files still open once the datasets were let go: {held}"
     started = own_processes() - before
     for pid in started:  # a worker may take a moment to go once its iterator closed
         try:
@@ -142,6 +164,8 @@ def no_leftovers(folder: Path) -> Iterator[None]:
             pass
     left = own_processes() - before
     assert not left, f"processes left running: {[psutil.Process(p).cmdline() for p in left]}"
+    segments = glob.glob(f"/dev/shm/tpufeed-{os.getpid()}-*")
+    assert not segments, f"shared memory left: {segments}"
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ from tests.faults.file_changes import (
 )
 from tests.faults.formats import FORMATS
 from tpufeed.storage import derived as derived_files
+from tpufeed.storage import readahead
 
 CASE_S = 60
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +95,9 @@ def place(request, tmp_path) -> Place:
 @pytest.fixture(autouse=True)
 def _leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))  # the fallback folders
+    # A read-ahead's threads (and the copies their source holds open) end after 1 s idle by
+    # default: sooner here, so that the check that no file stays open need not wait for them.
+    monkeypatch.setattr(readahead, "_IDLE_EXIT_S", 0.1)
     yield from no_leftovers(tmp_path)
 
 

@@ -115,6 +115,23 @@ def test_a_file_changed_after_open_is_never_read_as_the_new_file(
     assert not bad, f"{name}, {change}: {bad}"
 
 
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_worker_processes_refuse_a_file_replaced_after_open(tmp_path, name):
+    """The same, in real worker processes (forked by the fork server, which open every file
+    again): each file a worker reads records from, replaced by another of the same size and
+    time after the open, fails the run naming it; no worker outlives it."""
+    fmt = FORMATS[name]
+    written(fmt, tmp_path / "b", "b")
+    file = next(f for f in written(fmt, tmp_path / "probe") if fmt.reread(f))
+    written(fmt, tmp_path / "ds")
+    ds = fmt.open(tmp_path / "ds", tmp_path / "derived")
+    same_size_and_time(tmp_path / "ds" / file, tmp_path / "b" / file)
+    read = lambda: fmt.comparable(list(ds.workers(2, isolate=True)))  # noqa: E731
+    result = outcome(read, fmt.records("a"), file)
+    assert result[0] == "named", result
+
+
 def changed_before_open(fmt: Format, case: Path, file: str, change: str) -> tuple[str, str]:
     written(fmt, case / "ds")
     change_one(case, file, change, case / "ds")
