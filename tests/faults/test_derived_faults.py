@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import select
+import selectors
 import signal
 import subprocess
 import sys
@@ -196,7 +196,9 @@ def mid_write(place: Place) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    ready, _, _ = select.select([proc.stdout], [], [], CASE_S / 2)
+    with selectors.DefaultSelector() as selector:  # epoll: any descriptor number
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        ready = selector.select(CASE_S / 2)
     line = proc.stdout.readline() if ready else ""
     if not line.startswith("mid-write"):
         proc.kill()
