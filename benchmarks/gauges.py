@@ -1,11 +1,13 @@
 """The pipelines whose instructions a batch `benchmarks/instructions.py` counts, one a process.
 
-    valgrind --tool=callgrind --dump-before=getloadavg python benchmarks/gauges.py TREE GAUGE DATA
+    valgrind --tool=callgrind --dump-before=getloadavg python benchmarks/gauges.py \
+        TREE LIBRARY GAUGE DATA
 
 Run under callgrind by `instructions.py`, never on its own: it imports tpufeed from the
-checkout `TREE` (any commit: the gauge's functions come from this file's checkout, so two trees
-run the very same per-record work), builds gauge `GAUGE`'s pipeline over the shards `DATA` (a
-JSON file `instructions.py` writes), takes its warm-up batches, then calls `os.getloadavg()`
+checkout `TREE` through `LIBRARY` (`benchmarks/trees.py`: that checkout's tpufeed and
+transforms, for this process and its workers; any commit: the gauge's functions come from this
+file's checkout, so two trees run the very same per-record work), builds gauge `GAUGE`'s
+pipeline over the shards `DATA` (a JSON file `instructions.py` writes), takes its warm-up batches, then calls `os.getloadavg()`
 (glibc's `getloadavg`, which nothing in tpufeed calls) before and after the measured batches.
 callgrind dumps its counts at each call, so the second part holds those batches alone: no
 interpreter start, no imports, no first batch. With workers, the process counted is the parent
@@ -14,7 +16,6 @@ interpreter start, no imports, no first batch. With workers, the process counted
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
@@ -56,11 +57,11 @@ GAUGES = {
 
 
 def main(argv: list[str]) -> int:
-    tree, name, data_path = argv
+    tree, library, name, data_path = argv
     gauge = GAUGES[name]
     with open(data_path) as f:
         data = json.load(f)
-    batches = _batches(tree, gauge, data)
+    batches = _batches(tree, library, gauge, data)
     for _ in range(gauge.warm):
         time.sleep(gauge.pause_s)
         next(batches)
@@ -73,7 +74,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _batches(tree: str, gauge: Gauge, data: dict) -> Iterator[Any]:
+def _batches(tree: str, library: str, gauge: Gauge, data: dict) -> Iterator[Any]:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p) != os.path.join(ROOT, "benchmarks")]
     sys.path.insert(0, ROOT)  # this checkout's benchmarks: the same work for every tree
     import cloudpickle
@@ -83,8 +84,12 @@ def _batches(tree: str, gauge: Gauge, data: dict) -> Iterator[Any]:
 
     # Workers unpickle the functions by value, never importing another checkout's benchmarks.
     cloudpickle.register_pickle_by_value(benchmarks)
-    sys.path.insert(0, tree)
-    tpufeed = _tpufeed(tree)
+    sys.path.insert(0, library)  # workers start with this process's sys.path
+    import tpufeed
+
+    found = os.path.dirname(os.path.dirname(os.path.realpath(tpufeed.__file__)))
+    if found != os.path.realpath(tree):
+        raise SystemExit(f"tpufeed was imported from {found}, not from {tree}")
     ds = tpufeed.Dataset.from_array_record(data[gauge.workload]).shuffle(0)
     if gauge.workload in ("W1", "W2"):
         work = workloads.WORKLOADS[gauge.workload]
@@ -109,30 +114,6 @@ def _batches(tree: str, gauge: Gauge, data: dict) -> Iterator[Any]:
         yield from it
     finally:
         it.close()
-
-
-def _tpufeed(tree: str) -> Any:
-    """tpufeed from `tree`, its `tpufeed.transforms` too (an editable install maps that name to
-    its own checkout's transforms/ folder)."""
-    import tpufeed
-
-    if os.path.dirname(os.path.dirname(os.path.realpath(tpufeed.__file__))) != os.path.realpath(
-        tree
-    ):
-        raise SystemExit(f"tpufeed was imported from {tpufeed.__file__}, not from {tree}")
-    folder = os.path.join(tree, "transforms")
-    spec = importlib.util.spec_from_file_location(
-        "tpufeed.transforms",
-        os.path.join(folder, "__init__.py"),
-        submodule_search_locations=[folder],
-    )
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"no transforms package in {tree}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["tpufeed.transforms"] = module
-    spec.loader.exec_module(module)
-    tpufeed.transforms = module  # type: ignore[attr-defined]
-    return tpufeed
 
 
 if __name__ == "__main__":

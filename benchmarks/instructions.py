@@ -19,6 +19,7 @@ Needs valgrind (Debian's `valgrind` package).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -93,9 +94,10 @@ def prepare(data_dir: str) -> dict[str, list[str]]:
     }
 
 
-def count(tree: str, gauge: str, data_json: str, keep: str | None = None) -> float:
-    """Instructions a batch of `gauge` with tpufeed from checkout `tree` (a callgrind run);
-    with `keep`, its dump of the measured batches is copied there (`callgrind_annotate` it)."""
+def count(tree: str, library: str, gauge: str, data_json: str, keep: str | None = None) -> float:
+    """Instructions a batch of `gauge` with tpufeed from checkout `tree` (through `library`,
+    `benchmarks/trees.py`) in a callgrind run; with `keep`, its dump of the measured batches is
+    copied there (`callgrind_annotate` it)."""
     python = os.path.realpath(sys.executable)  # a shim (pyenv) would be what callgrind counts
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("TPUFEED")}
     env["PYTHONHASHSEED"] = "0"  # the same dict and set layouts in every run
@@ -109,6 +111,7 @@ def count(tree: str, gauge: str, data_json: str, keep: str | None = None) -> flo
             python,
             os.path.join(ROOT, "benchmarks", "gauges.py"),
             tree,
+            library,
             gauge,
             data_json,
         ]
@@ -140,6 +143,7 @@ def count_all(
 ) -> dict[str, float]:
     """`count` of every gauge, `jobs` at a time; the data made first."""
     from benchmarks.bytecode import compile_sources
+    from benchmarks.trees import library
 
     tree = os.path.abspath(tree)
     compile_sources(tree)  # each run imports from bytecode, as an installed package does
@@ -150,8 +154,15 @@ def count_all(
     data_json = os.path.join(os.path.abspath(data_dir), "gauges.json")
     with open(data_json, "w") as f:
         json.dump(data, f)
+    # The tree's library at a path of its own that does not change from run to run (a path is
+    # a string the gauges keep, like the one above).
+    name = hashlib.sha1(os.path.realpath(tree).encode()).hexdigest()[:12]
+    folder = os.path.join(os.path.abspath(data_dir), "libraries", name)
+    shutil.rmtree(folder, ignore_errors=True)
+    library(tree, folder)
+    compile_sources(folder)
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        counts = list(pool.map(lambda g: count(tree, g, data_json, keep), gauges))
+        counts = list(pool.map(lambda g: count(tree, folder, g, data_json, keep), gauges))
     return dict(zip(gauges, counts))
 
 

@@ -5,10 +5,11 @@
 Workers run the record work in parallel; the parent (hand-out, hand-off, stream stages such as
 `pack`, the batches' bookkeeping) is the one serial part of a host's input. For each workload
 (W1 read-bound, W2 Python-transform-bound, W3 language-model: tokenize in the workers, pack in
-the parent) and each worker count, one fresh process runs tpufeed's pipeline for
-1 + `--passes` epochs and reads process CPU counters over a steady window (from an eighth of the
-first epoch on, to the end): the parent's CPU seconds (`time.process_time`, all its threads) and
-the workers' (psutil, summed). Divided by the input records read in the window:
+the parent; W4 vision: JPEG crop, flip and normalise on the imagenet set) and each worker
+count, one fresh process runs tpufeed's pipeline for 1 + `--passes` epochs and reads process
+CPU counters over a steady window (the epochs after the first, a warm-up): the
+parent's CPU seconds (`time.process_time`, all its threads) and the workers' (psutil, summed).
+Divided by the input records read in the window:
 
 - `p`: parent CPU per record. `w`: worker CPU per record.
 
@@ -16,6 +17,8 @@ The projection is Amdahl's law in two lines. With C cores, enough workers and a 
 needs p per record on one thread, every record costs p + w of CPU in all and p of it serially:
 
     rate(C) = min(C / (p + w), 1 / p)        feed ceiling = 1 / p (any core count)
+
+so the rate stops growing with cores at C = (p + w) / p ("stops scaling at").
 
 `w` comes from the 1-worker run (the parent and one worker on 2 cores: no contention; the
 parent also runs chunks there, so w is that run's parent and worker CPU per record less p), and
@@ -48,8 +51,8 @@ if ROOT not in sys.path:
 from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.measure import descendants_cpu_s  # noqa: E402 - after the path fix
 
-CORES = (8, 32, 96, 240)
-WORKLOADS = ("W1", "W2", "W3")
+CORES = (8, 32, 96, 180, 240)
+WORKLOADS = ("W1", "W2", "W3", "W4")
 
 
 def _pipeline(workload: str, data_dir: str, records: int | None) -> tuple[Any, int]:
@@ -68,6 +71,21 @@ def _pipeline(workload: str, data_dir: str, records: int | None) -> tuple[Any, i
             .batch(lm.BATCH)
         )
         return ds, sum(files["counts"])
+    if workload == "W4":
+        from benchmarks import vision
+        from tpufeed.transforms import Normalize, RandomFlip, RandomResizedCrop
+
+        photos = vision.prepare(data_dir, records or 2000, "imagenet")
+        ds = (
+            tpufeed.Dataset.from_array_record(photos["array_record"])
+            .shuffle(vision.SEED)
+            .map(tpufeed.codec.decode)
+            .random_map(RandomResizedCrop(vision.SIZE, vision.SCALE, vision.RATIO))
+            .random_map(RandomFlip())
+            .map(Normalize(tuple(vision.MEAN), tuple(vision.STD)))
+            .batch(vision.BATCH)
+        )
+        return ds, photos["images"]
     from benchmarks.datafiles import prepare
     from benchmarks.workloads import BATCH_SIZE, SEED
     from benchmarks.workloads import WORKLOADS as DEFS
@@ -89,7 +107,7 @@ def measure_one(
     if workers:
         ds = ds.workers(workers)
     it = iter(ds)
-    warmup = max(1, n // 8)
+    warmup = n  # the first epoch: workers started and ahead, the parent no longer making chunks
     try:
         batches = 0
         for _ in it:
@@ -173,6 +191,7 @@ def summarise(runs: list[dict[str, Any]], n_workers: int) -> dict[str, Any]:
         w1 = one["p_us"] + one["w_us"] - p
         predicted = min(n_workers / (p + w1), 1.0 / p, n_workers / w1) * 1e6
         out["workloads"][workload] = {
+            "stops_at_cores": (p + w1) / p,  # where C / (p + w) reaches 1 / p
             "p_us": p,
             "w1_us": w1,
             "wn_us": wn,
@@ -197,16 +216,17 @@ def table(summary: dict[str, Any], n_workers: int) -> str:
     lines += [
         "",
         f"| workload | p (µs, {n_workers}w) | w (µs, 1w / {n_workers}w) | feed ceiling 1/p | "
-        f"{n_workers}w predicted from 1w | {n_workers}w measured | "
+        f"stops scaling at | {n_workers}w predicted from 1w | {n_workers}w measured | "
         + " | ".join(f"{c} cores" for c in CORES)
         + " |",
-        "| --- " * (6 + len(CORES)) + "|",
+        "| --- " * (7 + len(CORES)) + "|",
     ]
     for workload, s in summary["workloads"].items():
-        cells = " | ".join(f"{a / 1e3:,.0f}k–{b / 1e3:,.0f}k" for a, b in s["projection"].values())
+        cells = " | ".join(f"{a / 1e3:,.1f}k–{b / 1e3:,.1f}k" for a, b in s["projection"].values())
         lines.append(
             f"| {workload} | {s['p_us']:.3f} | {s['w1_us']:.2f} / {s['wn_us']:.2f} | "
-            f"{s['ceiling'] / 1e6:.2f}M | {s['predicted_nw']:,.0f} | "
+            f"{s['ceiling'] / 1e6:.3f}M | {s['stops_at_cores']:,.0f} cores | "
+            f"{s['predicted_nw']:,.0f} | "
             f"{s['measured_nw']:,.0f} | {cells} |"
         )
     lines.append("")

@@ -452,7 +452,10 @@ def run_row(row: str, args: argparse.Namespace) -> dict[str, Any]:
             out,
         ]
         load = os.getloadavg()[0]
-        env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+        # A PYTHONPATH given (benchmarks/versus.py: another checkout's tpufeed, benchmarks/
+        # trees.py) comes first.
+        path = [p for p in (os.environ.get("PYTHONPATH"), ROOT) if p]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "TF_CPP_MIN_LOG_LEVEL": "2"}
         with open(os.path.join(tmp, "log"), "w+") as log:
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
             peak = None

@@ -129,3 +129,24 @@ def test_gcs_retry_counts_every_fault_it_retries():
     assert len(rows) == 2
     for _, _, retries, requests, faults in (row[:4] + [row[4].rstrip(" |")] for row in rows):
         assert int(retries) == int(faults) > 0 and int(requests) == 20 + int(faults)
+
+
+def test_another_checkouts_library_brings_its_own_transforms(tmp_path):
+    """benchmarks/trees.py: with the library first on sys.path, a process (and the workers it
+    starts, which get its sys.path) imports that checkout's tpufeed and its transforms, not the
+    editable install's transforms."""
+    from benchmarks.trees import library
+
+    tree = tmp_path / "tree"
+    (tree / "tpufeed" / "ops").mkdir(parents=True)
+    (tree / "tpufeed" / "__init__.py").write_text("WHERE = 'tree'\n")
+    (tree / "tpufeed" / "ops" / "__init__.py").write_text("")
+    (tree / "transforms").mkdir()
+    (tree / "transforms" / "__init__.py").write_text("WHERE = 'tree transforms'\n")
+    folder = library(str(tree), str(tmp_path / "library"))
+    code = "import tpufeed, tpufeed.ops, tpufeed.transforms as t; print(tpufeed.WHERE, t.WHERE)"
+    env = {**os.environ, "PYTHONPATH": folder, "PYTHONSAFEPATH": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == "tree tree transforms", done.stderr

@@ -45,6 +45,8 @@ def test_projection_is_amdahl_with_the_parent_as_the_serial_part():
     assert out["predicted_nw"] == pytest.approx(min(2 / 15.0, 1 / 0.5, 2 / 14.5) * 1e6)
     assert out["ceiling"] == pytest.approx(2e6)
     assert out["projection"][240] == (pytest.approx(2e6), pytest.approx(2e6))
+    assert out["stops_at_cores"] == pytest.approx(30)  # (p + w) / p: 15 / 0.5
+    assert set(out["projection"]) == {8, 32, 96, 180, 240}
 
 
 @pytest.mark.slow
