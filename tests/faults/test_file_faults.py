@@ -4,12 +4,14 @@ every file it opens (shards, raw twins, `index.json`, `manifest.json`), each cha
 tests/faults/file_changes.py knows.
 
 Every case ends in the records written or in a `tpufeed` error naming the file, within
-`CASE_S`, leaving no temporary file and no process. A file changed after the dataset was opened
-is never read as the new file: a reader that opens it again (a worker, given the source pickled)
-raises, naming it; one that reads on may give the records it opened. A file changed before an
-open is refused (a FIFO, a link out of the dataset's folder) or read anew (another file of the
-same size and time: derived files made from the old one are not reused). Cuts and byte flips
-of each format's headers are the parser fuzz's (tests/faults/test_parsers_fuzz.py).
+`CASE_S`, leaving no temporary file, no process and no file open (`file_changes.no_leftovers`).
+A file changed after the dataset was opened is never read as the new file: a reader that opens
+it again (a worker, given the source pickled, or a real worker process) raises, naming it; one
+that reads on may give the records it opened. A file changed before an open is refused (a FIFO,
+a link out of the dataset's folder) or read anew (another file of the same size and time:
+derived files made from the old one are not reused). MDS decompression bombs stay within their
+declared size. Cuts and byte flips of each format's headers are the parser fuzz's
+(tests/faults/test_parsers_fuzz.py); derived files, tests/faults/test_derived_faults.py's.
 """
 
 from __future__ import annotations
