@@ -10,23 +10,17 @@ True
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tpufeed.chain.order import OrderMethods
+from tpufeed.chain.settings import SettingMethods
+from tpufeed.chain.stages import StageMethods
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.ops.batch import Batch
-from tpufeed.ops.filter import Filter
-from tpufeed.ops.first_fit import check_lengths
-from tpufeed.ops.flat_map import FlatMap
-from tpufeed.ops.map import Map, RandomMap
-from tpufeed.ops.pack import Pack
-from tpufeed.ops.padding import check_pad
-from tpufeed.ops.registry import Stage, cache_stage, check_next, stage_label
-from tpufeed.ops.user_functions import check_callable
+from tpufeed.ops.registry import Stage, stage_label
 from tpufeed.order.sharding import Sharding
 from tpufeed.run.agreement import HostAgreement
-from tpufeed.run.autotune import Options, TracePath
 from tpufeed.run.element_spec import element_spec
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
@@ -35,15 +29,11 @@ from tpufeed.run.mixture import Mixture, check_component, check_mix
 from tpufeed.run.plan import (
     MixPlan,
     Plan,
-    check_epochs,
-    check_max_errors,
-    check_shuffle,
     pipeline_fingerprint,
     pipeline_length,
     pipeline_plan,
 )
 from tpufeed.run.uneven import first_item
-from tpufeed.run.workers.liveness import STOPPED_S
 from tpufeed.sources.constructors import SourceConstructors
 from tpufeed.sources.view import SourceView
 
@@ -55,12 +45,15 @@ if TYPE_CHECKING:  # the adapters import their frameworks: only type checkers re
 
 
 @dataclass(frozen=True)
-class Dataset(SourceConstructors):
+class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
     """A pipeline: source -> shuffle -> shard -> map/random_map/filter/flat_map -> batch -> repeat.
 
     Every method returns a new Dataset. Shuffle, shard, repeat and prefetch are settings of the
     whole pipeline; map, random_map, filter, flat_map and batch run in the order they were
     chained (stages after `batch` see whole batches). Batches never span epochs.
+
+    The chainable methods come from `tpufeed.chain` (order, stages, settings), the `from_*`
+    constructors from `tpufeed.sources.constructors`.
     """
 
     _source: SourceView | None
@@ -115,168 +108,6 @@ class Dataset(SourceConstructors):
     def source(self) -> Any:
         """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source."""
         return self._view("source").source
-
-    def shuffle(self, seed: int, window: int | None = None) -> Dataset:
-        """A fresh permutation of the records each epoch, keyed by `seed`.
-
-        `window=None`: global. `window=K` (file sources): shuffle the shard order, then the
-        records within each group of K consecutive shards, so only about K shards are needed at
-        once — for datasets larger than the local cache.
-        """
-        check_shuffle(seed, window, self._view("shuffle").source)
-        if self._seed is not None:
-            raise InvalidArgumentError(f"shuffle is already set (seed {self._seed})")
-        return dataclasses.replace(self, _seed=seed, _window=window)
-
-    def shard(self, index: int | None = None, count: int | None = None) -> Dataset:
-        """This host's share; defaults to the run's process index/count (jax's or torch's)."""
-        return dataclasses.replace(self, _sharding=Sharding(index, count))
-
-    def map(self, fn: Callable[[Any], Any]) -> Dataset:
-        """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`).
-        A transform class is given constructed, `map(DecodeImage())`: the class is refused."""
-        return self._add(Map(check_callable(fn, "map")))
-
-    def random_map(self, fn: Callable[[Any, Any], Any], seed: int | None = None) -> Dataset:
-        """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)
-        and, after a `flat_map`, by the piece of the record. `seed`: this stage's own (as
-        Grain's `random_map(fn, seed=...)`); None: the pipeline's (its shuffle seed, or 0)."""
-        stream = sum(isinstance(stage, RandomMap) for stage in self._stages)
-        return self._add(RandomMap(check_callable(fn, "random_map"), stream, seed))
-
-    def filter(self, fn: Callable[[Any], bool]) -> Dataset:
-        """Keeps the elements for which fn(element) is true."""
-        return self._add(Filter(check_callable(fn, "filter")))
-
-    def flat_map(self, fn: Callable[[Any], Any]) -> Dataset:
-        """fn(element) -> an iterable of zero or more elements, delivered in order: the pieces
-        of a long document, several crops of an image. A state taken between two pieces of one
-        record resumes at the next piece.
-
-        >>> ds = Dataset.from_sequence(["a b", "c"]).flat_map(str.split)
-        >>> list(ds)
-        ['a', 'b', 'c']
-        """
-        return self._add(FlatMap(check_callable(fn, "flat_map")))
-
-    def cache(self, directory: str, max_bytes: int, key: str | None = None) -> Dataset:
-        """Stores each record's output of the stages so far in `directory` (at most `max_bytes`)
-        and replays it in later epochs, keyed by the source's files and what the stages compute
-        (their code and the values it reads), or by `key="v2"` instead (docs/images.md)."""
-        return self._add(cache_stage(directory, max_bytes, self._view("cache"), self._stages, key))
-
-    def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Dataset:
-        """Packs sequences into rows of fixed length, first-fit over `open_rows` open rows.
-
-        Each key k of `lengths` gives `k`, `k_segment_ids` (1, 2, ... per sequence in the
-        row, 0 on padding) and `k_positions` (restarting at every sequence); keys packed
-        together (inputs and targets) share rows. A sequence longer than its row is split over
-        rows (`cut=True` keeps only its first row's worth). With `batch(B)` after it, every step
-        is `[B, length]`, the epoch's last batch filled with empty rows (`stats().padded_rows`).
-
-        >>> ds = Dataset.from_sequence([{"tokens": [5, 6, 7]}, {"tokens": [8, 9]}])
-        >>> next(iter(ds.pack({"tokens": 4}).batch(2)))["tokens_segment_ids"].tolist()
-        [[1, 1, 1, 0], [1, 1, 0, 0]]
-        """
-        return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut)))
-
-    def batch(
-        self,
-        batch_size: int,
-        drop_remainder: bool = False,
-        pad: dict[str, int | list[int]] | None = None,
-        cut: bool = False,
-    ) -> Dataset:
-        """Stacks `batch_size` elements into numpy arrays (dicts, tuples and arrays nest).
-
-        `pad={"tokens": 512}` pads a variable-length key to 512 along its first axis;
-        `pad={"tokens": [128, 256, 512]}` to the smallest of those that fits the batch's
-        longest. Each padded key gains `{key}_lengths` (int32, the true lengths). An element
-        longer than the largest length raises, unless `cut=True`. Strings and other objects
-        stack into object arrays; callables are refused (`BatchError`).
-
-        >>> ds = Dataset.from_sequence([{"t": [1, 2]}, {"t": [3]}])
-        >>> next(iter(ds.batch(2, pad={"t": [4, 8]})))["t"].tolist()
-        [[1, 2, 0, 0], [3, 0, 0, 0]]
-        """
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
-        return self._add(Batch(batch_size, bool(drop_remainder), check_pad(pad), bool(cut)))
-
-    def repeat(self, epochs: int | None = None) -> Dataset:
-        """Runs `epochs` epochs (None: forever), each a new permutation when shuffled."""
-        self._not_mixture("repeat")
-        check_epochs(epochs)
-        return dataclasses.replace(self, _epochs=epochs)
-
-    def prefetch(self, n: int | str) -> Dataset:
-        """Keeps up to `n` items ready ahead of the consumer (0: produce on demand).
-
-        `"auto"`: chosen from a short warm-up within the RAM budget, and deepened while the
-        consumer keeps waiting.
-        """
-        return self._set(prefetch=n)
-
-    def options(
-        self,
-        ram_budget_bytes: int | None = None,
-        timeout_s: float | None = None,
-        stopped_s: float | None = STOPPED_S,
-        shm_budget_bytes: int | None = None,
-        log_every_s: float | None = None,
-        trace: TracePath = None,
-    ) -> Dataset:
-        """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
-
-        `timeout_s`: `next()` waits at most this long for an item, then raises
-        `InputTimeoutError` naming the stage and the record being worked on, and stops the
-        workers. It watches reading and the element stages (and the batch stages workers run);
-        to be able to stop them, no chunk runs in the calling thread (a prefetch thread with no
-        workers, only workers with some). Off by default; not for `mix`.
-
-        `stopped_s`: a stopped worker (SIGSTOP, SIGTSTP) or fork server is waited for this long
-        (default 10 s; None: until it continues), then raises `WorkerError` naming it.
-        `shm_budget_bytes`: the most /dev/shm the workers' batches hold at once, split evenly
-        between them (default: half its free space); a batch over a share raises `WorkerError`.
-        Every wait and its bound: docs/faults.md. `log_every_s`: a line on the `tpufeed` logger
-        this often: rate, wait, bottleneck, cache hits (default: never; docs/metrics.md).
-        `trace`: a file each iterator writes its timeline to (`tpufeed.trace`; docs/timeline.md).
-        """
-        settings = (ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes, log_every_s, trace)
-        return self._set(options=Options(*settings))
-
-    def ignore_errors(self, max_errors: int) -> Dataset:
-        """Skips records whose read or transform fails, at most `max_errors` per iterator.
-
-        Each skip is counted (`it.stats().errors`). The first three are logged with their file,
-        record and cause, then one summary line at 10, 100, ... skips. The bad record after the
-        last allowed one raises. Off by default: errors raise.
-        """
-        self._not_mixture("ignore_errors")
-        check_max_errors(max_errors)
-        return dataclasses.replace(self, _max_errors=max_errors)
-
-    def workers(self, n: int | str, isolate: bool = False) -> Dataset:
-        """Runs the element and batch stages in `n` worker processes (0: in this process).
-
-        The output is the same item for item whatever `n`; functions may be lambdas or closures.
-        `"auto"`: chosen from a short measured warm-up within the RAM budget (`options`).
-        While workers start, the first chunks run in this process, for a fast first batch;
-        `isolate=True` runs none here, so a crash in native code (a segfault in a decoder) can
-        only take a worker down, at the cost of a first batch that waits for a worker to start
-        (with a number of workers: "auto" measures its warm-up here).
-
-        Asking for workers starts the process they are forked from (one per process, in the
-        background, ~0.5 s of one core to import numpy and tpufeed), so that by the time the
-        first batch is asked for (after the model is built and compiled) workers start in
-        milliseconds. `TPUFEED_FORKSERVER=0` starts each worker as a fresh interpreter instead.
-        """
-        workers = self._set(workers=n, isolate=isolate)  # checks n and isolate
-        if n:
-            from tpufeed.run.workers.forkserver import shared_server
-
-            shared_server()  # returns at once: its imports run while the caller goes on
-        return workers
 
     def __iter__(self) -> DatasetIterator:
         return self.iterator()
@@ -357,20 +188,6 @@ class Dataset(SourceConstructors):
         one_host = dataclasses.replace(self, _sharding=Sharding(0, 1), _epochs=1)
         return first_item(dataclasses.replace(one_host, _settings=RunSettings()))
 
-    def _not_mixture(self, what: str) -> None:
-        if self._mixture is not None:
-            raise InvalidArgumentError(
-                f"{what} belongs to each component of a mixture, not to the mixture: "
-                "set it on the datasets given to Dataset.mix"
-            )
-
-    def _view(self, what: str) -> SourceView:
-        """The source underneath, which `what` needs; a mixture has none of its own."""
-        self._not_mixture(what)
-        if self._source is None:
-            raise InvalidArgumentError(f"{what} needs a source, and this Dataset has none")
-        return self._source
-
     def _plan(self) -> Plan | MixPlan:
         host, hosts = self._sharding.resolve()
         if self._mixture is not None:
@@ -382,12 +199,8 @@ class Dataset(SourceConstructors):
             source, self._seed, self._window, stages, self._epochs, self._max_errors, host, hosts
         )
 
-    def _add(self, stage: Stage) -> Dataset:
-        check_next(self._stages, stage)
-        return dataclasses.replace(self, _stages=self._stages + (stage,))
-
-    def _set(self, **settings: Any) -> Dataset:
-        return dataclasses.replace(self, _settings=dataclasses.replace(self._settings, **settings))
+    def _replace(self, **changes: Any) -> Dataset:
+        return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
         if self._mixture is not None:

@@ -1,0 +1,99 @@
+"""What happens to the elements: `map`, `random_map`, `filter`, `flat_map`, `cache`, `pack` and
+`batch`, run in the order they are chained (stages after `batch` see whole batches)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tpufeed.chain.base import Chain
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.ops.batch import Batch
+from tpufeed.ops.filter import Filter
+from tpufeed.ops.first_fit import check_lengths
+from tpufeed.ops.flat_map import FlatMap
+from tpufeed.ops.map import Map, RandomMap
+from tpufeed.ops.pack import Pack
+from tpufeed.ops.padding import check_pad
+from tpufeed.ops.registry import cache_stage
+from tpufeed.ops.user_functions import check_callable
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ["StageMethods"]
+
+
+class StageMethods(Chain):
+    """The element and stream stages: `tpufeed.Dataset` inherits them."""
+
+    def map(self, fn: Callable[[Any], Any]) -> Self:
+        """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`).
+        A transform class is given constructed, `map(DecodeImage())`: the class is refused."""
+        return self._add(Map(check_callable(fn, "map")))
+
+    def random_map(self, fn: Callable[[Any, Any], Any], seed: int | None = None) -> Self:
+        """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)
+        and, after a `flat_map`, by the piece of the record. `seed`: this stage's own (as
+        Grain's `random_map(fn, seed=...)`); None: the pipeline's (its shuffle seed, or 0)."""
+        stream = sum(isinstance(stage, RandomMap) for stage in self._stages)
+        return self._add(RandomMap(check_callable(fn, "random_map"), stream, seed))
+
+    def filter(self, fn: Callable[[Any], bool]) -> Self:
+        """Keeps the elements for which fn(element) is true."""
+        return self._add(Filter(check_callable(fn, "filter")))
+
+    def flat_map(self, fn: Callable[[Any], Any]) -> Self:
+        """fn(element) -> an iterable of zero or more elements, delivered in order: the pieces
+        of a long document, several crops of an image. A state taken between two pieces of one
+        record resumes at the next piece.
+
+        >>> ds = Dataset.from_sequence(["a b", "c"]).flat_map(str.split)
+        >>> list(ds)
+        ['a', 'b', 'c']
+        """
+        return self._add(FlatMap(check_callable(fn, "flat_map")))
+
+    def cache(self, directory: str, max_bytes: int, key: str | None = None) -> Self:
+        """Stores each record's output of the stages so far in `directory` (at most `max_bytes`)
+        and replays it in later epochs, keyed by the source's files and what the stages compute
+        (their code and the values it reads), or by `key="v2"` instead (docs/images.md)."""
+        return self._add(cache_stage(directory, max_bytes, self._view("cache"), self._stages, key))
+
+    def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Self:
+        """Packs sequences into rows of fixed length, first-fit over `open_rows` open rows.
+
+        Each key k of `lengths` gives `k`, `k_segment_ids` (1, 2, ... per sequence in the
+        row, 0 on padding) and `k_positions` (restarting at every sequence); keys packed
+        together (inputs and targets) share rows. A sequence longer than its row is split over
+        rows (`cut=True` keeps only its first row's worth). With `batch(B)` after it, every step
+        is `[B, length]`, the epoch's last batch filled with empty rows (`stats().padded_rows`).
+
+        >>> ds = Dataset.from_sequence([{"tokens": [5, 6, 7]}, {"tokens": [8, 9]}])
+        >>> next(iter(ds.pack({"tokens": 4}).batch(2)))["tokens_segment_ids"].tolist()
+        [[1, 1, 1, 0], [1, 1, 0, 0]]
+        """
+        return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut)))
+
+    def batch(
+        self,
+        batch_size: int,
+        drop_remainder: bool = False,
+        pad: dict[str, int | list[int]] | None = None,
+        cut: bool = False,
+    ) -> Self:
+        """Stacks `batch_size` elements into numpy arrays (dicts, tuples and arrays nest).
+
+        `pad={"tokens": 512}` pads a variable-length key to 512 along its first axis;
+        `pad={"tokens": [128, 256, 512]}` to the smallest of those that fits the batch's
+        longest. Each padded key gains `{key}_lengths` (int32, the true lengths). An element
+        longer than the largest length raises, unless `cut=True`. Strings and other objects
+        stack into object arrays; callables are refused (`BatchError`).
+
+        >>> ds = Dataset.from_sequence([{"t": [1, 2]}, {"t": [3]}])
+        >>> next(iter(ds.batch(2, pad={"t": [4, 8]})))["t"].tolist()
+        [[1, 2, 0, 0], [3, 0, 0, 0]]
+        """
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
+        return self._add(Batch(batch_size, bool(drop_remainder), check_pad(pad), bool(cut)))
