@@ -116,7 +116,7 @@ def measure(
 ) -> dict[str, Any]:
     """The rows of one dataset, whose objects are gs://BUCKET/NAME/*.array_record."""
     from tpufeed.sources.array_record import ArrayRecordSource
-    from tpufeed.storage.cache import ShardCache
+    from tpufeed.storage.cache.shard_cache import ShardCache
 
     names = [f"{name}/{os.path.basename(p)}" for p in paths]
     url = f"gs://{_BUCKET}/{name}/*.array_record"

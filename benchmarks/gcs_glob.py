@@ -50,7 +50,7 @@ GLOBS = [
 
 def listed_here(url: str) -> list:
     """Today's listing before issue 29: everything under the prefix, matched here."""
-    from tpufeed.storage import gcs
+    from tpufeed.storage.stores import gcs
 
     bucket, name = gcs.split_url(url)
     prefix = re.split(r"[*?\[]", name, maxsplit=1)[0]
@@ -61,7 +61,7 @@ def listed_here(url: str) -> list:
 
 
 def listed_by_server(url: str) -> list:
-    from tpufeed.storage import gcs
+    from tpufeed.storage.stores import gcs
 
     return gcs.list_objects(url)
 

@@ -33,8 +33,8 @@ sys.path.insert(0, ROOT)
 
 from tests.gcs_emulator import Emulator, FaultProxy  # noqa: E402
 from tpufeed.observe import counts  # noqa: E402
-from tpufeed.storage import gcs  # noqa: E402
 from tpufeed.storage.retry import RetryPolicy  # noqa: E402
+from tpufeed.storage.stores import gcs  # noqa: E402
 
 _BUCKET = "tpufeed-retry-bench"
 _SIZE, _PART = 4 << 20, 64 << 10

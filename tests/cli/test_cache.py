@@ -11,8 +11,8 @@ import pytest
 from tests.gcs_emulator import upload_shards
 from tpufeed.cli import main
 from tpufeed.sources.array_record import ArrayRecordSource
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import list_objects
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.stores.gcs import list_objects
 
 
 @pytest.mark.emulator

@@ -169,7 +169,7 @@ def test_inspect_a_dataset_and_a_failed_verification(tmp_path):
 def test_cache_ls_and_clear(gcs, bucket, upload, tmp_path):
     from tests.gcs_emulator import upload_shards
     from tpufeed.sources.array_record import ArrayRecordSource
-    from tpufeed.storage.cache import ShardCache
+    from tpufeed.storage.cache.shard_cache import ShardCache
 
     url, _ = upload_shards(upload, bucket, "json", 2, 10)
     source = ArrayRecordSource(url, cache=ShardCache(tmp_path / "c"))

@@ -59,7 +59,7 @@ def wrap_record_cache() -> None:
 
 def wrap_shard_cache() -> None:
     """A download into the shard cache: its part file filled, not yet checked and renamed."""
-    from tpufeed.storage import cache_fill
+    from tpufeed.storage.cache import fill as cache_fill
 
     real = cache_fill.download
 

@@ -36,7 +36,7 @@ from tests.faults.file_changes import (
 )
 from tests.faults.formats import FORMATS
 from tpufeed.storage import derived as derived_files
-from tpufeed.storage import readahead
+from tpufeed.storage.cache import readahead
 
 CASE_S = 60
 ROOT = Path(__file__).resolve().parents[2]

@@ -87,7 +87,7 @@ def test_skipped_records_are_counted(server):
 
 
 def test_the_shard_cache_reports_its_disk_and_limit(server, tmp_path):
-    from tpufeed.storage.cache import ShardCache
+    from tpufeed.storage.cache.shard_cache import ShardCache
 
     cache = ShardCache(tmp_path / "cache", 1 << 20)
     samples = scrape(server.url)
@@ -120,7 +120,7 @@ def test_a_port_in_use_is_named(server):
 def test_importing_tpufeed_pulls_in_no_storage_client():
     """The metrics' exports are at the top of the package: reading the caches' gauges must not
     make every `import tpufeed` import the GCS client's http, ssl and email modules."""
-    code = "import sys, tpufeed; print(sorted({'http.client', 'ssl', 'tpufeed.storage.cache'} & set(sys.modules)))"
+    code = "import sys, tpufeed; print(sorted({'http.client', 'ssl', 'tpufeed.storage.cache.shard_cache'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -23,7 +23,7 @@ from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceNotFoun
 from tpufeed.sources.built import manifest as manifest_module  # noqa: E402
 from tpufeed.sources.built.manifest import ManifestSource  # noqa: E402
 from tpufeed.sources.built.verified_shard import VerifiedShard  # noqa: E402
-from tpufeed.storage.cache import ShardCache  # noqa: E402
+from tpufeed.storage.cache.shard_cache import ShardCache  # noqa: E402
 from tpufeed.storage.remote import RemoteFile  # noqa: E402
 
 pytestmark = pytest.mark.emulator

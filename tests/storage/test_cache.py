@@ -14,12 +14,12 @@ import pytest
 from tests.gcs_emulator import upload_shards
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.sources.array_record import ArrayRecordSource, write_array_records
-from tpufeed.storage import cache_verified as cache_module
-from tpufeed.storage.cache import ShardCache, default_cache_dir, entry_key
-from tpufeed.storage.eviction import PlanBoard
-from tpufeed.storage.gcs import GcsObject, list_objects
-from tpufeed.storage.readahead import ReadAhead
+from tpufeed.storage.cache import verified as cache_module
+from tpufeed.storage.cache.eviction import PlanBoard
+from tpufeed.storage.cache.readahead import ReadAhead
+from tpufeed.storage.cache.shard_cache import ShardCache, default_cache_dir, entry_key
 from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.stores.gcs import GcsObject, list_objects
 
 # -- without the emulator --------------------------------------------------------------------
 
@@ -79,7 +79,7 @@ def test_readers_follow_posted_plans_and_ignore_dead_ones(tmp_path):
     assert board.chooser()(entries, 1) == ["d", "b", "a", "c"]  # unplanned, then furthest
     read_after_posting = [("a", 1, 1.0), ("b", 1, time.time() + 1), ("d", 1, 4.0)]
     assert board.chooser()(read_after_posting, 1) == ["d", "a", "b"]  # b is in use now
-    from tpufeed.storage.cache_layout import write_json
+    from tpufeed.storage.cache.layout import write_json
 
     write_json(
         os.path.join(cache.layout.plans, "dead.json"),

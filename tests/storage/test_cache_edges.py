@@ -16,9 +16,9 @@ import pytest
 import tpufeed
 from tests.gcs_emulator import upload_shards
 from tpufeed.errors import InvalidArgumentError, SourceError
-from tpufeed.storage import cache_space
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import list_objects
+from tpufeed.storage.cache import space as cache_space
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.stores.gcs import list_objects
 
 RECORDS = 150  # ~100 KiB of records per shard: a 192 KiB ArrayRecord file
 
@@ -256,7 +256,7 @@ def test_a_full_disk_names_the_cache_directory_and_the_shard(
         import os, sys
         from tpufeed.errors import SourceError
         from tpufeed.sources.array_record import ArrayRecordSource
-        from tpufeed.storage.cache import ShardCache
+        from tpufeed.storage.cache.shard_cache import ShardCache
         mount, url = sys.argv[1:]
         source = ArrayRecordSource(url, cache=ShardCache(os.path.join(mount, "c"), 1 << 30))
         fs = os.statvfs(mount)
@@ -294,7 +294,7 @@ def test_a_read_only_cache_directory_is_named_with_the_fix(gcs, bucket, upload, 
         import os, sys
         import tpufeed
         from tpufeed.errors import TpufeedError
-        from tpufeed.storage.cache import ShardCache
+        from tpufeed.storage.cache.shard_cache import ShardCache
         mount, url = sys.argv[1:]
         cache_dir = os.path.join(mount, "c")
         for attempt in (lambda: list(tpufeed.Dataset.from_array_record(url, cache_dir=cache_dir)),
@@ -327,8 +327,8 @@ def test_a_cache_directory_without_write_permission_is_named_with_the_fix(tmp_pa
         textwrap.dedent("""
         import sys
         from tpufeed.errors import SourceError
-        from tpufeed.storage.cache import ShardCache
-        from tpufeed.storage.gcs import GcsObject
+        from tpufeed.storage.cache.shard_cache import ShardCache
+        from tpufeed.storage.stores.gcs import GcsObject
         try:
             with ShardCache(sys.argv[1], 1 << 20).pinned(GcsObject("b", "x", 100, 1, None)):
                 pass
@@ -399,8 +399,8 @@ def test_a_cache_bigger_than_its_tiny_disk_fails_naming_the_space_and_leaves_no_
         import os, sys
         import tpufeed
         from tpufeed.errors import SourceError
-        from tpufeed.storage.cache import ShardCache
-        from tpufeed.storage.gcs import list_objects
+        from tpufeed.storage.cache.shard_cache import ShardCache
+        from tpufeed.storage.stores.gcs import list_objects
         mount, url = sys.argv[1:]
         cache_dir = os.path.join(mount, "c")
         ds = tpufeed.Dataset.from_array_record(url, cache_dir=cache_dir, cache_bytes=1 << 30)

@@ -15,15 +15,15 @@ import pytest
 from tests.gcs_emulator import upload_shards
 from tests.storage.test_cache_edges import DiskWatch
 from tpufeed.sources.array_record import ArrayRecordSource
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import list_objects
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.stores.gcs import list_objects
 
 pytestmark = [pytest.mark.emulator, pytest.mark.multiprocess]
 
 _DOWNLOADER = """
 import sys
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import list_objects
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.stores.gcs import list_objects
 url, cache_dir, limit = sys.argv[1:]
 with ShardCache(cache_dir, int(limit)).pinned(list_objects(url)[0]):
     print("finished", flush=True)

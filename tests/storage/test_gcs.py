@@ -15,11 +15,11 @@ from tpufeed.errors import (
     SourceError,
     SourceNotFoundError,
 )
-from tpufeed.storage import gcs as gcs_module
-from tpufeed.storage.gcs import GcsObject, fetch_into, list_objects, read_range
+from tpufeed.storage.cache.transfers import coalesce, read_ranges
 from tpufeed.storage.local import expand_paths, resolve_paths
 from tpufeed.storage.retry import RetryPolicy, call_with_retry
-from tpufeed.storage.transfers import coalesce, read_ranges
+from tpufeed.storage.stores import gcs as gcs_module
+from tpufeed.storage.stores.gcs import GcsObject, fetch_into, list_objects, read_range
 
 pytestmark = pytest.mark.emulator
 

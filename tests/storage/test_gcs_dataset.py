@@ -17,8 +17,8 @@ import tpufeed
 from tests.gcs_emulator import upload_shards
 from tpufeed.sources.array_record import ArrayRecordSource
 from tpufeed.sources.tfrecord import TFRecordSource
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import list_objects
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.stores.gcs import list_objects
 
 pytestmark = pytest.mark.emulator
 
@@ -140,7 +140,7 @@ _SHARER = textwrap.dedent("""
     import hashlib, sys
     import tpufeed
     from tpufeed.sources.array_record import ArrayRecordSource
-    from tpufeed.storage.cache import ShardCache
+    from tpufeed.storage.cache.shard_cache import ShardCache
     url, cache_dir, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
     ds = tpufeed.Dataset.from_source(ArrayRecordSource(url, cache=ShardCache(cache_dir)))
     got = sorted(ds.shuffle(seed=seed).workers(1))

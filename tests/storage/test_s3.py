@@ -17,11 +17,11 @@ from tpufeed.errors import (
 )
 from tpufeed.observe import counts
 from tpufeed.storage import backends
-from tpufeed.storage import s3 as s3_module
+from tpufeed.storage.cache.transfers import read_ranges
 from tpufeed.storage.local import expand_paths, resolve_paths
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.retry import RetryPolicy
-from tpufeed.storage.transfers import read_ranges
+from tpufeed.storage.stores import s3 as s3_module
 
 pytestmark = pytest.mark.emulator
 

@@ -8,8 +8,8 @@ import pytest
 import tpufeed
 from tests.gcs_emulator import upload_shards
 from tpufeed.observe import counts
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.gcs import list_objects
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.stores.gcs import list_objects
 
 pytestmark = pytest.mark.emulator
 

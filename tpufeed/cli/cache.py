@@ -18,7 +18,7 @@ from tpufeed.cli.json_output import CACHE_CLEAR, CACHE_LS, add_json_option
 from tpufeed.errors import SourceError, plural
 
 if TYPE_CHECKING:
-    from tpufeed.storage.cache import ShardCache
+    from tpufeed.storage.cache.shard_cache import ShardCache
 
 __all__ = ["add_parser", "run_command"]
 
@@ -54,7 +54,7 @@ def _directory(text: str) -> str:
 def run_command(args: argparse.Namespace) -> int:
     """Lists or clears the cache in `args.dir`; a directory that cannot be made or written is
     one line naming it, not a traceback."""
-    from tpufeed.storage.cache import ShardCache
+    from tpufeed.storage.cache.shard_cache import ShardCache
 
     cache = ShardCache(args.dir)
     try:

@@ -111,7 +111,7 @@ class PipelineCollector:
         )
         # Not imported: no cache is open. (Importing it would pull the GCS client's http, ssl
         # and email modules into every `import tpufeed`.)
-        module = sys.modules.get("tpufeed.storage.cache")
+        module = sys.modules.get("tpufeed.storage.cache.shard_cache")
         for root, cache in (module.opened_caches() if module is not None else {}).items():
             used.add_metric([root], cache.usage())
             limit.add_metric([root], cache.max_bytes)

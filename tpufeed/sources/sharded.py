@@ -18,8 +18,8 @@ from tpufeed.errors import InvalidArgumentError, RecordIndexError
 from tpufeed.observe import counts
 from tpufeed.order.state import ShardStamp
 from tpufeed.sources._after_fork import forget_in_children
+from tpufeed.storage.cache.readahead import ReadAhead
 from tpufeed.storage.opener import FileIdentity, check_regular
-from tpufeed.storage.readahead import ReadAhead
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
 

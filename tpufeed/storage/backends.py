@@ -1,7 +1,7 @@
 """The object stores tpufeed reads, by URL scheme: the one place that knows which exist.
 
-Each backend is a module of the same five functions over `RemoteObject`s (`storage.gcs` for
-`gs://`, `storage.s3` for `s3://`): `list_objects` (one object, or a glob's matches sorted by
+Each backend is a module of the same five functions over `RemoteObject`s (`storage.stores.gcs` for
+`gs://`, `storage.stores.s3` for `s3://`): `list_objects` (one object, or a glob's matches sorted by
 name), `list_prefix`, `stat`, `read_range` (bytes of one version, or `ObjectChangedError`) and
 `fetch_into`. Every caller outside `tpufeed.storage` goes through the functions here, so a new
 store is a new module and a line in `BACKENDS`. A backend module and its client library load on
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 # scheme -> the module that implements it
-BACKENDS: dict[str, str] = {"gs": "tpufeed.storage.gcs", "s3": "tpufeed.storage.s3"}
+BACKENDS: dict[str, str] = {"gs": "tpufeed.storage.stores.gcs", "s3": "tpufeed.storage.stores.s3"}
 
 
 def scheme_of(path: object) -> str | None:

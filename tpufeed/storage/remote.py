@@ -12,10 +12,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from tpufeed.storage.backends import stat
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.cache_holds import CopyHold
+from tpufeed.storage.cache.holds import CopyHold
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.cache.transfers import URGENT, read_ranges
 from tpufeed.storage.objects import RemoteObject
-from tpufeed.storage.transfers import URGENT, read_ranges
 
 __all__ = ["RemoteFile"]
 

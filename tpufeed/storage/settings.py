@@ -16,7 +16,7 @@ def cache_for(
     cache is asked for."""
     if cache_dir is None and cache_bytes is None and timeout_s is None:
         return None
-    from tpufeed.storage.cache import ShardCache
+    from tpufeed.storage.cache.shard_cache import ShardCache
     from tpufeed.storage.retry import RetryPolicy
 
     return ShardCache(cache_dir, cache_bytes, retry=RetryPolicy.within(timeout_s))

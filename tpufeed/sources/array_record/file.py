@@ -2,7 +2,7 @@
 
 A file's structure is checked before array_record's reader is trusted with it
 (`tpufeed.sources.array_record.structure`), so a damaged file raises and never reads as empty.
-A `gs://` file is read from its copy in the shard cache (`tpufeed.storage.cache`), fetched when
+A `gs://` file is read from its copy in the shard cache (`tpufeed.storage.cache.shard_cache`), fetched when
 first needed or ahead of time; its record count comes from its footer alone, fetched by byte
 ranges (`tpufeed.sources.array_record.count`) and remembered in the cache.
 
@@ -41,7 +41,7 @@ from tpufeed.sources.array_record.structure import (
     structure_problem,
 )
 from tpufeed.storage.backends import is_remote_url
-from tpufeed.storage.cache_holds import CopyHold
+from tpufeed.storage.cache.holds import CopyHold
 from tpufeed.storage.opener import FileIdentity, open_regular, path_of_descriptor
 from tpufeed.storage.remote import RemoteFile
 

@@ -4,7 +4,7 @@
 `ArrayRecordFile` (`tpufeed.sources.array_record.file`: checked before array_record's reader is
 trusted with it, `tpufeed.sources.array_record.structure`), and `write_array_records` writes one
 (`tpufeed.sources.array_record.writer`). gs:// files are read from their copies in the shard
-cache (`tpufeed.storage.cache`), fetched when first needed or ahead of time.
+cache (`tpufeed.storage.cache.shard_cache`), fetched when first needed or ahead of time.
 
 >>> source = ArrayRecordSource("data/train-*.array_record")  # doctest: +SKIP
 >>> source.__getitems__([3, 1, 4])  # doctest: +SKIP
@@ -17,7 +17,7 @@ from tpufeed.errors import InvalidArgumentError
 from tpufeed.sources.array_record.file import ArrayRecordFile
 from tpufeed.sources.array_record.writer import write_array_records
 from tpufeed.sources.sharded import ShardedSource
-from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.cache.shard_cache import ShardCache
 from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.remote import RemoteFile

@@ -22,7 +22,7 @@ shard is opened.
 A dataset on GCS opens the same way, by its gs:// folder (or a `.json` manifest in it). The
 manifest is fetched with tpufeed's GCS client, and one listing of the folder fixes each shard's
 object version (a shard the manifest names but the folder lacks fails then). Shards are read
-through the local shard cache (`tpufeed.storage.cache`), fetched ahead in plan order. Each is
+through the local shard cache (`tpufeed.storage.cache.shard_cache`), fetched ahead in plan order. Each is
 checked by its object metadata, size and CRC32C (every download is checked against them, so
 this check downloads nothing), and by its record count when it is opened.
 
@@ -61,7 +61,7 @@ from tpufeed.storage.backends import (
     schemes,
     stat,
 )
-from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.cache.shard_cache import ShardCache
 from tpufeed.storage.opener import FileIdentity, check_regular, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.retry import RetryPolicy

@@ -36,7 +36,7 @@ import numpy as np
 from tpufeed.errors import CorruptDataError, SourceError, SourceNotFoundError
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.formats import FileFormat, get_format
-from tpufeed.storage import cache_layout
+from tpufeed.storage.cache import layout as cache_layout
 from tpufeed.storage.opener import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 

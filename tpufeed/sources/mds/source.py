@@ -29,8 +29,8 @@ from tpufeed.sources.mds.layout import INDEX_NAME, MAX_INDEX_BYTES, ShardInfo, p
 from tpufeed.sources.mds.shard import MDSShard
 from tpufeed.sources.sharded import ShardedSource
 from tpufeed.storage.backends import is_remote_url, list_prefix, read_range
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.cache_layout import default_cache_dir
+from tpufeed.storage.cache.layout import default_cache_dir
+from tpufeed.storage.cache.shard_cache import ShardCache
 from tpufeed.storage.derived import remove_dead_temporaries
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import open_regular

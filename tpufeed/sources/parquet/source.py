@@ -43,7 +43,7 @@ from tpufeed.errors import (
 from tpufeed.observe import counts
 from tpufeed.sources.sharded import ShardedSource, checked_indices
 from tpufeed.storage.backends import is_remote_url
-from tpufeed.storage.cache import ShardCache
+from tpufeed.storage.cache.shard_cache import ShardCache
 from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import FileIdentity, open_regular, path_of_descriptor

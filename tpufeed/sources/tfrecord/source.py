@@ -53,14 +53,14 @@ from tpufeed.sources.tfrecord.index import (
     save_index,
 )
 from tpufeed.storage.backends import is_remote_url
-from tpufeed.storage.cache import ShardCache
-from tpufeed.storage.cache_holds import CopyHold
+from tpufeed.storage.cache.holds import CopyHold
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.cache.transfers import coalesce
 from tpufeed.storage.local import PathsLike, resolve_paths
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import FileIdentity, open_regular
 from tpufeed.storage.remote import RemoteFile
 from tpufeed.storage.threads import map_in_threads
-from tpufeed.storage.transfers import coalesce
 
 __all__ = ["TFRecordFile", "TFRecordSource", "default_index_dir", "write_tfrecords"]
 

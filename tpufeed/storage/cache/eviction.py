@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from tpufeed.storage.cache_layout import CacheLayout, read_json, remove, write_json
+from tpufeed.storage.cache.layout import CacheLayout, read_json, remove, write_json
 from tpufeed.storage.derived import remove_dead_temporaries_once
 
 __all__ = ["PlanBoard", "VictimChooser", "least_recently_used"]

@@ -39,20 +39,20 @@ from typing import Any
 
 from tpufeed.errors import CorruptDataError, InvalidArgumentError, SourceError
 from tpufeed.observe import counts
-from tpufeed.storage import cache_layout as files
-from tpufeed.storage.cache_errors import check_not_a_file, disk_errors
-from tpufeed.storage.cache_fill import CacheFiller
-from tpufeed.storage.cache_holds import CopyHold
-from tpufeed.storage.cache_inventory import CacheEntry, list_entries, remove_unused
-from tpufeed.storage.cache_layout import CacheLayout, default_cache_dir, entry_key
-from tpufeed.storage.cache_space import CacheSpace
-from tpufeed.storage.cache_verified import VerifiedCopies
+from tpufeed.storage.cache import layout as files
+from tpufeed.storage.cache.disk_errors import check_not_a_file, disk_errors
+from tpufeed.storage.cache.eviction import PlanBoard, VictimChooser
+from tpufeed.storage.cache.fill import CacheFiller
+from tpufeed.storage.cache.holds import CopyHold
+from tpufeed.storage.cache.inventory import CacheEntry, list_entries, remove_unused
+from tpufeed.storage.cache.layout import CacheLayout, default_cache_dir, entry_key
+from tpufeed.storage.cache.space import CacheSpace
+from tpufeed.storage.cache.transfers import PART_BYTES, URGENT
+from tpufeed.storage.cache.verified import VerifiedCopies
 from tpufeed.storage.derived import read_derived, remove_dead_temporaries_once, write_derived
-from tpufeed.storage.eviction import PlanBoard, VictimChooser
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import open_regular
 from tpufeed.storage.retry import RetryPolicy
-from tpufeed.storage.transfers import PART_BYTES, URGENT
 
 __all__ = ["CacheEntry", "ShardCache", "default_cache_dir", "entry_key", "opened_caches"]
 

@@ -14,8 +14,8 @@ import os
 from typing import Any
 
 from tpufeed.errors import SourceError
-from tpufeed.storage import cache_layout as files
-from tpufeed.storage.cache_layout import BOOT, CacheLayout
+from tpufeed.storage.cache import layout as files
+from tpufeed.storage.cache.layout import BOOT, CacheLayout
 from tpufeed.storage.objects import RemoteObject
 
 __all__ = ["VerifiedCopies"]

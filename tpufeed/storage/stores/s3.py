@@ -42,7 +42,7 @@ from tpufeed.storage.objects import (
     split_url,
 )
 from tpufeed.storage.retry import RetryPolicy, ShortReadError, call_with_retry, status_of
-from tpufeed.storage.s3_endpoint import endpoint_settings
+from tpufeed.storage.stores.s3_endpoint import endpoint_settings
 from tpufeed.storage.threads import map_in_threads
 
 __all__ = ["fetch_into", "list_objects", "list_prefix", "read_range", "stat"]

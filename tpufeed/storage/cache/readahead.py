@@ -26,16 +26,33 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from tpufeed.storage.cache_layout import entry_key
-from tpufeed.storage.eviction import PlanBoard, VictimChooser
-from tpufeed.storage.remote import RemoteFile
+from tpufeed.storage.cache.eviction import PlanBoard, VictimChooser
+from tpufeed.storage.cache.layout import entry_key
+from tpufeed.storage.cache.shard_cache import ShardCache
+from tpufeed.storage.objects import RemoteObject
 
 __all__ = ["ReadAhead"]
 
 log = logging.getLogger("tpufeed.cache")
+
+
+class RemoteFile(Protocol):
+    """What the read-ahead needs of a remote file (`storage.remote.RemoteFile`): its object
+    version, and the shard cache that holds its copy."""
+
+    @property
+    def obj(self) -> RemoteObject: ...
+
+    @property
+    def cache(self) -> ShardCache: ...
+
+    @property
+    def url(self) -> str: ...
+
 
 _RETRY_WAIT_S = 0.05  # after a shard found no room, fetching pauses this long
 _PROGRESS_EVERY_S = 0.02  # how often readers' marks are checked and the plan is re-posted

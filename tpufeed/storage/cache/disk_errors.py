@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 
 from tpufeed.errors import InvalidArgumentError, SourceError
-from tpufeed.storage.cache_layout import CACHE_DIR_ENV, free_bytes
+from tpufeed.storage.cache.layout import CACHE_DIR_ENV, free_bytes
 
 __all__ = ["check_not_a_file", "disk_errors"]
 

@@ -28,9 +28,9 @@ from typing import Any
 
 from tpufeed.errors import SourceError
 from tpufeed.observe import counts, timeline
-from tpufeed.storage.cache_holds import stuck_holds
-from tpufeed.storage.cache_layout import CacheLayout, key_of, remove, stat
-from tpufeed.storage.eviction import VictimChooser
+from tpufeed.storage.cache.eviction import VictimChooser
+from tpufeed.storage.cache.holds import stuck_holds
+from tpufeed.storage.cache.layout import CacheLayout, key_of, remove, stat
 from tpufeed.storage.objects import RemoteObject
 
 __all__ = ["CacheSpace", "delete_unless_held"]

@@ -11,9 +11,9 @@ import fcntl
 import os
 from dataclasses import dataclass
 
-from tpufeed.storage import cache_layout as files
-from tpufeed.storage.cache_layout import CacheLayout, key_of
-from tpufeed.storage.cache_space import CacheSpace, delete_unless_held
+from tpufeed.storage.cache import layout as files
+from tpufeed.storage.cache.layout import CacheLayout, key_of
+from tpufeed.storage.cache.space import CacheSpace, delete_unless_held
 
 __all__ = ["CacheEntry", "list_entries", "remove_unused"]
 

@@ -24,7 +24,7 @@ import time
 import weakref
 from collections.abc import Callable
 
-from tpufeed.storage.cache_layout import CacheLayout, key_of, stamp
+from tpufeed.storage.cache.layout import CacheLayout, key_of, stamp
 
 __all__ = ["CopyHold", "stuck_holds"]
 

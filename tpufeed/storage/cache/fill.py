@@ -17,15 +17,15 @@ import time
 
 from tpufeed.errors import CorruptDataError
 from tpufeed.observe import counts, timeline
-from tpufeed.storage import cache_layout as files
-from tpufeed.storage.cache_layout import CacheLayout
-from tpufeed.storage.cache_space import CacheSpace
-from tpufeed.storage.cache_verified import VerifiedCopies
+from tpufeed.storage.cache import layout as files
+from tpufeed.storage.cache.eviction import VictimChooser
+from tpufeed.storage.cache.layout import CacheLayout
+from tpufeed.storage.cache.space import CacheSpace
+from tpufeed.storage.cache.transfers import URGENT, download
+from tpufeed.storage.cache.verified import VerifiedCopies
 from tpufeed.storage.derived import remove_dead_temporaries_once
-from tpufeed.storage.eviction import VictimChooser
 from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.retry import RetryPolicy
-from tpufeed.storage.transfers import URGENT, download
 
 __all__ = ["CacheFiller"]
 
