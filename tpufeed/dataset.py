@@ -132,7 +132,11 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
         return pipeline_length(self._plan())
 
     def iterator(
-        self, state: Any = None, uneven: str | None = None, agreement: HostAgreement | None = None
+        self,
+        state: Any = None,
+        uneven: str | None = None,
+        agreement: HostAgreement | None = None,
+        allow_new_weights: bool = False,
     ) -> DatasetIterator:
         """A new iterator, from the start or resuming right after `state` was taken.
 
@@ -143,9 +147,14 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
 
         `uneven="shortest"` or `"pad"` ends all hosts' epochs at one step (tpufeed.run.uneven),
         agreeing through `agreement` (default: jax's or torch's). `to_jax` does this itself.
+
+        `allow_new_weights=True`: a state of this mixture taken with other weights (the same
+        components, seed and stages after mix) continues with these weights from here, each
+        component exactly where it stood: changing the data mix mid-run.
         """
         launch = launcher(self._plan(), self._settings, uneven, agreement, self._first_item)
-        return DatasetIterator(launch, state, self._settings.options.trace)
+        trace = self._settings.options.trace
+        return DatasetIterator(launch, state, trace, allow_new_weights)
 
     def to_jax(
         self,

@@ -13,8 +13,9 @@ delivered, after a `flat_map`), `layers` (what stops out of lockstep left, each 
 from step to step are written as their compact JSON text, a string. The stream stage that
 holds elements between items writes its part in every state too (`pack`: the segments waiting
 in its rows, named by epoch position; none held at first). A mixture writes `mix`: each
-component's cursor and the count taken from each. A pipeline that reads files writes `shards`
-in every state: [a digest of each file's name, size and version (modification time, GCS
+component's cursor, the count taken from each, and the weights (an older state without them
+resumes, but not into other weights). A pipeline that reads files writes `shards` in
+every state: [a digest of each file's name, size and version (modification time, GCS
 checksum or generation, manifest CRC32C), the newest modification time], so a state is refused
 where its files changed (`check_shards`), unless accepted knowingly (`accept_changed_shards`).
 Older states still load: version 1 (before `shards`), version 2 (with or without `shards`;
@@ -62,6 +63,12 @@ def fingerprint(description: Any) -> str:
     """A short stable hash of a JSON-able pipeline description."""
     text = json.dumps(description, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def weighed_fingerprint(described: str, weights: Sequence[float]) -> str:
+    """The fingerprint of a mixture with `weights`, all else it is (components, seed, stages
+    after mix) given as `described`, the JSON text of a dict."""
+    return fingerprint({**json.loads(described), "weights": list(weights)})
 
 
 def shards_seen(stamps: Sequence[ShardStamp]) -> list[Any] | None:
@@ -145,17 +152,20 @@ def mix_state_to_dict(
     cursor: MixCursor,
     fingerprint_: str,
     components: Sequence[str],
+    weights: Sequence[float],
     stages: Mapping[str, StageState] | None = None,
     shards: list[Any] | None = None,
 ) -> dict[str, Any]:
     """The state of a mixture: each component's cursor (with the fingerprint of the component
-    it belongs to), the schedule's counts, and `shards` as `state_to_dict` writes it."""
+    it belongs to), the schedule's counts, the weights (so that a mixture of other weights can
+    check the rest of the state against its own), and `shards` as `state_to_dict` writes it."""
     state: dict[str, Any] = {
         "version": STATE_VERSION,
         "fingerprint": fingerprint_,
         "mix": {
             "taken": list(cursor.taken),
             "active": [int(a) for a in cursor.active],
+            "weights": list(weights),
             "components": [
                 {"fingerprint": f, **cursor_fields(c)} for f, c in zip(components, cursor.cursors)
             ],
@@ -209,14 +219,19 @@ def load_state(state: Any) -> dict[str, Any]:
     return state
 
 
-def check_header(state: Mapping[str, Any], expected_fingerprint: str) -> None:
-    """Raises unless `state` has a version this release reads and belongs to this pipeline."""
+def check_version(state: Mapping[str, Any]) -> None:
+    """Raises unless `state` has a version this release reads."""
     version = state.get("version")
     if version not in _READABLE:
         raise StateError(
             f"iterator state has version {version!r}; this tpufeed reads versions "
             f"{', '.join(map(str, _READABLE))}"
         )
+
+
+def check_header(state: Mapping[str, Any], expected_fingerprint: str) -> None:
+    """Raises unless `state` has a version this release reads and belongs to this pipeline."""
+    check_version(state)
     if state.get("fingerprint") != expected_fingerprint:
         raise StateError(
             f"iterator state belongs to another dataset or pipeline (fingerprint "
@@ -243,9 +258,11 @@ def cursor_from_state(state: Mapping[str, Any]) -> Cursor:
     return Cursor(**values, emitted=emitted, layers=layers, carries=carries)
 
 
-def mix_cursor_from_state(state: Mapping[str, Any], components: Sequence[str]) -> MixCursor:
+def mix_cursor_from_state(
+    state: Mapping[str, Any], components: Sequence[str], labels: Sequence[str] = ()
+) -> MixCursor:
     """The mixture cursor of a state (its header already checked), each component's cursor
-    checked against that component's fingerprint."""
+    checked against that component's fingerprint (a StateError names it by `labels`)."""
     mix, k = state.get("mix"), len(components)
     if not (
         isinstance(mix, dict)
@@ -259,9 +276,15 @@ def mix_cursor_from_state(state: Mapping[str, Any], components: Sequence[str]) -
             f"'components', 'taken' and 'active' of {k} each; got {mix!r}"
         )
     cursors = []
-    for component, expected in zip(mix["components"], components):
+    for i, (component, expected) in enumerate(zip(mix["components"], components)):
         component = load_state(component)
-        check_header({"version": state["version"], **component}, expected)
+        try:
+            check_header({"version": state["version"], **component}, expected)
+        except StateError as error:
+            name = labels[i] if i < len(labels) else f"#{i}"
+            raise StateError(
+                f"mixture component {name} differs from the state's: {error}"
+            ) from None
         cursors.append(cursor_from_state(component))
     taken = tuple(
         t if isinstance(t, int) and not isinstance(t, bool) and t >= 0 else -1 for t in mix["taken"]
@@ -271,6 +294,27 @@ def mix_cursor_from_state(state: Mapping[str, Any], components: Sequence[str]) -
             f"iterator state field mix has bad counts {mix['taken']!r} or flags {mix['active']!r}"
         )
     return MixCursor(tuple(cursors), taken, tuple(bool(a) for a in mix["active"]))
+
+
+def saved_weights(state: Mapping[str, Any], components: int) -> tuple[float, ...] | None:
+    """The weights a mixture's state was taken with; None for a state that does not say
+    (written before tpufeed recorded them). A StateError names weights that are malformed."""
+    mix = state.get("mix")
+    weights = mix.get("weights") if isinstance(mix, dict) else None
+    if weights is None:
+        return None
+    if not (
+        isinstance(weights, list)
+        and len(weights) == components
+        and all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and 0 < w <= 1 for w in weights
+        )
+    ):
+        raise StateError(
+            f"iterator state field mix.weights must be {components} weights in (0, 1], "
+            f"got {weights!r}"
+        )
+    return tuple(float(w) for w in weights)
 
 
 def _layer_to_list(layer: Layer) -> list[Any]:

@@ -24,10 +24,11 @@ from tpufeed.order.cursor import Cursor
 from tpufeed.run import live
 from tpufeed.run.autotune import MAX_PREFETCH, Tuning
 from tpufeed.run.executor import Executor
-from tpufeed.run.plan import MixPlan, StreamPlan
+from tpufeed.run.mixture import mixture_stats
+from tpufeed.run.plan import StreamPlan
 from tpufeed.run.prefetch import ThreadPrefetcher
 from tpufeed.run.resources import rss_bytes
-from tpufeed.run.resume import Start
+from tpufeed.run.resume import Start, reweighable
 from tpufeed.run.state_names import TorchStateNames
 from tpufeed.run.stats import WAIT_BUCKETS, PipelineStats, StageStats, wait_bucket
 from tpufeed.run.stream import stream
@@ -68,7 +69,9 @@ class DatasetIterator(TorchStateNames, Iterator[Any]):
     >>> it.set_state(state)     # the next batch is the second one again  # doctest: +SKIP
     """
 
-    def __init__(self, launch: Launch, state: Any = None, trace: Any = None):
+    def __init__(
+        self, launch: Launch, state: Any = None, trace: Any = None, allow_new_weights: bool = False
+    ):
         """`trace`: a file to write the timeline of this iterator's runs to (`options(trace=)`):
         recorded from now (the workers' included), written when the iterator ends, fails or
         closes, and again after each `set_state` (each write holds all recorded before it)."""
@@ -76,7 +79,7 @@ class DatasetIterator(TorchStateNames, Iterator[Any]):
         self._lock = threading.Lock()
         self._closed = True  # until the first run starts
         self._trace = TraceFile(trace) if trace is not None else None
-        self._run: Run = self._start(launch(state))
+        self._run: Run = self._start(launch(reweighable(state, allow_new_weights)))
         self._closed = False
         _open.add(self)
 
@@ -115,13 +118,14 @@ class DatasetIterator(TorchStateNames, Iterator[Any]):
         with self._lock:
             return self._run.get_state()
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: Any, allow_new_weights: bool = False) -> None:
         """Continues right after `state` (as `Dataset.iterator(state)` would): the state is
         checked first (StateError leaves this iterator as it was), then the running workers
         and prefetch stop, and nothing they made ahead is delivered. Works on a closed or
-        finished iterator too. In a multi-host run every host calls it at the same step."""
+        finished iterator too. In a multi-host run every host calls it at the same step.
+        `allow_new_weights`: as in `Dataset.iterator` (a mixture's state, into other weights)."""
         with self._lock:
-            launch = self._launch(state)
+            launch = self._launch(reweighable(state, allow_new_weights))
             self.close()
             self._run = self._start(launch)
             self._closed = False
@@ -322,7 +326,7 @@ class PipelineRun(Iterator[Any]):
             ),
             stages=stages,
             tuning=self._tuning.reason if self._tuning is not None else None,
-            mixture=self._mixture_stats(),
+            mixture=mixture_stats(self._plan, self._position),
             counts=counts.since(self._counted),
             per_worker=per_worker,
             wait_histogram=tuple(self._waits),
@@ -347,18 +351,6 @@ class PipelineRun(Iterator[Any]):
         if self._prefetcher is not None:
             return self._prefetcher.depth()
         return self._executor.queue_depth
-
-    def _mixture_stats(self) -> list[dict[str, Any]] | None:
-        """Per component of a mixture: elements taken into it, their share, the weight."""
-        if not isinstance(self._plan, MixPlan):
-            return None
-        taken = self._position.taken
-        total = sum(taken) or 1
-        mix = self._plan.mix
-        return [
-            {"component": label, "taken": t, "share": t / total, "weight": w}
-            for label, t, w in zip(mix.labels, taken, mix.weights)
-        ]
 
     @property
     def records_delivered(self) -> int:

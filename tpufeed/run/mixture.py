@@ -8,6 +8,7 @@ run streams like any other.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -22,11 +23,11 @@ from tpufeed.ops.mix import ON_END, Mix, MixedPieces, Slices
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, split
 from tpufeed.order.cursor import MixCursor
-from tpufeed.order.state import fingerprint as fingerprint_of
+from tpufeed.order.state import weighed_fingerprint
 from tpufeed.run.autotune import AUTO, Options
 from tpufeed.run.chunks import ChunkRunner
 from tpufeed.run.executor import Executor, InProcessExecutor
-from tpufeed.run.plan import MixPlan, component_plan
+from tpufeed.run.plan import MixPlan, StreamPlan, component_plan
 from tpufeed.run.stats import WorkerStats
 from tpufeed.run.stream import ErrorBudget
 from tpufeed.run.workers.liveness import STOPPED_S
@@ -83,16 +84,32 @@ class Mixture:
             labels.append(f"#{i} {ds.source!r}"[:80])
         mix = Mix(self.weights, self.seed, self.on_end, tuple(labels))
         return MixPlan(
-            tuple(components), mix, tuple(shares), pack, batch, tail, hosts, host, fingerprint
+            tuple(components),
+            mix,
+            tuple(shares),
+            pack,
+            batch,
+            tail,
+            hosts,
+            host,
+            fingerprint,
+            described=self.described(stages),
         )
 
-    def describe(self) -> Any:
-        return {
-            "mix": [ds.fingerprint() for ds in self.datasets],
-            "weights": list(self.weights),
-            "seed": self.seed,
-            "on_end": self.on_end,
-        }
+    def described(self, stages: tuple[Stage, ...]) -> str:
+        """All the fingerprint covers but the weights: the components, seed, `on_end` and the
+        `stages` after mix, as JSON text (a state of other weights is checked against it)."""
+        return json.dumps(
+            {
+                "mix": [ds.fingerprint() for ds in self.datasets],
+                "seed": self.seed,
+                "on_end": self.on_end,
+                "ops": [stage.describe() for stage in stages],
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+            default=str,
+        )
 
     def summary(self, stages: tuple[Stage, ...]) -> str:
         """How the mixture, with `stages` after it, shows in a repr."""
@@ -104,7 +121,21 @@ class Mixture:
 
     def fingerprint(self, stages: tuple[Stage, ...]) -> str:
         """Identifies the components, weights, seed and `stages` after mix."""
-        return fingerprint_of({**self.describe(), "ops": [stage.describe() for stage in stages]})
+        return weighed_fingerprint(self.described(stages), self.weights)
+
+
+def mixture_stats(plan: StreamPlan, position: Any) -> list[dict[str, Any]] | None:
+    """Per component of a mixture (None for another plan): elements taken into it since the
+    run started or its schedule last restarted, their share, the weight."""
+    if not isinstance(plan, MixPlan):
+        return None
+    taken = position.taken
+    total = sum(taken) or 1
+    mix = plan.mix
+    return [
+        {"component": label, "taken": t, "share": t / total, "weight": w}
+        for label, t, w in zip(mix.labels, taken, mix.weights)
+    ]
 
 
 def check_component(

@@ -211,6 +211,7 @@ class MixPlan:
     fingerprint: str
     max_errors: int = 0  # the components' own ignore_errors apply to their records
     epochs: int | None = None  # a mixture ends when its components say (`on_end`)
+    described: str = "{}"  # all the fingerprint covers but the weights (JSON text)
 
     counts_depend_on_data = True  # components end (and restart) when their own data says
     fused = False
@@ -245,13 +246,14 @@ class MixPlan:
             position,
             self.fingerprint,
             [component.fingerprint for component in self.components],
+            self.mix.weights,
             stages or idle_stage_state(self.pack),
             self.shards,
         )
 
     def position_from(self, state: dict[str, Any]) -> MixCursor:
         return mix_cursor_from_state(
-            state, [component.fingerprint for component in self.components]
+            state, [component.fingerprint for component in self.components], self.mix.labels
         )
 
 

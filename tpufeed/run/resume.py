@@ -13,12 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tpufeed.errors import StateError
+from tpufeed.errors import InvalidArgumentError, StateError
 from tpufeed.ops.pack_state import SavedPack, resume_pack
 from tpufeed.ops.registry import read_stage_state, state_key
 from tpufeed.order.cursor import check_in_range
 from tpufeed.order.elastic import resume_all, resume_mixture, resume_one
-from tpufeed.order.state import check_header, check_shards, load_state
+from tpufeed.order.state import (
+    check_header,
+    check_shards,
+    check_version,
+    load_state,
+    saved_weights,
+    weighed_fingerprint,
+)
 from tpufeed.run.plan import MixPlan, Plan, StreamPlan
 
 
@@ -38,37 +45,90 @@ class Start:
     stages: dict[str, Any] | None = None
 
 
-def read(plan: StreamPlan, state: Any) -> Saved | list[Saved]:
+@dataclass(frozen=True)
+class NewWeights:
+    """A state given with `allow_new_weights=True`: it may resume into a mixture that differs
+    from the one it was taken on by its weights alone."""
+
+    state: Any
+
+
+def reweighable(state: Any, allow_new_weights: bool) -> Any:
+    """`state` as a launch takes it: marked where it may resume into other mixture weights."""
+    if not isinstance(allow_new_weights, bool):
+        raise InvalidArgumentError(
+            f"allow_new_weights must be True or False, got {allow_new_weights!r}"
+        )
+    return NewWeights(state) if allow_new_weights else state
+
+
+def read(plan: StreamPlan, state: Any, new_weights: bool = False) -> Saved | list[Saved]:
     """`state` (one host's, or a list of every host's) read once into `Saved` objects; a
     StateError names what is wrong, and which state of a list."""
     if not isinstance(state, (list, tuple)):
-        return _read_one(plan, state)
+        return _read_one(plan, state, new_weights)
     if not state:
         raise StateError("an empty list of iterator states: pass every host's get_state()")
     saved = []
     for i, one in enumerate(state):
         try:
-            saved.append(_read_one(plan, one))
+            saved.append(_read_one(plan, one, new_weights))
         except StateError as e:
             raise StateError(f"state {i} of the list: {e}") from None
     return saved
 
 
-def _read_one(plan: StreamPlan, state: Any) -> Saved:
+def _read_one(plan: StreamPlan, state: Any, new_weights: bool) -> Saved:
     state = load_state(state)
-    check_header(state, plan.fingerprint)
+    reweighed = isinstance(plan, MixPlan) and new_weights and _weights_changed(plan, state)
+    if not reweighed:
+        check_header(state, plan.fingerprint)
     check_shards(state, plan.shard_stamps)
     position = plan.position_from(state)
+    if reweighed:  # the schedule starts anew here, with the new weights
+        position = position._replace(taken=(0,) * len(position.taken))
     key = state_key(plan.pack, plan.batch)
     held = read_stage_state(key, state[key], plan.record_key + 2) if key in state else None
     return Saved(position, {} if held is None or held.holds_nothing else {key: held})
 
 
+def _weights_changed(plan: MixPlan, state: dict[str, Any]) -> bool:
+    """Whether `state` was taken on this mixture with other weights; raises a StateError
+    naming what else differs (a component, the seed or the stages after mix)."""
+    check_version(state)
+    if state.get("fingerprint") == plan.fingerprint:
+        return False
+    plan.position_from(state)  # names a component that differs, or a count of components
+    weights = saved_weights(state, len(plan.components))
+    if weights is None:
+        raise StateError(
+            "iterator state does not record the weights of the mixture it was taken on (an "
+            "older tpufeed wrote it), so it cannot be checked against a mixture of other "
+            "weights: resume it into the mixture it was taken on, and take a state there"
+        )
+    if state.get("fingerprint") != weighed_fingerprint(plan.described, weights):
+        raise StateError(
+            "iterator state was taken on a mixture of these components whose seed, on_end or "
+            "stages after mix (pack, batch, ...) differ from this one's; allow_new_weights "
+            "lets the weights alone change"
+        )
+    return weights != plan.mix.weights
+
+
 def resume(plan: StreamPlan, state: Any) -> Start:
-    """Where host `plan.host` of `plan.hosts` starts to continue `state` (None: the start)."""
+    """Where host `plan.host` of `plan.hosts` starts to continue `state` (None: the start;
+    `NewWeights(state)`: a mixture's state, into other weights)."""
+    new_weights = isinstance(state, NewWeights)
+    if isinstance(state, NewWeights):
+        if not isinstance(plan, MixPlan):
+            raise InvalidArgumentError(
+                "allow_new_weights=True resumes a mixture (Dataset.mix) with other weights; "
+                "this pipeline is not a mixture"
+            )
+        state = state.state
     if state is None:
         return Start(plan.start())
-    saved = read(plan, state)
+    saved = read(plan, state, new_weights)
     if isinstance(plan, MixPlan):
         return _resume_mixture(plan, saved)
     if not isinstance(plan, Plan):
