@@ -54,7 +54,7 @@ def test_every_method_returns_a_new_dataset():
         (lambda ds: ds.shuffle("x"), "seed must be an int"),
         (lambda ds: ds.shuffle(1).shuffle(2), "already set"),
         (lambda ds: ds.repeat(-1), "got -1"),
-        (lambda ds: ds.prefetch(-1), "got -1"),
+        (lambda ds: ds.prefetch(-2), "got -2"),  # -1 is tf.data.AUTOTUNE: "auto"
         (lambda ds: ds.workers(-2), "got -2"),
         (lambda ds: ds.map(3), "needs a callable, got 3"),
     ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tpufeed.chain.base import Chain
+from tpufeed.chain.tf_data import swapped_shard
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.order.sharding import Sharding
 from tpufeed.run.plan import check_epochs, check_shuffle
@@ -31,8 +32,21 @@ class OrderMethods(Chain):
             raise InvalidArgumentError(f"shuffle is already set (seed {self._seed})")
         return self._replace(_seed=seed, _window=window)
 
-    def shard(self, index: int | None = None, count: int | None = None) -> Self:
-        """This host's share; defaults to the run's process index/count (jax's or torch's)."""
+    def shard(
+        self, index: int | None = None, count: int | None = None, num_shards: int | None = None
+    ) -> Self:
+        """This host's share; defaults to the run's process index/count (jax's or torch's).
+        `num_shards` is tf.data's name for `count`: `shard(num_shards=4, index=1)` is
+        `shard(1, 4)` (positionally, tf.data's order is the other way round)."""
+        if num_shards is not None:
+            if count is not None:
+                raise InvalidArgumentError(
+                    f"shard got count={count!r} and num_shards={num_shards!r}: they name the "
+                    "same thing (num_shards is tf.data's word); give one"
+                )
+            count = num_shards
+        if type(index) is int and type(count) is int and 0 < count <= index:
+            raise InvalidArgumentError(swapped_shard(index, count))
         return self._replace(_sharding=Sharding(index, count))
 
     def repeat(self, epochs: int | None = None) -> Self:

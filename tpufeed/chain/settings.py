@@ -3,12 +3,14 @@ of the whole pipeline, whatever their place in the chain."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, Any, overload
 
 from tpufeed.chain.base import Chain
-from tpufeed.run.autotune import Options, TracePath
+from tpufeed.chain.tf_data import KEEP, UNBOUNDED_SKIPS, Keep, foreign_options
+from tpufeed.errors import InvalidArgumentError
+from tpufeed.run.autotune import AUTO, Options, TracePath
 from tpufeed.run.plan import check_max_errors
-from tpufeed.run.workers.liveness import STOPPED_S
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -23,20 +25,38 @@ class SettingMethods(Chain):
         """Keeps up to `n` items ready ahead of the consumer (0: produce on demand).
 
         `"auto"`: chosen from a short warm-up within the RAM budget, and deepened while the
-        consumer keeps waiting.
+        consumer keeps waiting; `-1` (`tf.data.AUTOTUNE`) means the same.
         """
-        return self._set(prefetch=n)
+        return self._set(prefetch=AUTO if n == -1 and type(n) is int else n)
+
+    @overload
+    def options(self) -> Options: ...
+
+    @overload
+    def options(
+        self,
+        ram_budget_bytes: int | None | Keep = ...,
+        timeout_s: float | None | Keep = ...,
+        stopped_s: float | None | Keep = ...,
+        shm_budget_bytes: int | None | Keep = ...,
+        log_every_s: float | None | Keep = ...,
+        trace: TracePath | Keep = ...,
+    ) -> Self: ...
 
     def options(
         self,
-        ram_budget_bytes: int | None = None,
-        timeout_s: float | None = None,
-        stopped_s: float | None = STOPPED_S,
-        shm_budget_bytes: int | None = None,
-        log_every_s: float | None = None,
-        trace: TracePath = None,
-    ) -> Self:
-        """Pipeline-wide settings. `ram_budget_bytes` bounds what "auto" settings may use.
+        ram_budget_bytes: int | None | Keep = KEEP,
+        timeout_s: float | None | Keep = KEEP,
+        stopped_s: float | None | Keep = KEEP,
+        shm_budget_bytes: int | None | Keep = KEEP,
+        log_every_s: float | None | Keep = KEEP,
+        trace: TracePath | Keep = KEEP,
+    ) -> Self | Options:
+        """Pipeline-wide settings: a new pipeline with those given changed, the others kept;
+        with no argument, the settings in force (an `Options`, as tf.data's `options()`).
+
+        `ram_budget_bytes` bounds what "auto" settings may use (default: half the memory
+        available when the iterator starts).
 
         `timeout_s`: `next()` waits at most this long for an item, then raises
         `InputTimeoutError` naming the stage and the record being worked on, and stops the
@@ -51,19 +71,50 @@ class SettingMethods(Chain):
         Every wait and its bound: docs/faults.md. `log_every_s`: a line on the `tpufeed` logger
         this often: rate, wait, bottleneck, cache hits (default: never; docs/metrics.md).
         `trace`: a file each iterator writes its timeline to (`tpufeed.trace`; docs/timeline.md).
-        """
-        settings = (ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes, log_every_s, trace)
-        return self._set(options=Options(*settings))
 
-    def ignore_errors(self, max_errors: int) -> Self:
+        >>> ds = Dataset.from_sequence([1, 2]).options(timeout_s=30).options(log_every_s=60)
+        >>> ds.options().timeout_s, ds.options().log_every_s
+        (30, 60)
+        """
+        given: dict[str, Any] = {
+            name: value
+            for name, value in (
+                ("ram_budget_bytes", ram_budget_bytes),
+                ("timeout_s", timeout_s),
+                ("stopped_s", stopped_s),
+                ("shm_budget_bytes", shm_budget_bytes),
+                ("log_every_s", log_every_s),
+                ("trace", trace),
+            )
+            if not isinstance(value, Keep)
+        }
+        if not given:
+            return self._settings.options
+        return self._set(options=dataclasses.replace(self._settings.options, **given))
+
+    def with_options(self, options: Options) -> Self:
+        """This pipeline with the settings of `options` (what `options()` of another pipeline
+        gives), as tf.data's `with_options`. A `tf.data.Options` is refused, naming where each
+        of its settings lives here."""
+        if not isinstance(options, Options):
+            raise InvalidArgumentError(foreign_options(options))
+        return self._set(options=options)
+
+    def ignore_errors(self, max_errors: int | None = None, log_warning: bool | None = None) -> Self:
         """Skips records whose read or transform fails, at most `max_errors` per iterator.
 
         Each skip is counted (`it.stats().errors`). The first three are logged with their file,
         record and cause, then one summary line at 10, 100, ... skips. The bad record after the
-        last allowed one raises. Off by default: errors raise.
+        last allowed one raises. Off by default: errors raise. tf.data's `ignore_errors()`,
+        which skips without bound or count, is refused, naming `max_errors`; `log_warning` is
+        tf.data's, and changes nothing here (skips are always logged).
         """
         self._not_mixture("ignore_errors")
+        if max_errors is None:
+            raise InvalidArgumentError(UNBOUNDED_SKIPS)
         check_max_errors(max_errors)
+        if log_warning is not None and not isinstance(log_warning, bool):
+            raise InvalidArgumentError(f"log_warning must be True or False, got {log_warning!r}")
         return self._replace(_max_errors=max_errors)
 
     def workers(self, n: int | str, isolate: bool = False) -> Self:

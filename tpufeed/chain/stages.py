@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tpufeed.chain.base import Chain
+from tpufeed.chain.tf_data import memory_cache
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.filter import Filter
@@ -54,10 +55,16 @@ class StageMethods(Chain):
         """
         return self._add(FlatMap(check_callable(fn, "flat_map")))
 
-    def cache(self, directory: str, max_bytes: int, key: str | None = None) -> Self:
+    def cache(
+        self, directory: str | None = None, max_bytes: int | None = None, key: str | None = None
+    ) -> Self:
         """Stores each record's output of the stages so far in `directory` (at most `max_bytes`)
         and replays it in later epochs, keyed by the source's files and what the stages compute
-        (their code and the values it reads), or by `key="v2"` instead (docs/images.md)."""
+        (their code and the values it reads), or by `key="v2"` instead (docs/images.md).
+        tf.data's `cache()` (in memory, unbounded) is refused, naming both arguments."""
+        why = memory_cache(directory, max_bytes)
+        if why is not None:
+            raise InvalidArgumentError(why)
         return self._add(cache_stage(directory, max_bytes, self._view("cache"), self._stages, key))
 
     def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Self:
