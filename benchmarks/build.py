@@ -60,8 +60,8 @@ def make_input(path: str, n: int, seed: int = 0) -> None:
 def floor_loop(src: str, out_dir: str, num_shards: int) -> list[str]:
     """The overhead floor: one process, one pass, array_record written directly."""
     from tpufeed import codec
-    from tpufeed.beam.ranking import shard_sizes
-    from tpufeed.beam.user_transforms import normalize_record
+    from tpufeed.beam.read.user_transforms import normalize_record
+    from tpufeed.beam.write.ranking import shard_sizes
     from tpufeed.sources.array_record import write_array_records
     from tpufeed.sources.built.manifest import file_crc32c
 
@@ -80,12 +80,12 @@ def floor_loop(src: str, out_dir: str, num_shards: int) -> list[str]:
 def stage_costs(src: str, num_shards: int, limit: int = 50000) -> dict[str, float]:
     """CPU microseconds per record of each step of the build, run directly (no runner) on the
     first `limit` records of `src`: what one worker spends, for the at-scale estimates."""
-    from tpufeed.beam import ranking
-    from tpufeed.beam.blocks import count_block, file_starts, plan_blocks, read_block
-    from tpufeed.beam.inputs import expand_inputs
-    from tpufeed.beam.schema import RecordSummary
-    from tpufeed.beam.user_transforms import normalize_record
-    from tpufeed.beam.write_shards import encode_record
+    from tpufeed.beam.read.blocks import count_block, file_starts, plan_blocks, read_block
+    from tpufeed.beam.read.inputs import expand_inputs
+    from tpufeed.beam.read.user_transforms import normalize_record
+    from tpufeed.beam.write import ranking
+    from tpufeed.beam.write.schema import RecordSummary
+    from tpufeed.beam.write.write_shards import encode_record
     from tpufeed.sources.array_record.shard import write_array_record_shard
     from tpufeed.sources.built.manifest import file_crc32c
 

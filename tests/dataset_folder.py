@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from tpufeed import codec
-from tpufeed.beam.schema import RecordSummary
-from tpufeed.beam.shard_files import manifest_text
+from tpufeed.beam.write.schema import RecordSummary
+from tpufeed.beam.write.shard_files import manifest_text
 from tpufeed.sources.array_record import write_array_records
 from tpufeed.sources.built.manifest import FORMAT, FORMAT_VERSION, file_crc32c
 from tpufeed.sources.tfrecord import write_tfrecords

@@ -408,7 +408,7 @@ def test_tfrecord_output_reads_in_tf_data(tmp_path):
 
 
 def test_a_json_error_names_its_line_and_real_column(tmp_path):
-    from tpufeed.beam.inputs import InputFile, read_input
+    from tpufeed.beam.read.inputs import InputFile, read_input
 
     path = write_jsonl(
         tmp_path / "in.jsonl", ['{"id": 0}', '{"id": 3, "score": ', '{"name": "ré", "x": nope}']
@@ -423,7 +423,7 @@ def test_a_json_error_names_its_line_and_real_column(tmp_path):
 def test_progress_counts_to_a_total_with_an_eta(tmp_path, caplog, monkeypatch):
     import logging
 
-    from tpufeed.beam import block_reader
+    from tpufeed.beam.read import block_reader
 
     monkeypatch.setattr(block_reader, "_PROGRESS_EVERY_S", 0.0)  # a line per record
     write_jsonl(tmp_path / "a.jsonl", _json_records(3))

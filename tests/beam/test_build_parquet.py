@@ -13,7 +13,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 import tpufeed  # noqa: E402
 from tpufeed.beam import BuildConfig, build  # noqa: E402
-from tpufeed.beam.inputs import expand_inputs  # noqa: E402
+from tpufeed.beam.read.inputs import expand_inputs  # noqa: E402
 from tpufeed.errors import TransformError  # noqa: E402
 
 _RUNNER = ("--runner=FnApiRunner",)

@@ -49,7 +49,7 @@ def test_bundle_based_direct_runner_is_refused_with_the_reason(tmp_path, capsys)
 
 def test_summaries_that_miss_records_fail_before_the_manifest(tmp_path):
     """A runner that drops a step's tagged outputs leaves summaries short of the shards."""
-    from tpufeed.beam.manifest_writer import WriteManifest
+    from tpufeed.beam.write.manifest_writer import WriteManifest
 
     shards = [
         {
@@ -101,7 +101,7 @@ def test_multi_processing_and_worker_processes_are_accepted():
     options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     assert isinstance(runner_for(options), FnApiRunner)
     runner = runner_for(PipelineOptions(["--direct_num_workers=2"]), workers=2)
-    assert "tpufeed.beam.worker_process" in runner._default_environment.command_string
+    assert "tpufeed.beam.workers.worker_process" in runner._default_environment.command_string
     assert runner_for(PipelineOptions(["--runner", "DataflowRunner"])) is None  # Beam makes it
 
 

@@ -15,10 +15,10 @@ import tpufeed
 from tests.beam.expanding import EXPAND
 from tpufeed import cli
 from tpufeed.beam import BuildConfig, build
-from tpufeed.beam.block_plan import plan_blocks
-from tpufeed.beam.block_reader import ReadBlock
-from tpufeed.beam.inputs import expand_inputs
-from tpufeed.beam.shard_size import check_shard_size, suggest_num_shards
+from tpufeed.beam.read.block_plan import plan_blocks
+from tpufeed.beam.read.block_reader import ReadBlock
+from tpufeed.beam.read.inputs import expand_inputs
+from tpufeed.beam.write.shard_size import check_shard_size, suggest_num_shards
 from tpufeed.errors import InvalidArgumentError, SourceError, TransformError
 from tpufeed.sources.built.record_formats import get_record_format
 

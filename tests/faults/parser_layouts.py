@@ -359,7 +359,7 @@ def built(file_format: str) -> Layout:
 
 def text_input(kind: str) -> Layout:
     """A JSONL or CSV input of `tpufeed build`; its framing: quotes, separators, line ends."""
-    from tpufeed.beam.inputs import InputFile, Malformed, read_input
+    from tpufeed.beam.read.inputs import InputFile, Malformed, read_input
 
     rows = [{"id": k, "name": f"n{k}", "score": k / 4} for k in range(12)]
     if kind == "jsonl":

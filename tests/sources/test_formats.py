@@ -212,7 +212,7 @@ def test_a_plain_folder_of_short_names_is_recognised(tmp_path):
 
 
 def test_the_build_reads_inputs_by_the_registry_extensions(tmp_path):
-    from tpufeed.beam.inputs import expand_inputs
+    from tpufeed.beam.read.inputs import expand_inputs
 
     FORMATS["tfrecord"].write(str(tmp_path / "a.tfr"), [b"x"])
     FORMATS["array_record"].write(str(tmp_path / "b.ar"), [b"y"], None)
@@ -222,7 +222,7 @@ def test_the_build_reads_inputs_by_the_registry_extensions(tmp_path):
 
 def test_tfrecord_framing_lives_in_one_module(tmp_path):
     """The build reads TFRecord inputs with tfrecord_format's checks, not a copy of them."""
-    from tpufeed.beam import inputs
+    from tpufeed.beam.read import inputs
     from tpufeed.transforms.example import encode_example
 
     assert "masked_crc" not in python_inspect.getsource(inputs)

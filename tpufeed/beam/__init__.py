@@ -1,7 +1,7 @@
 """The offline Beam stage: `WriteShards` and the `tpufeed build` pipeline.
 
 Apache Beam is imported on first use of a name that needs it (`pip install tpufeed[beam]`);
-`tpufeed.beam.ranking` and `tpufeed.beam.schema` are pure Python.
+`tpufeed.beam.write.ranking` and `tpufeed.beam.write.schema` are pure Python.
 
 >>> import apache_beam as beam, tpufeed.beam  # doctest: +SKIP
 >>> with beam.Pipeline(runner=tpufeed.beam.in_process_runner()) as p:  # doctest: +SKIP
@@ -24,12 +24,12 @@ __all__ = [
 ]
 
 _LAZY = {
-    "WriteShards": "tpufeed.beam.write_shards",
-    "BuildConfig": "tpufeed.beam.build_config",
+    "WriteShards": "tpufeed.beam.write.write_shards",
+    "BuildConfig": "tpufeed.beam.plan.build_config",
     "build": "tpufeed.beam.build_launch",
     "in_process_runner": "tpufeed.beam.build_runner",
-    "beam_option_names": "tpufeed.beam.pipeline_args",
-    "unknown_beam_args": "tpufeed.beam.pipeline_args",
+    "beam_option_names": "tpufeed.beam.plan.pipeline_args",
+    "unknown_beam_args": "tpufeed.beam.plan.pipeline_args",
 }
 
 

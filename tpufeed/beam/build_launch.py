@@ -17,9 +17,9 @@ import time
 from typing import Any
 
 from tpufeed.beam.beam_import import import_with_beam
-from tpufeed.beam.build_config import BuildConfig
-from tpufeed.beam.build_plan import plan_build
-from tpufeed.beam.warm_workers import WarmWorkers
+from tpufeed.beam.plan.build_config import BuildConfig
+from tpufeed.beam.plan.build_plan import plan_build
+from tpufeed.beam.workers.warm_workers import WarmWorkers
 
 __all__ = ["BuildConfig", "build"]
 
@@ -37,7 +37,7 @@ def build(config: BuildConfig) -> dict[str, Any]:
     """Runs the build and returns its summary (records in/out, skipped, shards, bytes, seconds).
 
     The dataset already in `config.output` stays whole until the new one is complete and its
-    counts are checked; then one switch replaces it (`tpufeed.beam.publish`). A build that
+    counts are checked; then one switch replaces it (`tpufeed.beam.write.publish`). A build that
     fails or is stopped (Ctrl-C raises KeyboardInterrupt) removes what it wrote and leaves the
     output as it was, and ends every worker process it started.
     """

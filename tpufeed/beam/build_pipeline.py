@@ -32,12 +32,6 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.pvalue import AsSingleton, DoOutputsTuple
 from apache_beam.runners.runner import PipelineResult
 
-from tpufeed.beam import shard_files
-from tpufeed.beam.bad_records import BadRecords, CheckBad, sum_stats
-from tpufeed.beam.block_plan import Block, BlockStart, file_starts, needs_count
-from tpufeed.beam.block_reader import ReadBlock
-from tpufeed.beam.blocks import count_block
-from tpufeed.beam.build_config import BuildConfig
 from tpufeed.beam.build_failures import (
     Terminated,
     disk_failure,
@@ -45,13 +39,19 @@ from tpufeed.beam.build_failures import (
     noting_interrupts,
     os_error_in,
 )
-from tpufeed.beam.build_plan import BuildPlan
 from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
 from tpufeed.beam.construction import no_ipython_probe, quick_options
-from tpufeed.beam.record_schema import first_record_schema
-from tpufeed.beam.shard_chunks import ShardChunks
-from tpufeed.beam.worker_check import check_workers, needs_check
-from tpufeed.beam.worker_count import AUTO
+from tpufeed.beam.plan.build_config import BuildConfig
+from tpufeed.beam.plan.build_plan import BuildPlan
+from tpufeed.beam.read.bad_records import BadRecords, CheckBad, sum_stats
+from tpufeed.beam.read.block_plan import Block, BlockStart, file_starts, needs_count
+from tpufeed.beam.read.block_reader import ReadBlock
+from tpufeed.beam.read.blocks import count_block
+from tpufeed.beam.read.record_schema import first_record_schema
+from tpufeed.beam.workers.worker_check import check_workers, needs_check
+from tpufeed.beam.workers.worker_count import AUTO
+from tpufeed.beam.write import shard_files
+from tpufeed.beam.write.shard_chunks import ShardChunks
 from tpufeed.errors import TpufeedError, plural
 from tpufeed.sources.built.record_formats import get_record_format
 
@@ -176,7 +176,7 @@ def run_build(
     skipped, shards, bytes).
 
     The dataset already in `config.output` stays whole until the new one is complete and its
-    counts are checked; then one switch replaces it (`tpufeed.beam.publish`). A build that
+    counts are checked; then one switch replaces it (`tpufeed.beam.write.publish`). A build that
     fails or is stopped (Ctrl-C raises KeyboardInterrupt) removes what it wrote and leaves the
     output as it was.
     """

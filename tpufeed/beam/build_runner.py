@@ -2,7 +2,7 @@
 
 Locally the build runs on Beam's in-process runner (FnApiRunner: it never downloads Prism);
 `workers=N` runs its bundles in N worker processes (what Beam's `multi_processing` mode
-starts, through `tpufeed.beam.worker_process`), which gives byte-identical shards; Beam's own
+starts, through `tpufeed.beam.workers.worker_process`), which gives byte-identical shards; Beam's own
 `--direct_running_mode=multi_processing` is accepted too. Refused, each with its reason:
 - `multi_threading`: several threads in FnApiRunner lose records (Beam 2.77: a plain
   Create | Map | Reshuffle | Count of (int, 250-byte) pairs lost records in 5 of 6 runs);
@@ -13,7 +13,7 @@ After the run, the steps' own counters are compared with the manifest; a runner 
 no counters fails the build, because lost records would then go unnoticed.
 Any other runner is Beam's to make. The portable ones (PortableRunner, Flink, Spark) report
 the counters through their job service, and are tested with Beam's embedded job server and
-LOOPBACK or worker-pool workers; `tpufeed.beam.worker_check` first checks their workers.
+LOOPBACK or worker-pool workers; `tpufeed.beam.workers.worker_check` first checks their workers.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _worker_processes(worker_command: str | None) -> beam.runners.PipelineRunner
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
-    from tpufeed.beam.worker_process import command
+    from tpufeed.beam.workers.worker_process import command
 
     level = logging.getLogger("tpufeed").getEffectiveLevel()
     return FnApiRunner(

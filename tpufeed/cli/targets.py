@@ -26,7 +26,7 @@ __all__ = ["load_callable", "make_target"]
 def load_callable(spec: str, option: str = "--transform") -> Any:
     """`module:function` (found in the current directory too) or `path/to/file.py:function`
     (whose imports find the modules next to it)."""
-    from tpufeed.beam.user_transforms import load_transform
+    from tpufeed.beam.read.user_transforms import load_transform
 
     return load_transform(spec, option)
 
