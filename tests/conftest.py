@@ -1,7 +1,8 @@
 """Fixtures that tests in every folder share: the installed layout, the GCS emulator behind
 its fault proxy (`emulator`, `gcs`, `bucket`, `upload`; the servers are in tests/gcs_emulator.py),
-and an S3 server behind the same proxy (`s3_server`, `s3`, `s3_bucket`, `s3_upload`;
-tests/s3_server.py)."""
+an S3 server behind the same proxy (`s3_server`, `s3`, `s3_bucket`, `s3_upload`;
+tests/s3_server.py), and a web server with the Hugging Face Hub's layout behind it too
+(`web_server`, `web`, `web_bucket`, `web_upload`, `hub`; tests/http_server.py)."""
 
 from __future__ import annotations
 
@@ -155,3 +156,74 @@ def s3_upload(s3_server):
         return f"s3://{bucket}/{name}"
 
     return put
+
+
+# -- the web server and the Hub ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def web_server(tmp_path_factory):
+    """A web server on 127.0.0.1 (files with ranges and ETags, and the Hub's layout), for the
+    whole session."""
+    from tests.http_server import WebServer
+
+    server = WebServer(tmp_path_factory.mktemp("web"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def web_proxy(web_server):
+    from tests.http_server import WebFaultProxy
+
+    proxy = WebFaultProxy(web_server.port)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def web(web_server, web_proxy, monkeypatch, tmp_path):
+    """The web fault proxy, reset, with the Hub's paths pointed at it (HF_ENDPOINT), no Hub
+    token from the machine, and the shard cache under tmp_path. `web.url` is the proxy's."""
+    web_server.reset()
+    web_proxy.reset()
+    monkeypatch.setenv("HF_ENDPOINT", web_proxy.url)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_TOKEN_PATH", str(tmp_path / "no-hf-token"))
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "cache"))
+    return web_proxy
+
+
+@pytest.fixture
+def web_bucket(web_server) -> str:
+    """A fresh folder's name under the server's root."""
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    (web_server.root / name).mkdir()
+    return name
+
+
+@pytest.fixture
+def web_upload(web_server, web_proxy):
+    """web_upload(folder, name, data or local path) -> its URL through the proxy; a file put
+    there replaces any before it by a rename (another inode: another ETag)."""
+
+    def put(folder: str, name: str, data: bytes | str) -> str:
+        target = web_server.root / folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+        if isinstance(data, bytes):
+            temporary.write_bytes(data)
+        else:
+            shutil.copy2(data, temporary)
+        temporary.rename(target)
+        return f"{web_proxy.url}/files/{folder}/{name}"
+
+    return put
+
+
+@pytest.fixture
+def hub(web, web_server):
+    """The server's Hub, its repositories emptied."""
+    web_server.hub.repos.clear()
+    return web_server.hub

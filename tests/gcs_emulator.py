@@ -2,8 +2,8 @@
 
 `Emulator` runs `gcp-storage-emulator` as a subprocess on a free port. `FaultProxy` forwards
 every request to it and, at set rates, answers 503, drops the connection before answering, cuts
-a response off halfway, or answers late; it counts requests and the media bytes it served, so a
-test can assert that an epoch read nothing. Nothing is mocked at the Python level: tpufeed talks
+a response off halfway, stops one halfway (a stalled body), or answers late; it counts requests
+and the media bytes it served, so a test can assert that an epoch read nothing. Nothing is mocked at the Python level: tpufeed talks
 HTTP to the proxy through google-cloud-storage (`STORAGE_EMULATOR_HOST` points at the proxy).
 
 The emulator ignores object generations on downloads: it serves the current bytes whatever
@@ -136,6 +136,7 @@ class Faults:
     error_503: float = 0.0
     reset: float = 0.0  # connection closed before any answer
     cut: float = 0.0  # headers and half the body, then the connection closes
+    stall: float = 0.0  # headers and half the body, then nothing for `delay_s`, then it closes
     slow: float = 0.0  # answered after `delay_s`
     delay_s: float = 0.2
     seed: int = 0
@@ -243,6 +244,7 @@ class FaultProxy:
                 ("503", f.error_503),
                 ("reset", f.reset),
                 ("cut", f.cut),
+                ("stall", f.stall),
                 ("slow", f.slow),
             ):
                 if x < rate:
@@ -281,7 +283,7 @@ class FaultProxy:
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
         fault = self._draw(handler.path)
-        forwarded = fault in (None, "slow", "cut")
+        forwarded = fault in (None, "slow", "cut", "stall")
         refused, generation = self._generation_answer(handler) if forwarded else (None, None)
         if refused is not None:
             fault = str(refused)
@@ -330,7 +332,7 @@ class FaultProxy:
         length = response.getheader("Content-Length") if handler.command == "HEAD" else None
         handler.send_header("Content-Length", length or str(len(data)))
         handler.end_headers()
-        sent = data[: len(data) // 2] if fault == "cut" else data
+        sent = data[: len(data) // 2] if fault in ("cut", "stall") else data
         with self._lock:  # counted before the client can have the bytes (and reset counters)
             if media:
                 self.counters.media_requests += 1
@@ -340,7 +342,10 @@ class FaultProxy:
                     (handler.path.split("?", 1)[0], handler.headers.get("Range", ""))
                 )
         _paced_write(handler.wfile, sent, self.faults.mbps)
-        if fault == "cut":
+        if fault == "stall":  # a body that stops: the client's wait between bytes must end it
+            handler.wfile.flush()
+            time.sleep(self.faults.delay_s)
+        if fault in ("cut", "stall"):
             handler.wfile.flush()
             handler.close_connection = True
             _abort(handler)

@@ -8,21 +8,24 @@ Names, with what counts them (each once per request, shard or chunk, never per r
     bytes_read        bytes of records read from shard files, local or gs:// (sources:
                       ArrayRecord and TFRecord records; Parquet row groups as stored)
     cache_hits        opens of a gs:// shard served by the shard cache from local disk
-                      (storage.cache)
+                      (storage.cache.shard_cache)
     cache_misses      opens that had to wait for the shard to be fetched first
     cache_evictions   shards evicted to stay within the cache's byte limit
     cache_bytes       bytes fetched into the cache (whole shards, read-ahead included)
     gcs_requests      GCS requests sent (storage.retry: every attempt of a listing, a metadata
                       read or a byte range)
     gcs_retries       of those, retries after a transient failure
-    gcs_bytes         bytes of object data received from GCS (storage.gcs)
-    s3_requests       the same three for S3 and S3-compatible stores (storage.s3)
+    gcs_bytes         bytes of object data received from GCS (storage.stores.gcs)
+    s3_requests       the same three for S3 and S3-compatible stores (storage.stores.s3)
     s3_retries
     s3_bytes
+    http_requests     the same three for files on web servers (http://, https://) and the
+    http_retries      Hugging Face Hub (hf://) (storage.stores.web, storage.stores.hub)
+    http_bytes
     workers_started   worker processes started (run.workers.pool)
     workers_lost      workers found dead or stopped: the run then ends with WorkerError
                       (a worker is never restarted; a new iterator starts new ones)
-    agreements        steps agreed with the other hosts (run.uneven)
+    agreements        steps agreed with the other hosts (run.hosts.uneven)
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ NAMES = (
     "s3_requests",
     "s3_retries",
     "s3_bytes",
+    "http_requests",
+    "http_retries",
+    "http_bytes",
     "workers_started",
     "workers_lost",
     "agreements",

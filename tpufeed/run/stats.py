@@ -197,8 +197,8 @@ class PipelineStats:
         return "\n".join(lines + self._worker_lines())
 
     def _storage_lines(self) -> list[str]:
-        """One line for the shard cache and one per store (GCS, S3), each where something was
-        counted."""
+        """One line for the shard cache and one per store (GCS, S3, HTTP), each where something
+        was counted."""
         c, lines = self.counts, []
         if c.get("cache_hits") or c.get("cache_misses") or c.get("cache_evictions"):
             lines.append(
@@ -206,7 +206,7 @@ class PipelineStats:
                 f"misses ({self.cache_hit_rate or 0:.1%} hit), {c.get('cache_evictions', 0):,} "
                 f"evictions, {c.get('cache_bytes', 0) / 2**20:,.1f} MiB fetched"
             )
-        for store, name in (("gcs", "GCS"), ("s3", "S3")):
+        for store, name in (("gcs", "GCS"), ("s3", "S3"), ("http", "HTTP(S) and the Hub")):
             if c.get(f"{store}_requests"):
                 lines.append(
                     f"{name}: {c[f'{store}_requests']:,} requests, "

@@ -255,15 +255,15 @@ class ShardedSource(Generic[F]):
 
 def file_stamp(f: RecordFile) -> ShardStamp:
     """What a state remembers of file `f`: the manifest's size and CRC32C for a shard of a
-    built dataset; a gs:// object's size and CRC32C (its generation where GCS has no
-    checksum); a local file's size and modification time, as pinned when first opened."""
+    built dataset; a remote object's size and `content_version` (CRC32C, else generation or
+    last-modified time, else ETag); a local file's size and modification time, as pinned when
+    first opened."""
     crc32c = getattr(f, "crc32c", None)
     if isinstance(crc32c, str):  # a manifest's entry: the same on every copy of the dataset
         return ShardStamp(f.path, int(getattr(f, "num_bytes", 0)), int(crc32c, 16), 0)
     if f.remote is not None:
         obj = f.remote.obj
-        version = obj.crc32c if obj.crc32c is not None else obj.generation
-        return ShardStamp(f.path, obj.size, version, obj.generation * 1000)  # us -> ns
+        return ShardStamp(f.path, obj.size, obj.content_version, obj.generation * 1000)  # us->ns
     pinned = getattr(f, "pinned", None)
     if pinned is None:
         pinned = FileIdentity.of(check_regular(f.path))

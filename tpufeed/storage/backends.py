@@ -1,7 +1,8 @@
 """The object stores tpufeed reads, by URL scheme: the one place that knows which exist.
 
-Each backend is a module of the same five functions over `RemoteObject`s (`storage.stores.gcs` for
-`gs://`, `storage.stores.s3` for `s3://`): `list_objects` (one object, or a glob's matches sorted by
+Each backend is a module of `storage.stores` with the same five functions over `RemoteObject`s
+(`gcs` for `gs://`, `s3` for `s3://`, `web` for `https://` and `http://`, `hub` for the Hugging
+Face Hub's `hf://datasets/...`): `list_objects` (one object, or a glob's matches sorted by
 name), `list_prefix`, `stat`, `read_range` (bytes of one version, or `ObjectChangedError`) and
 `fetch_into`. Every caller outside `tpufeed.storage` goes through the functions here, so a new
 store is a new module and a line in `BACKENDS`. A backend module and its client library load on
@@ -34,11 +35,17 @@ __all__ = [
 ]
 
 # scheme -> the module that implements it
-BACKENDS: dict[str, str] = {"gs": "tpufeed.storage.stores.gcs", "s3": "tpufeed.storage.stores.s3"}
+BACKENDS: dict[str, str] = {
+    "gs": "tpufeed.storage.stores.gcs",
+    "s3": "tpufeed.storage.stores.s3",
+    "https": "tpufeed.storage.stores.web",
+    "http": "tpufeed.storage.stores.web",
+    "hf": "tpufeed.storage.stores.hub",
+}
 
 
 def scheme_of(path: object) -> str | None:
-    """The registered scheme of a URL (`"gs"`, `"s3"`), or None for a local path."""
+    """The registered scheme of a URL (`"gs"`, `"s3"`, `"https"`...), or None for a local path."""
     if not isinstance(path, str):
         return None
     scheme, sep, _ = path.partition("://")
@@ -51,7 +58,7 @@ def is_remote_url(path: object) -> bool:
 
 
 def schemes() -> str:
-    """The registered schemes, for messages: 'gs://, s3://'."""
+    """The registered schemes, for messages: 'gs://, s3://, https://, http://, hf://'."""
     return ", ".join(f"{s}://" for s in BACKENDS)
 
 

@@ -11,6 +11,7 @@ syntax is the same on every store (`glob_regex`): `*` and `?` do not cross `/`, 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -32,8 +33,10 @@ GLOB_CHARS = frozenset("*?[")
 class RemoteObject:
     """One version of one object: its bytes never change under this value.
 
-    `generation` is GCS's generation, or an S3 object's last-modified time in microseconds;
-    `etag` and `version_id` are S3's (every read of the object names its ETag, If-Match).
+    `generation` is GCS's generation, or an S3 or web object's last-modified time in
+    microseconds (0 where there is none); `etag` and `version_id` are S3's, or a web server's
+    ETag (every read of the object names it, If-Match); `revision` is the commit a Hugging Face
+    Hub file is read at (`storage.stores.hub`).
     """
 
     bucket: str
@@ -44,6 +47,7 @@ class RemoteObject:
     scheme: str = "gs"
     etag: str | None = None
     version_id: str | None = None
+    revision: str | None = None
 
     @property
     def url(self) -> str:
@@ -55,6 +59,17 @@ class RemoteObject:
         if self.etag is None:
             return str(self.generation)
         return self.etag if self.version_id is None else f"{self.etag}@{self.version_id}"
+
+    @property
+    def content_version(self) -> int:
+        """A number that changes whenever the bytes do, for a state's record of its files: the
+        CRC32C where the store keeps one; else the generation (GCS's; an S3 or web object's
+        last-modified time); else a digest of the ETag (a Hub file, named by its content)."""
+        if self.crc32c is not None:
+            return self.crc32c
+        if self.generation or self.etag is None:
+            return self.generation
+        return int.from_bytes(hashlib.blake2b(self.etag.encode(), digest_size=6).digest(), "big")
 
     @property
     def identity(self) -> str:

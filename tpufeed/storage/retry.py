@@ -136,21 +136,31 @@ def describe(exc: BaseException) -> str:
     return f"HTTP {status} ({kind})" if status is not None else kind
 
 
-# The credentials each store reads, as a refusal names them.
+# What a refusal (401, 403) asks to check, per store.
+_WEB_CREDENTIALS = (
+    "check that the URL may be read without credentials (a signed URL's signature may have expired)"
+)
 _CREDENTIALS = {
-    "s3": "the AWS credentials in use (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
-    "AWS_PROFILE, or the instance's role; AWS_ENDPOINT_URL for an S3-compatible store)",
+    "s3": "check that the AWS credentials in use (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+    "AWS_PROFILE, or the instance's role; AWS_ENDPOINT_URL for an S3-compatible store) may "
+    "read this bucket",
+    "http": _WEB_CREDENTIALS,
+    "https": _WEB_CREDENTIALS,
+    "hf": "check that HF_TOKEN (or the token `hf auth login` saved) may read the repository "
+    "(a gated dataset's terms must be accepted on the Hub first)",
 }
 _GCS_CREDENTIALS = (
-    "the credentials in use (Application Default Credentials: `gcloud auth "
-    "application-default login`, or the VM's service account)"
+    "check that the credentials in use (Application Default Credentials: `gcloud auth "
+    "application-default login`, or the VM's service account) may read this bucket"
 )
+# The counters' prefix of each scheme (`gcs_requests`, `s3_requests`, `http_requests`).
+_STORES = {"gs": "gcs", "s3": "s3", "http": "http", "https": "http", "hf": "http"}
 
 
 def _store(url: str) -> str:
-    """The counters' prefix of a URL's store: "gcs" for gs://, else the scheme ("s3")."""
-    scheme = url.partition("://")[0]
-    return "gcs" if scheme == "gs" or scheme not in _CREDENTIALS else scheme
+    """The counters' prefix of a URL's store: "gcs" for gs://, "s3", "http" for http://,
+    https:// and hf://."""
+    return _STORES.get(url.partition("://")[0], "gcs")
 
 
 def permanent_error(exc: BaseException, url: str, what: str) -> SourceError:
@@ -160,8 +170,7 @@ def permanent_error(exc: BaseException, url: str, what: str) -> SourceError:
     if status in (401, 403):
         credentials = _CREDENTIALS.get(url.partition("://")[0], _GCS_CREDENTIALS)
         return SourceError(
-            f"{url}: permission denied (HTTP {status}) while {what}; check that {credentials} "
-            "may read this bucket",
+            f"{url}: permission denied (HTTP {status}) while {what}; {credentials}",
             path=url,
         )
     return SourceError(f"{url}: {describe(exc)} while {what}: {_short(exc)}", path=url)
@@ -248,7 +257,7 @@ class _Call:
         policy = self.policy
         return SourceError(
             f"{self.url}: gave up {self.what} after {self.tries} attempts in "
-            f"{time.monotonic() - self.start:.1f} s (a {self.store.upper()} call may take {policy.deadline_s:g} "
+            f"{time.monotonic() - self.start:.1f} s (one {self.store.upper()} call may take {policy.deadline_s:g} "
             f"s, retries included, and a request wait {policy.timeout_s:g} s for an answer; a "
             f"constructor's timeout_s= sets the bound); last failure: {describe(exc)}",
             path=self.url,
