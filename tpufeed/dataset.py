@@ -12,14 +12,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
+from tpufeed.chain.base import SourceName
 from tpufeed.chain.order import OrderMethods
 from tpufeed.chain.settings import SettingMethods
 from tpufeed.chain.stages import StageMethods
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.registry import Stage, stage_label
 from tpufeed.order.sharding import Sharding
+from tpufeed.order.slicing import WHOLE, Slicing
 from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.element_spec import element_spec
 from tpufeed.run.iterator import DatasetIterator
@@ -65,6 +67,7 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
     _max_errors: int = 0
     _settings: RunSettings = RunSettings()  # workers, prefetch, options: where chunks run
     _mixture: Mixture | None = None
+    _slicing: Slicing = WHOLE  # slice, take, skip: the records and positions each epoch reads
 
     @classmethod
     def _over(cls, source: SourceView) -> Self:
@@ -104,10 +107,16 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
         """The manifest's inferred schema for datasets from `Dataset.open`, else None."""
         return None if self._source is None else getattr(self._source.source, "schema", None)
 
-    @property
-    def source(self) -> Any:
-        """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source."""
-        return self._view("source").source
+    source = SourceName()
+    """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source.
+
+    On the class, `tpufeed.Dataset.source(x)` is `from_source(x)`, as Grain's
+    `MapDataset.source(x)`: any object with `__len__` and `__getitem__(int)`, a list too.
+
+    >>> ds = Dataset.source([10, 20, 30])
+    >>> list(ds), ds.source
+    ([10, 20, 30], [10, 20, 30])
+    """
 
     def __iter__(self) -> DatasetIterator:
         return self.iterator()
@@ -115,9 +124,18 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
     def __bool__(self) -> bool:
         return True  # a Dataset is a description: truthy, whatever len() would say
 
-    def __getitem__(self, index: int) -> Any:
+    @overload
+    def __getitem__(self, index: slice) -> Dataset: ...
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
         """The element at position `index` of this host's stream, as iteration makes it (None
-        where a filter drops it): for map, random_map and filter (`tpufeed.run.lookup`)."""
+        where a filter drops it): for map, random_map and filter (`tpufeed.run.lookup`).
+        `ds[a:b:c]` is `ds.slice(slice(a, b, c))`, as in Grain."""
+        if isinstance(index, slice):
+            return self.slice(index)
         return element_at(self._plan(), index)
 
     @property
@@ -190,7 +208,7 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
         if self._mixture is not None:
             return self._mixture.fingerprint(self._stages)
         source = self._view("fingerprint")
-        return pipeline_fingerprint(source, self._seed, self._window, self._stages)
+        return pipeline_fingerprint(source, self._seed, self._window, self._stages, self._slicing)
 
     def _first_item(self) -> Any:
         """The first item of a one-host pass: what a host that made nothing pads from."""
@@ -203,9 +221,17 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
             return self._mixture.plan(
                 host, hosts, self._settings.workers, self._stages, self.fingerprint()
             )
-        source, stages = self._view("a plan"), self._stages
+        source, stages, epochs = self._view("a plan"), self._stages, self._epochs
         return pipeline_plan(
-            source, self._seed, self._window, stages, self._epochs, self._max_errors, host, hosts
+            source,
+            self._seed,
+            self._window,
+            stages,
+            epochs,
+            self._max_errors,
+            host,
+            hosts,
+            self._slicing,
         )
 
     def _replace(self, **changes: Any) -> Dataset:
@@ -215,8 +241,9 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
         if self._mixture is not None:
             return self._mixture.summary(self._stages)
         stages = ", ".join(map(stage_label, self._stages))
+        cut = "" if self._slicing == WHOLE else f"{self._slicing}, "
         return (
-            f"Dataset({self._view('repr').source!r}, seed={self._seed}, window={self._window}, "
+            f"Dataset({self._view('repr').source!r}, {cut}seed={self._seed}, window={self._window}, "
             f"shard={self._sharding}, stages=[{stages}], epochs={self._epochs}, "
             f"prefetch={self._settings.prefetch}, workers={self._settings.workers})"
         )

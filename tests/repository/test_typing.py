@@ -55,6 +55,11 @@ reveal_type(ds)  # tpufeed.dataset.Dataset
 reveal_type(tpufeed.Dataset.from_sequence(range(10)).flat_map(str.split))  # tpufeed.dataset.Dataset
 reveal_type(tpufeed.Dataset.mix([ds, ds], weights=[0.7, 0.3], seed=0))  # tpufeed.dataset.Dataset
 reveal_type(len(ds))  # int
+reveal_type(tpufeed.Dataset.source([1, 2]))  # tpufeed.dataset.Dataset
+reveal_type(ds[2:8])  # tpufeed.dataset.Dataset
+reveal_type(ds.take(5).skip(1))  # tpufeed.dataset.Dataset
+reveal_type(ds.options())  # tpufeed.run.autotune.Options
+reveal_type(ds.options(timeout_s=5))  # tpufeed.dataset.Dataset
 it = iter(ds)
 reveal_type(it)  # tpufeed.run.iterator.DatasetIterator
 reveal_type(next(it))  # Any

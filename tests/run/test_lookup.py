@@ -123,11 +123,12 @@ def test_a_pipeline_without_a_position_per_element_refuses_indexing_saying_why(m
         make()[0]
 
 
-def test_a_slice_or_other_key_is_refused_pointing_to_shard():
+def test_a_slice_is_grains_slice_and_another_key_is_refused_pointing_to_shard():
+    assert [int(e["id"]) for e in records()[0:4]] == [0, 1, 2, 3]  # ds.slice(slice(0, 4))
     with pytest.raises(TypeError, match=r"\.shard\(index, count\)"):
-        records()[0:4]
-    with pytest.raises(TypeError, match="indices are ints"):
         records()["id"]
+    with pytest.raises(TypeError, match="indices are ints"):
+        records()[1.5]
 
 
 def test_a_bad_record_raises_its_error_where_ignore_errors_would_skip_it():

@@ -75,6 +75,11 @@ PIPELINES = {
         .batch(2)
     ),
     "repeat-across-epochs": lambda: records(7).shuffle(6).batch(3).repeat(3),
+    "slice-records": lambda: records(30).slice(slice(3, 25, 2)).shuffle(4).batch(3).repeat(2),
+    "take-shuffled": lambda: records(30).shuffle(8).take(9).filter(lambda e: e["id"] % 4).repeat(2),
+    "skip-pack": lambda: (
+        sequences(30).skip(12).map(tokens_only).pack({"tokens": 8}, open_rows=2).batch(2).repeat(2)
+    ),
     "ignore_errors": lambda: records().map(fails_on_sevens).ignore_errors(10).batch(3).repeat(2),
     "cache": lambda: (
         records(12)

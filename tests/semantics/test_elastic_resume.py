@@ -37,3 +37,22 @@ def test_elastic_resume_then_next_epoch_uses_the_new_hosts():
             if resumed.get_state()["epoch"] == 1:
                 second_epoch += records_of(item)
     assert sorted(second_epoch) == list(range(n))
+
+
+@pytest.mark.parametrize("old_hosts,new_hosts", [(4, 2), (2, 3), (3, 1)])
+@pytest.mark.parametrize("cut,kept", [(lambda ds: ds.take(30), 30), (lambda ds: ds.skip(9), 55)])
+def test_elastic_resume_of_a_sliced_epoch_keeps_exactly_once(old_hosts, new_hosts, cut, kept):
+    n, batch = 64, 3
+    make_cut = lambda hosts, host: make(n=n, hosts=hosts, host=host, batch=batch, extra=cut)  # noqa: E731
+    before, states = [], []
+    for host in range(old_hosts):
+        it = make_cut(old_hosts, host).iterator()
+        before += flat(next(it) for _ in range(2))
+        states.append(it.get_state())
+    after = []
+    for host in range(new_hosts):
+        after += flat(make_cut(new_hosts, host).iterator(states[0]))
+    whole = flat(make(n=n, extra=cut).iterator())
+    assert len(whole) == kept
+    assert sorted(before + after) == sorted(whole)
+    assert len(before + after) == len(set(before + after))

@@ -3,6 +3,7 @@ every record once (before filter; drop_remainder drops only each host's last par
 
 import pytest
 
+import tpufeed
 from tests.semantics.numbered import N, flat, make, records_of
 
 
@@ -54,3 +55,32 @@ def test_filter_counts_positions_not_elements():
     for host in range(3):
         out += flat(make(hosts=3, host=host, batch=4, extra=keep_even).iterator())
     assert sorted(out) == list(range(0, N, 2))
+
+
+@pytest.mark.parametrize("hosts", [1, 2, 3, 8])
+@pytest.mark.parametrize("seed", [None, 7])
+@pytest.mark.parametrize(
+    "where,cut", [("before", slice(5, 30)), ("after", slice(5, 30)), ("after", slice(1, None, 3))]
+)
+def test_a_sliced_epoch_is_delivered_once_across_hosts(hosts, seed, where, cut):
+    """slice/take/skip cut each epoch before the hosts share it: together they deliver the
+    records the slice keeps (of the records, or of each epoch's shuffled order), each once."""
+    epochs = 2
+    per_epoch = [[] for _ in range(epochs)]
+    for host in range(hosts):
+        ds = tpufeed.Dataset.from_sequence(list(range(N)))
+        if where == "before":
+            ds = ds.slice(cut)
+        ds = ds if seed is None else ds.shuffle(seed)
+        if where == "after":
+            ds = ds.slice(cut)
+        it = ds.shard(host, hosts).batch(4).repeat(epochs).iterator()
+        for item in it:
+            per_epoch[it.get_state()["epoch"]].extend(item.tolist())
+    for epoch, delivered in enumerate(per_epoch):
+        assert len(delivered) == len(set(delivered)) == len(range(N)[cut])
+        if seed is None or where == "before":
+            assert sorted(delivered) == list(range(N)[cut])
+        else:  # places of this epoch's order
+            order = list(tpufeed.Dataset.from_sequence(list(range(N))).shuffle(seed).repeat(2))
+            assert sorted(delivered) == sorted(order[epoch * N : (epoch + 1) * N][cut])

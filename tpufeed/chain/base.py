@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.registry import Stage, check_next
 from tpufeed.order.sharding import Sharding
+from tpufeed.order.slicing import Slicing
 from tpufeed.run.launch import RunSettings
 from tpufeed.run.mixture import Mixture
 from tpufeed.sources.view import SourceView
@@ -20,7 +22,7 @@ from tpufeed.sources.view import SourceView
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["Chain"]
+__all__ = ["Chain", "SourceName"]
 
 
 class Chain(abc.ABC):
@@ -35,6 +37,7 @@ class Chain(abc.ABC):
     _max_errors: int
     _settings: RunSettings
     _mixture: Mixture | None
+    _slicing: Slicing
 
     @abc.abstractmethod
     def _replace(self, **changes: Any) -> Self:
@@ -61,3 +64,23 @@ class Chain(abc.ABC):
         if self._source is None:
             raise InvalidArgumentError(f"{what} needs a source, and this Dataset has none")
         return self._source
+
+
+_Pipeline = TypeVar("_Pipeline", bound="Chain")
+
+
+class SourceName:
+    """`source`, read on a pipeline and on its class: `ds.source` is the record source
+    underneath, and `Dataset.source(x)` is Grain's spelling of `Dataset.from_source(x)`. A
+    descriptor, so that one name serves both and type checkers see each."""
+
+    @overload
+    def __get__(self, pipeline: None, owner: type[_Pipeline]) -> Callable[[Any], _Pipeline]: ...
+
+    @overload
+    def __get__(self, pipeline: _Pipeline, owner: type[_Pipeline]) -> Any: ...
+
+    def __get__(self, pipeline: Chain | None, owner: type[Chain]) -> Any:
+        if pipeline is None:
+            return getattr(owner, "from_source")  # noqa: B009 (SourceConstructors' method)
+        return pipeline._view("source").source

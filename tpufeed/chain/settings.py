@@ -10,7 +10,6 @@ from tpufeed.chain.base import Chain
 from tpufeed.chain.tf_data import KEEP, UNBOUNDED_SKIPS, Keep, foreign_options
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.run.autotune import AUTO, Options, TracePath
-from tpufeed.run.plan import check_max_errors
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -138,3 +137,9 @@ class SettingMethods(Chain):
 
             shared_server()  # returns at once: its imports run while the caller goes on
         return workers
+
+
+def check_max_errors(max_errors: Any) -> None:
+    """Raises unless `max_errors` can be a plan's count of bad records to skip."""
+    if not isinstance(max_errors, int) or isinstance(max_errors, bool) or max_errors < 0:
+        raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")

@@ -41,10 +41,10 @@ def memory_cache(directory: Any, max_bytes: Any) -> str | None:
     """Why `cache(directory, max_bytes)` as a tf.data user writes it cannot run (None: it can)."""
     if directory is None or directory == "":
         return (
-            "cache() needs a directory and max_bytes: tpufeed keeps each record's elements on "
-            "disk, bounded, keyed by the code that made them, and replays them in later epochs "
-            "and runs; tf.data's cache() keeps the first epoch in memory without bound. Write "
-            "cache('/local/ssd/cache', max_bytes=100 << 30)"
+            f"cache() needs a directory and max_bytes, got directory={directory!r}: tpufeed "
+            "keeps each record's elements on disk, bounded, keyed by the code that made them, "
+            "and replays them in later epochs and runs; tf.data's cache() keeps the first epoch "
+            "in memory without bound. Write cache('/local/ssd/cache', max_bytes=100 << 30)"
         )
     if max_bytes is None:
         return (

@@ -32,7 +32,6 @@ from tpufeed.ops.padding import pad_elements
 from tpufeed.ops.rows import StackedRows
 from tpufeed.ops.stacking import stack
 from tpufeed.ops.user_functions import is_interruption
-from tpufeed.order.permutation import records_at
 from tpufeed.order.rng import RecordRngs
 from tpufeed.run.plan import Plan
 from tpufeed.run.threaded import head_in_threads, threadable
@@ -130,8 +129,7 @@ class ChunkRunner:
     def outputs(self, epoch: int, positions: list[int]) -> dict[int, list[Any]]:
         """Every output of the records at epoch `positions`, read and transformed again (what
         a stage that holds elements across items restores from)."""
-        shuffle, n = self.plan.shuffle, len(self.plan.source)
-        records = records_at(n, shuffle, epoch, np.asarray(positions, np.int64))
+        records = self.plan.records_at(epoch, np.asarray(positions, np.int64))
         piece = self.run(epoch, records, None)
         if piece.skipped:
             raise piece.skipped[0]

@@ -24,7 +24,6 @@ import numpy as np
 
 from tpufeed.ops.base import StageClock
 from tpufeed.order.cursor import epoch_start
-from tpufeed.order.permutation import records_at
 from tpufeed.run.chunks import ChunkRunner
 from tpufeed.run.plan import MixPlan, Plan
 
@@ -42,7 +41,7 @@ def element_at(plan: Plan | MixPlan, index: Any) -> Any:
             f"Dataset indices are ints, got {type(index).__name__} {index!r}: for a share of "
             "the records use .shard(index, count), for a range itertools.islice(ds, start, stop)"
         ) from None
-    n = len(plan.source)
+    n = plan.records_per_epoch
     share = plan.start().stream_size(n)
     positions = None if plan.epochs is None else share * plan.epochs
     if i < 0 and positions is not None:
@@ -55,7 +54,7 @@ def element_at(plan: Plan | MixPlan, index: Any) -> Any:
         )
     epoch, unit = divmod(i, share)
     stream, _ = epoch_start(epoch, plan.hosts, plan.host).positions(n, unit, 1)
-    records = records_at(n, plan.shuffle, epoch, np.asarray(stream, np.int64))
+    records = plan.records_at(epoch, np.asarray(stream, np.int64))
     piece = ChunkRunner(plan, StageClock()).run(epoch, records, None)
     if piece.skipped:
         raise piece.skipped[0]

@@ -4,8 +4,8 @@ A `Plan` is one pipeline: its source, order, stages and host. A `MixPlan` is a m
 plans of its components and the stages after `mix`. Both give what `StreamPlan` declares, which
 is all that the stream, the stages after batch, the resume door and the run ask of a plan.
 
-`pipeline_plan` makes a `Plan` of what a `Dataset` holds, for one host; `Dataset`'s methods
-check the settings a plan takes (shuffle, epochs, skipped errors) with the `check_*` here.
+`pipeline_plan` makes a `Plan` of what a `Dataset` holds, for one host (`tpufeed.chain` checks
+the settings as they are chained).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tpufeed.errors import InvalidArgumentError, UnknownLengthError
+import numpy as np
+
+from tpufeed.errors import UnknownLengthError
 from tpufeed.ops.base import RecordNames, RecordStage
 from tpufeed.ops.batch import Batch
 from tpufeed.ops.cache import Cache
@@ -24,6 +26,7 @@ from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, idle_stage_state, split
 from tpufeed.order.cursor import Cursor, MixCursor, epoch_start, mixture_start
 from tpufeed.order.permutation import Shuffle
+from tpufeed.order.slicing import WHOLE, Slicing
 from tpufeed.order.state import (
     ShardStamp,
     StageState,
@@ -132,6 +135,7 @@ class Plan:
     pieces_only: bool = False  # a mixture's component: stacks pieces, never finishes batches
     piece_size: int | None = None  # a mixture's component: units per chunk
     shard_stamps: tuple[ShardStamp, ...] = ()  # the source's files when the plan was made
+    slicing: Slicing = WHOLE  # the records and positions each epoch reads (slice, take)
 
     record_key = 1  # ints that name a record in a state: its epoch position
 
@@ -156,9 +160,14 @@ class Plan:
     def names(self) -> SourceView:
         return self.source
 
-    @property
+    @functools.cached_property
     def records_per_epoch(self) -> int:
-        return len(self.source)
+        """Positions in each epoch: the source's records, or those a slice keeps."""
+        return self.slicing.count(len(self.source))
+
+    def records_at(self, epoch: int, positions: np.ndarray) -> np.ndarray:
+        """The record indices at `positions` of `epoch`'s order."""
+        return self.slicing.records_at(len(self.source), self.shuffle, epoch, positions)
 
     @property
     def chunk(self) -> int:
@@ -174,7 +183,7 @@ class Plan:
     def items_per_epoch(self) -> int:
         """Items (batches, or elements) in one epoch of this host's share, from the record
         count alone: exact only where counts cannot depend on the data."""
-        share = self.start().stream_size(len(self.source))
+        share = self.start().stream_size(self.records_per_epoch)
         if self.batch is None:
             return share
         size = self.batch.batch_size
@@ -227,7 +236,7 @@ class MixPlan:
 
     @property
     def records_per_epoch(self) -> int:
-        return sum(len(component.source) for component in self.components)
+        return sum(component.records_per_epoch for component in self.components)
 
     def start(self) -> MixCursor:
         return mixture_start(tuple(component.start() for component in self.components))
@@ -296,13 +305,14 @@ def pipeline_plan(
     max_errors: int,
     host: int,
     hosts: int,
+    slicing: Slicing = WHOLE,
 ) -> Plan:
     """The plan of one pipeline (not a mixture) for host `host` of `hosts`: what `Dataset`
     holds, in the form that runs (`seed` None: no shuffle)."""
     head, pack, batch, tail = split(stages)
     return Plan(
         source=source,
-        shuffle=_shuffle(seed, window, source),
+        shuffle=_shuffle(seed, window, source, slicing),
         rng_seed=seed if seed is not None else 0,
         head=head,
         batch=batch,
@@ -310,10 +320,11 @@ def pipeline_plan(
         epochs=epochs,
         hosts=hosts,
         host=host,
-        fingerprint=pipeline_fingerprint(source, seed, window, stages),
+        fingerprint=pipeline_fingerprint(source, seed, window, stages, slicing),
         max_errors=max_errors,
         pack=pack,
         shard_stamps=source.shard_stamps(),
+        slicing=slicing,
     )
 
 
@@ -349,52 +360,31 @@ def _count_deciders(plan: Plan | MixPlan) -> str:
 
 
 def pipeline_fingerprint(
-    source: SourceView, seed: int | None, window: int | None, stages: tuple[Stage, ...]
+    source: SourceView,
+    seed: int | None,
+    window: int | None,
+    stages: tuple[Stage, ...],
+    slicing: Slicing = WHOLE,
 ) -> str:
-    """Identifies source, shuffle seed and stages; states only restore into a match. A
-    `cache()` changes none of the items, so it is left out: states move in and out of it."""
-    return fingerprint_of(
-        {
-            "source": source.fingerprint(),
-            "seed": seed,
-            "window": window,
-            "ops": [stage.describe() for stage in stages if not isinstance(stage, Cache)],
-        }
-    )
+    """Identifies source, shuffle seed, slices and stages; states only restore into a match.
+    A `cache()` changes none of the items, so it is left out: states move in and out of it."""
+    described: dict[str, Any] = {
+        "source": source.fingerprint(),
+        "seed": seed,
+        "window": window,
+        "ops": [stage.describe() for stage in stages if not isinstance(stage, Cache)],
+    }
+    cut = slicing.describe()
+    if cut is not None:  # pipelines without a slice keep the fingerprints they had
+        described["slice"] = cut
+    return fingerprint_of(described)
 
 
-def check_epochs(epochs: Any) -> None:
-    """Raises unless `epochs` can be a plan's epoch count (None: forever)."""
-    if epochs is not None and (
-        not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0
-    ):
-        raise InvalidArgumentError(f"epochs must be None or a non-negative int, got {epochs!r}")
-
-
-def check_max_errors(max_errors: Any) -> None:
-    """Raises unless `max_errors` can be a plan's count of bad records to skip."""
-    if not isinstance(max_errors, int) or isinstance(max_errors, bool) or max_errors < 0:
-        raise InvalidArgumentError(f"max_errors must be a non-negative int, got {max_errors!r}")
-
-
-def check_shuffle(seed: Any, window: Any, source: Any) -> None:
-    """Raises unless `seed` and `window` can shuffle `source` (a window needs shards)."""
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise InvalidArgumentError(f"shuffle seed must be an int, got {seed!r}")
-    if window is not None and (
-        not isinstance(window, int) or isinstance(window, bool) or window < 1
-    ):
-        raise InvalidArgumentError(f"shuffle window must be None or a positive int, got {window!r}")
-    if window is not None and not hasattr(source, "shard_starts"):
-        raise InvalidArgumentError(
-            f"shuffle(window={window}) needs a source of several files (ArrayRecord, TFRecord, "
-            f"Dataset.open); {type(source).__name__} has no shards"
-        )
-
-
-def _shuffle(seed: int | None, window: int | None, source: SourceView) -> Shuffle | None:
+def _shuffle(
+    seed: int | None, window: int | None, source: SourceView, slicing: Slicing
+) -> Shuffle | None:
     if seed is None:
         return None
     if window is None:
         return Shuffle(seed)
-    return Shuffle(seed, window, source.source.shard_starts)
+    return Shuffle(seed, window, slicing.shard_starts(source.source.shard_starts))

@@ -144,7 +144,7 @@ def resume(plan: StreamPlan, state: Any) -> Start:
 
 
 def _resume_plan(plan: Plan, saved: Saved | list[Saved]) -> Start:
-    n = len(plan.source)
+    n = plan.records_per_epoch
     if isinstance(saved, Saved):
         mine = check_in_range(saved.position, n)
         cursor = resume_one(mine, n, plan.hosts, plan.host, plan.counts_depend_on_data)
@@ -157,7 +157,7 @@ def _resume_plan(plan: Plan, saved: Saved | list[Saved]) -> Start:
 
 
 def _resume_mixture(plan: MixPlan, saved: Saved | list[Saved]) -> Start:
-    sizes = [len(component.source) for component in plan.components]
+    sizes = [component.records_per_epoch for component in plan.components]
     for one in [saved] if isinstance(saved, Saved) else saved:
         for cursor, n in zip(one.position.cursors, sizes):
             check_in_range(cursor, n)

@@ -57,7 +57,7 @@ def counts_are_even(plan: Plan, cursor: Cursor) -> bool:
         return True
     if plan.counts_depend_on_data or cursor.carries:
         return False
-    n = len(plan.source)
+    n = plan.records_per_epoch
     size = plan.batch.batch_size if plan.batch is not None else 1
     drop = plan.batch.drop_remainder if plan.batch is not None else False
     fresh = [epoch_start(cursor.epoch + 1, plan.hosts, h) for h in range(plan.hosts)]

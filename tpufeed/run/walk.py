@@ -16,7 +16,6 @@ import numpy as np
 
 from tpufeed.ops.base import Chunk, EpochEnd
 from tpufeed.order.cursor import Cursor, epoch_start
-from tpufeed.order.permutation import records_at
 from tpufeed.run.plan import Plan
 
 _BLOCK = 8192  # units announced to the source at once
@@ -25,7 +24,7 @@ _SPAN_BLOCKS = 8  # blocks whose records are computed at once
 
 def walk(plan: Plan, cursor: Cursor, announce: bool = True) -> Iterator[Chunk | EpochEnd]:
     """Chunks of `plan.chunk` units from `cursor` on, and an `EpochEnd` after each epoch."""
-    n = len(plan.source)
+    n = plan.records_per_epoch
     fused_drop = plan.fused and plan.batch is not None and plan.batch.drop_remainder
     while plan.epochs is None or cursor.epoch < plan.epochs:
         units = cursor.stream_size(n)
@@ -77,7 +76,7 @@ class _Blocks:
         if not (0 <= lo and lo + size <= len(self._span[0])):  # spans are whole blocks too
             span = min(block * _SPAN_BLOCKS, self._units - start)
             at, skipping = self._cursor.positions(self._n, start, span)
-            records = records_at(self._n, self._plan.shuffle, self._cursor.epoch, at)
+            records = self._plan.records_at(self._cursor.epoch, at)
             self._span_start, lo, self._span = start, 0, (at, records, skipping)
         at, records, skipping = self._span
         positions, records = at[lo : lo + size], records[lo : lo + size]
