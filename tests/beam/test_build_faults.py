@@ -257,7 +257,12 @@ def test_ctrl_c_on_workers_prints_one_line_and_leaves_no_process(tmp_path, sig):
         os.killpg(proc.pid, sig)
         _, err = proc.communicate(timeout=120)
         time.sleep(0.5)
-        left = [p.info for p in psutil.process_iter(["pid", "cmdline"]) if _session(p) == proc.pid]
+        # A zombie has ended: one whose parent exited first waits for this container's init.
+        left = [
+            p.info
+            for p in psutil.process_iter(["pid", "cmdline", "status"])
+            if _session(p) == proc.pid and p.info["status"] != psutil.STATUS_ZOMBIE
+        ]
     finally:
         proc.kill()
     code, line = _STOPPED[sig]

@@ -12,6 +12,7 @@ from PIL import Image
 
 import tpufeed
 from tpufeed.errors import InvalidArgumentError
+from tpufeed.ops.rows import ROWS_FROM_BYTES
 from tpufeed.transforms import (
     CenterCrop,
     DecodeImage,
@@ -100,7 +101,9 @@ class _Placed(Normalize):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_normalize_last_writes_each_image_into_its_batch_row(workers):
-    images = [np.random.default_rng(i).integers(0, 256, (5, 6, 3), np.uint8) for i in range(7)]
+    # 4.3 MB float32 images, 13 MB a batch: over ops/rows.py's ROWS_FROM_BYTES, where a batch
+    # is stacked row by row as its elements are made (smaller ones are stacked in one call).
+    images = [np.random.default_rng(i).integers(0, 256, (600, 600, 3), np.uint8) for i in range(7)]
     mean, std = (0.1, 0.2, 0.3), (0.5, 0.25, 1.0)
     expected = [Normalize(mean, std)({"image": image})["image"] for image in images]
     _Placed.placed.clear()
@@ -108,6 +111,7 @@ def test_normalize_last_writes_each_image_into_its_batch_row(workers):
     batches = list(ds.batch(3).workers(workers))
     np.testing.assert_array_equal(np.concatenate([b["image"] for b in batches]), expected)
     if workers == 0:  # every element after the first of its batch went into its row
+        assert 3 * expected[0].nbytes > ROWS_FROM_BYTES
         assert _Placed.placed == [False, True, True] * 2 + [False]
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import select
 import signal
+import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tpufeed.errors import SourceError, WorkerError
@@ -60,9 +63,69 @@ class Interruption:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self._noted = threading.Event()
+        # The signals' wakeup fd (`signal.set_wakeup_fd`): Python's C handler writes each
+        # signal's number there the moment it arrives, before the main thread runs the handler
+        # (it may be blocked in Beam's gRPC wait while the workers die of the same signal).
+        self._wakeup: socket.socket | None = None
+        self._wanted: frozenset[int] = frozenset()
+        self._arrived = False
+
+    def note(self, signum: int) -> None:
+        self.signum = self.signum or signum
+        self._noted.set()
 
     def is_set(self) -> bool:
         return self.signum is not None
+
+    def wait(self, timeout_s: float) -> bool:
+        """True once the signal is noted, or has arrived, within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not (self._noted.is_set() or self._signal_arrived()):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self._wakeup is None:
+                self._noted.wait(min(left, 0.05))
+            else:
+                select.select([self._wakeup], [], [], min(left, 0.05))
+        return True
+
+    def _signal_arrived(self) -> bool:
+        wakeup = self._wakeup
+        if not self._arrived and wakeup is not None:
+            try:
+                self._arrived = any(number in self._wanted for number in wakeup.recv(256))
+            except OSError:  # nothing there (BlockingIOError), or closed as the build ended
+                pass
+        return self._arrived
+
+    def watch(self, numbers: Iterable[int]) -> Callable[[], None]:
+        """Takes the signals' wakeup fd where nothing else has it (main thread only); returns
+        what gives it back."""
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        try:
+            previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        except ValueError:  # not the main thread
+            previous = None
+        if previous != -1:  # another's (asyncio's, a caller's): left as it was
+            if previous is not None:
+                signal.set_wakeup_fd(previous)
+            reader.close()
+            writer.close()
+            return lambda: None
+        self._wanted = frozenset(numbers)
+        self._wakeup = reader
+
+        def give_back() -> None:
+            signal.set_wakeup_fd(-1)
+            self._wakeup = None
+            reader.close()
+            writer.close()
+
+        return give_back
 
 
 @contextlib.contextmanager
@@ -83,10 +146,19 @@ def noting_interrupts() -> Iterator[Interruption]:
         taken = {}  # signals go to the main thread
 
     muted: dict[logging.Logger, int] = {}
+    if taken:
+        _quiet_runner_threads()
+    if not _watched:
+        _stopped.clear()  # an earlier build's stop: this one's runner errors are printed
+    handlers = [*logging.getLogger().handlers, logging.lastResort] if taken else []
+    for handler in handlers:
+        if handler is not None:
+            handler.addFilter(_quiet_runner_logs)
+    _watched.append(interrupted)
+    unwatch = interrupted.watch(taken) if taken else (lambda: None)
 
     def on_interrupt(signum: int, frame: Any) -> None:
-        interrupted.signum = interrupted.signum or signum
-        _quiet_runner_threads()
+        interrupted.note(signum)
         muted.update(_mute_beam_logs())
         if signum == signal.SIGTERM:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -98,6 +170,13 @@ def noting_interrupts() -> Iterator[Interruption]:
     try:
         yield interrupted
     finally:
+        unwatch()
+        _watched.remove(interrupted)
+        if interrupted.is_set():
+            _stopped.set()
+        for handler in handlers:
+            if handler is not None:
+                handler.removeFilter(_quiet_runner_logs)
         for number, handler in taken.items():
             signal.signal(number, handler)
         for logger, level in muted.items():
@@ -121,24 +200,52 @@ def _mute_beam_logs() -> dict[logging.Logger, int]:
 
 
 def _quiet_runner_threads() -> None:
-    """From now on, drops what Beam's and gRPC's threads raise: after Ctrl-C the workers and
-    channels go away under them, and each would print a traceback (about 150 lines with
-    --workers 2, with the runner's logs) around the one line that says the build was
-    stopped. Other threads' errors are reported as before."""
+    """Drops what Beam's and gRPC's threads raise once the build is stopped: after Ctrl-C or a
+    SIGTERM to the process group, the workers and channels go away under them, and each would
+    print a traceback (about 150 lines with --workers 2, with the runner's logs) around the one
+    line that says the build was stopped. The workers die of the signal at once, while the
+    main thread may note it a moment later: a runner thread's error waits up to `_GRACE_S` for
+    that note before it is printed. Other threads' errors are reported as before."""
     previous = threading.excepthook
     if getattr(previous, "tpufeed_quiet", False):
         return
 
     def hook(args: threading.ExceptHookArgs) -> None:
-        tb = args.exc_traceback
-        while tb is not None:
-            if _RUNNER_CODE.search(tb.tb_frame.f_code.co_filename):
-                return
-            tb = tb.tb_next
+        if _from_runner(args.exc_traceback) and (_stopped.is_set() or _noted_soon()):
+            return
         previous(args)
 
     hook.tpufeed_quiet = True  # type: ignore[attr-defined]
     threading.excepthook = hook
+
+
+def _quiet_runner_logs(record: logging.LogRecord) -> bool:
+    """A handler's filter while a build runs: Beam's errors about channels that broke as its
+    workers died of the signal that stops the build are dropped (`_mute_beam_logs` silences
+    them once the signal is noted; these come before)."""
+    if not record.name.startswith("apache_beam") or _stopped.is_set():
+        return not record.name.startswith("apache_beam")
+    return record.levelno < logging.ERROR or not _noted_soon()
+
+
+def _from_runner(tb: Any) -> bool:
+    while tb is not None:
+        if _RUNNER_CODE.search(tb.tb_frame.f_code.co_filename):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _noted_soon() -> bool:
+    """True when a running build notes Ctrl-C or SIGTERM within `_GRACE_S`."""
+    return any(watched.wait(_GRACE_S) for watched in list(_watched))
+
+
+# A build stopped by a signal in this process: its runner threads die for a while after.
+_stopped = threading.Event()
+# The interruptions of the builds running now (one, but a library caller may nest them).
+_watched: list[Interruption] = []
+_GRACE_S = 2.0
 
 
 _RUNNER_CODE = re.compile(r"[/\\](apache_beam|grpc)[/\\]")
