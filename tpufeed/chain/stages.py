@@ -13,8 +13,7 @@ from tpufeed.ops.batch import Batch
 from tpufeed.ops.filter import Filter
 from tpufeed.ops.first_fit import check_lengths
 from tpufeed.ops.flat_map import FlatMap
-from tpufeed.ops.grain_transforms import grain_function
-from tpufeed.ops.map import Map, MapWithIndex, RandomMap
+from tpufeed.ops.map import Map, RandomMap
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.padding import check_pad
 from tpufeed.ops.registry import cache_stage
@@ -31,36 +30,19 @@ class StageMethods(Chain):
 
     def map(self, fn: Callable[[Any], Any]) -> Self:
         """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`).
-        A transform class is given constructed, `map(DecodeImage())`: the class is refused. A
-        Grain `transforms.Map` object is called by its `map` method, as Grain calls it (and
-        each stage below takes Grain's object of its own kind: tpufeed.ops.grain_transforms)."""
-        return self._add(Map(_function(fn, "map")))
+        A transform class is given constructed, `map(DecodeImage())`: the class is refused."""
+        return self._add(Map(check_callable(fn, "map")))
 
     def random_map(self, fn: Callable[[Any, Any], Any], seed: int | None = None) -> Self:
         """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)
         and, after a `flat_map`, by the piece of the record. `seed`: this stage's own (as
         Grain's `random_map(fn, seed=...)`); None: the pipeline's (its shuffle seed, or 0)."""
         stream = sum(isinstance(stage, RandomMap) for stage in self._stages)
-        return self._add(RandomMap(_function(fn, "random_map"), stream, seed))
+        return self._add(RandomMap(check_callable(fn, "random_map"), stream, seed))
 
     def filter(self, fn: Callable[[Any], bool]) -> Self:
         """Keeps the elements for which fn(element) is true."""
-        return self._add(Filter(_function(fn, "filter")))
-
-    def map_with_index(self, fn: Callable[[int, Any], Any]) -> Self:
-        """fn(index, element) -> element, as Grain's `map_with_index`: `index` is the record's
-        place among the records the pipeline reads (those a `slice` before it keeps), plus
-        their count for each earlier epoch, as Grain's after `repeat`. It is the record's,
-        whatever the shuffle, workers or hosts: unlike Grain's after a `shuffle`, which
-        counts places of the shuffled order. It stands before `pack` and `batch`.
-
-        >>> ds = Dataset.source(["a", "b", "c"]).skip(1).map_with_index(lambda i, x: (i, x))
-        >>> list(ds.repeat(2))
-        [(0, 'b'), (1, 'c'), (2, 'b'), (3, 'c')]
-        """
-        kept = self._slicing.kept(len(self._view("map_with_index")))
-        function = _function(fn, "map_with_index")
-        return self._add(MapWithIndex(function, kept.start, kept.step, len(kept)))
+        return self._add(Filter(check_callable(fn, "filter")))
 
     def flat_map(self, fn: Callable[[Any], Any]) -> Self:
         """fn(element) -> an iterable of zero or more elements, delivered in order: the pieces
@@ -71,7 +53,7 @@ class StageMethods(Chain):
         >>> list(ds)
         ['a', 'b', 'c']
         """
-        return self._add(FlatMap(_function(fn, "flat_map")))
+        return self._add(FlatMap(check_callable(fn, "flat_map")))
 
     def cache(
         self, directory: str | None = None, max_bytes: int | None = None, key: str | None = None
@@ -122,9 +104,3 @@ class StageMethods(Chain):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
         return self._add(Batch(batch_size, bool(drop_remainder), check_pad(pad), bool(cut)))
-
-
-def _function(fn: Any, stage: str) -> Any:
-    """What `stage` calls: `fn`, or the method of a Grain transform object that Grain calls."""
-    grain = grain_function(fn, stage)
-    return grain if grain is not None else check_callable(fn, stage)

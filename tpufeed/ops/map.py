@@ -80,34 +80,3 @@ class RandomMap(RecordStage):
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
         rngs = context.rngs(self.stream, self.seed)
         return [self.fn(value, rngs.for_record(context.epoch, record, piece))]
-
-
-@dataclass(frozen=True)
-class MapWithIndex(RecordStage):
-    """`fn(index, element)`, as Grain's `map_with_index`: `index` is the record's place among
-    the `count` records the pipeline reads from (`first`, `first + step`, ...: those a slice
-    before it keeps), plus `count` for each earlier epoch, so it is unique across epochs and
-    the same on any worker or host count: `epoch * count + (record - first) // step`."""
-
-    fn: Callable[[int, Any], Any]
-    first: int
-    step: int
-    count: int
-    kind: ClassVar[str] = "map_with_index"
-
-    def describe(self) -> Any:
-        return [self.kind, self.first, self.step, self.count]
-
-    def index(self, epoch: int, record: int) -> int:
-        return epoch * self.count + (record - self.first) // self.step
-
-    def apply_all(self, elements: Elements, context: Context) -> Elements:
-        fn, epoch, records = self.fn, context.epoch, context.records
-        values = [
-            fn(self.index(epoch, records[unit]), value)
-            for value, unit in zip(elements.values, elements.units)
-        ]
-        return Elements(values, elements.units, elements.ids)
-
-    def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
-        return [self.fn(self.index(context.epoch, record), value)]
