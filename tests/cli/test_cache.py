@@ -53,3 +53,14 @@ def test_an_empty_dir_is_a_usage_error_not_the_current_directory(
     assert exit_info.value.code == 2
     assert "expected a directory, got an empty string" in capsys.readouterr().err
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_cache_help_names_every_store_that_shares_the_cache():
+    """Issue 47: `cache --help` said gs:// though s3://, https:// and hf:// share the cache."""
+    from tpufeed.cli.program import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    words = " ".join(sub.choices["cache"].format_help().split())
+    assert "gs://, s3://, https:// and hf:// files" in words
+    assert "local shard cache of remote files" in parser.format_help()

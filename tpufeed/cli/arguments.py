@@ -130,7 +130,14 @@ class Parser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in --help, except where there is none to show."""
+    """Every option's default in --help, except where there is none to show; a description
+    or epilog written in lines (examples) keeps its lines, one written as a sentence is
+    wrapped to the terminal."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         default = action.default

@@ -1,6 +1,7 @@
-"""`tpufeed cache ls | clear`: the local shard cache that gs:// shards are read through.
+"""`tpufeed cache ls | clear`: the local shard cache that remote shards (gs://, s3://,
+https://, hf://) are read through.
 
-`ls` lists each cached shard (size, whether complete, last read, its gs:// URL); `clear`
+`ls` lists each cached shard (size, whether complete, last read, its URL); `clear`
 removes every file no running job holds, and says how many it kept.
 
 >>> main(["cache", "clear", "--dir", "/mnt/ssd/tpufeed"])   # doctest: +SKIP
@@ -25,7 +26,13 @@ __all__ = ["add_parser", "run_command"]
 
 def add_parser(sub: Subcommands) -> None:
     """`tpufeed cache {ls,clear} [--dir DIR]`."""
-    cache = sub.add_parser("cache", help="show or empty the local shard cache of gs:// files")
+    cache = sub.add_parser(
+        "cache",
+        help="show or empty the local shard cache of remote files",
+        description="The local shard cache that gs://, s3://, https:// and hf:// files are "
+        "read through: `ls` lists each cached shard (size, complete or partial, last read, "
+        "its URL), `clear` removes every file no running job holds.",
+    )
     cache.add_argument(
         "action",
         choices=["ls", "clear"],

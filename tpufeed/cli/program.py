@@ -21,6 +21,17 @@ _EXIT_SIGNALLED = 128  # + the signal, as a shell reports a process it stopped: 
 _EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as for `yes | head`
 
 
+_EPILOG = """\
+examples:
+  tpufeed quickstart                       build a small dataset and train on it with JAX
+  tpufeed inspect data/train               what a dataset or record files hold
+  tpufeed bench my_pipeline.py             measure your pipeline and name its bottleneck
+  tpufeed build --input 'raw/*.jsonl' --output data/train --transform prep.py:parse
+
+docs: docs/quickstart.md in tpufeed's source; every command and option in
+docs/reference/cli.md"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of `tpufeed` and, from each command's module, its subcommand's."""
     from tpufeed import __version__
@@ -28,7 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     from tpufeed.cli.arguments import HelpFormatter, Parser
 
     parser = Parser(
-        prog="tpufeed", description="The `tpufeed` command.", formatter_class=HelpFormatter
+        prog="tpufeed",
+        description="Build, inspect and measure input pipelines for JAX, TensorFlow and "
+        "PyTorch: `tpufeed COMMAND --help` says what each command takes.",
+        epilog=_EPILOG,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"tpufeed {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from tpufeed import codec
 from tpufeed.cli.arguments import Subcommands, positive_int
 from tpufeed.cli.json_output import QUICKSTART, add_json_option
 from tpufeed.dataset import Dataset
-from tpufeed.errors import MissingDependencyError
+from tpufeed.errors import InvalidArgumentError, MissingDependencyError
 
 NUM_SHARDS = 4
 TEST_RECORDS = 261
@@ -46,7 +47,7 @@ def build(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
     labels = digits.target.astype(np.int64)
     order = np.random.default_rng(0).permutation(len(labels))
     test, train = order[:TEST_RECORDS], order[TEST_RECORDS:]
-    root.mkdir(parents=True, exist_ok=True)
+    writable_folder(root)
     paths = []
     for shard, part in enumerate(np.array_split(train, NUM_SHARDS)):
         path = root / f"digits-train-{shard:05d}-of-{NUM_SHARDS:05d}.array_record"
@@ -58,6 +59,29 @@ def build(root: Path) -> tuple[list[str], dict[str, np.ndarray]]:
         _keep_or_replace(fresh, path)
         paths.append(str(path))
     return paths, {"image": images[test], "label": labels[test]}
+
+
+def writable_folder(root: Path) -> None:
+    """Makes `root` and writes a probe in it, before any work: a file, a folder that cannot
+    be made (/proc) or a read-only disk is an InvalidArgumentError naming it (one line and
+    exit 2 from the command, not a traceback and exit 1, which says exactly-once failed)."""
+    if root.exists() and not root.is_dir():
+        raise InvalidArgumentError(
+            f"--output {root} is a file; the quickstart writes its shards into a folder: "
+            "name a new one, or one it wrote before"
+        )
+    step = "made"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        step = "written"
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename and str(e.filename) != str(root) else ""
+        raise InvalidArgumentError(
+            f"--output {root} cannot be {step}: {e.strerror or e}{where}; name a folder on "
+            "a writable disk"
+        ) from e
 
 
 def _keep_or_replace(fresh: Path, path: Path) -> None:
@@ -227,10 +251,31 @@ def _first_ids_after(ds: Dataset, state: dict) -> list[int]:
     return ids
 
 
+_NEXT = (
+    "your own data: docs/quickstart.md (Your first pipeline); your own pipeline measured "
+    "and its bottleneck named: `tpufeed bench my_pipeline.py` (docs/tuning.md)"
+)
+_EPILOG = """\
+examples:
+  tpufeed quickstart --epochs 2
+  tpufeed quickstart --output /tmp/qs --json | jq .records_per_s
+
+next:
+  your own data: docs/quickstart.md (Your first pipeline)
+  your own pipeline measured, its bottleneck named: tpufeed bench my_pipeline.py"""
+
+
 def add_parser(sub: Subcommands) -> None:
     """`tpufeed quickstart [--output DIR] [--epochs N]`."""
     quick = sub.add_parser(
-        "quickstart", help="build a small real dataset locally and train from it"
+        "quickstart",
+        help="build a small real dataset locally and train from it",
+        description="Writes scikit-learn's digits as ArrayRecord shards into --output, trains "
+        "a small JAX model from them through a shuffled, augmented, batched pipeline, and "
+        "checks that every record arrives exactly once per epoch and that an iterator "
+        "resumed from a mid-epoch state continues exactly (exit 1 if either check fails). "
+        "Needs `pip install tpufeed[quickstart]`.",
+        epilog=_EPILOG,
     )
     quick.add_argument("--output", default="tpufeed-quickstart", help="folder for its shards")
     quick.add_argument("--epochs", type=positive_int, default=20, help="training epochs")
@@ -274,3 +319,4 @@ def print_result(result: dict[str, Any]) -> None:
     )
     print(f"test accuracy  {result['test_accuracy']:.3f}")
     print(f"total          {result['seconds']:.1f} s")
+    print(f"next           {_NEXT}")
