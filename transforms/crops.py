@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.transforms.image import _image, _size
+from tpufeed.transforms.image import _image, _size, encoded_bytes
 from tpufeed.transforms.region import (
     BACKENDS,
     Box,
@@ -94,14 +94,14 @@ def _check_range(name: str, value: Any, low: float) -> tuple[float, float]:
 def _crop(
     element: Any, key: str, what: str, box_of: Any, size: tuple[int, int], mode: str, backend: str
 ) -> dict[str, Any]:
-    """element[key] (encoded bytes or a uint8 array) -> the box `box_of(height, width)`, resized."""
+    """element[key] (encoded bytes, an Image column's {bytes, path} dict, or a uint8 array) ->
+    the box `box_of(height, width)`, resized."""
     if not isinstance(element, dict):
         raise TypeError(f"{what} needs a dict element, got {type(element).__name__}")
     if key not in element:
         raise KeyError(f"{what}: key {key!r} is missing (the element has {sorted(element)})")
-    value = element[key]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        data = bytes(value)
+    data = encoded_bytes(element[key], key, what)
+    if data is not None:
         height, width = image_size(data)
         out = decode_region(data, box_of(height, width), size, mode, backend)
     else:

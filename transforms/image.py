@@ -31,6 +31,7 @@ __all__ = [
     "RandomFlip",
     "Resize",
     "decode_image",
+    "encoded_bytes",
     "load_pillow",
     "opencv",
 ]
@@ -57,8 +58,33 @@ def opencv() -> Any:
     return cv2
 
 
-def decode_image(data: bytes, mode: str = "RGB") -> np.ndarray:
-    """uint8 array (height, width, channels) of an encoded image (JPEG, PNG, GIF, BMP, WebP...)."""
+def encoded_bytes(value: Any, key: str, what: str) -> bytes | None:
+    """The encoded image in `value`: bytes as they are, or the `bytes` of a Hugging Face Image
+    column's `{"bytes", "path"}` dict (what `from_parquet` and `from_huggingface` give for
+    one); None for anything else (a decoded array). An image stored by path alone is refused:
+    tpufeed decodes the bytes in the data, and never opens a file the data names."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if not isinstance(value, dict) or "bytes" not in value:
+        return None
+    data = value["bytes"]
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidArgumentError(
+        f"{what}: {key!r} holds no image bytes, only a path ({value.get('path')!r}): tpufeed "
+        "decodes the bytes stored in the data and opens no file it names; store the images "
+        "whole (datasets embeds them in the Parquet files push_to_hub and to_parquet write)"
+    )
+
+
+def decode_image(data: bytes | dict[str, Any], mode: str = "RGB") -> np.ndarray:
+    """uint8 array (height, width, channels) of an encoded image (JPEG, PNG, GIF, BMP, WebP...):
+    bytes, or a Hugging Face Image column's `{"bytes": ..., "path": ...}` dict."""
+    if isinstance(data, dict):
+        found = encoded_bytes(data, "image", "decode_image")
+        if found is None:
+            raise TypeError(f"decode_image: a dict needs 'bytes' and 'path', got {sorted(data)}")
+        data = found
     image_module = load_pillow()
     try:
         with image_module.open(io.BytesIO(data)) as image:
@@ -111,7 +137,10 @@ def _crop_size(image: np.ndarray, size: tuple[int, int], what: str) -> tuple[int
 
 @dataclass(frozen=True)
 class DecodeImage:
-    """element[key]: encoded bytes -> uint8 (height, width, channels); mode "RGB", "L", "RGBA"."""
+    """element[key]: encoded bytes -> uint8 (height, width, channels); mode "RGB", "L", "RGBA".
+
+    A Hugging Face Image column's `{"bytes": ..., "path": ...}` dict decodes from its bytes.
+    """
 
     thread_safe: ClassVar[bool] = True  # no state: may run on several threads at once
 
@@ -121,7 +150,14 @@ class DecodeImage:
     def __call__(self, element: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(element, dict) or self.key not in element:
             raise KeyError(f"DecodeImage: key {self.key!r} is missing from the element")
-        return {**element, self.key: decode_image(element[self.key], self.mode)}
+        value = element[self.key]
+        data = encoded_bytes(value, self.key, "DecodeImage")
+        if data is None:
+            raise TypeError(
+                f"DecodeImage: {self.key!r} must be encoded bytes or an Image column's "
+                f"{{'bytes', 'path'}} dict, got {type(value).__name__}"
+            )
+        return {**element, self.key: decode_image(data, self.mode)}
 
 
 @dataclass(frozen=True)

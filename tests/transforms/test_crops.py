@@ -208,6 +208,12 @@ def test_bytes_and_arrays_give_the_same_crop(backend):
     np.testing.assert_array_equal(from_array, resize_region(image, box, (24, 24), backend))
     evaluated = ResizedCenterCrop(24, backend=backend)({"image": buf.getvalue(), "label": 1})
     assert evaluated["label"] == 1 and evaluated["image"].shape == (24, 24, 3)
+    cell = {"bytes": buf.getvalue(), "path": "0.png"}  # a Hugging Face Image column's
+    np.testing.assert_array_equal(
+        crop({"image": cell}, np.random.default_rng(3))["image"], from_bytes
+    )
+    with pytest.raises(InvalidArgumentError, match="holds no image bytes, only a path"):
+        crop({"image": {"bytes": None, "path": "0.png"}}, np.random.default_rng(3))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -44,6 +44,23 @@ def test_decode_png_exactly_and_grayscale_as_one_channel():
     assert out["label"] == 3 and out["image"].shape == (12, 16, 3)
 
 
+def test_an_image_columns_bytes_and_path_dict_decodes_from_its_bytes():
+    """A Hugging Face Image column's cell, as datasets itself encodes it ({bytes, path})."""
+    datasets = pytest.importorskip("datasets")
+    image = _gradient()
+    cell = datasets.Image().encode_example(Image.fromarray(image))
+    assert set(cell) == {"bytes", "path"} and cell["bytes"]
+    np.testing.assert_array_equal(decode_image(cell), image)
+    out = DecodeImage(mode="L")({"image": {**cell, "path": "x/0.png"}, "label": 3})
+    assert out["label"] == 3 and out["image"].shape == (12, 16, 1)
+    with pytest.raises(InvalidArgumentError, match=r"'image' holds no image bytes.*'x/0.png'"):
+        DecodeImage()({"image": {"bytes": None, "path": "x/0.png"}})
+    with pytest.raises(TypeError, match=r"encoded bytes or an Image column's .*got int"):
+        DecodeImage()({"image": 3})
+    with pytest.raises(TypeError, match=r"a dict needs 'bytes' and 'path', got \['pixels'\]"):
+        decode_image({"pixels": b""})
+
+
 def test_undecodable_bytes_say_so():
     with pytest.raises(ValueError, match=r"cannot decode image \(9 bytes"):
         decode_image(b"not a png")
