@@ -1,6 +1,6 @@
 """The derived files the one fault suite runs over: files tpufeed makes from a source and keeps
-(tar and TFRecord indexes, MDS decompressed copies, record-cache entries, the shard cache's
-copies and the facts it keeps about an object). A registry, like tests/faults/formats.py.
+(tar and TFRecord indexes, MDS and gzip tar decompressed copies, record-cache entries, the
+shard cache's copies and the facts it keeps about an object). A registry, like tests/faults/formats.py.
 
 Each `DerivedKind` names the format whose dataset makes it (`FORMATS`), where its files lie,
 how a pipeline that makes them is opened, and which write of tpufeed's the SIGKILL case stops
@@ -74,6 +74,7 @@ DERIVED: dict[str, DerivedKind] = {
         DerivedKind("tfrecord index", "tfrecord", "*.tpufeed-index"),
         DerivedKind("built tfrecord index", "built-tfrecord", "*.tpufeed-index", beside=True),
         DerivedKind("tar index", "webdataset", "*.wds.tpufeed-index"),
+        DerivedKind("tgz copy", "webdataset-gz", "wds/*.tar"),
         DerivedKind("mds copy", "mds-zstd", "mds/*.raw"),
         DerivedKind("mds gz copy", "mds-gz", "mds/*.raw"),
         DerivedKind(

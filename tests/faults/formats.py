@@ -3,7 +3,7 @@ that every backend runs.
 
 Each `Format` writes a small dataset with the format's own writer (array_record's, tpufeed's
 TFRecord writer, pyarrow, webdataset's `TarWriter`, the MDSWriter fixtures of tests/data/mds,
-the build's layout of tests/dataset_folder.py) in two variants, "a" and "b": the same files, of
+the build's layout of tests/dataset_folder.py; WebDataset's shards gzipped) in two variants, "a" and "b": the same files, of
 the same sizes, holding other records (so a file of "b" put in place of one of "a" keeps its
 size and modification time and differs only by its inode and bytes; for MDS fixtures written
 once, "b" is a copy of "a": other inodes, the same records). It says which records each
@@ -138,6 +138,19 @@ def _webdataset_samples(read: list[Any]) -> list[Any]:
     return [(s["__key__"], s["txt"], int(s["cls"]), s["bin"]) for s in read]
 
 
+def _write_webdataset_gz(folder: Path, variant: str) -> None:
+    """The shards of `_write_webdataset` gzipped, as .tgz: stored (level 0, no time in the
+    gzip header), so that both variants' files have one size."""
+    import gzip
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as plain:
+        _write_webdataset(Path(plain), variant)
+        for tar in sorted(Path(plain).iterdir()):
+            packed = gzip.compress(tar.read_bytes(), compresslevel=0, mtime=0)
+            (folder / f"{tar.stem}.tgz").write_bytes(packed)
+
+
 # -- MDS: MDSWriter's fixtures ----------------------------------------------------------------
 
 
@@ -217,6 +230,15 @@ FORMATS: dict[str, Format] = {
         _webdataset_records,
         lambda folder, derived: tpufeed.Dataset.from_webdataset(
             _glob(folder, "*.tar"), index_dir=derived
+        ),
+        _webdataset_samples,
+    ),
+    # gzip shards, each decompressed into a derived copy that its samples are read from.
+    "webdataset-gz": Format(
+        _write_webdataset_gz,
+        _webdataset_records,
+        lambda folder, derived: tpufeed.Dataset.from_webdataset(
+            _glob(folder, "*.tgz"), index_dir=derived, cache_dir=derived
         ),
         _webdataset_samples,
     ),

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tests.faults.mds_layouts import MDS_LAYOUTS
+from tests.faults.wds_layouts import WDS_LAYOUTS
 
 Region = tuple[int, int]  # [start, end) byte offsets
 
@@ -459,4 +460,5 @@ LAYOUTS: dict[str, Callable[[], Layout]] = {
     "webdataset": webdataset,
     "webdataset-index": webdataset_index,
     **MDS_LAYOUTS,
+    **WDS_LAYOUTS,
 }

@@ -4,8 +4,9 @@
 A seeded fuzz per format (`parser_layouts`: TFRecord and its stream reader and offset index,
 ArrayRecord, Parquet, a built dataset's manifest and shards through `Dataset.open`, the
 build's JSONL and CSV, JPEG headers, WebDataset tar shards and their sample index, MDS shards,
-`index.json`, zstd shards and their decompressed copies: `mds_layouts`): a cut at every header
-boundary, then byte flips across
+`index.json`, zstd shards and their decompressed copies: `mds_layouts`; WebDataset's tenbin,
+cbor and msgpack fields, gzip shards and their decompressed copies: `wds_layouts`): a cut at
+every header boundary, then byte flips across
 the headers and framing, `200 x TPUFEED_FUZZ_SCALE` cases in all (`tests/fuzz_all.sh`; the
 seed is TPUFEED_FUZZ_SEED, 43 by default). Each format runs in a process of its own
 (`parser_cases`), which must finish every case within `CASE_S`: a parser that hangs, or a

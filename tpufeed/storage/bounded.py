@@ -107,10 +107,11 @@ def advancing(before: int, after: int, path: str, what: str) -> int:
 
 
 def decompressed(
-    algorithm: str, source: BinaryIO, declared_size: int, path: str
+    algorithm: str, source: BinaryIO, declared_size: int, path: str, exact: bool = True
 ) -> Iterator[bytes]:
     """The output of the compressed stream `source` (`algorithm`: zstd, gz or bz2), in pieces
-    of at most 1 MiB; raises as soon as it passes `declared_size`, or if it ends short of it.
+    of at most 1 MiB; raises as soon as it passes `declared_size`, or if it ends short of it
+    (`exact=False`: a bound it may stay under, for a stream that declares no size of its own).
     Memory stays within one piece of input and one of output, whatever the stream says."""
     what = f"its {algorithm} stream"
     total = 0
@@ -119,10 +120,13 @@ def decompressed(
             total += len(piece)
             if total > declared_size:
                 raise malformed(
-                    path, what, f"decompresses to more than the {declared_size:,} bytes declared"
+                    path,
+                    what,
+                    f"decompresses to more than the {declared_size:,} bytes "
+                    + ("declared" if exact else "a stream of its size can make"),
                 )
             yield piece
-    if total != declared_size:
+    if exact and total != declared_size:
         raise malformed(
             path, what, f"decompresses to {total:,} bytes, not the {declared_size:,} declared"
         )

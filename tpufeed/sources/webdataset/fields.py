@@ -6,6 +6,10 @@ decompressed (`json.gz` is gzip, then JSON), as WebDataset's default decoder doe
 - `txt`, `text`, `transcript`: `str` (UTF-8); `cls`, `cls2`, `index`, `inx`, `id`: `int`;
   `json`, `jsn`: `json.loads`; `npy`: a numpy array, `npz`: a dict of them (object arrays
   refused: numpy's loader is called with `allow_pickle=False`);
+- `mp`, `msg`: `msgpack.unpackb` (the `msgpack` package, optional: a shard with such a field
+  is refused at open naming `pip install msgpack` where it is missing); `ten`, `tb`: tenbin, a
+  list of numpy arrays (`tenbin`); `cbor`: the values the `cbor` package gives (`cbor`, read by
+  tpufeed itself, bounded: no package needed);
 - images and every other extension: the member's bytes, unchanged. Decode images in the
   workers with `.map(tpufeed.transforms.image.DecodeImage("jpg"))`, as WebDataset's
   `.decode()` without an image spec leaves them bytes too;
@@ -28,7 +32,10 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["REFUSED", "decoder_for", "refused"]
+from tpufeed.errors import MissingDependencyError
+from tpufeed.sources.webdataset import cbor, tenbin
+
+__all__ = ["REFUSED", "decoder_for", "refused", "require"]
 
 REFUSED = frozenset({"pickle", "pyd", "pkl", "pth"})
 
@@ -46,6 +53,14 @@ def _npz(data: bytes) -> dict[str, np.ndarray]:
         return {name: arrays[name] for name in arrays.files}
 
 
+def _msgpack(data: bytes) -> Any:
+    """As WebDataset: `unpackb` with its defaults (extension types stay `ExtType`s; nothing
+    runs), whose lengths msgpack bounds by the bytes given."""
+    import msgpack  # present: `require` checked it as the shard was opened
+
+    return msgpack.unpackb(data)
+
+
 _DECODERS: dict[str, Callable[[bytes], Any]] = {
     "txt": _text,
     "text": _text,
@@ -59,6 +74,11 @@ _DECODERS: dict[str, Callable[[bytes], Any]] = {
     "jsn": json.loads,
     "npy": _npy,
     "npz": _npz,
+    "mp": _msgpack,
+    "msg": _msgpack,
+    "ten": tenbin.decode,
+    "tb": tenbin.decode,
+    "cbor": cbor.decode,
 }
 
 
@@ -69,6 +89,19 @@ def _extension(field: str) -> str:
 def refused(field: str) -> bool:
     """Whether decoding `field` would mean unpickling it."""
     return _extension(field.removesuffix(".gz")) in REFUSED and field != "gz"
+
+
+def require(field: str, where: str) -> None:
+    """Raises `MissingDependencyError` naming `where` (a shard's member) if decoding `field`
+    needs a module that is not installed."""
+    if _extension(field.removesuffix(".gz")) in ("mp", "msg"):
+        try:
+            import msgpack  # noqa: F401
+        except ImportError:
+            raise MissingDependencyError(
+                f"{where} is msgpack, and the msgpack package is not installed; install it "
+                "with `pip install msgpack` (or pass decode=False to get the field's bytes)"
+            ) from None
 
 
 def decoder_for(field: str) -> Callable[[bytes], Any] | None:

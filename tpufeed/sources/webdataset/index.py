@@ -145,7 +145,8 @@ def _refuse_compressed(head: bytes, path: str) -> None:
         if head.startswith(magic):
             raise CorruptDataError(
                 f"{path} is a {kind}-compressed tar: its members cannot be read by offset, so "
-                f"tpufeed reads uncompressed .tar shards only; decompress it first ({tool} "
-                f"{os.path.basename(path)}), which keeps WebDataset able to read it",
+                f"tpufeed reads .tar shards, and gzip ones (.tgz) through a decompressed copy; "
+                f"decompress it first ({tool} {os.path.basename(path)}), which keeps "
+                "WebDataset able to read it",
                 path=path,
             )

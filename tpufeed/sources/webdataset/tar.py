@@ -16,6 +16,11 @@ gs:// and s3:// shards go through the shard cache (indexed from the cached copy,
 under `<cache dir>/tar-index` keyed by the object's generation or ETag) or, with a cache of 0
 bytes, as ranged GETs: of the headers (1 MiB windows) to index, of the samples asked for
 (nearby ones coalesced) to read.
+
+Paths are read as WebDataset users write them (`urls`: `{000..099}` brace ranges, `::`
+between patterns, `file:` URLs). A gzip-compressed shard (`.tgz`, `.tar.gz`; told by its bytes,
+or by its name in a store) is decompressed once into a checked copy under the cache folder's
+`wds/` (`copies`), and read from it in place.
 """
 
 from __future__ import annotations
@@ -27,20 +32,24 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.errors import CorruptDataError, TpufeedError
+from tpufeed.errors import CorruptDataError, InvalidArgumentError, TpufeedError
 from tpufeed.observe import counts
 from tpufeed.sources.descriptor import OwnDescriptor
 from tpufeed.sources.sharded import ShardedSource, checked_indices
-from tpufeed.sources.webdataset.fields import decoder_for, refused
+from tpufeed.sources.webdataset.copies import GZIP_MAGIC, GZIP_SUFFIXES, tar_copy
+from tpufeed.sources.webdataset.fields import decoder_for, refused, require
 from tpufeed.sources.webdataset.index import LOCAL_WINDOW, REMOTE_WINDOW, TarIndex, scan_tar
 from tpufeed.sources.webdataset.index_file import (
+    Place,
     load_index,
     local_places,
     remote_identity,
     remote_places,
     save_index,
 )
+from tpufeed.sources.webdataset.urls import shard_paths
 from tpufeed.storage.backends import is_remote_url
+from tpufeed.storage.cache.layout import default_cache_dir
 from tpufeed.storage.cache.shard_cache import ShardCache
 from tpufeed.storage.cache.transfers import coalesce
 from tpufeed.storage.local import PathsLike, resolve_paths
@@ -67,13 +76,19 @@ class TarShard(OwnDescriptor):
         index_dir: str | os.PathLike | None = None,
         remote: RemoteFile | None = None,
         decode: bool = True,
+        copies: str | os.PathLike | None = None,
     ):
+        """`copies`: the folder of gzip shards' decompressed copies (default: the cache
+        folder's `wds/`)."""
         self.path = os.fspath(path)
         self.index_dir = None if index_dir is None else os.fspath(index_dir)
         if remote is None and is_remote_url(self.path):
             remote = RemoteFile.open(self.path)
         self.remote = remote
         self.pinned: FileIdentity | None = None
+        folder = copies if copies is not None else os.path.join(default_cache_dir(), "wds")
+        self.copies = os.fspath(folder)
+        self.copy: tuple[str, FileIdentity] | None = None  # a gzip shard's copy, as pinned
         self._init_descriptor()
         self.index_path, self.index = (
             self._local_index() if remote is None else self._remote_index(remote)
@@ -90,16 +105,22 @@ class TarShard(OwnDescriptor):
             return [None] * len(self.index.fields)
         for field_id, field in enumerate(self.index.fields):
             if refused(field):
-                member = int(np.flatnonzero(self.index.field_ids == field_id)[0])
-                sample = int(np.searchsorted(self.index.first, member, side="right") - 1)
                 raise CorruptDataError(
-                    f"{self.path}: member {self.index.keys[sample]}.{field} is a pickle "
+                    f"{self.path}: member {self._first_with(field_id)} is a pickle "
                     f"(.{field.rsplit('.', 1)[-1]}), and tpufeed unpickles nothing read from "
                     "data (it could run any code). Rewrite the field as .npy, .json or .cls, "
                     "or pass decode=False to get every field's bytes undecoded",
                     path=self.path,
                 )
+        for field_id, field in enumerate(self.index.fields):
+            require(field, f"{self.path}: member {self._first_with(field_id)}")
         return [decoder_for(field) for field in self.index.fields]
+
+    def _first_with(self, field_id: int) -> str:
+        """The name of the first member of field `field_id` (key.field)."""
+        member = int(np.flatnonzero(self.index.field_ids == field_id)[0])
+        sample = int(np.searchsorted(self.index.first, member, side="right") - 1)
+        return f"{self.index.keys[sample]}.{self.index.fields[field_id]}"
 
     def _local_index(self) -> tuple[str | None, TarIndex]:
         """The index of a local tar, pinned as it is opened here: loaded if one made from
@@ -108,6 +129,8 @@ class TarShard(OwnDescriptor):
         identity, size = self.pinned.key(), self.pinned.size
         try:
             places = local_places(self.path, self.pinned, self.index_dir)
+            if os.pread(fd, 2, 0) == GZIP_MAGIC:
+                return self._copy_index(self.pinned, fd, size, places, identity)
             found = load_index(places, identity, size, self.path)
             if found is not None:
                 return found
@@ -123,6 +146,18 @@ class TarShard(OwnDescriptor):
         directory = self.index_dir or os.path.join(remote.cache.root, "tar-index")
         places = remote_places(obj, directory)
         identity = remote_identity(obj)
+        if self.path.lower().endswith(GZIP_SUFFIXES):
+            if not remote.cached:
+                raise InvalidArgumentError(
+                    f"{self.path}: a gzip tar is decompressed from the shard cache's copy, "
+                    "and a cache of 0 bytes keeps none: give cache_bytes"
+                )
+            with remote.pinned():
+                fd = remote.open_copy()
+                try:
+                    return self._copy_index(obj.version, fd, obj.size, places, identity)
+                finally:
+                    os.close(fd)
         found = load_index(places, identity, obj.size, self.path)
         if found is not None:
             return found
@@ -137,14 +172,34 @@ class TarShard(OwnDescriptor):
             index = scan_tar(partial(_ranged, remote), self.path, obj.size, REMOTE_WINDOW)
         return save_index(places, identity, obj.size, index, self.path), index
 
+    def _copy_index(
+        self, version: FileIdentity | str, fd: int, size: int, places: list[Place], identity: str
+    ) -> tuple[str | None, TarIndex]:
+        """A gzip shard's index, made from its decompressed copy (made first where none is
+        whole), which its samples are then read from, pinned as it is now."""
+        copy, found = tar_copy(self.path, version, fd, size, self.copies)
+        try:
+            self.copy = (copy, found.identity)
+            indexed = load_index(places, identity, found.size, self.path)
+            if indexed is not None:
+                return indexed
+            index = scan_tar(partial(_pread, found.fd), self.path, found.size, LOCAL_WINDOW)
+        finally:
+            os.close(found.fd)
+        return save_index(places, identity, found.size, index, self.path), index
+
     def __len__(self) -> int:
         return len(self.index)
 
     def _descriptor(self) -> int:
         with self._lock:
-            if self._fd is None:
+            if self._fd is None and self.copy is None:
                 self._fd = open_regular(self.path, pinned=self.pinned)
-            return self._fd
+            elif self._fd is None and self.copy is not None:
+                if self.remote is None:  # the shard itself must still be the one copied
+                    os.close(open_regular(self.path, pinned=self.pinned))
+                self._fd = open_regular(self.copy[0], pinned=self.copy[1])
+            return self._fd  # type: ignore[return-value]  # opened above
 
     def read(self, indices: np.ndarray) -> list[Any]:  # dicts, where RecordFile says bytes
         """The samples at local `indices`, in that order."""
@@ -152,7 +207,7 @@ class TarShard(OwnDescriptor):
         idx = checked_indices(
             indices, n, lambda bad: f"{self.path}: sample index {bad} is out of range ({n} samples)"
         )
-        if self.remote is None:
+        if self.remote is None or self.copy is not None:
             fd = self._descriptor()
             return [self._sample(i, self._pread(fd, i)) for i in idx.tolist()]
         if not self.remote.cached:
@@ -165,8 +220,9 @@ class TarShard(OwnDescriptor):
                 os.close(fd)
 
     def record_reader(self) -> Callable[[int], dict[str, Any]] | None:
-        """One sample by local index, the fastest path (local shards); None for gs://."""
-        if self.remote is not None:
+        """One sample by local index, the fastest path (local shards and copies); None for
+        gs://."""
+        if self.remote is not None and self.copy is None:
             return None
         fd = self._descriptor()
         return lambda i: self._sample(i, self._pread(fd, i))
@@ -257,16 +313,17 @@ class WebDatasetSource(ShardedSource[TarShard]):
         cache: ShardCache | None = None,
         decode: bool = True,
     ):
-        items = resolve_paths(paths, cache.retry if cache else None)
+        items = resolve_paths(shard_paths(paths), cache.retry if cache else None)
         if any(isinstance(p, RemoteObject) for p in items):
             cache = cache or ShardCache()
+        copies = os.path.join(cache.root if cache else default_cache_dir(), "wds")
 
         def make(item: str | RemoteObject) -> TarShard:
             if isinstance(item, RemoteObject):
                 if cache is None:  # set above whenever a path is in an object store
                     raise TpufeedError(f"{item.url}: a remote file needs a shard cache")
-                return TarShard(item.url, index_dir, RemoteFile(item, cache), decode)
-            return TarShard(item, index_dir, decode=decode)
+                return TarShard(item.url, index_dir, RemoteFile(item, cache), decode, copies)
+            return TarShard(item, index_dir, decode=decode, copies=copies)
 
         shards = map_in_threads(make, items, _INDEX_THREADS if cache is not None else 1)
         super().__init__(shards)
