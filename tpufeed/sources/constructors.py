@@ -87,15 +87,17 @@ class SourceConstructors(abc.ABC):
         cache_bytes: int | None = None,
         timeout_s: float | None = None,
     ) -> Self:
-        """Samples of WebDataset tar shards (a path, a glob or a list, local or gs://), read in
-        place by a sample index built once per shard: members grouped as WebDataset groups
-        them, one dict per sample with `__key__`, `__url__` and a field per extension.
-        Fields decode by extension as `WebDataset(...).decode()` does (`.json`, `.txt`,
-        `.cls`, `.npy`; images and unknown extensions stay bytes); `.pickle`/`.pyd` are
-        refused; `decode=False` gives every field as bytes. Uncompressed .tar only. gs://
-        shards and `timeout_s` as in `from_tfrecord` (docs/formats/webdataset.md).
+        """Samples of WebDataset tar shards (a path, a glob, a list, or WebDataset's urls:
+        `{000..099}` brace ranges, `::`, `file:` URLs; local, gs:// or s3://), read in place by
+        a sample index built once per shard: members grouped as WebDataset groups them, one
+        dict per sample with `__key__`, `__url__` and a field per extension. Fields decode by
+        extension as `WebDataset(...).decode()` does (`.json`, `.txt`, `.cls`, `.npy`, `.mp`,
+        `.ten`, `.cbor`; images and unknown extensions stay bytes); `.pickle`/`.pyd` are
+        refused; `decode=False` gives every field as bytes. `.tgz` / `.tar.gz` shards are
+        decompressed once into a checked copy under `cache_dir`'s `wds/`; other compressions
+        are refused. Stores and `timeout_s` as in `from_tfrecord` (docs/formats/webdataset.md).
 
-        >>> ds = Dataset.from_webdataset("shards/train-*.tar").shuffle(seed=0)  # doctest: +SKIP
+        >>> ds = Dataset.from_webdataset("shards/train-{0000..0099}.tar").shuffle(seed=0)  # doctest: +SKIP
         """
         return cls._over(
             opening.webdataset(paths, decode, index_dir, cache_dir, cache_bytes, timeout_s)
