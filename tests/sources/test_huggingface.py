@@ -124,7 +124,27 @@ def test_from_huggingface_errors():
         tpufeed.Dataset.from_huggingface(hf, columns=["id", "nope"])
     with pytest.raises(InvalidArgumentError, match=r"one split.*\['test', 'train'\]"):
         tpufeed.Dataset.from_huggingface(datasets.DatasetDict({"train": hf, "test": hf}))
-    with pytest.raises(InvalidArgumentError, match="streaming dataset has no random access"):
+    with pytest.raises(InvalidArgumentError, match=r"datasets.Dataset \(to_iterable_dataset"):
         tpufeed.Dataset.from_huggingface(hf.to_iterable_dataset())
     with pytest.raises(RecordIndexError, match="out of range"):
         tpufeed.Dataset.from_huggingface(hf).source[N]
+    with pytest.raises(InvalidArgumentError, match=r"cache_bytes=0 apply to the files under a"):
+        tpufeed.Dataset.from_huggingface(hf, cache_bytes=0)
+    with pytest.raises(InvalidArgumentError, match=r"one split, got a IterableDatasetDict"):
+        tpufeed.Dataset.from_huggingface(
+            datasets.IterableDatasetDict({"train": hf.to_iterable_dataset()})
+        )
+
+
+def test_image_columns_decode_with_decode_image():
+    Image = pytest.importorskip("PIL.Image")
+    from tpufeed.transforms import DecodeImage
+
+    pixels = [np.full((4, 5, 3), 40 * k, np.uint8) for k in range(3)]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    hf = datasets.Dataset.from_dict(
+        {"image": [Image.fromarray(p) for p in pixels], "label": [0, 1, 2]}, features=features
+    )
+    rows = list(tpufeed.Dataset.from_huggingface(hf).map(DecodeImage()).workers(0))
+    assert [int(r["label"]) for r in rows] == [0, 1, 2]
+    assert all(np.array_equal(r["image"], p) for r, p in zip(rows, pixels))

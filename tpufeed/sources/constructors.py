@@ -113,27 +113,41 @@ class SourceConstructors(abc.ABC):
         decoded_bytes: int = 256 << 20,
         timeout_s: float | None = None,
     ) -> Self:
-        """Rows of Parquet files (a path, a glob or a list, local or gs:// through the shard
-        cache) as dicts of `columns` (default all): numpy scalars and arrays, `str`, None for
+        """Rows of Parquet files (a path, a glob or a list, local or in a store: gs://, s3://,
+        https://, the Hugging Face Hub's hf://datasets/ORG/NAME/... through the shard cache) as
+        dicts of `columns` (default all): numpy scalars and arrays, `str`, None for
         null (`tpufeed.sources._arrow_rows`). Each row group is decoded once and kept among
         `decoded_bytes` of decoded row groups per process; shuffled reads cost a decode per
         row group visit, so prefer small row groups or `shuffle(seed, window=K)`
-        (`tpufeed.sources.parquet.source`). `timeout_s` bounds each GCS call, as in
+        (`tpufeed.sources.parquet.source`). `timeout_s` bounds each store call, as in
         `from_array_record`."""
         return cls._over(
             opening.parquet(paths, columns, cache_dir, cache_bytes, decoded_bytes, timeout_s)
         )
 
     @classmethod
-    def from_huggingface(cls, dataset: Any, columns: Sequence[str] | None = None) -> Self:
+    def from_huggingface(
+        cls,
+        dataset: Any,
+        columns: Sequence[str] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Self:
         """A Hugging Face `datasets.Dataset` (one split, already built or loaded: nothing is
-        downloaded), read as Arrow in batches, its rows typed like `from_parquet`'s.
+        downloaded), read as Arrow in batches, its rows typed like `from_parquet`'s; or an
+        `IterableDataset` (`streaming=True`) backed by Parquet files, whose files are read in
+        place as `from_parquet` reads them: on the Hub through hf:// at the commit `datasets`
+        resolved (`cache_dir`, `cache_bytes`, `timeout_s` as there), with a global shuffle and
+        exact resume. One that maps, filters, shuffles or streams other files is refused with
+        the `from_parquet("hf://datasets/...")` line that reads its files
+        (docs/coming-from/huggingface.md).
 
         >>> hf = datasets.Dataset.from_dict({"x": [1, 2, None]})  # doctest: +SKIP
         >>> [e["x"] for e in Dataset.from_huggingface(hf)]  # doctest: +SKIP
         [np.int64(1), np.int64(2), None]
         """
-        return cls._over(opening.huggingface(dataset, columns))
+        return cls._over(opening.huggingface(dataset, columns, cache_dir, cache_bytes, timeout_s))
 
     @classmethod
     def from_mds(

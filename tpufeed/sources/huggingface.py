@@ -54,16 +54,15 @@ class HuggingFaceSource:
 
     def __init__(self, dataset: Any, columns: Sequence[str] | None = None):
         kind = type(dataset).__name__
-        if kind == "DatasetDict":
+        if kind in ("DatasetDict", "IterableDatasetDict"):
             raise InvalidArgumentError(
-                f"from_huggingface needs one split, got a DatasetDict of "
+                f"from_huggingface needs one split, got a {kind} of "
                 f"{sorted(dataset)}: pass ds['train'], for instance"
             )
         if kind == "IterableDataset" or not hasattr(dataset, "with_format"):
             raise InvalidArgumentError(
-                f"from_huggingface needs a datasets.Dataset (random access), got {kind}; a "
-                "streaming dataset has no random access: load it without streaming=True, or "
-                "read its Parquet files with Dataset.from_parquet"
+                f"HuggingFaceSource needs a datasets.Dataset (random access), got {kind}; "
+                "Dataset.from_huggingface reads a streaming dataset's Parquet files in place"
             )
         self._plan = plan_of(dataset, check_columns(columns))
         self.columns: list[str] | None = self._plan.columns

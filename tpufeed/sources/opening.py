@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from tpufeed.errors import InvalidArgumentError
 from tpufeed.sources.view import SourceView
 from tpufeed.storage.local import PathsLike
 from tpufeed.storage.settings import cache_for
@@ -84,8 +85,28 @@ def parquet(
     return SourceView(ParquetSource(paths, columns, cache, decoded_bytes))
 
 
-def huggingface(dataset: Any, columns: Sequence[str] | None) -> SourceView:
-    """The rows of a Hugging Face `datasets.Dataset`, read as Arrow."""
+def huggingface(
+    dataset: Any,
+    columns: Sequence[str] | None,
+    cache_dir: str | os.PathLike | None = None,
+    cache_bytes: int | None = None,
+    timeout_s: float | None = None,
+) -> SourceView:
+    """The rows of a Hugging Face `datasets.Dataset`, read as Arrow; of an `IterableDataset`,
+    the Parquet files it streams, read in place (`tpufeed.sources.huggingface_files`)."""
+    if type(dataset).__name__ == "IterableDataset":
+        from tpufeed.sources.huggingface_files import kept_columns, parquet_files
+
+        files, kept = parquet_files(dataset)
+        wanted = kept_columns(kept, columns)
+        return parquet(files, wanted, cache_dir, cache_bytes, 256 << 20, timeout_s)
+    given = {"cache_dir": cache_dir, "cache_bytes": cache_bytes, "timeout_s": timeout_s}
+    if any(value is not None for value in given.values()):
+        named = ", ".join(f"{k}={v!r}" for k, v in given.items() if v is not None)
+        raise InvalidArgumentError(
+            f"from_huggingface: {named} apply to the files under a streaming IterableDataset; "
+            f"a {type(dataset).__name__} is read from its own Arrow files, with no shard cache"
+        )
     from tpufeed.sources.huggingface import HuggingFaceSource
 
     return SourceView(HuggingFaceSource(dataset, columns))
