@@ -127,6 +127,20 @@ def _same(a: list[Any], b: list[Any]) -> bool:
     return True
 
 
+def peak_rss_kib() -> int:
+    """This process's peak resident memory since it started (VmHWM). Not `ru_maxrss`: Linux
+    carries that over fork and exec, so a child of a large pytest process (1.5 GiB late in the
+    suite) starts at its parent's peak."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def main(argv: list[str]) -> None:
     fmt, seed, count, workdir = argv[0], int(argv[1]), int(argv[2]), argv[3]
     layout = LAYOUTS[fmt]()
@@ -134,7 +148,7 @@ def main(argv: list[str]) -> None:
         print(json.dumps({"case": i, "what": what}), flush=True)
         folder = os.path.join(workdir, f"case-{i}")
         outcome, detail, removed = run_case(layout, folder, damaged, cut)
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rss = peak_rss_kib()
         line = {"case": i, "what": what, "outcome": outcome, "detail": detail}
         line.update(removed=removed, max_rss_kib=rss)
         print(json.dumps(line), flush=True)
