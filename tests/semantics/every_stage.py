@@ -43,6 +43,10 @@ def tokens_only(e):
     return {"tokens": e["tokens"]}
 
 
+def indexed(index, e):
+    return {**e, "index": np.int64(index)}
+
+
 def mixture(n_a=9, n_b=13):
     a = records(n_a).shuffle(1)
     b = records(n_b).map(lambda e: {**e, "id": e["id"] + 1000}).filter(lambda e: e["id"] % 3)
@@ -79,6 +83,9 @@ PIPELINES = {
     "take-shuffled": lambda: records(30).shuffle(8).take(9).filter(lambda e: e["id"] % 4).repeat(2),
     "skip-pack": lambda: (
         sequences(30).skip(12).map(tokens_only).pack({"tokens": 8}, open_rows=2).batch(2).repeat(2)
+    ),
+    "map_with_index": lambda: (
+        records(14).skip(2).map_with_index(indexed).shuffle(3).batch(3).repeat(2)
     ),
     "ignore_errors": lambda: records().map(fails_on_sevens).ignore_errors(10).batch(3).repeat(2),
     "cache": lambda: (

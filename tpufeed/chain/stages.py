@@ -13,7 +13,8 @@ from tpufeed.ops.batch import Batch
 from tpufeed.ops.filter import Filter
 from tpufeed.ops.first_fit import check_lengths
 from tpufeed.ops.flat_map import FlatMap
-from tpufeed.ops.map import Map, RandomMap
+from tpufeed.ops.grain_transforms import grain_function
+from tpufeed.ops.map import Map, MapWithIndex, RandomMap
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.padding import check_pad
 from tpufeed.ops.registry import cache_stage
@@ -30,19 +31,41 @@ class StageMethods(Chain):
 
     def map(self, fn: Callable[[Any], Any]) -> Self:
         """Applies `fn(element) -> element` to every element (in workers, with `.workers(n)`).
-        A transform class is given constructed, `map(DecodeImage())`: the class is refused."""
-        return self._add(Map(check_callable(fn, "map")))
+        A transform class is given constructed, `map(DecodeImage())`: the class is refused. A
+        Grain `transforms.Map` object is called by its `map` method, as Grain calls it (and
+        each stage below takes Grain's object of its own kind: tpufeed.ops.grain_transforms)."""
+        return self._add(Map(_function(fn, "map")))
 
     def random_map(self, fn: Callable[[Any, Any], Any], seed: int | None = None) -> Self:
         """fn(element, rng) -> element; rng is a numpy Generator fixed by (seed, epoch, record)
         and, after a `flat_map`, by the piece of the record. `seed`: this stage's own (as
         Grain's `random_map(fn, seed=...)`); None: the pipeline's (its shuffle seed, or 0)."""
         stream = sum(isinstance(stage, RandomMap) for stage in self._stages)
-        return self._add(RandomMap(check_callable(fn, "random_map"), stream, seed))
+        return self._add(RandomMap(_function(fn, "random_map"), stream, seed))
 
     def filter(self, fn: Callable[[Any], bool]) -> Self:
         """Keeps the elements for which fn(element) is true."""
-        return self._add(Filter(check_callable(fn, "filter")))
+        return self._add(Filter(_function(fn, "filter")))
+
+    def map_with_index(self, fn: Callable[[int, Any], Any]) -> Self:
+        """fn(index, element) -> element, as Grain's `map_with_index`: `index` is the record's
+        place among the records each epoch reads (those a `slice` before it keeps), plus their
+        count for each earlier epoch (as Grain's indices go on past the first epoch), the same
+        whatever the shuffle after it, the workers or the hosts. It stands before `shuffle`
+        (after one, Grain's index is the place in the shuffled order, which tpufeed does not
+        give), `flat_map`, `cache`, `pack` and `batch`. A Grain `MapWithIndex` transform is
+        called by its `map_with_index` method.
+
+        >>> ds = Dataset.source(["a", "b", "c"]).skip(1).map_with_index(lambda i, x: (i, x))
+        >>> list(ds.repeat(2)), sorted(ds.shuffle(seed=0))
+        ([(0, 'b'), (1, 'c'), (2, 'b'), (3, 'c')], [(0, 'b'), (1, 'c')])
+        """
+        kept = self._slicing.kept(len(self._view("map_with_index")))
+        function = _function(fn, "map_with_index")
+        why = _no_index(self._seed, self._stages)
+        if why:
+            raise InvalidArgumentError(f"map_with_index({_name(fn)}) {why}")
+        return self._add(MapWithIndex(function, kept.start, kept.step, len(kept)))
 
     def flat_map(self, fn: Callable[[Any], Any]) -> Self:
         """fn(element) -> an iterable of zero or more elements, delivered in order: the pieces
@@ -53,7 +76,7 @@ class StageMethods(Chain):
         >>> list(ds)
         ['a', 'b', 'c']
         """
-        return self._add(FlatMap(check_callable(fn, "flat_map")))
+        return self._add(FlatMap(_function(fn, "flat_map")))
 
     def cache(
         self, directory: str | None = None, max_bytes: int | None = None, key: str | None = None
@@ -104,3 +127,30 @@ class StageMethods(Chain):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise InvalidArgumentError(f"batch_size must be a positive int, got {batch_size!r}")
         return self._add(Batch(batch_size, bool(drop_remainder), check_pad(pad), bool(cut)))
+
+
+def _no_index(seed: int | None, stages: tuple[Any, ...]) -> str | None:
+    """Why `map_with_index` cannot follow a pipeline of `seed` and `stages` (None: it can)."""
+    if seed is not None:
+        return (
+            f"after shuffle(seed={seed}): Grain's index there is the place in the shuffled "
+            "order, and tpufeed's is the record's; chain map_with_index before shuffle (the "
+            "record's place, as Grain's there, in every epoch's order)"
+        )
+    split = next((s for s in stages if isinstance(s, FlatMap)), None)
+    if split is not None:
+        return (
+            f"after {split.name}: its index is a record's place, and the elements of a "
+            "flat_map are pieces of records; chain map_with_index before flat_map"
+        )
+    return None
+
+
+def _name(fn: Any) -> str:
+    return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _function(fn: Any, stage: str) -> Any:
+    """What `stage` calls: `fn`, or the method of a Grain transform object that Grain calls."""
+    grain = grain_function(fn, stage)
+    return grain if grain is not None else check_callable(fn, stage)

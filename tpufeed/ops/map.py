@@ -80,3 +80,34 @@ class RandomMap(RecordStage):
     def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
         rngs = context.rngs(self.stream, self.seed)
         return [self.fn(value, rngs.for_record(context.epoch, record, piece))]
+
+
+@dataclass(frozen=True)
+class MapWithIndex(RecordStage):
+    """`fn(index, element)`, as Grain's `map_with_index` before a shuffle: `index` is the
+    record's place among the `count` records an epoch reads (`first`, `first + step`, ...:
+    those a slice before it keeps), plus `count` for each earlier epoch, as Grain's indices go
+    on past the first epoch: unique across epochs, and the same on any worker or host count."""
+
+    fn: Callable[[int, Any], Any]
+    first: int
+    step: int
+    count: int
+    kind: ClassVar[str] = "map_with_index"
+
+    def describe(self) -> Any:
+        return [self.kind, self.first, self.step, self.count]
+
+    def index(self, epoch: int, record: int) -> int:
+        return epoch * self.count + (record - self.first) // self.step
+
+    def apply_all(self, elements: Elements, context: Context) -> Elements:
+        fn, index, epoch, records = self.fn, self.index, context.epoch, context.records
+        values = [
+            fn(index(epoch, records[unit]), value)
+            for value, unit in zip(elements.values, elements.units)
+        ]
+        return Elements(values, elements.units, elements.ids)
+
+    def apply_one(self, value: Any, record: int, piece: int, context: Context) -> list[Any]:
+        return [self.fn(self.index(context.epoch, record), value)]

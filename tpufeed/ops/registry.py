@@ -1,9 +1,9 @@
 """Every stage a pipeline can hold: where each may stand, and how stream stages start.
 
-Record stages (`Map`, `RandomMap`, `Filter`, `FlatMap`) act on each element on its own, so any
-process can run them on any chunk of records. Stream stages (`Pack`, `Batch`) see the elements
-in order and run in the process that hands items to the consumer; record stages after them act
-on whole items. A new stage is a file of this package, an entry here, and a `Dataset` method.
+Record stages (`Map`, `RandomMap`, `MapWithIndex`, `Filter`, `FlatMap`) act on each element on
+its own, so any process can run them on any chunk of records. Stream stages (`Pack`, `Batch`)
+see the elements in order and run in the process that hands items to the consumer; record
+stages after them act on whole items. A new stage is a file of this package, an entry here, and a `Dataset` method.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tpufeed.ops.base import Counters, RecordStage, StreamStage
 from tpufeed.ops.batch import Batch, Batcher
 from tpufeed.ops.cache import Cache, cache_key
 from tpufeed.ops.flat_map import FlatMap
-from tpufeed.ops.map import RandomMap
+from tpufeed.ops.map import MapWithIndex, RandomMap
 from tpufeed.ops.pack import Pack, Packer
 from tpufeed.ops.pack_state import PackState, SavedPack
 from tpufeed.ops.unbatched import Unbatched
@@ -30,6 +30,11 @@ def check_next(stages: Sequence[Stage], stage: Stage) -> None:
     """Raises unless `stage` may follow `stages`, saying where it belongs."""
     batch = any(isinstance(s, Batch) for s in stages)
     pack = any(isinstance(s, Pack) for s in stages)
+    if isinstance(stage, MapWithIndex) and (batch or pack):
+        raise InvalidArgumentError(
+            "map_with_index must come before pack and batch: its index is a record's, and "
+            "rows and batches hold several records"
+        )
     if isinstance(stage, FlatMap) and (batch or pack):
         raise InvalidArgumentError(
             "flat_map must come before pack and batch: it makes "
@@ -72,6 +77,12 @@ def _not_replayable(stage: Stage) -> str | None:
         return (
             "it draws new numbers every epoch, and the cache would replay the first epoch's; "
             "put cache() before it (after the deterministic stages: decode, resize)"
+        )
+    if isinstance(stage, MapWithIndex):
+        return (
+            "its index counts on over the epochs (epoch e adds e times the records of an "
+            "epoch, as Grain's), and the cache would replay the first epoch's; put cache() "
+            "before it"
         )
     if isinstance(stage, (Batch, Pack)):
         return "the cache keeps each record's elements; put cache() before pack and batch"
