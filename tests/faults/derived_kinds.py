@@ -25,8 +25,9 @@ SHARD_CACHE_BYTES = 64 << 20
 class DerivedKind:
     """One kind of derived file. `pattern`: its files, under the derived folder, or under the
     dataset's own folder if `beside`; `opens`: the pipeline that makes and reads them, over a
-    dataset at a location (a folder, or a gs:// or s3:// prefix: `store`, its scheme, served by
-    the GCS emulator or moto's S3 server, as tests/conftest.py starts them); `writer`: what makes one
+    dataset at a location (a folder, or a gs://, s3:// or hf://datasets/ prefix: `store`, its
+    scheme, served by the GCS emulator, moto's S3 server or the test Hub of tests/http_server.py,
+    as tests/conftest.py starts them); `writer`: what makes one
     ("derived": `storage.derived.write_derived`, "record cache", "shard cache", "shard cache
     record"). `warns`: a bad one is removed with a warning; the shard cache's record of a
     verified copy is not (a bad record only has the copy's CRC32C checked again, and a new
@@ -59,6 +60,14 @@ def _tars_from_store(location: str, derived: Path) -> tpufeed.Dataset:
     """WebDataset tars keep no checksum of their data: only the cache's check guards a copy."""
     return tpufeed.Dataset.from_webdataset(
         f"{location}/*.tar", cache_dir=derived, cache_bytes=SHARD_CACHE_BYTES
+    )
+
+
+def _parquet_from_store(location: str, derived: Path) -> tpufeed.Dataset:
+    """Parquet files as the Hugging Face Hub serves them (hf://: the revision resolved, the
+    resolve URL's redirect to the CDN, no checksum but the LFS file's SHA-256 as ETag)."""
+    return tpufeed.Dataset.from_parquet(
+        f"{location}/*.parquet", cache_dir=derived, cache_bytes=SHARD_CACHE_BYTES
     )
 
 
@@ -95,6 +104,14 @@ DERIVED: dict[str, DerivedKind] = {
             "shard cache",
             store="s3",
             opens=_tars_from_store,
+        ),
+        DerivedKind(
+            "shard cache over hf",
+            "parquet",
+            "shards/*.data",
+            "shard cache",
+            store="hf",
+            opens=_parquet_from_store,
         ),
         DerivedKind(
             "shard cache facts", "array_record", "meta/*.facts", store="gs", opens=_from_store

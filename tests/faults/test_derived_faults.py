@@ -1,6 +1,6 @@
 """The one fault suite, over derived files: every kind of tests/faults/derived_kinds.py (tar and
 TFRecord indexes, beside a built dataset's shards too, MDS decompressed copies, record-cache
-entries, the shard cache's copies and facts over gs://), made by a first read, then damaged,
+entries, the shard cache's copies and facts over gs://, its copies over s3:// and hf://), made by a first read, then damaged,
 swapped, starved of disk or cut short by a SIGKILL.
 
 A derived file that is bad in any way is never read as good: it is removed with a warning and
@@ -86,6 +86,14 @@ def place(request, tmp_path) -> Place:
     kind = DERIVED[request.param]
     if not kind.store:
         return Place(kind, tmp_path)
+    if kind.store == "hf":  # a dataset repository of the test Hub, one commit a file put
+        hub = request.getfixturevalue("hub")
+        hub.create("org/faults")
+
+        def commit(repo: str, name: str, path: str) -> None:
+            hub.commit(repo.removeprefix("datasets/"), {name: Path(path).read_bytes()})
+
+        return Place(kind, tmp_path, commit, "datasets/org/faults")
     prefix = "" if kind.store == "gs" else "s3_"
     request.getfixturevalue("gcs" if kind.store == "gs" else "s3")
     upload = request.getfixturevalue(f"{prefix}upload")
