@@ -25,8 +25,9 @@ SHARD_CACHE_BYTES = 64 << 20
 class DerivedKind:
     """One kind of derived file. `pattern`: its files, under the derived folder, or under the
     dataset's own folder if `beside`; `opens`: the pipeline that makes and reads them, over a
-    dataset at a location (a folder, or a gs://, s3:// or hf://datasets/ prefix: `store`, its
-    scheme, served by the GCS emulator, moto's S3 server or the test Hub of tests/http_server.py,
+    dataset at a location (a folder, or a gs://, s3://, http:// or hf://datasets/ prefix: `store`, its
+    scheme, served by the GCS emulator, moto's S3 server, or the web server of
+    tests/http_server.py and its Hub,
     as tests/conftest.py starts them); `writer`: what makes one
     ("derived": `storage.derived.write_derived`, "record cache", "shard cache", "shard cache
     record"). `warns`: a bad one is removed with a warning; the shard cache's record of a
@@ -71,6 +72,12 @@ def _parquet_from_store(location: str, derived: Path) -> tpufeed.Dataset:
     )
 
 
+def _tars_over_http(location: str, derived: Path) -> tpufeed.Dataset:
+    """A plain web server lists nothing: the shards are named one by one."""
+    urls = [f"{location}/d-{shard}.tar" for shard in range(2)]
+    return tpufeed.Dataset.from_webdataset(urls, cache_dir=derived, cache_bytes=SHARD_CACHE_BYTES)
+
+
 def _from_store(location: str, derived: Path) -> tpufeed.Dataset:
     return tpufeed.Dataset.from_array_record(
         f"{location}/*.array_record", cache_dir=derived, cache_bytes=SHARD_CACHE_BYTES
@@ -104,6 +111,14 @@ DERIVED: dict[str, DerivedKind] = {
             "shard cache",
             store="s3",
             opens=_tars_from_store,
+        ),
+        DerivedKind(
+            "shard cache over https",
+            "webdataset",
+            "shards/*.data",
+            "shard cache",
+            store="http",
+            opens=_tars_over_http,
         ),
         DerivedKind(
             "shard cache over hf",

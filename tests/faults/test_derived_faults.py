@@ -1,6 +1,6 @@
 """The one fault suite, over derived files: every kind of tests/faults/derived_kinds.py (tar and
 TFRecord indexes, beside a built dataset's shards too, MDS decompressed copies, record-cache
-entries, the shard cache's copies and facts over gs://, its copies over s3:// and hf://), made by a first read, then damaged,
+entries, the shard cache's copies and facts over gs://, its copies over s3://, https:// and hf://), made by a first read, then damaged,
 swapped, starved of disk or cut short by a SIGKILL.
 
 A derived file that is bad in any way is never read as good: it is removed with a warning and
@@ -94,6 +94,13 @@ def place(request, tmp_path) -> Place:
             hub.commit(repo.removeprefix("datasets/"), {name: Path(path).read_bytes()})
 
         return Place(kind, tmp_path, commit, "datasets/org/faults")
+    if kind.store == "http":  # files of the test web server, under a folder of its own
+        web, folder = request.getfixturevalue("web"), request.getfixturevalue("web_bucket")
+        put = request.getfixturevalue("web_upload")
+        host = web.url.removeprefix("http://")
+        return Place(
+            kind, tmp_path, lambda _, name, path: put(folder, name, path), f"{host}/files/{folder}"
+        )
     prefix = "" if kind.store == "gs" else "s3_"
     request.getfixturevalue("gcs" if kind.store == "gs" else "s3")
     upload = request.getfixturevalue(f"{prefix}upload")
