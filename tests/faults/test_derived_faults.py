@@ -1,7 +1,7 @@
 """The one fault suite, over derived files: every kind of tests/faults/derived_kinds.py (tar and
 TFRecord indexes, beside a built dataset's shards too, MDS decompressed copies, record-cache
-entries, the shard cache's copies and facts over gs://, its copies over s3://, https:// and hf://), made by a first read, then damaged,
-swapped, starved of disk or cut short by a SIGKILL.
+entries, the shard cache's copies and facts over gs://, its copies over s3://, https:// and
+hf://), made by a first read, then damaged, swapped, starved of disk or cut short by a SIGKILL.
 
 A derived file that is bad in any way is never read as good: it is removed with a warning and
 made again (or, for a full disk, the pipeline goes on without it or raises naming it), and the
