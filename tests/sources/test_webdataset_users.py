@@ -110,7 +110,7 @@ def test_undecoded_they_are_the_members_bytes(shards):
     assert all(_same(a, b) for a, b in zip(ours, theirs))
 
 
-def test_a_missing_msgpack_is_named_with_its_extra(shards, monkeypatch):
+def test_a_missing_msgpack_is_named_with_its_package(shards, monkeypatch):
     monkeypatch.setitem(sys.modules, "msgpack", None)  # `import msgpack` raises ImportError
     with pytest.raises(MissingDependencyError, match=r"train-000.tar: member s0000.mp is msgpack"):
         tpufeed.Dataset.from_webdataset(shards)
