@@ -23,12 +23,12 @@ from tpufeed.cli.arguments import (
     positive_seconds,
 )
 from tpufeed.cli.bench_plot import check_plot_path, check_writable, plot, write_trace
+from tpufeed.cli.inputs import INPUT_FORMATS
 from tpufeed.cli.json_output import BENCH, add_json_option
 from tpufeed.cli.targets import load_callable, make_target
 from tpufeed.dataset import Dataset
 from tpufeed.observe import timeline
 from tpufeed.run.stats import PipelineStats
-from tpufeed.sources.formats import FORMATS
 
 __all__ = ["add_parser", "load_callable", "make_target", "run", "run_command", "try_change"]
 
@@ -141,22 +141,22 @@ def _target_options(bench: argparse.ArgumentParser) -> None:
     bench.add_argument(
         "target",
         help="file.py:make_dataset or module:make_dataset (a function "
-        "returning a Dataset), or a dataset folder, ArrayRecord "
-        "or TFRecord files",
+        "returning a Dataset), or a dataset or MDS folder, or ArrayRecord, "
+        "TFRecord, Parquet, WebDataset tar, JSONL or CSV files",
     )
     bench.add_argument(
         "--format",
-        choices=sorted(FORMATS),
+        choices=INPUT_FORMATS,
         default=None,
-        help="of record files (default: from the file name)",
+        help="of the files (default: from the file name; a folder with index.json is MDS)",
     )
     bench.add_argument(
         "--transform",
         action="append",
         default=[],
         help="module:function or file.py:function mapped over each record of a "
-        "dataset or files target (decoded dicts for a dataset folder, "
-        "bytes for record files); repeat to chain",
+        "dataset or files target (dicts for a dataset or MDS folder, tars, JSONL "
+        "and CSV, whose values are strings; bytes for record files); repeat to chain",
     )
     bench.add_argument(
         "--batch-size",

@@ -21,10 +21,20 @@ import numpy as np
 
 from tpufeed import codec
 from tpufeed.cli.arguments import Subcommands
+from tpufeed.cli.field_values import record_fields
+from tpufeed.cli.inputs import (
+    INPUT_FORMATS,
+    TEXT_FORMATS,
+    input_format,
+    open_samples,
+    text_files,
+    text_records,
+)
 from tpufeed.cli.inspection_text import report_lines
 from tpufeed.cli.json_output import INSPECT, add_json_option
 from tpufeed.errors import (
     CodecError,
+    CorruptDataError,
     InvalidArgumentError,
     SourceNotFoundError,
     TpufeedError,
@@ -47,6 +57,7 @@ __all__ = [
 
 Report = dict[str, Any]
 _VERIFY_BATCH = 1024
+_LISTED_LINES = 20  # malformed JSONL or CSV lines named one by one; the rest are counted
 
 
 def open_source(paths: list[str], fmt: str | None) -> ShardedSource[Any]:
@@ -95,7 +106,12 @@ def inspect_report(paths: list[str], fmt: str | None = None, verify: bool = Fals
 
     kind = "files"
     source: ShardedSource[Any]
-    if len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
+    other = input_format(paths, fmt)
+    if other in TEXT_FORMATS:
+        return _text_report(paths, other, verify)
+    if other is not None and other not in FORMATS:  # WebDataset tars, an MDS folder
+        source, file_format = open_samples(paths, other), other
+    elif len(paths) == 1 and (plain := folder_shards(paths[0])) is not None:
         kind, (file_format, files) = "folder", plain
         source = open_source(files, file_format)
     elif len(paths) == 1 and is_dataset_path(paths[0]):
@@ -122,6 +138,38 @@ def inspect_paths(
     return ["\n".join(report_lines(report))], report["verify"]["failures"] if verify else []
 
 
+def _text_report(paths: list[str], name: str, verify: bool) -> Report:
+    """JSONL or CSV files, read line by line as the build reads them: each file's records,
+    record 0, and the malformed lines (each named: with `verify`, listed as failures, without
+    it the first is an error)."""
+    from tpufeed.beam.read.inputs import Malformed
+
+    files: list[dict[str, Any]] = []
+    failures: list[str] = []
+    first: Report | None = None
+    for path in text_files(paths):
+        count = 0
+        for _, record in text_records(path, name):
+            if isinstance(record, Malformed):
+                if not verify:
+                    raise CorruptDataError(
+                        f"{record} (tpufeed inspect --verify lists every one)", path=path
+                    )
+                failures.append(str(record))
+                continue
+            if first is None:
+                first = {"num_bytes": None, "fields": record_fields(record), "head_hex": None}
+            count += 1
+        files.append({"path": path, "num_records": count, "num_bytes": None, "crc32c": None})
+    total = sum(f["num_records"] for f in files)
+    report = _report("files", paths, name, files, first, num_records=total)
+    if len(failures) > _LISTED_LINES:  # a CSV read as JSONL fails on every line
+        more = len(failures) - _LISTED_LINES
+        failures = failures[:_LISTED_LINES] + [f"... and {plural(more, 'more malformed line')}"]
+    checked = {"checked": len(files), "method": "parse", "failures": failures}
+    return {**report, "verify": checked if verify else None}
+
+
 def _files_report(
     source: Any, paths: list[str], kind: str, file_format: str, sample: bool
 ) -> Report:
@@ -130,14 +178,14 @@ def _files_report(
     record = source[0] if sample and len(source) else None
     first: Report | None = None
     if isinstance(record, dict):  # a format of rows (Parquet): shown like a decoded record
-        first = {"num_bytes": None, "fields": _fields(record), "head_hex": None}
+        first = {"num_bytes": None, "fields": record_fields(record), "head_hex": None}
     elif record is not None:
         try:
             decoded = codec.decode(record)
         except CodecError:
             first = {"num_bytes": len(record), "fields": None, "head_hex": record[:64].hex()}
         else:
-            first = {"num_bytes": len(record), "fields": _fields(decoded), "head_hex": None}
+            first = {"num_bytes": len(record), "fields": record_fields(decoded), "head_hex": None}
     files = [
         {"path": f.path, "num_records": len(f), "num_bytes": None, "crc32c": None}
         for f in source.files
@@ -153,7 +201,7 @@ def _dataset_report(source: Any, paths: list[str], sample: bool) -> Report:
     first = None
     if sample and len(source):
         record = source[0]
-        fields = _fields(record if isinstance(record, dict) else {"": record})
+        fields = record_fields(record if isinstance(record, dict) else {"": record})
         first = {"num_bytes": None, "fields": fields, "head_hex": None}
     return _report(
         "dataset",
@@ -190,23 +238,6 @@ def _report(
         "record_0": first,
         "verify": None,
     }
-
-
-def _fields(record: dict) -> dict[str, dict[str, Any]]:
-    """Each field of a record: an array's dtype and shape (and its values, for a scalar or a
-    small array), or another value's type and repr."""
-    fields: dict[str, dict[str, Any]] = {}
-    for key, value in record.items():
-        if isinstance(value, np.ndarray):
-            fields[key] = {"dtype": str(value.dtype), "shape": list(value.shape)}
-            if value.size <= _SHOWN_ELEMENTS:  # a scalar's dtype alone says little
-                fields[key]["repr"] = f"{value.tolist()!r:.60}"
-        else:
-            fields[key] = {"type": type(value).__name__, "repr": f"{value!r:.60}"}
-    return fields
-
-
-_SHOWN_ELEMENTS = 16  # arrays up to this size show their values
 
 
 def _verify_dataset(source: Any) -> Report:
@@ -262,21 +293,27 @@ def add_parser(sub: Subcommands) -> None:
         "inspect",
         help="what a dataset or record files hold: counts, schema, a sample record",
         description="Describes a dataset built by `tpufeed build` (a folder or gs:// prefix), a "
-        "plain folder of shards, or record files; --verify checks them.",
+        "plain folder of shards, record files (ArrayRecord, TFRecord, Parquet), WebDataset tar "
+        "shards, an MDS folder, or the JSONL and CSV files `tpufeed build` reads; --verify "
+        "checks them.",
     )
-    inspect.add_argument("paths", nargs="+", help="a dataset folder, or record files or globs")
+    inspect.add_argument(
+        "paths",
+        nargs="+",
+        help="a dataset or MDS folder, or record, tar, JSONL or CSV files or globs",
+    )
     inspect.add_argument(
         "--format",
-        choices=sorted(FORMATS),
+        choices=INPUT_FORMATS,
         default=None,
-        help="of record files (default: from the file extension)",
+        help="of the files (default: from the file extension; a folder with index.json is MDS)",
     )
     inspect.add_argument(
         "--verify",
         action="store_true",
         help="check every shard (a dataset's: size, crc32c and record count "
-        "against its manifest; plain files: every record read); exit 1 "
-        "naming the shards that fail",
+        "against its manifest; plain files: every record read; JSONL and CSV: every line "
+        "parsed); exit 1 naming the shards or lines that fail",
     )
     add_json_option(inspect, INSPECT)
     inspect.set_defaults(run=run_command)
@@ -296,9 +333,9 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"  FAILED {failure}")
     if failures:
         listed = "in the JSON's verify.failures" if args.json else "above as FAILED"
+        what = "line" if report["file_format"] in TEXT_FORMATS else "shard"
         print(
-            f"tpufeed: error: {plural(len(failures), 'shard')} failed verification (listed "
-            f"{listed})",
+            f"tpufeed: error: {plural(len(failures), what)} failed verification (listed {listed})",
             file=sys.stderr,
         )
         return 1

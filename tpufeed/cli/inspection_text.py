@@ -30,6 +30,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"verify: {plural(checked['checked'], 'shard')}: size, crc32c and record count "
             "checked against the manifest"
         )
+    elif checked is not None and checked["method"] == "parse":
+        lines.append(f"verify: {plural(checked['checked'], 'file')}: every line parsed")
     elif checked is not None:
         lines.append(
             f"verify: {plural(checked['checked'], 'file')}: every record read (no manifest, so "

@@ -98,7 +98,8 @@ INSPECT = JsonSchema(
         "kind": '"dataset" (built by `tpufeed build`: a manifest), "folder" (a folder of '
         'record files with no manifest) or "files" (record files or globs)',
         "paths": "the paths given, as given",
-        "file_format": '"array_record", "tfrecord" or "parquet"',
+        "file_format": '"array_record", "tfrecord", "parquet", "webdataset", "mds", "jsonl" '
+        'or "csv"',
         "record_format": 'a dataset\'s records, as its manifest names them ("tpufeed.codec", '
         '"tf.train.Example"); null otherwise',
         "manifest": "the dataset's manifest.json; null otherwise",
@@ -129,8 +130,10 @@ INSPECT = JsonSchema(
         "verify": "with --verify, what was checked; null without it",
         "verify.checked": "how many files were checked",
         "verify.method": '"manifest" (each shard\'s size, CRC32C and record count against the '
-        'manifest) or "read" (every record read, the format\'s own checksums)',
-        "verify.failures": "one message per file that failed, naming it (exit status 1 when any)",
+        'manifest), "read" (every record read, the format\'s own checksums) or "parse" (JSONL '
+        "and CSV: every line parsed as the build parses it)",
+        "verify.failures": "one message per file that failed, naming it (JSONL and CSV: per "
+        "malformed line, the first 20, then how many more); exit status 1 when any",
     },
 )
 

@@ -15,6 +15,7 @@ import os
 import traceback
 from typing import Any
 
+from tpufeed.cli.inputs import TEXT_FORMATS, input_format, open_samples, text_samples
 from tpufeed.dataset import Dataset
 from tpufeed.errors import CodecError, InvalidArgumentError, TpufeedError
 from tpufeed.ops.user_functions import is_interruption
@@ -45,9 +46,14 @@ def make_target(args: argparse.Namespace) -> Dataset:
         raise InvalidArgumentError(_without_function(target))
     from tpufeed.cli.inspection import folder_shards
     from tpufeed.sources.built.manifest import is_dataset_path
-    from tpufeed.sources.formats import get_format, guess_format
+    from tpufeed.sources.formats import FORMATS, get_format, guess_format
     from tpufeed.storage.local import expand_paths
 
+    other = input_format([target], getattr(args, "format", None))
+    if other is not None and other not in FORMATS:  # tars, an MDS folder, JSONL, CSV
+        ds = _samples(target, other)
+        _check_decoded(ds, target, args.transform)
+        return _prepared(ds, args)
     plain = folder_shards(target)
     if plain is not None:  # a folder of shards with no manifest, as `tpufeed quickstart` writes
         file_format, files = plain
@@ -64,6 +70,13 @@ def make_target(args: argparse.Namespace) -> Dataset:
             else guess_format(files[0])
         )
     return _prepared(getattr(Dataset, fmt.constructor)(files), args)
+
+
+def _samples(target: str, name: str) -> Dataset:
+    """WebDataset tars or an MDS folder read in place; JSONL or CSV records held in memory."""
+    if name in TEXT_FORMATS:
+        return Dataset.from_sequence(text_samples([target], name))
+    return Dataset.from_source(open_samples([target], name))
 
 
 def _without_function(target: str) -> str:
@@ -100,8 +113,9 @@ def _called(target: str) -> Any:
 
 
 def _check_decoded(ds: Dataset, target: str, transforms: list[str]) -> None:
-    """A dataset folder's records arrive decoded (dicts of arrays): the first --transform is
-    tried on one of them, and one that wants bytes (a decode) is named with the fix."""
+    """A dataset folder's records arrive decoded (dicts of arrays), as do samples of tars, MDS,
+    JSONL and CSV: the first --transform is tried on one of them, and one that wants bytes (a
+    decode) is named with the fix."""
     if not transforms or len(ds.source) == 0:
         return
     spec = transforms[0]
@@ -113,8 +127,7 @@ def _check_decoded(ds: Dataset, target: str, transforms: list[str]) -> None:
             return  # another mistake: the run reports it with the record and traceback
         raise InvalidArgumentError(
             f"--transform {spec} wants bytes ({type(e).__name__}: {e}), but the records of "
-            f"the dataset folder {target} arrive already decoded, as dicts of arrays: leave "
-            f"out --transform {spec}"
+            f"{target} arrive already decoded, as dicts of arrays: leave out --transform {spec}"
         ) from None
     except BaseException as e:  # the run raises it again, naming the record, with the traceback
         if is_interruption(e):
