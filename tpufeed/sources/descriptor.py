@@ -8,9 +8,9 @@ the child closes its copy and opens its own on its next read (`_after_fork`).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tpufeed.sources._after_fork import forget_in_children
@@ -36,12 +36,16 @@ class OwnDescriptor:
                 os.close(self._fd)
                 self._fd = None
 
-    def __del__(self) -> None:
-        """A shard dropped without `close()` (a dataset let go) does not keep its file open."""
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        """A shard dropped without `close()` (a dataset let go) does not keep its file open.
+        `os.close` is bound here: a shard still held as the interpreter exits is collected
+        after its module's names are cleared."""
         fd = getattr(self, "_fd", None)
         if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            try:
+                _close(fd)
+            except OSError:
+                pass
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
