@@ -1,4 +1,5 @@
-"""What it costs hosts to end every epoch together: the per-step agreement of `tpufeed.run.uneven`.
+"""What it costs hosts to end every epoch together: the per-step agreement of
+`tpufeed.run.hosts.uneven`.
 
     python -m benchmarks.agreement --processes 2 3 4 --steps 300
 
@@ -83,7 +84,7 @@ def worker(pid: int, processes: int, port: int, steps: int, step_ms: float, out:
     import numpy as np
 
     import tpufeed
-    from tpufeed.run.agreement import JaxAgreement
+    from tpufeed.run.hosts.agreement import JaxAgreement
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(

@@ -22,8 +22,9 @@ from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.registry import Stage, stage_label
 from tpufeed.order.sharding import Sharding
 from tpufeed.order.slicing import WHOLE, Slicing
-from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.element_spec import element_spec
+from tpufeed.run.hosts.agreement import HostAgreement
+from tpufeed.run.hosts.uneven import first_item
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.launch import RunSettings, launcher
 from tpufeed.run.lookup import element_at
@@ -35,7 +36,6 @@ from tpufeed.run.plan import (
     pipeline_length,
     pipeline_plan,
 )
-from tpufeed.run.uneven import first_item
 from tpufeed.sources.constructors import SourceConstructors
 from tpufeed.sources.view import SourceView
 
@@ -163,8 +163,9 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
         were in lockstep (counts that cannot depend on the data). The list of all hosts'
         states continues on any host count, exactly once, whatever the stages.
 
-        `uneven="shortest"` or `"pad"` ends all hosts' epochs at one step (tpufeed.run.uneven),
-        agreeing through `agreement` (default: jax's or torch's). `to_jax` does this itself.
+        `uneven="shortest"` or `"pad"` ends all hosts' epochs at one step
+        (tpufeed.run.hosts.uneven), agreeing through `agreement` (default: jax's or torch's).
+        `to_jax` does this itself.
 
         `allow_new_weights=True`: a state of this mixture taken with other weights (the same
         components, seed and stages after mix) continues with these weights from here, each

@@ -315,7 +315,7 @@ def test_to_torch_ends_the_epochs_of_uneven_hosts_together(uneven):
     the pass's stats count what was cut or padded."""
     import threading
 
-    from tpufeed.run.agreement import ThreadAgreement
+    from tpufeed.run.hosts.agreement import ThreadAgreement
 
     agreements = ThreadAgreement.group(2, timeout_s=60)
     steps, masked, stats = [0, 0], [0, 0], [None, None]

@@ -247,7 +247,7 @@ PUBLIC_MODULES = [
     "tpufeed.adapters.tf",
     "tpufeed.adapters.torch",
     "tpufeed.adapters.keras",
-    "tpufeed.run.agreement",
+    "tpufeed.run.hosts.agreement",
     "tpufeed.run.metrics",
 ]
 NOT_IN_REFERENCE = {

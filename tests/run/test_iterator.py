@@ -13,7 +13,7 @@ import tpufeed
 from tests.processes import worker_processes
 from tpufeed.errors import StateError
 from tpufeed.observe import timeline
-from tpufeed.run.agreement import ThreadAgreement
+from tpufeed.run.hosts.agreement import ThreadAgreement
 
 
 def source(n=120):

@@ -3,7 +3,7 @@ never tried): a process killed, stopped, or cut off from the coordinator in the 
 epoch, and the restart on fewer processes from the last checkpoint of all hosts.
 
 Each process feeds a filtered `.shard()` through `to_jax(uneven=...)`, so the processes must
-agree at each step (`JaxAgreement`, tpufeed.run.heartbeat). The processes that are left must
+agree at each step (`JaxAgreement`, tpufeed.run.hosts.heartbeat). The processes that are left must
 raise `HostLostError` naming the process that went missing, before JAX's runtime aborts them
 (its heartbeat timeout): each worker writes the error it got and leaves with exit code 3, so
 a process aborted by JAX (-6) fails the test. Timings are never asserted: pytest-timeout bounds
@@ -337,7 +337,7 @@ def _feed(pid: int, processes: int, out: Path, spec: dict) -> dict:
     import numpy as np
 
     from tpufeed.checkpoint.state_files import states_to_restore, write_state
-    from tpufeed.run.agreement import JaxAgreement
+    from tpufeed.run.hosts.agreement import JaxAgreement
 
     lost_after_s, every = spec["lost_after_s"], spec.get("checkpoint_every", 0)
     agreement = JaxAgreement(lost_after_s=lost_after_s) if lost_after_s else None

@@ -311,7 +311,7 @@ def _killed(spec: dict) -> dict:
     """Steps of a filtered pipeline, slowly; the victim kills itself mid-epoch."""
     import torch.distributed as dist
 
-    from tpufeed.run.agreement import TorchAgreement
+    from tpufeed.run.hosts.agreement import TorchAgreement
 
     agreement = TorchAgreement(lost_after_s=LOST_AFTER_S, timeout_s=60)
     it = _pipeline().iterator(uneven="shortest", agreement=agreement)

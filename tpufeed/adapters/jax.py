@@ -22,12 +22,12 @@ from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.observe import profiler
 from tpufeed.ops.base import StageClock, now
-from tpufeed.run.agreement import HostAgreement
+from tpufeed.run.hosts.agreement import HostAgreement
+from tpufeed.run.hosts.uneven import check_uneven
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.prefetch import ThreadPrefetcher
 from tpufeed.run.state_names import TorchStateNames
 from tpufeed.run.stats import PipelineStats, StageStats
-from tpufeed.run.uneven import check_uneven
 
 __all__ = ["JaxIterator", "data_parallel_sharding", "to_jax"]
 
@@ -52,7 +52,7 @@ def to_jax(
       ignore_errors, an uneven last shard), every process still ends each epoch at the same
       step: "shortest" (default) drops the longer processes' extra batches, "pad" hands out
       fully masked batches (every batch gains a boolean `mask` leaf; short batches are padded
-      to full size). See tpufeed.run.uneven. In one process, "shortest" changes nothing.
+      to full size). See tpufeed.run.hosts.uneven. In one process, "shortest" changes nothing.
     agreement: how processes agree at each step (default: jax.distributed's coordination
       service, used only where counts can differ).
     """

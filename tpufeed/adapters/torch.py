@@ -54,7 +54,7 @@ from tpufeed.adapters._torch_passes import PassEpochs, PassOpener
 from tpufeed.adapters._torch_stride import is_worker_state, plain_state
 from tpufeed.adapters._wait_clock import WaitClock
 from tpufeed.errors import InvalidArgumentError, StateError, missing_dependency
-from tpufeed.run.uneven import check_uneven
+from tpufeed.run.hosts.uneven import check_uneven
 
 try:
     import torch

@@ -5,7 +5,7 @@ checked when they are made; `launcher` turns a plan and its settings into what
 `DatasetIterator` starts runs with: a state is read and checked first (tpufeed.run.resume),
 then the run is made, in worker processes, in this process (on a prefetch thread where
 asked), or as a mixture, and wrapped so that the hosts end together where asked
-(tpufeed.run.uneven).
+(tpufeed.run.hosts.uneven).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.base import Counters, StageClock
-from tpufeed.run.agreement import HostAgreement
 from tpufeed.run.autotune import AUTO, MAX_PREFETCH, Options, choose
 from tpufeed.run.executor import Executor, InProcessExecutor
+from tpufeed.run.hosts.agreement import HostAgreement
+from tpufeed.run.hosts.uneven import check_uneven, end_together
 from tpufeed.run.iterator import Launch, PipelineRun, Run
 from tpufeed.run.mixture import MixtureExecutor
 from tpufeed.run.plan import MixPlan, Plan, StreamPlan
 from tpufeed.run.resume import Start, resume
-from tpufeed.run.uneven import check_uneven, end_together
 from tpufeed.run.watch import Beacon, labels_of
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import tpufeed
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.run.agreement import ThreadAgreement
-from tpufeed.run.uneven import EvenHosts, counts_are_even
+from tpufeed.run.hosts.agreement import ThreadAgreement
+from tpufeed.run.hosts.uneven import EvenHosts, counts_are_even
 
 PIPELINES = {
     "filter": lambda ds: ds.filter(lambda e: e["id"] % 3 != 0),

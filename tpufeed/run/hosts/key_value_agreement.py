@@ -3,10 +3,10 @@
 `JaxAgreement` (jax.distributed's coordination service) and `TorchAgreement`
 (torch.distributed's store) are the same algorithm over two services: per step, one atomic
 increment of a counter per host and one read of the totals, which the last host to arrive
-writes; a heartbeat (`tpufeed.run.heartbeat`) names a host that went missing meanwhile. The
+writes; a heartbeat (`tpufeed.run.hosts.heartbeat`) names a host that went missing meanwhile. The
 service is a client with the methods of jax.distributed's: `key_value_increment`,
 `key_value_set`, `blocking_key_value_get`, `key_value_delete` and `key_value_dir_get`
-(`tpufeed.run.torch_store.StoreClient` gives them over a torch store).
+(`tpufeed.run.hosts.torch_store.StoreClient` gives them over a torch store).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 from tpufeed.errors import HostLostError, InvalidArgumentError
 from tpufeed.ops.base import now
-from tpufeed.run.heartbeat import BEAT_S, Heartbeat
+from tpufeed.run.hosts.heartbeat import BEAT_S, Heartbeat
 
 __all__ = ["NOT_YET", "KeyValueAgreement"]
 

@@ -1,0 +1,7 @@
+"""The hosts of a multi-host run, and what they share through the store they already have.
+
+`agreement` (a small collective at a step: `JaxAgreement` over jax.distributed's key-value
+store, `TorchAgreement` over torch.distributed's store through `torch_store`, both running
+`key_value_agreement`), `heartbeat` (a host that is slow told from one that is gone), `uneven`
+(every host's epoch ends at the same step).
+"""
