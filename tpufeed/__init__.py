@@ -3,7 +3,9 @@
 Exact, deterministic, resumable input pipelines over ArrayRecord and TFRecord files.
 """
 
+from importlib import import_module as _import_module
 from importlib import metadata as _metadata
+from typing import Any as _Any
 
 from tpufeed import checkpoint, codec
 from tpufeed.dataset import Dataset
@@ -60,4 +62,14 @@ __all__ = [
     "register_metrics",
     "serve_metrics",
     "trace",
+    "transforms",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    """`tpufeed.transforms` on first use, so that `import tpufeed` then
+    `tpufeed.transforms.DecodeImage(...)` works as the guides write it, while `import tpufeed`
+    does not import every transform."""
+    if name == "transforms":
+        return _import_module("tpufeed.transforms")
+    raise AttributeError(f"module 'tpufeed' has no attribute {name!r}")
