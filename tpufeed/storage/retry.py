@@ -27,7 +27,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tpufeed.errors import InvalidArgumentError, SourceError, SourceNotFoundError
+from tpufeed.errors import (
+    InvalidArgumentError,
+    MissingDependencyError,
+    SourceError,
+    SourceNotFoundError,
+)
 from tpufeed.observe import counts, timeline
 
 __all__ = ["RetryPolicy", "ShortReadError", "call_with_retry"]
@@ -209,6 +214,8 @@ class _Call:
         while True:
             try:
                 return self.attempt()
+            except MissingDependencyError:  # the store's package, not the store: as it is
+                raise
             except Exception as exc:  # noqa: BLE001 - sorted below: retried, or raised
                 if not self.retryable(exc):
                     raise self.error(exc, permanent=True) from self._cause(exc)

@@ -171,10 +171,10 @@ def stat_object(bucket: str, name: str, policy: RetryPolicy = DEFAULT_POLICY) ->
         raise InvalidArgumentError(f"{url} is a folder; pass objects or a glob such as '{url}*'")
 
     def get(timeout: float) -> GcsObject:
-        from google.api_core.exceptions import NotFound
-
         blob = client().bucket(bucket).get_blob(name, retry=None, timeout=timeout)
-        if blob is None:
+        if blob is None:  # google-cloud-storage is there: the client above needs it
+            from google.api_core.exceptions import NotFound
+
             raise NotFound(f"no such object: {url}")
         return _object(blob)
 
