@@ -134,17 +134,3 @@ def test_from_huggingface_errors():
         tpufeed.Dataset.from_huggingface(
             datasets.IterableDatasetDict({"train": hf.to_iterable_dataset()})
         )
-
-
-def test_image_columns_decode_with_decode_image():
-    Image = pytest.importorskip("PIL.Image")
-    from tpufeed.transforms import DecodeImage
-
-    pixels = [np.full((4, 5, 3), 40 * k, np.uint8) for k in range(3)]
-    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
-    hf = datasets.Dataset.from_dict(
-        {"image": [Image.fromarray(p) for p in pixels], "label": [0, 1, 2]}, features=features
-    )
-    rows = list(tpufeed.Dataset.from_huggingface(hf).map(DecodeImage()).workers(0))
-    assert [int(r["label"]) for r in rows] == [0, 1, 2]
-    assert all(np.array_equal(r["image"], p) for r, p in zip(rows, pixels))

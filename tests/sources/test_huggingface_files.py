@@ -208,6 +208,21 @@ def test_an_image_column_streamed_from_the_hub_decodes_with_decode_image(streami
     assert [r["image"].shape for r in cropped] == [(4, 4, 3)] * 3
 
 
+def test_image_columns_of_a_datasets_dataset_decode_with_decode_image():
+    """Not streamed: a datasets.Dataset whose Image() column datasets encoded itself."""
+    Image = pytest.importorskip("PIL.Image")
+    from tpufeed.transforms import DecodeImage
+
+    pixels = [np.full((4, 5, 3), 40 * k, np.uint8) for k in range(3)]
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
+    hf = datasets.Dataset.from_dict(
+        {"image": [Image.fromarray(p) for p in pixels], "label": [0, 1, 2]}, features=features
+    )
+    rows = list(tpufeed.Dataset.from_huggingface(hf).map(DecodeImage()).workers(0))
+    assert [int(r["label"]) for r in rows] == [0, 1, 2]
+    assert all(np.array_equal(r["image"], p) for r, p in zip(rows, pixels))
+
+
 def test_one_split_is_asked_for(repo):
     splits = datasets.load_dataset(REPO, streaming=True)
     with pytest.raises(

@@ -45,11 +45,10 @@ def test_decode_png_exactly_and_grayscale_as_one_channel():
 
 
 def test_an_image_columns_bytes_and_path_dict_decodes_from_its_bytes():
-    """A Hugging Face Image column's cell, as datasets itself encodes it ({bytes, path})."""
-    datasets = pytest.importorskip("datasets")
+    """A Hugging Face Image column's cell ({bytes, path}; datasets' own encoding of a PIL image
+    is tested in tests/sources/test_huggingface_files.py)."""
     image = _gradient()
-    cell = datasets.Image().encode_example(Image.fromarray(image))
-    assert set(cell) == {"bytes", "path"} and cell["bytes"]
+    cell = {"bytes": _encoded(image), "path": None}
     np.testing.assert_array_equal(decode_image(cell), image)
     out = DecodeImage(mode="L")({"image": {**cell, "path": "x/0.png"}, "label": 3})
     assert out["label"] == 3 and out["image"].shape == (12, 16, 1)
