@@ -10,6 +10,7 @@ from tpufeed.chain.base import Chain
 from tpufeed.chain.tf_data import KEEP, UNBOUNDED_SKIPS, Keep, foreign_options
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.run.autotune import AUTO, Options, TracePath
+from tpufeed.run.workers.init_hook import WorkerInit, check_init
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -116,7 +117,7 @@ class SettingMethods(Chain):
             raise InvalidArgumentError(f"log_warning must be True or False, got {log_warning!r}")
         return self._replace(_max_errors=max_errors)
 
-    def workers(self, n: int | str, isolate: bool = False) -> Self:
+    def workers(self, n: int | str, isolate: bool = False, init: WorkerInit | None = None) -> Self:
         """Runs the element and batch stages in `n` worker processes (0: in this process).
 
         The output is the same item for item whatever `n`; functions may be lambdas or closures.
@@ -130,8 +131,16 @@ class SettingMethods(Chain):
         background, ~0.5 s of one core to import numpy and tpufeed), so that by the time the
         first batch is asked for (after the model is built and compiled) workers start in
         milliseconds. `TPUFEED_FORKSERVER=0` starts each worker as a fresh interpreter instead.
+
+        `init=fn`, as Grain's `worker_init_fn`: each worker calls `fn(worker_index,
+        worker_count)` once, before its first element. Where this process makes elements itself
+        (all of them with `workers(0)`, the first while workers start), it calls `fn(-1, n)`
+        first, once; `isolate=True` keeps it to the workers. A failing `fn` raises `WorkerError`
+        naming it (tpufeed.run.workers.init_hook).
         """
-        workers = self._set(workers=n, isolate=isolate)  # checks n and isolate
+        if init is not None:
+            self._not_mixture("workers(init=...)")
+        workers = self._set(workers=n, isolate=isolate, worker_init=check_init(init))
         if n:
             from tpufeed.run.workers.forkserver import shared_server
 

@@ -25,17 +25,20 @@ from tpufeed.run.mixture import MixtureExecutor
 from tpufeed.run.plan import MixPlan, Plan, StreamPlan
 from tpufeed.run.resume import Start, resume
 from tpufeed.run.watch import Beacon, labels_of
+from tpufeed.run.workers.init_hook import NO_MIXTURE_INIT, WorkerInit, init_here
 
 
 @dataclass(frozen=True)
 class RunSettings:
     """Where a pipeline's chunks run and how far ahead: `workers` and `prefetch` (a number, or
-    "auto"), `isolate` (no chunk in this process), and `options` (RAM budget, timeout)."""
+    "auto"), `isolate` (no chunk in this process), `options` (RAM budget, timeout), and
+    `worker_init`, called in each process that makes elements (tpufeed.run.workers.init_hook)."""
 
     workers: int | str = 0
     prefetch: int | str = 0
     isolate: bool = False
     options: Options = field(default_factory=Options)
+    worker_init: WorkerInit | None = None
 
     def __post_init__(self) -> None:
         for name, n in (("workers", self.workers), ("prefetch", self.prefetch)):
@@ -87,11 +90,11 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
     tuning = None
     if isinstance(settings.workers, int) and isinstance(settings.prefetch, int):
         workers, prefetch = settings.workers, settings.prefetch
-    else:  # "auto": measured
+    else:  # "auto": measured, in this process
+        init_here(settings.worker_init, 0)
         tuning = choose(plan, start.position, settings.workers, settings.prefetch, settings.options)
         workers, prefetch = tuning.workers, tuning.prefetch
-    adapt = settings.prefetch == AUTO
-    warm = tuning.warm if tuning is not None else ()
+    adapt, warm = settings.prefetch == AUTO, tuning.warm if tuning is not None else ()
     position = start.position
     if workers > 0:
         from tpufeed.run.workers.engine import WorkerExecutor  # imported when workers run
@@ -109,6 +112,7 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
                 stopped_s=settings.options.stopped_s,
                 shm_budget_bytes=settings.options.shm_budget_bytes,
                 warm=warm,
+                worker_init=settings.worker_init,
             )
 
         return PipelineRun(
@@ -120,6 +124,7 @@ def start_run(plan: StreamPlan, start: Start, settings: RunSettings) -> Pipeline
         prefetch = max(1, prefetch)
 
     def here(counters: Counters, clock: StageClock) -> Executor:
+        init_here(settings.worker_init, 0)  # before this process makes its first element
         return InProcessExecutor(plan, position, clock, beacon, warm)
 
     return PipelineRun(
@@ -133,6 +138,8 @@ def _mixture_run(plan: MixPlan, start: Start, settings: RunSettings) -> Pipeline
         raise InvalidArgumentError("a mixture takes a number of workers and prefetch, not 'auto'")
     if settings.options.timeout_s is not None:
         raise InvalidArgumentError("options(timeout_s=...) does not watch a mixture yet")
+    if settings.worker_init is not None:
+        raise InvalidArgumentError(NO_MIXTURE_INIT)
 
     def mixture(counters: Counters, clock: StageClock) -> Executor:
         options = settings.options

@@ -30,6 +30,7 @@ from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.plan import MixPlan, StreamPlan, component_plan
 from tpufeed.run.stats import WorkerStats
 from tpufeed.run.stream import ErrorBudget
+from tpufeed.run.workers.init_hook import NO_MIXTURE_INIT
 from tpufeed.run.workers.liveness import STOPPED_S
 
 
@@ -71,6 +72,8 @@ class Mixture:
         for i, (ds, weight) in enumerate(zip(self.datasets, self.weights)):
             plan = ds.shard(host, hosts)._plan()
             own = ds._settings.workers
+            if ds._settings.worker_init is not None:
+                raise InvalidArgumentError(NO_MIXTURE_INIT)
             shares.append(own if own else (max(1, round(workers * weight)) if workers else 0))
             # Workers stack their pieces in shared memory; this process hands over elements.
             components.append(

@@ -27,6 +27,7 @@ from tpufeed.run.watch import beacon_at, labels_of, timed_out
 from tpufeed.run.workers.budget import shm_budget, worker_share
 from tpufeed.run.workers.dealer import Dealer
 from tpufeed.run.workers.failures import rebuild_error
+from tpufeed.run.workers.init_hook import WorkerInit, init_here
 from tpufeed.run.workers.layout import read_batch, read_elements
 from tpufeed.run.workers.leases import Leases
 from tpufeed.run.workers.liveness import STOPPED_S
@@ -51,6 +52,7 @@ class WorkerExecutor:
     stopped_s: float | None = STOPPED_S  # the longest wait for a stopped worker (None: no limit)
     shm_budget_bytes: int | None = None  # what the slots may hold in /dev/shm (None: default)
     warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
+    worker_init: WorkerInit | None = None  # workers(n, init=fn): each worker calls it first
 
     def __post_init__(self) -> None:
         self.deepen(self.prefetch)
@@ -96,12 +98,14 @@ class WorkerExecutor:
                 "watch": self.timeout_s is not None,
                 "shm_budget": self.shm_budget,
                 "trace": timeline.recording() is not None,  # the workers record one too
+                "worker_init": self.worker_init,
             }
             prefix = segment_prefix(uuid.uuid4().hex[:8])
             self._pool = WorkerPool(init, self.workers, prefix, self.stopped_s)
         return self._pool
 
     def reread(self) -> Reread:
+        init_here(self.worker_init, self.workers)
         return reread(self.plan, self.cursor.epoch, self.clock)
 
     def close(self) -> None:
@@ -154,6 +158,7 @@ class WorkerExecutor:
 
     def _run_here(self, chunk: Chunk, threads: int = 1) -> Piece:
         if self._local is None:
+            init_here(self.worker_init, self.workers)  # the first chunk this process makes
             self._local = ChunkRunner(self.plan, self.clock)
         return self._local.run_chunk(chunk, min(threads, cpu_count()))
 

@@ -152,6 +152,10 @@ class Worker:
         self.runner = ChunkRunner(
             init["plan"], self.clock, self.beacon if init.get("watch") else None
         )
+        if init.get("worker_init") is not None:  # workers(n, init=fn), before "ready"
+            from tpufeed.run.workers.init_hook import run_init
+
+            run_init(init["worker_init"], self.index, count)
         fds = [tasks.fileno(), results.fileno(), beacon_fd]
         watch_forks(fds, lambda: [self.memory, *self.slots.mappings()])
         self.backlog: deque = deque()
