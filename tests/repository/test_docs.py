@@ -66,6 +66,10 @@ CLEAN_IN_A_CHECKOUT = {"quickstart.md"}
 GCS_PAGES = {"gcs.md": "my-bucket"}
 # Pages whose blocks need an S3 bucket: they run against a local S3 server (tests/s3_server.py).
 S3_PAGES = {"s3.md": "my-bucket"}
+# Pages whose blocks read the Hugging Face Hub (hf://, datasets' streaming, resolve URLs): they
+# run against the test server laid out as the Hub (tests/http_server.py), named by HF_ENDPOINT,
+# holding the dataset repository they name (hub_corpus).
+HUB_PAGES = {"https.md": "my-org/my-corpus", "coming-from/huggingface.md": "my-org/my-corpus"}
 
 RUNNER = """\
 import json, subprocess, sys
@@ -115,6 +119,7 @@ def test_pages_found():
         "coming-from/streaming.md",
         "coming-from/webdataset.md",
         "coming-from/tfds.md",
+        "https.md",
     } <= set(GUIDES)
 
 
@@ -151,6 +156,14 @@ def test_guide_code_runs(page, tmp_path, request):
         if S3_PAGES[page] not in [b["Name"] for b in client.list_buckets()["Buckets"]]:
             client.create_bucket(Bucket=S3_PAGES[page])
         env.update(CREDENTIALS, AWS_ENDPOINT_URL_S3=server.url, AWS_EC2_METADATA_DISABLED="true")
+    if page in HUB_PAGES:
+        server = request.getfixturevalue("web_server")
+        hub_corpus(server.hub, HUB_PAGES[page])
+        for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+            env.pop(name, None)
+        env.update(
+            HF_ENDPOINT=server.url, HF_HOME=str(tmp_path / "hf"), HF_HUB_DISABLE_TELEMETRY="1"
+        )
     (tmp_path / "blocks.json").write_text(json.dumps(runnable(page)))
     (tmp_path / "run_page.py").write_text(RUNNER)
     work = tmp_path / "work"
@@ -190,6 +203,25 @@ def test_streaming_guide_runs_whole_beside_streaming(tmp_path):
         timeout=240,
     )
     assert result.returncode == 0, f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+
+
+def hub_corpus(hub, repo: str) -> None:
+    """`repo` on the test Hub: four Parquet files of 100 rows (text "document i", label i % 3)
+    as data/train-0000K-of-00004.parquet, and a card."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = {"README.md": b"# A corpus for the docs\n"}
+    for k in range(4):
+        ids = range(100 * k, 100 * (k + 1))
+        table = pa.table({"text": [f"document {i}" for i in ids], "label": [i % 3 for i in ids]})
+        out = io.BytesIO()
+        pq.write_table(table, out, row_group_size=25)
+        files[f"data/train-{k:05d}-of-00004.parquet"] = out.getvalue()
+    hub.create(repo)
+    hub.commit(repo, files)
 
 
 def checkout(folder: pathlib.Path) -> str:
