@@ -151,6 +151,23 @@ def test_gcs_benchmark_prints_every_row(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.emulator
+def test_https_benchmark_runs_every_row_side_by_side(tmp_path):
+    pytest.importorskip("gcp_storage_emulator")
+    out = tmp_path / "https.json"
+    cmd = [sys.executable, "-m", "benchmarks.https", "--records", "800", "--rounds", "3"]
+    cmd += ["--data-dir", str(tmp_path / "data"), "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["records"] == 800 and result["rounds"] == 3
+    rows = ["local files", "gs:// cold", "gs:// warm", "https:// cold", "https:// warm"]
+    assert list(result["epoch_s"]) == rows
+    assert all(len(times) == 3 and min(times) > 0 for times in result["epoch_s"].values())
+    assert "https / gs (epoch time, medians): cold" in proc.stdout
+
+
+@pytest.mark.slow
 def test_rounds_pool_each_rows_passes(tmp_path):
     out = tmp_path / "out.json"
     cmd = [
