@@ -33,6 +33,11 @@ then `--passes` timed epochs, all pooled over `--rounds`):
                     (its per-core cost, without threads that wait by spinning).
   torch             PyTorch DataLoader, N workers (persistent, prefetch 2), the pil-loop's
                     per-image function in a map-style Dataset over the ArrayRecord shards.
+  spdl-threads      Meta's SPDL: a `spdl.pipeline` of N threads whose decode stage runs
+                    FFmpeg (`spdl.io`, the GIL released) with the crop, resize and mirror in
+                    its filter graph, then one batch conversion and normalise
+                    (benchmarks/vision_spdl.py: its variants, spdl-*-threads, and its setup,
+                    benchmarks/setup_spdl.sh; left out of the default rows without spdl).
 
 Reported: images/s (median of all timed passes), CPU seconds per image (the row's process and
 its children, all epochs: the per-core cost), time to the first batch (pipeline built and
@@ -43,7 +48,6 @@ summed PSS of its process tree, and the load when the row started.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import os
@@ -67,11 +71,20 @@ from benchmarks.bytecode import compile_sources  # noqa: E402
 from benchmarks.datafiles import SHARDS, shard_counts  # noqa: E402
 from benchmarks.photos import IMAGE_SETS, describe, make_images, source_photographs  # noqa: E402
 from benchmarks.shards import ShardReader  # noqa: E402
+from benchmarks.vision_spdl import RUNNERS as SPDL_RUNNERS  # noqa: E402
+from benchmarks.vision_spdl import VARIANTS as SPDL_VARIANTS  # noqa: E402
+from benchmarks.vision_spdl import spdl_missing  # noqa: E402
+from benchmarks.vision_work import (  # noqa: E402
+    BATCH,
+    MEAN,
+    RATIO,
+    SCALE,
+    SEED,
+    SIZE,
+    STD,
+    pil_work,
+)
 
-SIZE, BATCH, SEED = 224, 64, 0
-MEAN = np.array([0.485, 0.456, 0.406], np.float32)
-STD = np.array([0.229, 0.224, 0.225], np.float32)
-SCALE, RATIO = (0.08, 1.0), (3 / 4, 4 / 3)
 ROWS = [
     "pil-loop",
     "tpufeed",
@@ -85,6 +98,7 @@ ROWS = [
     "tfdata-private",
     "tfdata-1thread",
     "torch-workers",
+    "spdl-threads",
 ]
 
 
@@ -133,42 +147,6 @@ def prepare(root: str, n: int, image_set: str = "imagenet") -> dict[str, Any]:
         json.dump(files, f)
     os.replace(done + ".tmp", done)
     return files
-
-
-# -- the per-image work of the PIL rows (what a careful user writes; torchvision's algorithm) --
-
-
-def pil_crop_box(width: int, height: int, rnd: random.Random) -> tuple[int, int, int, int]:
-    area = width * height
-    for _ in range(10):
-        target = area * rnd.uniform(*SCALE)
-        aspect = math.exp(rnd.uniform(math.log(RATIO[0]), math.log(RATIO[1])))
-        w, h = int(round(math.sqrt(target * aspect))), int(round(math.sqrt(target / aspect)))
-        if 0 < w <= width and 0 < h <= height:
-            return rnd.randint(0, width - w), rnd.randint(0, height - h), w, h
-    in_ratio = width / height
-    if in_ratio < RATIO[0]:
-        w, h = width, int(round(width / RATIO[0]))
-    elif in_ratio > RATIO[1]:
-        w, h = int(round(height * RATIO[1])), height
-    else:
-        w, h = width, height
-    return (width - w) // 2, (height - h) // 2, w, h
-
-
-def pil_work(record: dict, rnd: random.Random) -> dict[str, Any]:
-    from PIL import Image
-
-    with Image.open(io.BytesIO(record["image"])) as image:
-        image = image.convert("RGB")
-        left, top, w, h = pil_crop_box(*image.size, rnd)
-        image = image.resize(
-            (SIZE, SIZE), Image.Resampling.BILINEAR, box=(left, top, left + w, top + h)
-        )
-    array = np.asarray(image, np.float32)
-    if rnd.random() < 0.5:
-        array = array[:, ::-1]
-    return {"image": (array * np.float32(1 / 255) - MEAN) / STD, "label": record["label"]}
 
 
 # -- the rows: each yields batches {"image": [<=64, 224, 224, 3] float32, "label": [<=64]} -----
@@ -336,6 +314,7 @@ RUNNERS = {
     "tfdata-private": (_tfdata(deterministic=False, private=True), 0),
     "tfdata-1thread": (_tfdata(deterministic=False, private=True, threads=1), 0),
     "torch-workers": (torch_rows, None),
+    **{name: (runner, None) for name, runner in SPDL_RUNNERS.items()},
 }
 
 
@@ -357,6 +336,10 @@ def _import(row: str) -> None:
         import tensorflow  # noqa: F401
     elif row.startswith("torch"):
         import torch  # noqa: F401
+    elif row in SPDL_VARIANTS:
+        why = spdl_missing()  # imports spdl and loads its FFmpeg libraries
+        if why:
+            raise SystemExit(f"{row}: {why}")
 
 
 def _cpu_s() -> float:
@@ -472,16 +455,31 @@ def run_row(row: str, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def rows_here(rows: list[str], asked: bool) -> list[str]:
+    """The rows this machine can run: the SPDL rows need spdl and Debian's FFmpeg libraries
+    (benchmarks/setup_spdl.sh). Named in --rows without them, the run stops, saying so; in the
+    default set they are left out with a line that says why."""
+    spdl = [row for row in rows if row in SPDL_VARIANTS]
+    why = spdl_missing() if spdl else None
+    if why is None:
+        return rows
+    if asked:
+        raise SystemExit(f"W4 rows {spdl}: {why}")
+    print(f"W4: the SPDL row is left out: {why}", flush=True)
+    return [row for row in rows if row not in SPDL_VARIANTS]
+
+
 def summarise(results: dict[str, list[dict]], workers: int, cores: int) -> list[dict]:
     rows = []
     for row, rounds in results.items():
         rates = [r for result in rounds for r in result["images_per_s"]]
         used = (
             min(cores, workers)
-            if row.endswith("workers")
+            if row.endswith(("workers", "threads"))
             else (cores if row.startswith("tfdata") and row != "tfdata-1thread" else 1)
         )
         name = row.replace("-workers", f" {workers} workers") if row.endswith("workers") else row
+        name = name.replace("-threads", f" {workers} threads") if row in SPDL_VARIANTS else name
         rate = statistics.median(rates)
         rows.append(
             {
@@ -518,6 +516,12 @@ def targets(rows: list[dict], host_rate: int = 6400) -> list[tuple[str, Any, boo
             )
         )
         cpu = strongest["cpu_ms_per_image"] / best["cpu_ms_per_image"]
+        out.append(("  the same from CPU time per image", cpu, None))
+    if best and "spdl-threads" in by:
+        spdl = by["spdl-threads"]
+        ratio = best["images_per_s"] / spdl["images_per_s"]
+        out.append((f"tpufeed N workers / SPDL ({spdl['row']})", ratio, None))
+        cpu = spdl["cpu_ms_per_image"] / best["cpu_ms_per_image"]
         out.append(("  the same from CPU time per image", cpu, None))
     if "tpufeed" in by and strongest:
         ratio = by["tpufeed"]["images_per_s"] / strongest["images_per_s"]
@@ -637,7 +641,12 @@ def cache_rounds(files: dict, workers: int, rounds: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     compile_sources()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {ROWS}")
+    p.add_argument(
+        "--rows",
+        default=None,
+        help=f"comma-separated, of {sorted(RUNNERS)} (default: {ROWS}, the SPDL row only where "
+        "spdl is installed: bash benchmarks/setup_spdl.sh)",
+    )
     p.add_argument("--images", type=int, default=2000, help="photographs per epoch")
     p.add_argument(
         "--image-set",
@@ -701,10 +710,12 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w") as f:
             json.dump(result, f)
         return 0
-    args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
-    unknown = sorted(set(args.rows) - set(ROWS))
+    asked = args.rows is not None
+    args.rows = [r.strip() for r in (args.rows or ",".join(ROWS)).split(",") if r.strip()]
+    unknown = sorted(set(args.rows) - set(RUNNERS))
     if unknown:
-        p.error(f"unknown rows {unknown}; choose from {ROWS}")
+        p.error(f"unknown rows {unknown}; choose from {sorted(RUNNERS)}")
+    args.rows = rows_here(args.rows, asked)
     cores = os.cpu_count() or 1
     print(
         f"W4: {files['images']:,} photographs ({args.image_set}: {describe(args.image_set)}, mean "
