@@ -64,3 +64,26 @@ def test_cache_help_names_every_store_that_shares_the_cache():
     words = " ".join(sub.choices["cache"].format_help().split())
     assert "gs://, s3://, https:// and hf:// files" in words
     assert "local shard cache of remote files" in parser.format_help()
+
+
+def test_a_dir_that_does_not_exist_is_named_not_listed_as_empty(tmp_path, capsys):
+    """Issue 47: `cache ls --dir` with a missing (mistyped) folder said "0 shards", exit 0."""
+    from tpufeed.cli.program import main
+
+    for action in ("ls", "clear"):
+        assert main(["cache", action, "--dir", str(tmp_path / "typo")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"tpufeed: error: --dir {tmp_path / 'typo'} does not exist, so it ")
+        assert "$TPUFEED_CACHE_DIR" in err and not (tmp_path / "typo").exists()
+
+
+def test_the_default_cache_before_any_read_is_empty_and_says_why(tmp_path, monkeypatch, capsys):
+    from tpufeed.cli.program import main
+
+    monkeypatch.setenv("TPUFEED_CACHE_DIR", str(tmp_path / "never"))
+    assert main(["cache", "ls"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        out
+        == f"0 shards, 0 bytes in {tmp_path / 'never'} (no cache there yet: nothing was read through it)\n"
+    )

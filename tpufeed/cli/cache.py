@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 from typing import TYPE_CHECKING
 
 from tpufeed.cli.arguments import Subcommands
 from tpufeed.cli.json_output import CACHE_CLEAR, CACHE_LS, add_json_option
-from tpufeed.errors import SourceError, plural
+from tpufeed.errors import SourceError, SourceNotFoundError, plural
 
 if TYPE_CHECKING:
     from tpufeed.storage.cache.shard_cache import ShardCache
@@ -64,6 +65,14 @@ def run_command(args: argparse.Namespace) -> int:
     from tpufeed.storage.cache.shard_cache import ShardCache
 
     cache = ShardCache(args.dir)
+    if args.dir is not None and not os.path.isdir(cache.root):
+        what = "is not a folder" if os.path.lexists(cache.root) else "does not exist"
+        raise SourceNotFoundError(
+            f"--dir {args.dir} {what}, so it holds no shard cache; the cache that gs://, s3://, "
+            "https:// and hf:// reads fill is the cache_dir= they were given, else "
+            "$TPUFEED_CACHE_DIR, else ~/.cache/tpufeed (`tpufeed cache ls` without --dir)",
+            path=cache.root,
+        )
     try:
         return _clear(cache, args.json) if args.action == "clear" else _list(cache, args.json)
     except OSError as e:  # e.g. /proc, where nothing can be made: one line, not a traceback
@@ -115,5 +124,8 @@ def _list(cache: ShardCache, as_json: bool) -> int:
         )
         state = "cached" if e.complete else "partial"
         print(f"{e.size:>15,}  {state:<8} {read:<19}  {e.url or e.key}")
-    print(f"{plural(len(entries), 'shard')}, {total:,} bytes in {cache.root}")
+    empty = (
+        "" if os.path.isdir(cache.root) else " (no cache there yet: nothing was read through it)"
+    )
+    print(f"{plural(len(entries), 'shard')}, {total:,} bytes in {cache.root}{empty}")
     return 0
