@@ -58,3 +58,23 @@ def test_an_invalid_choice_names_the_one_meant(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--format", "zzz"])
     assert "invalid choice: 'zzz' (choose from" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, note",
+    [
+        (["--input", "in.jsonl", "--ouput", "ds"], "(--ouput: did you mean --output?)"),
+        (["--inptu=in.jsonl", "--output", "ds"], "(--inptu: did you mean --input?)"),
+    ],
+)
+def test_a_misspelt_required_build_option_is_named(args, note, capsys):
+    """Issue 47: `build --ouput` said only that --output is required (build passes options it
+    does not know to Beam, so the misspelling itself is no usage error)."""
+    from tpufeed.cli.program import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["build", *args])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("tpufeed build: error: the following arguments are required: --")
+    assert err.endswith(note)

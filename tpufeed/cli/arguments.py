@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
-from collections.abc import Callable, Iterable
-from typing import Any, TypeAlias
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn, TypeAlias
 
 __all__ = [
     "HelpFormatter",
@@ -97,6 +98,20 @@ def close_match(word: str, options: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
+def _meant_missing(parser: argparse.ArgumentParser, given: list[str]) -> str:
+    """` (--ouput: did you mean --output?)` for each given option that `parser` does not know
+    and that is close to one of its required options."""
+    known = {o for action in parser._actions for o in action.option_strings}
+    required = [o for a in parser._actions if a.required for o in a.option_strings]
+    notes = []
+    for token in given:
+        name = token.split("=", 1)[0]
+        meant = close_match(name, required) if name.startswith("--") and name not in known else None
+        if meant:
+            notes.append(f"{name}: did you mean {meant}?")
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def unrecognized(parser: argparse.ArgumentParser, extra: list[str]) -> str:
     """The usage error for arguments `parser` does not take, naming the option meant where
     one is close (`--step-tme` -> `--step-time`)."""
@@ -114,7 +129,23 @@ def unrecognized(parser: argparse.ArgumentParser, extra: list[str]) -> str:
 
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose "invalid choice" error names the choice meant, where one is
-    close (`--format arayrecord` -> array_record); subcommands' parsers are of its class too."""
+    close (`--format arayrecord` -> array_record), as does its "required" error where a given
+    option misspells the one missing (`--ouput` -> --output: `tpufeed build` passes options it
+    does not know to Beam, so the misspelling itself is no error there); subcommands' parsers
+    are of its class too."""
+
+    _given: list[str] = []
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required:"):
+            message += _meant_missing(self, self._given)
+        super().error(message)
 
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         choices = action.choices
