@@ -117,6 +117,11 @@ def test_local_parquet_files_and_the_numpy_format(streaming, tmp_path):
     ds = tpufeed.Dataset.from_huggingface(hf.with_format("numpy"))
     assert [f.path for f in ds.source.files] == paths
     assert all(same(row, expected_row(i)) for i, row in enumerate(ds))
+    two = datasets.load_dataset("parquet", data_files=paths[:2], split="train", streaming=True)
+    with pytest.raises(InvalidArgumentError, match=r"applies take\(\)") as refused:
+        tpufeed.Dataset.from_huggingface(two.take(3))
+    line = re.search(r"(tpufeed\.Dataset\.from_parquet\(.*?\))", str(refused.value))[1]
+    assert line == f"tpufeed.Dataset.from_parquet({paths[:2]!r})"  # a glob would take the third
 
 
 REFUSED = {

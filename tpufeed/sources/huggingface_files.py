@@ -29,8 +29,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tpufeed.errors import InvalidArgumentError
+from tpufeed.errors import InvalidArgumentError, TpufeedError
 from tpufeed.storage.backends import is_remote_url
+from tpufeed.storage.local import resolve_paths
+from tpufeed.storage.retry import RetryPolicy
 
 __all__ = ["kept_columns", "parquet_files", "reading_line"]
 
@@ -183,7 +185,8 @@ def _repo_of(url: str) -> str:
 
 def _pattern(files: list[str]) -> str | list[str]:
     """One glob naming exactly `files` where they differ only in the middle (shards of one
-    split: `data/train-*-of-00004.parquet`), else the list itself."""
+    split: `data/train-*-of-00004.parquet`) and it matches no other file (checked by a listing,
+    bounded by 10 s), else the list itself."""
     if len(files) == 1:
         return files[0]
     prefix = os.path.commonprefix(files).rstrip("0123456789")  # train-0000 -> train-
@@ -192,4 +195,10 @@ def _pattern(files: list[str]) -> str | list[str]:
     middles = [f[len(prefix) : len(f) - len(suffix)] for f in files]
     if any("/" in m or not m for m in middles) or any(c in prefix + suffix for c in "*?["):
         return list(files)
-    return f"{prefix}*{suffix}"
+    pattern = f"{prefix}*{suffix}"
+    try:
+        matched = resolve_paths(pattern, RetryPolicy.within(10))
+    except (TpufeedError, OSError):  # the listing failed: the files as they are
+        return list(files)
+    names = [item if isinstance(item, str) else item.url for item in matched]
+    return pattern if sorted(names) == sorted(files) else list(files)
