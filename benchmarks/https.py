@@ -20,7 +20,9 @@ no worker processes):
   https:// warm    the same, from its full cache
 
 "open s" is building the Dataset (listing or one ranged GET a file, footers read by ranges); the
-epoch is timed from the first `next`, as in benchmarks/gcs.py.
+epoch is timed from the first `next`, as in benchmarks/gcs.py. "cpu s" is this process's CPU
+time for the row (the open and the epoch, its read-ahead threads included; not the servers'):
+what each store costs the host, steadier than wall time on a shared machine.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -89,6 +92,7 @@ def measure(paths: list[str], urls: list[str], rounds: int, scratch: str) -> dic
     fn = WORKLOADS["W1"].fn
     rows = _rows(paths, urls, scratch, fn)
     runs: dict[str, list[tuple[float, float, float, int]]] = {row: [] for row in ROWS}
+    cpu_s: dict[str, list[float]] = {row: [] for row in ROWS}  # this process's, threads too
     for r in range(rounds):
         # A warm row needs its cold row before it: rotate the stores, keep cold before warm.
         groups = [["local files"], ["gs:// cold", "gs:// warm"], ["https:// cold", "https:// warm"]]
@@ -97,7 +101,9 @@ def measure(paths: list[str], urls: list[str], rounds: int, scratch: str) -> dic
             make, emptied = rows[row]
             if emptied is not None:
                 shutil.rmtree(emptied, ignore_errors=True)
+            cpu = time.process_time()
             runs[row].append(_epoch(make))
+            cpu_s[row].append(time.process_time() - cpu)
     records = runs["local files"][0][3]
     assert all(run[3] == records for row in ROWS for run in runs[row]), "a row lost records"
     return {
@@ -107,6 +113,7 @@ def measure(paths: list[str], urls: list[str], rounds: int, scratch: str) -> dic
         "epoch_s": {row: [run[2] for run in runs[row]] for row in ROWS},
         "open_s": {row: [run[0] for run in runs[row]] for row in ROWS},
         "first_batch_s": {row: [run[1] for run in runs[row]] for row in ROWS},
+        "cpu_s": cpu_s,
     }
 
 
@@ -116,7 +123,7 @@ def report(r: dict[str, Any]) -> str:
         f"W1: {r['records']:,} records in 8 ArrayRecord shards, {mb:.1f} MB; global shuffle, "
         f"map, batch 256, 0 workers; {r['rounds']} rounds pooled",
         f"  {'row':<16}{'open s':>8}{'1st batch s':>12}{'epoch s med':>12}{'best':>8}"
-        f"{'records/s med':>15}",
+        f"{'records/s med':>15}{'cpu s med':>11}",
     ]
     median = {row: statistics.median(r["epoch_s"][row]) for row in ROWS}
     for row in ROWS:
@@ -124,6 +131,7 @@ def report(r: dict[str, Any]) -> str:
             f"  {row:<16}{statistics.median(r['open_s'][row]):>8.3f}"
             f"{statistics.median(r['first_batch_s'][row]):>12.3f}{median[row]:>12.3f}"
             f"{min(r['epoch_s'][row]):>8.3f}{r['records'] / median[row]:>15,.0f}"
+            f"{statistics.median(r['cpu_s'][row]):>11.3f}"
         )
     lines.append(
         f"  https / gs (epoch time, medians): cold {median['https:// cold'] / median['gs:// cold']:.2f}"

@@ -162,7 +162,7 @@ def test_https_benchmark_runs_every_row_side_by_side(tmp_path):
     result = json.loads(out.read_text())
     assert result["records"] == 800 and result["rounds"] == 3
     rows = ["local files", "gs:// cold", "gs:// warm", "https:// cold", "https:// warm"]
-    assert list(result["epoch_s"]) == rows
+    assert list(result["epoch_s"]) == list(result["cpu_s"]) == rows
     assert all(len(times) == 3 and min(times) > 0 for times in result["epoch_s"].values())
     assert "https / gs (epoch time, medians): cold" in proc.stdout
 
