@@ -134,28 +134,8 @@ def noting_interrupts() -> Iterator[Interruption]:
     runs: Beam re-raises a KeyboardInterrupt in a step as a RuntimeError, which must not read as
     a failed build. A second SIGTERM is ignored while the build removes what it wrote."""
     interrupted = Interruption()
-    taken = {
-        number: handler
-        for number, handler, ours in (
-            (signal.SIGINT, signal.getsignal(signal.SIGINT), signal.default_int_handler),
-            (signal.SIGTERM, signal.getsignal(signal.SIGTERM), raise_terminated),
-        )
-        if handler is ours  # a caller's own handler stays
-    }
-    if threading.current_thread() is not threading.main_thread():
-        taken = {}  # signals go to the main thread
-
+    taken = _signals_taken()
     muted: dict[logging.Logger, int] = {}
-    if taken:
-        _quiet_runner_threads()
-    if not _watched:
-        _stopped.clear()  # an earlier build's stop: this one's runner errors are printed
-    handlers = [*logging.getLogger().handlers, logging.lastResort] if taken else []
-    for handler in handlers:
-        if handler is not None:
-            handler.addFilter(_quiet_runner_logs)
-    _watched.append(interrupted)
-    unwatch = interrupted.watch(taken) if taken else (lambda: None)
 
     def on_interrupt(signum: int, frame: Any) -> None:
         interrupted.note(signum)
@@ -165,22 +145,57 @@ def noting_interrupts() -> Iterator[Interruption]:
             raise Terminated
         signal.default_int_handler(signum, frame)
 
-    for number in taken:
-        signal.signal(number, on_interrupt)
+    with _quiet_runner(interrupted, taken):
+        for number in taken:
+            signal.signal(number, on_interrupt)
+        try:
+            yield interrupted
+        finally:
+            for number, previous in taken.items():
+                signal.signal(number, previous)
+            for logger, level in muted.items():
+                logger.setLevel(level)
+
+
+def _signals_taken() -> dict[int, Any]:
+    """The signals a build notes, with their handlers now: those still at the defaults that
+    raise (a caller's own handler stays), and none off the main thread (signals go there)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {
+        number: handler
+        for number, handler, ours in (
+            (signal.SIGINT, signal.getsignal(signal.SIGINT), signal.default_int_handler),
+            (signal.SIGTERM, signal.getsignal(signal.SIGTERM), raise_terminated),
+        )
+        if handler is ours
+    }
+
+
+@contextlib.contextmanager
+def _quiet_runner(interrupted: Interruption, taken: dict[int, Any]) -> Iterator[None]:
+    """While the build runs, Beam's runner threads' errors and error logs that come of the
+    signal stopping it are dropped (`_quiet_runner_threads`, `_quiet_runner_logs`)."""
+    if taken:
+        _quiet_runner_threads()
+    if not _watched:
+        _stopped.clear()  # an earlier build's stop: this one's runner errors are printed
+    log_handlers = [*logging.getLogger().handlers, logging.lastResort] if taken else []
+    for log_handler in log_handlers:
+        if log_handler is not None:
+            log_handler.addFilter(_quiet_runner_logs)
+    _watched.append(interrupted)
+    unwatch = interrupted.watch(taken) if taken else (lambda: None)
     try:
-        yield interrupted
+        yield
     finally:
         unwatch()
         _watched.remove(interrupted)
         if interrupted.is_set():
             _stopped.set()
-        for handler in handlers:
-            if handler is not None:
-                handler.removeFilter(_quiet_runner_logs)
-        for number, handler in taken.items():
-            signal.signal(number, handler)
-        for logger, level in muted.items():
-            logger.setLevel(level)
+        for log_handler in log_handlers:
+            if log_handler is not None:
+                log_handler.removeFilter(_quiet_runner_logs)
 
 
 def _mute_beam_logs() -> dict[logging.Logger, int]:
