@@ -4,7 +4,7 @@ releases the GIL while it decodes, so N threads of one process use N cores.
 
     bash benchmarks/setup_spdl.sh          (once: Debian's FFmpeg 5.1 libraries, then the wheel)
     python -m benchmarks.vision --rows tpufeed-workers,tfdata-private,spdl-threads --rounds 3
-    python -m benchmarks.vision --rows spdl-threads,spdl-batch-threads,spdl-input-order-threads,spdl-2x-threads,spdl-direct-threads
+    python -m benchmarks.vision --rows spdl-threads,spdl-batch-threads,spdl-input-order-threads,spdl-2x-threads,spdl-ffmpeg-threads
 
 Per image, the same work as every W4 row (benchmarks/vision.py): the record is read from the
 ArrayRecord shards (a reader per thread) and its JPEG demuxed (`spdl.io.demux_image`, which
@@ -31,8 +31,9 @@ one call), and the variants tried (all in `VARIANTS`, each a row of benchmarks/v
                            deterministic order of the tpufeed and torch rows.
   spdl-2x-threads          2N threads and concurrency 2N: covers the GIL-held Python between
                            the FFmpeg calls (record read, box draw, filter string).
-  spdl-direct-threads      the mjpeg decoder told to use one thread (`decode_config` threads
-                           1), as every other row runs one decode per core.
+  spdl-ffmpeg-threads      FFmpeg's own threads inside each decode (`decode_config` threads 0:
+                           FFmpeg picks; SPDL opens decoders with one thread, and the row keeps
+                           that, as every other row runs one decode per core).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class SpdlOptions:
     stages: str = "per-image"
     threads_per_worker: int = 1
     output_order: str = "completion"
-    decoder_threads: int | None = None  # None: as SPDL opens the decoder
+    decoder_threads: int | None = None  # None: as SPDL opens it (one thread); 0: FFmpeg's
 
     def __post_init__(self) -> None:
         if self.stages not in ("per-image", "per-batch"):
@@ -77,7 +78,7 @@ VARIANTS: dict[str, SpdlOptions] = {
     "spdl-batch-threads": SpdlOptions(stages="per-batch"),
     "spdl-input-order-threads": SpdlOptions(output_order="input"),
     "spdl-2x-threads": SpdlOptions(threads_per_worker=2),
-    "spdl-direct-threads": SpdlOptions(decoder_threads=1),
+    "spdl-ffmpeg-threads": SpdlOptions(decoder_threads=0),
 }
 
 
