@@ -8,7 +8,7 @@ Face Hub's layout, behind the fault proxy of the GCS tests (`tests.gcs_emulator.
   time and size (Apache's recipe, so a file replaced by another of the same size and time is
   another version), `Last-Modified`, `If-Match` and `If-Unmodified-Since` (412). `etags`,
   `last_modified` and `ranges` turn each off, to play a server without them.
-- the Hub (`Hub`, in memory): `/api/datasets/ORG/NAME/revision/REV`, the tree API
+- the Hub (`Hub`, in memory): `/api/datasets/ORG/NAME[/revision/REV]`, the tree API
   `/api/datasets/ORG/NAME/tree/REV[/PATH]?recursive=` (paged by a `Link: <...>; rel="next"`
   header, `page_size` entries a page), `/datasets/ORG/NAME/resolve/REV/PATH` (LFS files: a 302
   to `/cdn/SHA256?X-Amz-Signature=...` with `X-Linked-Etag`, `X-Linked-Size` and
@@ -249,6 +249,8 @@ class WebServer:
         return False
 
     def _api(self, h, rest: str, query: dict) -> None:
+        if re.fullmatch(r"[^/]+/[^/]+/?", rest):  # the repository's info: its main branch's
+            rest = f"{rest.rstrip('/')}/revision/main"
         m = re.fullmatch(r"([^/]+/[^/]+)/(revision|tree)/([^/]+)(?:/(.*))?", rest)
         if m is None:
             _json(h, 404, {"error": "unknown API route"})

@@ -80,6 +80,16 @@ def test_a_hub_dataset_is_read_in_place_at_the_commit_datasets_resolved(repo, hu
     assert sorted(epoch) == list(range(N)) and epoch != list(range(N))
 
 
+def test_parquet_data_files_named_by_hf_urls(repo, tmp_path):
+    """load_dataset("parquet", data_files="hf://...") names the files as given (no commit)."""
+    hf = datasets.load_dataset(
+        "parquet", data_files=f"hf://datasets/{REPO}/data/*.parquet", split="train", streaming=True
+    )
+    ds = tpufeed.Dataset.from_huggingface(hf, columns=["id"], cache_dir=tmp_path / "c")
+    assert [f.path for f in ds.source.files] == [f"hf://datasets/{REPO}/{n}" for n in NAMES]
+    assert [int(row["id"]) for row in ds] == [row["id"] for row in hf] == list(range(N))
+
+
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.multiprocess)])
 def test_exact_resume_at_every_step_and_each_row_once_on_two_hosts(repo, tmp_path, workers):
     def pipeline(host=0, hosts=1):
