@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -288,6 +289,12 @@ def test_beam_options_pass_through_and_the_build_reports_totals(tmp_path):
     assert (
         "wrote data-00000-of-00001.array_record: 5 records, 131,072 bytes (1 shard written, 100%)"
     ) in result.stderr
+    # Issue 47: the time said nothing of what it leaves out (the command's start-up).
+    assert re.search(
+        r"\ntime +[\d.]+ s \([\d,]+ records/s\): the plan, Beam's pipeline and the checks "
+        r"\(the command's start-up before them is not counted\)\n",
+        result.stdout,
+    )
     from tpufeed import Dataset
 
     assert [r["id"] for r in Dataset.open(tmp_path / "ds").source.__getitems__(range(5))] == list(
@@ -317,6 +324,56 @@ def test_a_build_into_a_dataset_needs_overwrite(tmp_path):
         "data-00001-of-00002.array_record",
         "manifest.json",
     ]
+
+
+@pytest.mark.parametrize(
+    "inputs, says",
+    [
+        ({"in.jsonl": ""}, "its --input files hold no records (empty files, a CSV of only"),
+        ({"in.csv": "a,b\n"}, "its --input files hold no records"),
+        (
+            {"in.csv": "a,b\n1,2\n3,4\n", "drop.py": "def drop(record):\n    return None\n"},
+            "2 input records read, none kept: 2 dropped by --transform, 0 skipped as bad",
+        ),
+    ],
+)
+def test_a_build_that_makes_no_record_is_refused_and_keeps_the_output(tmp_path, inputs, says):
+    """Issue 47: a build over empty input succeeded with 0 records, silently."""
+    pytest.importorskip("apache_beam")
+    out = built(tmp_path, num_shards=1, n=3)  # a dataset the refused build must leave as it is
+    manifest = (tmp_path / "ds" / "manifest.json").read_bytes()
+    for name, text in inputs.items():
+        (tmp_path / name).write_text(text)
+    data = next(name for name in inputs if not name.endswith(".py"))
+    transform = ["--transform", "drop.py:drop"] if "drop.py" in inputs else []
+    result = tpufeed(
+        "build", "--input", data, "--output", out, "--overwrite", *transform, "-q", cwd=tmp_path
+    )
+    one_line_error(result, f"the build made no records: {says}")
+    assert result.stderr.rstrip().endswith("nothing was written, the output is as it was")
+    assert (tmp_path / "ds" / "manifest.json").read_bytes() == manifest
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tpufeed")]
+
+
+def test_build_errors_carry_no_beam_step_names(tmp_path):
+    """Issue 47: a bad record or a failing transform ended in "[while running
+    'ReadBlock/ParDo(ReadBlock)']", a name of the build's insides."""
+    pytest.importorskip("apache_beam")
+    (tmp_path / "mixed.jsonl").write_text('{"a": 1}\n{"a": "x"}\n')
+    result = tpufeed("build", "--input", "mixed.jsonl", "--output", "ds", "-q", cwd=tmp_path)
+    one_line_error(result, "mixed.jsonl line 2: key 'a' is str 'x', but it is int in the first")
+    assert result.stderr.endswith("(pass --max-bad N to skip up to N bad records)\n")
+    (tmp_path / "bad.py").write_text(
+        "def bad(record):\n    raise ValueError('no ' + record['a'])\n"
+    )
+    (tmp_path / "one.csv").write_text("a\nb\n")
+    result = tpufeed(
+        "build", "--input", "one.csv", "--output", "ds", "--transform", "bad.py:bad", "-q",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2 and "while running" not in result.stderr, result.stderr
+    assert result.stderr.endswith("ValueError: no b\n"), result.stderr
+    assert not (tmp_path / "ds").exists()
 
 
 def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 from typing import Any
 
@@ -52,7 +53,7 @@ from tpufeed.beam.workers.worker_check import check_workers, needs_check
 from tpufeed.beam.workers.worker_count import AUTO
 from tpufeed.beam.write import shard_files
 from tpufeed.beam.write.shard_chunks import ShardChunks
-from tpufeed.errors import TpufeedError, plural
+from tpufeed.errors import InvalidArgumentError, TpufeedError, plural
 from tpufeed.sources.built.record_formats import get_record_format
 
 __all__ = ["BuildConfig", "run_build"]
@@ -198,6 +199,7 @@ def run_build(
             text, manifest = _staged(writer)
             runner_name = options.view_as(StandardOptions).runner or "FnApiRunner"
             check_counts(result, manifest, writer.output, runner_name)
+            _refuse_empty(manifest)
             writer.switch_in(text)
         except BaseException as e:
             writer.discard()
@@ -217,6 +219,25 @@ def run_build(
         "blocks": len(blocks),
         "workers": workers,
     }
+
+
+def _refuse_empty(manifest: dict[str, Any]) -> None:
+    """A build that made no record is refused before its dataset replaces the output: an
+    empty dataset is never what `tpufeed build` was asked for."""
+    if manifest["num_records"]:
+        return
+    info = manifest["build"]
+    if not info["records_in"]:
+        why = "its --input files hold no records (empty files, a CSV of only its header)"
+    else:
+        why = (
+            f"{plural(info['records_in'], 'input record')} read, none kept: "
+            f"{info['filtered']:,} dropped by --transform, {info['skipped']:,} skipped as bad "
+            "(--max-bad)"
+        )
+    raise InvalidArgumentError(
+        f"the build made no records: {why}; nothing was written, the output is as it was"
+    )
 
 
 def _staged(writer: ShardChunks) -> tuple[str, dict[str, Any]]:
@@ -249,4 +270,16 @@ def _failure(error: BaseException, interrupted: int | None, output: str) -> Base
     lost = lost_worker(error, output)
     if lost is not None:
         return lost
+    return _without_step_names(error)
+
+
+_STEP_NAME = re.compile(r" \[while running '[^']*'\]")
+
+
+def _without_step_names(error: BaseException) -> BaseException:
+    """A tpufeed error as tpufeed worded it: Beam adds the step it was raised in to the message
+    (" [while running 'ReadBlock/ParDo(ReadBlock)']"), a name of the build's insides that
+    says nothing to its user; the message already names the file, record and cause."""
+    if isinstance(error, TpufeedError) and error.args and isinstance(error.args[0], str):
+        error.args = (_STEP_NAME.sub("", error.args[0]).rstrip("\n"), *error.args[1:])
     return error

@@ -269,5 +269,8 @@ def _print_summary(
     print(f"filtered       {summary['filtered']:,} (dropped by --transform)")
     print(f"shards         {summary['shards']} {file_format} ({args.record_format} records)")
     print(f"bytes          {summary['bytes']:,}")
-    print(f"time           {summary['seconds']:.1f} s ({rate:,.0f} records/s)")
+    print(
+        f"time           {summary['seconds']:.1f} s ({rate:,.0f} records/s): the plan, Beam's "
+        "pipeline and the checks (the command's start-up before them is not counted)"
+    )
     print(f"dataset        {summary['output']}")
