@@ -121,6 +121,33 @@ def test_restore_moves_a_live_iterator_back_to_the_saved_step(tmp_path):
     assert ids_of(list(it)) == rest
 
 
+def test_restore_starts_the_first_batch_before_the_first_next(tmp_path):
+    """CheckpointRestore calls `it.start()` after `set_state`, as Grain's handler calls
+    `start_prefetch()`: the first batch is made while the rest restores, and it is exact."""
+    import jax.numpy as jnp
+
+    made = tmp_path / "made"
+    made.mkdir()
+
+    def mark(e):
+        (made / str(int(e["id"][0]))).touch()  # a batch: its first record
+        return e
+
+    it = iter(pipeline().map(mark))
+    [next(it) for _ in range(SAVE_AT)]
+    _save(tmp_path / "ckpt", SAVE_AT, {"w": jnp.ones(2)}, it)
+    rest = ids_of(list(it))  # the run has ended: its marks are all there
+    for path in made.iterdir():
+        path.unlink()
+    fresh = iter(pipeline().map(mark))
+    _restore(tmp_path / "ckpt", {"w": jnp.zeros(2)}, fresh)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not any(made.iterdir()):  # no next() yet: only start() can have made these
+        assert time.monotonic() < deadline, "the restore began no batch"
+        time.sleep(0.01)
+    assert ids_of(list(fresh)) == rest
+
+
 def test_restore_into_another_pipeline_names_the_directory_and_the_cause(tmp_path):
     import jax.numpy as jnp
 

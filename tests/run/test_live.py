@@ -8,7 +8,7 @@ import pytest
 import tpufeed
 from tests.processes import leftovers, wait_for_workers
 from tpufeed.run import live
-from tpufeed.run.iterator import PipelineRun
+from tpufeed.run.pipeline_run import PipelineRun
 
 
 def _plus_one(x):

@@ -21,7 +21,8 @@ from typing import Any
 from tpufeed.errors import StateError
 from tpufeed.ops.base import Counters, StageClock
 from tpufeed.run.executor import Executor, InProcessExecutor
-from tpufeed.run.iterator import DatasetIterator, PipelineRun, Run
+from tpufeed.run.iterator import DatasetIterator, Run
+from tpufeed.run.pipeline_run import PipelineRun
 from tpufeed.run.plan import Plan
 from tpufeed.run.resume import Start, resume
 from tpufeed.run.stats import PipelineStats
@@ -98,6 +99,9 @@ class StridedRun(Iterator[Any]):
         item = next(self._run)
         self._skip = self._workers - 1  # the other workers' batches come before this one's next
         return item
+
+    def start(self) -> None:
+        self._run.start()
 
     def get_state(self) -> dict[str, Any]:
         return {

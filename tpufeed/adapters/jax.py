@@ -124,6 +124,13 @@ class JaxIterator(TorchStateNames, Iterator[Any]):
                 arrays, self._state = self._clock.call(source)
         return arrays
 
+    def start(self) -> None:
+        """Begins making batches before the first `next()` (`DatasetIterator.start`): with
+        `prefetch` > 0 the transfer thread already does, from the iterator's start and after
+        each `set_state`; with `prefetch=0` the pipeline begins its first batch."""
+        if not self._closed and self._prefetcher is None:
+            self._inner.start()
+
     def get_state(self) -> dict[str, Any]:
         """The input position after the last batch the loop received; small and JSON-able."""
         return dict(self._state)

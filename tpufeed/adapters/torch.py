@@ -275,6 +275,10 @@ class TorchIterator(Iterator[Any]):
         self._state = self._inner.get_state()
         self._fresh = True
 
+    def start(self) -> None:
+        """Begins making the pass's batches before the first `next()` (`DatasetIterator.start`)."""
+        self._inner.start()
+
     def state_dict(self) -> dict[str, Any]:
         """`get_state()`, under torch's name."""
         return self.get_state()

@@ -37,6 +37,9 @@ class CheckpointHandler(ocp.CheckpointHandler):
             raise StateError(
                 f"the iterator state saved in {directory} does not fit this iterator: {e}"
             ) from e
+        start = getattr(iterator, "start", None)  # tpufeed's iterators: the first batch begins
+        if callable(start):  # while the rest of the checkpoint (the model) restores
+            start()
         return iterator
 
     def metadata(self, directory: epath.Path) -> None:
@@ -67,7 +70,8 @@ class CheckpointSave(ocp.args.CheckpointArgs):
 @dataclasses.dataclass
 class CheckpointRestore(ocp.args.CheckpointArgs):
     """Restores into `item` with `item.set_state(...)`: its own state on the same process
-    count, the list of every process's state on another.
+    count, the list of every process's state on another. Then `item.start()`, where it has
+    one: its first batch is made while what is restored after it (the model) restores.
 
     >>> mgr.restore(step, args=ocp.args.Composite(data=CheckpointRestore(it)))  # doctest: +SKIP
     """

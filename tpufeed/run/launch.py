@@ -20,8 +20,9 @@ from tpufeed.run.autotune import AUTO, MAX_PREFETCH, Options, choose
 from tpufeed.run.executor import Executor, InProcessExecutor
 from tpufeed.run.hosts.agreement import HostAgreement
 from tpufeed.run.hosts.uneven import check_uneven, end_together
-from tpufeed.run.iterator import Launch, PipelineRun, Run
+from tpufeed.run.iterator import Launch, Run
 from tpufeed.run.mixture import MixtureExecutor
+from tpufeed.run.pipeline_run import PipelineRun
 from tpufeed.run.plan import MixPlan, Plan, StreamPlan
 from tpufeed.run.resume import Start, resume
 from tpufeed.run.watch import Beacon, labels_of

@@ -11,7 +11,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from tpufeed.ops.user_functions import Stopped
@@ -49,6 +49,11 @@ class ThreadPrefetcher:
     def depth(self) -> int:
         return self._queue.qsize()
 
+    @property
+    def running(self) -> bool:
+        """Whether the thread is still inside the items (a `close()` may outlive it)."""
+        return self._thread.is_alive()
+
     def deepen(self, depth: int) -> None:
         with self._queue.mutex:
             self._queue.maxsize = depth
@@ -84,6 +89,17 @@ class ThreadPrefetcher:
             ctypes.pythonapi.PyThreadState_SetAsyncExc(
                 ctypes.c_ulong(self._thread.ident), ctypes.py_object(PrefetchStopped)
             )
+
+
+def first_items(items: Iterator[Any], n: int) -> Generator[Any, None, None]:
+    """The first `n` of `items`, and no more: `items` is left open where it stood, to go on
+    from in another thread (closing this generator does not close them)."""
+    if n <= 0:
+        return
+    for count, item in enumerate(items, 1):
+        yield item
+        if count == n:
+            return
 
 
 def _fill(items: Generator[Any, None, None], out: queue.Queue, stop: threading.Event) -> None:

@@ -201,6 +201,10 @@ class EvenHosts(Iterator[Any]):
     def dropped_records(self) -> int:
         return self._inner.dropped_records + self.cut_records
 
+    def start(self) -> None:
+        """Begins the inner run's first items (`DatasetIterator.start`)."""
+        self._inner.start()
+
     def close(self) -> None:
         self._inner.close()
 
