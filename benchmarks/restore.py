@@ -10,8 +10,10 @@ the CPUs to the pipeline), and the pipeline's records each cost `--cost-ms` of n
 For each worker count, each round times, side by side, from `ds.iterator(state)` to the first
 batch in hand: the first batch alone (no restore), the restore then `next()`, and `start()`, the
 restore, then `next()`. Reported (medians): the first batch's time, the restore's, both ways of
-restoring, and the share of the first batch's time that `start()` hid:
-(restore then next - start, restore, next) / first batch.
+restoring, and the share of the wait for the first batch after the restore that `start()`
+hid: (restore then next - start, restore, next) / (restore then next - restore). (With workers,
+that wait is longer than the first batch alone: warm workers get the chunks that this process
+makes itself while they start.)
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def measure(args: argparse.Namespace, workers: int) -> dict[str, Any]:
         "restore_s": round(restore, 4),
         "restore_then_next_s": round(then_s, 4),
         "start_restore_next_s": round(started_s, 4),
-        "hidden": round((then_s - started_s) / alone, 3),
+        "hidden": round((then_s - started_s) / (then_s - restore), 3),
     }
 
 
