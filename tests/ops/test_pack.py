@@ -11,6 +11,7 @@ import tpufeed
 from tpufeed.errors import InvalidArgumentError, TransformError
 
 L = 16
+METHODS = ["first_fit", "best_fit"]
 
 
 def lengths_of(n, seed=0):
@@ -38,6 +39,7 @@ def make(
     shuffle=True,
     extra=None,
     cut=False,
+    method="first_fit",
 ):
     ds = tpufeed.Dataset.from_sequence(docs(n))
     if shuffle:
@@ -45,7 +47,7 @@ def make(
     ds = ds.shard(host, hosts)
     if extra is not None:
         ds = extra(ds)
-    ds = ds.pack({"tokens": L}, open_rows=open_rows, cut=cut)
+    ds = ds.pack({"tokens": L}, open_rows=open_rows, cut=cut, method=method)
     if batch:
         ds = ds.batch(batch)
     return ds.repeat(epochs).workers(workers)
@@ -78,27 +80,30 @@ def expected_pieces(n=80, hosts=None):
     return sorted(out)
 
 
-def test_rows_are_full_length_with_segments_and_positions():
-    items = list(make())
+@pytest.mark.parametrize("method", METHODS)
+def test_rows_are_full_length_with_segments_and_positions(method):
+    items = list(make(method=method))
     assert all(item["tokens"].shape == (4, L) for item in items)
     assert all(item["tokens_segment_ids"].dtype == np.int32 for item in items)
     assert pieces_of(items) == expected_pieces()
 
 
-def test_a_long_sequence_is_split_in_order_not_cut_unless_asked():
-    items = list(make(batch=None, shuffle=False))
+@pytest.mark.parametrize("method", METHODS)
+def test_a_long_sequence_is_split_in_order_not_cut_unless_asked(method):
+    items = list(make(batch=None, shuffle=False, method=method))
     by_record = {}
     for item in items:
         for piece in segments(item):
             by_record.setdefault(piece[0] // 1000, []).append(piece)
     for r, d in enumerate(docs()):
         assert sorted(t for p in by_record[r] for t in p) == d["tokens"].tolist()
-    cut = pieces_of(make(cut=True))
+    cut = pieces_of(make(cut=True, method=method))
     assert cut == sorted(tuple(d["tokens"][:L].tolist()) for d in docs())
 
 
-def test_the_last_batch_of_every_epoch_is_filled_with_counted_empty_rows():
-    it = make(batch=5, epochs=2).iterator()
+@pytest.mark.parametrize("method", METHODS)
+def test_the_last_batch_of_every_epoch_is_filled_with_counted_empty_rows(method):
+    it = make(batch=5, epochs=2, method=method).iterator()
     items = list(it)
     assert all(item["tokens"].shape == (5, L) for item in items)
     empty = sum(int((item["tokens_segment_ids"].max(axis=1) == 0).sum()) for item in items)
@@ -106,14 +111,15 @@ def test_the_last_batch_of_every_epoch_is_filled_with_counted_empty_rows():
     assert 0.5 < it.stats().pack_fill <= 1
 
 
-def test_inputs_and_targets_pack_together_each_with_its_length():
+@pytest.mark.parametrize("method", METHODS)
+def test_inputs_and_targets_pack_together_each_with_its_length(method):
     def pair(d):
         return {"inputs": d["tokens"], "targets": d["tokens"][: max(1, len(d["tokens"]) // 2)]}
 
     ds = (
         tpufeed.Dataset.from_sequence(docs(40))
         .map(pair)
-        .pack({"inputs": 16, "targets": 8})
+        .pack({"inputs": 16, "targets": 8}, method=method)
         .batch(2)
     )
     for item in ds:
@@ -126,15 +132,17 @@ def test_inputs_and_targets_pack_together_each_with_its_length():
                 assert len(b) == 0 or a[0] // 1000 == b[0] // 1000
 
 
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("workers,prefetch", [(0, 3), (2, 0), (2, 4)])
-def test_the_output_is_the_same_for_any_worker_count_and_prefetch(workers, prefetch):
-    expected = [segments(i) for i in make(epochs=2)]
-    got = [segments(i) for i in make(epochs=2, workers=workers).prefetch(prefetch)]
+def test_the_output_is_the_same_for_any_worker_count_and_prefetch(workers, prefetch, method):
+    expected = [segments(i) for i in make(epochs=2, method=method)]
+    got = [segments(i) for i in make(epochs=2, workers=workers, method=method).prefetch(prefetch)]
     assert got == expected
 
 
-def test_the_state_holds_refs_not_tokens_and_stays_small_with_16_open_rows():
-    ds = make(n=400, open_rows=16, batch=8)
+@pytest.mark.parametrize("method", METHODS)
+def test_the_state_holds_refs_not_tokens_and_stays_small_with_16_open_rows(method):
+    ds = make(n=400, open_rows=16, batch=8, method=method)
     it = ds.iterator()
     largest = {}
     for _ in it:
@@ -162,10 +170,11 @@ def test_a_long_document_waiting_in_whole_rows_stays_a_few_ints_in_the_state():
     assert [segments(b) for b in ds.iterator(json.loads(json.dumps(state)))] == full[1:]
 
 
+@pytest.mark.parametrize("method", METHODS)
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 60), st.integers(1, 6), st.sampled_from([None, 1, 3]), st.integers(1, 5))
-def test_resume_at_any_step_continues_exactly(n, open_rows, batch, step):
-    ds = make(n=n, open_rows=open_rows, batch=batch, epochs=2)
+def test_resume_at_any_step_continues_exactly(method, n, open_rows, batch, step):
+    ds = make(n=n, open_rows=open_rows, batch=batch, epochs=2, method=method)
     full = [segments(i) for i in ds]
     it = ds.iterator()
     for _ in range(min(step, len(full))):
@@ -174,6 +183,7 @@ def test_resume_at_any_step_continues_exactly(n, open_rows, batch, step):
     assert [segments(i) for i in ds.iterator(state)] == full[min(step, len(full)) :]
 
 
+@pytest.mark.parametrize("method", METHODS)
 @settings(max_examples=25, deadline=None)
 @given(
     st.integers(1, 5),
@@ -181,10 +191,10 @@ def test_resume_at_any_step_continues_exactly(n, open_rows, batch, step):
     st.lists(st.integers(0, 6), min_size=5, max_size=5),
     st.integers(20, 80),
 )
-def test_all_hosts_states_restore_on_another_host_count_exactly_once(old, new, steps, n):
+def test_all_hosts_states_restore_on_another_host_count_exactly_once(method, old, new, steps, n):
     before, states = [], []
     for host in range(old):
-        it = make(n=n, hosts=old, host=host, batch=2).iterator()
+        it = make(n=n, hosts=old, host=host, batch=2, method=method).iterator()
         for _ in range(steps[host]):
             item = next(it, None)
             if item is not None:
@@ -192,12 +202,13 @@ def test_all_hosts_states_restore_on_another_host_count_exactly_once(old, new, s
         states.append(it.get_state())
     after = []
     for host in range(new):
-        after += pieces_of(make(n=n, hosts=new, host=host, batch=2).iterator(states))
+        after += pieces_of(make(n=n, hosts=new, host=host, batch=2, method=method).iterator(states))
     assert sorted(before + after) == expected_pieces(n)
 
 
-def test_first_fit_fills_rows_well_on_skewed_lengths():
-    it = make(n=2000, open_rows=16, batch=8).iterator()
+@pytest.mark.parametrize("method", METHODS)
+def test_rows_fill_well_on_skewed_lengths(method):
+    it = make(n=2000, open_rows=16, batch=8, method=method).iterator()
     list(it)
     assert it.stats().pack_fill > 0.95
 

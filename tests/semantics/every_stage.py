@@ -67,6 +67,14 @@ PIPELINES = {
     "pack-batch": lambda: (
         sequences(24).map(tokens_only).pack({"tokens": 8}, open_rows=3).batch(2).repeat(2)
     ),
+    "pack-best_fit-batch": lambda: (
+        sequences(24)
+        .shuffle(5)
+        .map(tokens_only)
+        .pack({"tokens": 8}, open_rows=3, method="best_fit")
+        .batch(2)
+        .repeat(2)
+    ),
     "mix": lambda: mixture(),
     "mix-batch": lambda: mixture().batch(3),
     "mix-pack-batch": lambda: (

@@ -90,20 +90,29 @@ class StageMethods(Chain):
             raise InvalidArgumentError(why)
         return self._add(cache_stage(directory, max_bytes, self._view("cache"), self._stages, key))
 
-    def pack(self, lengths: dict[str, int], open_rows: int = 16, cut: bool = False) -> Self:
-        """Packs sequences into rows of fixed length, first-fit over `open_rows` open rows.
+    def pack(
+        self,
+        lengths: dict[str, int],
+        open_rows: int = 16,
+        cut: bool = False,
+        method: str = "first_fit",
+    ) -> Self:
+        """Packs sequences into rows of fixed length over `open_rows` open rows.
 
         Each key k of `lengths` gives `k`, `k_segment_ids` (1, 2, ... per sequence in the
         row, 0 on padding) and `k_positions` (restarting at every sequence); keys packed
         together (inputs and targets) share rows. A sequence longer than its row is split over
         rows (`cut=True` keeps only its first row's worth). With `batch(B)` after it, every step
         is `[B, length]`, the epoch's last batch filled with empty rows (`stats().padded_rows`).
+        `method="first_fit"` puts each sequence in the first open row with room for it;
+        `"best_fit"` in the one it leaves least room in, as Grain's `BestFitPackIterDataset`.
+        When none has room, the fullest row is closed to open another.
 
         >>> ds = Dataset.from_sequence([{"tokens": [5, 6, 7]}, {"tokens": [8, 9]}])
         >>> next(iter(ds.pack({"tokens": 4}).batch(2)))["tokens_segment_ids"].tolist()
         [[1, 1, 1, 0], [1, 1, 0, 0]]
         """
-        return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut)))
+        return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut), method))
 
     def batch(
         self,

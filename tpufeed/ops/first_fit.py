@@ -77,9 +77,19 @@ class RowPacker:
             sizes = [len(a) for a in segment.arrays]
             for i, row in enumerate(self.open):
                 if all(size <= free for size, free in zip(sizes, row.free)):
-                    row.put(segment, sizes)
-                    self._room[i] = row.free[0]
-                    return () if any(row.free) else (self._take(i),)
+                    return self._put(i, segment, sizes)
+        return self._new_row(segment)
+
+    def _put(self, i: int, segment: Segment, sizes: Sequence[int]) -> Sequence[Row]:
+        """Puts `segment` in open row `i` (several keys); the row, if that fills it."""
+        row = self.open[i]
+        row.put(segment, sizes)
+        self._room[i] = row.free[0]
+        return () if any(row.free) else (self._take(i),)
+
+    def _new_row(self, segment: Segment) -> Sequence[Row]:
+        """Opens a row for `segment`, which no open row has room for: the fullest is closed
+        first when `open_rows` are open (the rows closed, in order)."""
         closed: tuple[Row, ...] = ()
         if len(self.open) == self.open_rows:
             if self._single:

@@ -1,7 +1,7 @@
 """`pack({"tokens": 1024}, open_rows=16)`: sequences of any length into rows of one length.
 
-A stream stage: it sees the elements in order and fills rows first-fit over `open_rows` open
-rows (tpufeed.ops.first_fit). Each packed key k gives `k`, `k_segment_ids` (0 on padding) and
+A stream stage: it sees the elements in order and fills rows over `open_rows` open rows,
+first-fit (tpufeed.ops.first_fit) or, with `method="best_fit"`, best-fit (tpufeed.ops.best_fit). Each packed key k gives `k`, `k_segment_ids` (0 on padding) and
 `k_positions`, as Grain names them. A sequence longer than its row is split over several rows
 (each piece its own segment), never cut, unless `cut=True`. With `batch(B)` after it, every
 step is `[B, length]`; an epoch's last batch is filled with empty rows (counted in
@@ -14,6 +14,7 @@ piece, and is read again on restore. Rows do not span epochs.
 
 from __future__ import annotations
 
+import difflib
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,9 +22,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tpufeed.errors import StateError, TransformError
+from tpufeed.errors import InvalidArgumentError, StateError, TransformError
 from tpufeed.ops.base import Counters, End, Item, PieceLike, Reread
 from tpufeed.ops.batch import Batch
+from tpufeed.ops.best_fit import BestFitPacker
 from tpufeed.ops.first_fit import Row, RowPacker, Segment, split, write_rows
 from tpufeed.ops.pack_state import PackState, Ref, SavedPack, run_of
 from tpufeed.order.cursor import Cursor
@@ -32,17 +34,31 @@ _SEGMENTS = operator.attrgetter("segments")
 
 new_segment = tuple.__new__  # new_segment(Segment, (arrays, ref)): Segment(...) minus a Python call
 
+# pack(method=...): the rule that places each segment among the open rows.
+PACKERS: dict[str, type[RowPacker]] = {"best_fit": BestFitPacker, "first_fit": RowPacker}
+
 
 @dataclass(frozen=True)
 class Pack:
     lengths: tuple[tuple[str, int], ...]
     open_rows: int = 16
     cut: bool = False
+    method: str = "first_fit"
     kind: ClassVar[str] = "pack"
     name: ClassVar[str] = "pack"
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.method, str) or self.method not in PACKERS:
+            near = difflib.get_close_matches(str(self.method), PACKERS, n=1)
+            raise InvalidArgumentError(
+                f"pack method must be one of {sorted(PACKERS)}, got {self.method!r}"
+                + (f" (did you mean {near[0]!r}?)" if near else "")
+            )
+
     def describe(self) -> Any:
-        return ["pack", [list(kv) for kv in self.lengths], self.open_rows, self.cut]
+        described = ["pack", [list(kv) for kv in self.lengths], self.open_rows, self.cut]
+        # first_fit's pipelines keep the fingerprints (and so the states) they had.
+        return described if self.method == "first_fit" else [*described, self.method]
 
 
 class Packer:
@@ -57,7 +73,7 @@ class Packer:
         self.lengths = [length for _, length in pack.lengths]
         self.cut, self.batch = pack.cut, batch
         self.rows_per_item = batch.batch_size if batch is not None else 1
-        self.packer = RowPacker(self.lengths, pack.open_rows)
+        self.packer = PACKERS[pack.method](self.lengths, pack.open_rows)
         self.closed: list[Row] = []  # closed rows waiting to be handed out, in order
         self.dtypes: list[np.dtype] | None = None
         self.counters = counters

@@ -96,7 +96,8 @@ def stage_label(stage: Stage) -> str:
     if isinstance(stage, Batch):
         return f"batch({stage.batch_size}, drop_remainder={stage.drop_remainder})"
     if isinstance(stage, Pack):
-        return f"pack({dict(stage.lengths)}, open_rows={stage.open_rows})"
+        method = "" if stage.method == "first_fit" else f", method={stage.method!r}"
+        return f"pack({dict(stage.lengths)}, open_rows={stage.open_rows}{method})"
     return stage.name
 
 
