@@ -13,6 +13,7 @@ from tpufeed.run.autotune import MAX_PREFETCH
 from tpufeed.run.stats import PipelineStats, StageStats
 
 STEP = 0.05  # 256 records a step: training takes 5,120 records/s
+REMOTE = {"cache_hits": 3, "cache_misses": 1}  # shards read through the shard cache
 
 
 def measured(
@@ -26,8 +27,10 @@ def measured(
     wait_fraction=None,
     wall=4.0,
     records=256 * 72,
+    counts=None,
 ):
-    """A bench run of `records` in batches of 256 over `wall` seconds."""
+    """A bench run of `records` in batches of 256 over `wall` seconds (`counts`: storage's,
+    such as the shard cache's hits and misses of remote files)."""
     stats = PipelineStats(
         wall_seconds=wall,
         wait_seconds=wall * (steady_wait if wait_fraction is None else wait_fraction),
@@ -40,6 +43,7 @@ def measured(
         dropped_records=0,
         errors=0,
         stages=stages if stages is not None else {"read": StageStats(0.2, records, 1)},
+        counts=counts or {},
     )
     use = CoreUse(cores, busy, consumer)
     return Measurement(stats, [], 0.05, steady_wait, records / wall, use)
@@ -105,7 +109,7 @@ def test_more_workers_only_where_cores_were_idle():
 
 def test_reading_on_busy_cores_is_not_told_to_use_more_workers():
     slow = {"read": StageStats(8.0, 256 * 72, 2)}
-    v = verdict(measured(workers=2, stages=slow, busy=1.9, consumer=0.2), STEP)
+    v = verdict(measured(workers=2, stages=slow, busy=1.9, consumer=0.2, counts=REMOTE), STEP)
     assert "local SSD" in v["suggestion"] and ".workers(" not in v["suggestion"]
     idle = verdict(measured(workers=0, stages=slow, busy=0.2, consumer=0.1), STEP)
     assert ".workers(2) (now 0)" in idle["suggestion"] and idle["change"] == {"workers": 2}
@@ -156,3 +160,47 @@ def test_the_core_clock_measures_this_machine():
     assert use.cores >= 1 and use.consumer >= 0
     if use.busy is not None:  # Linux: /proc/stat
         assert 0 <= use.busy <= use.cores
+
+
+def test_a_run_too_short_to_judge_gets_no_advice():
+    """Issue 47: two batches in 10 ms got advice anyway (and "cores busy unknown")."""
+    for records, wall in [(256 * 2, 4.0), (256 * 72, 0.1)]:
+        v = verdict(measured(stages=fast(1), records=records, wall=wall), STEP)
+        assert v["too_short"] is True and v["change"] is None and v["input_bound"] is None
+        assert v["suggestion"].startswith("the run was too short to judge (")
+        assert "run longer, with --seconds" in v["suggestion"]
+    assert verdict(measured(stages=fast(1)), STEP)["too_short"] is False
+
+
+def test_reading_local_files_is_not_told_to_use_local_ssd():
+    """Issue 47: "put the shards on local SSD" for files on local disk already."""
+    slow_read = {"read": StageStats(8.0, 256 * 72, 1)}  # 2,304 records/s
+    local = verdict(measured(stages=slow_read, busy=2.0, consumer=1.0), 0)
+    assert (
+        "local SSD" not in local["suggestion"]
+        and "the files are local already" in local["suggestion"]
+    )
+    remote = verdict(measured(stages=slow_read, busy=2.0, consumer=1.0, counts=REMOTE), 0)
+    assert "put the shards on local SSD" in remote["suggestion"]
+
+
+@pytest.mark.parametrize(
+    "stage, offline",
+    [("map(decode)", True), ("filter(keep)", True), ("batch", False), ("random_map(aug)", False)],
+)
+def test_only_stages_a_build_can_do_are_told_to_move_offline(stage, offline):
+    """Issue 47: "move batch offline" cannot apply: batch (and random_map's draws, new every
+    epoch) are not what `tpufeed build --transform` does."""
+    slow = {stage: StageStats(8.0, 256 * 72, 2)}
+    v = verdict(measured(workers=2, prefetch=2, stages=slow, busy=2.0, consumer=0.1), STEP)
+    assert ("tpufeed build --transform" in v["suggestion"]) is offline, v["suggestion"]
+    if not offline:
+        assert (
+            f"a cheaper {stage}" in v["suggestion"]
+            and "more processes cannot help" in v["suggestion"]
+        )
+    saturated = verdict(
+        measured(workers=2, prefetch=2, stages={stage: StageStats(0.05, 256 * 72, 2)}, busy=1.98),
+        STEP,
+    )
+    assert ("tpufeed build --transform" in saturated["suggestion"]) is offline

@@ -61,7 +61,8 @@ def test_json_output_names_the_slow_stage_and_suggests_workers(target, tmp_path)
     )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert set(data) == {"schema", "stats", "verdict", "trace"} and data["trace"] is None
+    assert set(data) == {"schema", "stats", "verdict", "trace", "interrupted"}
+    assert data["trace"] is None and data["interrupted"] is False
     stats, verdict = data["stats"], data["verdict"]
     for key in (
         "wall_seconds",
@@ -110,14 +111,15 @@ def test_a_bad_target_is_a_clear_error(tmp_path):
 
 
 def test_without_a_step_time_the_verdict_is_the_rate_it_can_feed(target):
-    result = bench(target, "--batches", "20")
+    result = bench(target, "--batches", "80")  # over 0.5 s (0.5 ms a record): long enough to judge
     assert result.returncode == 0, result.stderr
     assert "no --step-time: the pipeline alone delivers" in result.stdout
     assert "enough for a training step of" in result.stdout
     assert "input-bound" not in result.stdout and "local SSD" not in result.stdout
-    result = bench(target, "--batches", "20", "--json")
+    result = bench(target, "--batches", "80", "--json")
     verdict = json.loads(result.stdout)["verdict"]
     assert verdict["input_bound"] is None and verdict["shortest_step_fed"] > 0
+    assert verdict["too_short"] is False
 
 
 def test_a_transform_module_in_the_working_directory_is_found(tmp_path):
@@ -191,7 +193,7 @@ def test_counts_of_one_are_singular(tmp_path):
     write_array_records(tmp_path / "data.array_record", [b"a", b"b"])
     result = bench("data.array_record", "--batches", "1", "--batch-size", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "\n1 record in 1 item over " in "\n" + result.stdout
+    assert "\n1 record in 1 batch over " in "\n" + result.stdout
 
 
 @pytest.mark.parametrize(

@@ -101,3 +101,29 @@ def test_the_wait_histogram_counts_every_next():
     assert len(stats.wait_histogram) == len(WAIT_BUCKETS) + 1
     assert sum(stats.wait_histogram) == len(items) == stats.batches
     assert stats.to_dict()["wait_histogram"]["counts"] == list(stats.wait_histogram)
+
+
+def test_the_summary_says_batches_or_elements_as_the_pipeline_hands_them_out():
+    """Issue 47: "300 records in 30 items" where users think of batches."""
+    it = pipeline(0).iterator()
+    list(it)
+    assert it.stats().summary().startswith("300 records in 30 batches over ")
+    it = tpufeed.Dataset.from_sequence(list(range(7))).iterator()
+    list(it)
+    assert it.stats().summary().startswith("7 records in 7 elements over ")
+
+
+def test_tuning_says_which_rule_chose_the_workers_and_the_prefetch():
+    """Issue 47: stats().tuning said why the workers were chosen, and nothing of prefetch."""
+    it = tpufeed.Dataset.from_sequence(list(range(64))).batch(8).workers("auto")
+    it = it.prefetch("auto").iterator()
+    tuning = it.stats().tuning
+    assert tuning.startswith("workers 0: a batch takes ") and "cheaper in-process" in tuning
+    assert tuning.endswith("; prefetch 2: 2 batches ahead, in-process")
+    it.close()
+    it = tpufeed.Dataset.from_sequence(list(range(64))).batch(8).workers(0).prefetch("auto")
+    it = it.options(ram_budget_bytes=1).iterator()
+    tuning = it.stats().tuning
+    assert tuning.startswith("workers 0: set by the user; prefetch 0: 2 batches ahead, in-process")
+    assert tuning.endswith("cut to 0 by the 1 byte budget")
+    it.close()

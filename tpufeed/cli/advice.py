@@ -28,6 +28,14 @@ __all__ = ["Advice", "CoreClock", "CoreUse", "Measurement", "capacity", "change_
 
 _INPUT_BOUND = 0.05  # of the time after the first batch, waited for input
 _SATURATED = 0.5  # fewer cores' worth idle than this: all busy
+# A shorter run says too little to advise on: stage times of a few batches are noise, and the
+# kernel counts the cores' use in ticks of 10 ms each.
+_JUDGED_BATCHES = 5
+_JUDGED_SECONDS = 0.5
+# Stages whose work `tpufeed build --transform` can do once, offline: deterministic, one
+# record at a time (random_map's draws change every epoch; batch, pack and mix work across
+# records, and their output is what training reads).
+_MOVABLE = ("map(", "filter(", "flat_map(")
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,7 @@ class Measurement:
     steady_wait: float
     steady_rate: float
     use: CoreUse
+    interrupted: bool = False  # Ctrl-C ended the run: these are the batches before it
 
 
 @dataclass(frozen=True)
@@ -165,6 +174,8 @@ def _throughput(stats: PipelineStats, use: CoreUse) -> Advice:
         text = (
             "reading records limits the pipeline: put the shards on local SSD or give the "
             "shard cache more room (cache_bytes)"
+            if stats.cache_hit_rate is not None  # read through the shard cache
+            else "reading records limits the pipeline (the files are local already)"
         )
         if more is None:
             return Advice(text)
@@ -177,9 +188,15 @@ def _throughput(stats: PipelineStats, use: CoreUse) -> Advice:
             f"more processes with .workers({more}) (now {stats.workers})",
             {"workers": more},
         )
+    if bottleneck.startswith(_MOVABLE):
+        return _fewer_workers(stats, use) or Advice(
+            f"{bottleneck} limits the pipeline and no core is idle ({_busy(use)}): move it "
+            "offline into `tpufeed build --transform ...`, so training reads its output"
+        )
     return _fewer_workers(stats, use) or Advice(
-        f"{bottleneck} limits the pipeline and no core is idle ({_busy(use)}): move it "
-        "offline into `tpufeed build --transform ...`, so training reads its output"
+        f"{bottleneck} limits the pipeline and no core is idle ({_busy(use)}): more processes "
+        f"cannot help; a cheaper {bottleneck} (fewer or smaller fields per record) or more "
+        "cores can"
     )
 
 
@@ -194,8 +211,12 @@ def _overlap(stats: PipelineStats, use: CoreUse, could: float, needed: float) ->
     if use.saturated:
         return _fewer_workers(stats, use) or Advice(
             f"{rates}, but no core was idle ({_busy(use)}, {use.consumer:.1f} of them the "
-            "consumer process): more workers or prefetch cannot help; free cores of other "
-            "work, or move transforms offline into `tpufeed build --transform ...`"
+            "consumer process): more workers or prefetch cannot help; free cores of other work"
+            + (
+                ", or move transforms offline into `tpufeed build --transform ...`"
+                if any(name.startswith(_MOVABLE) for name in stats.stages)
+                else ""
+            )
         )
     if stats.prefetch < MAX_PREFETCH:
         deeper = min(MAX_PREFETCH, max(2, 2 * stats.prefetch))
@@ -213,10 +234,9 @@ def _overlap(stats: PipelineStats, use: CoreUse, could: float, needed: float) ->
 def verdict(m: Measurement, step_time: float) -> dict[str, Any]:
     """Input-bound or not (after the first batch), by how much, and what to change. Without
     a step time (0) there is nothing to be bound by: the verdict is the rate and the
-    shortest step it can feed."""
+    shortest step it can feed. A run too short to judge is advised nothing."""
     stats, use = m.stats, m.use
     batches_per_s = stats.batches / stats.wall_seconds if stats.wall_seconds else 0.0
-    per_batch = stats.records / stats.batches if stats.batches else 0.0
     shortest_step = 1 / batches_per_s if batches_per_s else math.inf
     could = capacity(stats)
     common = {
@@ -230,22 +250,15 @@ def verdict(m: Measurement, step_time: float) -> dict[str, Any]:
         "capacity_records_per_s": could,
         "cores": {"cores": use.cores, "busy": use.busy, "consumer": use.consumer},
     }
+    short = _too_short(m)
+    if short is not None:
+        advised = _advised(Advice(short))
+        return {**common, **advised, "input_bound": None, "slowdown": None, "too_short": True}
     if step_time <= 0:
-        advice = _throughput(stats, use)
-        text = (
-            f"the pipeline alone delivers {stats.records_per_s:,.0f} records/s "
-            f"({batches_per_s:,.1f} batches of {per_batch:,.0f}), enough for a training "
-            f"step of {shortest_step * 1000:,.1f} ms or longer; pass --step-time "
-            "(your step, in seconds) to learn whether training would wait for it. If "
-            f"your step is shorter: {advice.text}"
-        )
-        return {
-            **common,
-            **_advised(Advice(text, advice.change)),
-            "input_bound": None,
-            "slowdown": None,
-        }
+        unbound = _advised(_rate_alone(stats, use, batches_per_s, shortest_step))
+        return {**common, **unbound, "input_bound": None, "slowdown": None, "too_short": False}
     input_bound = m.steady_wait > _INPUT_BOUND
+    per_batch = stats.records / stats.batches if stats.batches else 0.0
     needed = per_batch / step_time  # records/s that training takes
     if not input_bound:
         advice = Advice("the pipeline keeps up: nothing to change")
@@ -254,7 +267,37 @@ def verdict(m: Measurement, step_time: float) -> dict[str, Any]:
     else:
         advice = _throughput(stats, use)
     slowdown = 1 / (1 - m.steady_wait) if m.steady_wait < 1 else math.inf
-    return {**common, **_advised(advice), "input_bound": input_bound, "slowdown": slowdown}
+    bound = {"input_bound": input_bound, "slowdown": slowdown, "too_short": False}
+    return {**common, **_advised(advice), **bound}
+
+
+def _rate_alone(
+    stats: PipelineStats, use: CoreUse, batches_per_s: float, shortest_step: float
+) -> Advice:
+    """Without a step time: the rate, the shortest step it feeds, and what would raise it."""
+    per_batch = stats.records / stats.batches if stats.batches else 0.0
+    advice = _throughput(stats, use)
+    text = (
+        f"the pipeline alone delivers {stats.records_per_s:,.0f} records/s "
+        f"({batches_per_s:,.1f} batches of {per_batch:,.0f}), enough for a training "
+        f"step of {shortest_step * 1000:,.1f} ms or longer; pass --step-time "
+        "(your step, in seconds) to learn whether training would wait for it. If "
+        f"your step is shorter: {advice.text}"
+    )
+    return Advice(text, advice.change)
+
+
+def _too_short(m: Measurement) -> str | None:
+    """What a run too short to judge says instead of advice, or None."""
+    stats = m.stats
+    if stats.batches >= _JUDGED_BATCHES and stats.wall_seconds >= _JUDGED_SECONDS:
+        return None
+    return (
+        f"the run was too short to judge ({plural(stats.batches, 'batch', 'batches')} in "
+        f"{stats.wall_seconds:.2f} s; stage times and the cores' use need at least "
+        f"{_JUDGED_BATCHES} batches and {_JUDGED_SECONDS} s): run longer, with --seconds "
+        "(10 by default) or more --batches, for advice"
+    )
 
 
 def _advised(advice: Advice) -> dict[str, Any]:

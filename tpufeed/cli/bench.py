@@ -9,7 +9,9 @@ change on the same records and reports what it did; `--trace` writes the run's t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import os
 import sys
 import time
 from typing import Any
@@ -27,6 +29,7 @@ from tpufeed.cli.inputs import INPUT_FORMATS
 from tpufeed.cli.json_output import BENCH, add_json_option
 from tpufeed.cli.targets import load_callable, make_target
 from tpufeed.dataset import Dataset
+from tpufeed.errors import plural
 from tpufeed.observe import timeline
 from tpufeed.run.stats import PipelineStats
 
@@ -39,6 +42,7 @@ _STEP_SECONDS = number_type(
     float, lambda v: math.isfinite(v) and 0 <= v <= 86_400, "a number of seconds from 0 to 86400"
 )
 _END = object()
+_EXIT_INTERRUPTED = 130  # 128 + SIGINT, as `tpufeed` exits on Ctrl-C (cli/program.py)
 _HELPS = 1.03  # a measured ratio of rates beyond noise either way
 
 
@@ -54,29 +58,36 @@ def run(
     samples: list[tuple[float, int]] = []
     waits: list[float] = []
     clock: CoreClock | None = None  # from the first batch: the start-up's work is not steady
+    interrupted = False
     try:  # closed on Ctrl-C too: no worker outlives the command
         with tqdm(
             total=batches, disable=not progress, unit="batch", desc="bench", file=sys.stderr
         ) as bar:
-            while batches is None or len(samples) < batches:
-                asked = time.perf_counter()
-                if next(it, _END) is _END:
-                    break
-                got = time.perf_counter()
-                clock = clock or CoreClock()
-                waits.append(got - asked)
-                timeline.complete("wait for input", got - asked, "consumer")
-                samples.append((got - start, it.records_delivered))
-                bar.update(1)
-                if step_time:
-                    time.sleep(step_time)
-                    timeline.complete("training step (slept)", step_time, "consumer")
-                if batches is None and got - start >= seconds:
-                    break
+            try:
+                while batches is None or len(samples) < batches:
+                    asked = time.perf_counter()
+                    if next(it, _END) is _END:
+                        break
+                    got = time.perf_counter()
+                    clock = clock or CoreClock()
+                    waits.append(got - asked)
+                    timeline.complete("wait for input", got - asked, "consumer")
+                    samples.append((got - start, it.records_delivered))
+                    bar.update(1)
+                    if step_time:
+                        time.sleep(step_time)
+                        timeline.complete("training step (slept)", step_time, "consumer")
+                    if batches is None and got - start >= seconds:
+                        break
+            except KeyboardInterrupt:  # Ctrl-C: what was measured until then is reported
+                if not samples:
+                    raise
+                interrupted = True
         stats = it.stats()
     finally:
         it.close()
-    return _measured(stats, samples, waits, clock or CoreClock())
+    measured = _measured(stats, samples, waits, clock or CoreClock())
+    return dataclasses.replace(measured, interrupted=interrupted)
 
 
 def _measured(
@@ -243,10 +254,15 @@ def run_command(args: argparse.Namespace) -> int:
         if recording is not None:
             timeline.stop()
     advice = verdict(measured, args.step_time)
-    if args.try_advice and advice["change"]:
+    if args.try_advice and advice["change"] and not measured.interrupted:
         advice["tried"] = try_change(ds, advice["change"], measured, args.step_time, progress)
         advice["measured"] = True
-    result = {"stats": measured.stats.to_dict(), "verdict": advice, "trace": args.trace}
+    result = {
+        "stats": measured.stats.to_dict(),
+        "verdict": advice,
+        "trace": args.trace,
+        "interrupted": measured.interrupted,
+    }
     if args.json:
         BENCH.emit(result)
     else:
@@ -256,6 +272,12 @@ def run_command(args: argparse.Namespace) -> int:
         write_trace(recording, args.trace)
     if recording is not None and args.plot:
         plot(args.plot, measured.stats, measured.samples, recording)
+    if measured.interrupted:
+        covered = plural(measured.stats.batches, "batch", "batches")
+        print(
+            f"tpufeed: interrupted: the summary covers the {covered} before Ctrl-C", file=sys.stderr
+        )
+        return _EXIT_INTERRUPTED
     return 0
 
 
@@ -271,13 +293,21 @@ def _with_settings(ds: Dataset, args: argparse.Namespace) -> Dataset:
 def _print_verdict(m: Measurement, v: dict[str, Any]) -> None:
     stats, use = m.stats, m.use
     print(stats.summary())
-    busy = f"{use.busy:.1f}" if use.busy is not None else "unknown"
+    busy = (
+        f"{use.busy:.1f}"
+        if use.busy is not None
+        else "not measured (the run was shorter than the kernel's 10 ms tick)"
+        if os.path.exists("/proc/stat")
+        else "unknown (no /proc/stat)"
+    )
     print(
         f"first batch after {m.first_batch_s:.2f} s; after it {m.steady_rate:,.0f} records/s, "
         f"consumer waited {m.steady_wait:.1%}; cores busy {busy} of {use.cores} "
         f"(consumer process {use.consumer:.1f})"
     )
-    if v["input_bound"] is None:
+    if v["too_short"]:
+        print(f"\n{v['suggestion']}")
+    elif v["input_bound"] is None:
         print(f"\nno --step-time: {v['suggestion']}")
     else:
         bound = (
@@ -296,6 +326,8 @@ def _print_verdict(m: Measurement, v: dict[str, Any]) -> None:
 def _measured_note(v: dict[str, Any]) -> str | None:
     """Whether the advice was measured, and what the measurement said."""
     tried, change = v["tried"], v["change"]
+    if v["too_short"]:
+        return None  # nothing advised
     if tried is not None:
         return (
             f"tried {change_label(change)} on the same {tried['batches']} batches: "

@@ -194,7 +194,11 @@ BENCH = JsonSchema(
         "verdict.input_bound": "with --step-time: whether training waits for input; null without",
         "verdict.slowdown": "with --step-time: how much slower training runs than its step "
         "allows (null without --step-time, or when unbounded)",
+        "verdict.too_short": "whether the run was too short to judge (under 5 batches or "
+        "0.5 s): then `suggestion` says so, and nothing is advised or tried",
         "trace": "the --trace file written, or null",
+        "interrupted": "whether Ctrl-C ended the run (exit status 130): the document covers the "
+        "batches before it",
     },
 )
 

@@ -200,16 +200,25 @@ def choose(
     task_seconds = per_record * plan.chunk
     cores = cpu_count()
     if workers == AUTO:
-        chosen_workers, reason = workers_for(task_seconds, cores, batch_bytes, budget)
+        chosen_workers, why = workers_for(task_seconds, cores, batch_bytes, budget)
     else:
-        chosen_workers, reason = int(workers), "workers set by the user"
+        chosen_workers, why = int(workers), "set by the user"
     if prefetch == AUTO:
-        chosen_prefetch = 2 if chosen_workers == 0 else chosen_workers
-        while (
-            chosen_prefetch
-            and pipeline_bytes(chosen_workers, chosen_prefetch, batch_bytes) > budget
-        ):
-            chosen_prefetch -= 1
+        chosen_prefetch, ahead = prefetch_for(chosen_workers, batch_bytes, budget)
     else:
-        chosen_prefetch = int(prefetch)
+        chosen_prefetch, ahead = int(prefetch), "set by the user"
+    reason = f"workers {chosen_workers}: {why}; prefetch {chosen_prefetch}: {ahead}"
     return Tuning(chosen_workers, chosen_prefetch, per_record, batch_bytes, budget, reason, warm)
+
+
+def prefetch_for(workers: int, batch_bytes: int, budget: int) -> tuple[int, str]:
+    """(prefetch, why) for `auto`: 2 batches ahead without workers (one being made, one
+    waiting), one a worker with them, fewer where the RAM budget holds fewer."""
+    prefetch = 2 if workers == 0 else workers
+    why = "2 batches ahead, in-process" if workers == 0 else "one batch ahead a worker"
+    wanted = prefetch
+    while prefetch and pipeline_bytes(workers, prefetch, batch_bytes) > budget:
+        prefetch -= 1
+    if prefetch < wanted:
+        why += f", cut to {prefetch} by the {budget:,} byte budget"
+    return prefetch, why

@@ -160,7 +160,7 @@ class PipelineStats:
 
     def summary(self) -> str:
         lines = [
-            f"{plural(self.records, 'record')} in {plural(self.batches, 'item')} over "
+            f"{plural(self.records, 'record')} in {self._handed_out()} over "
             f"{self.wall_seconds:.2f} s: "
             f"{self.records_per_s:,.0f} records/s; consumer waited {self.wait_fraction:.1%} "
             f"of the time",
@@ -195,6 +195,13 @@ class PipelineStats:
                 f"{name:<32} {s.seconds:>9.3f} {s.records:>11,} {rate:>12} {s.parallelism:>5}{mark}"
             )
         return "\n".join(lines + self._worker_lines())
+
+    def _handed_out(self) -> str:
+        """What the iterator handed out, as a user calls them: batches where the pipeline
+        batches, elements where it does not (`batches` counts either)."""
+        if "batch" in self.stages:
+            return plural(self.batches, "batch", "batches")
+        return plural(self.batches, "element")
 
     def _storage_lines(self) -> list[str]:
         """One line for the shard cache and one per store (GCS, S3, HTTP), each where something
