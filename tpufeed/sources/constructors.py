@@ -78,6 +78,31 @@ class SourceConstructors(abc.ABC):
         return cls._over(opening.tfrecord(paths, index_dir, cache_dir, cache_bytes, timeout_s))
 
     @classmethod
+    def from_tfds(
+        cls,
+        name: str,
+        split: str,
+        data_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+        timeout_s: float | None = None,
+    ) -> Self:
+        """A dataset TFDS prepared (`name[/config][:version]`, ArrayRecord or TFRecord files
+        under `data_dir`, default $TFDS_DATA_DIR else ~/tensorflow_datasets; local, gs:// or
+        s3:// through the shard cache), read in place: its files and counts from
+        `dataset_info.json`, never its builder's code. `split` is TFDS's (`train[:50%]`,
+        `train[10:20]`, `train[:4shard]`, `train+test`, `all`), with TFDS's rounding; elements
+        are what `tfds.data_source` gives, in its order: each record decoded with the
+        dataset's `features.json` (`deserialize_example_np`; tensorflow_datasets is needed,
+        TensorFlow is not), its Python numbers and lists as numpy values of the feature's
+        dtype, as `tfds.load` gives them. `cache_dir`, `cache_bytes`, `timeout_s` as in `from_array_record`
+        (docs/coming-from/tfds.md).
+
+        >>> ds = Dataset.from_tfds("mnist", split="train[:50%]").shuffle(seed=0)  # doctest: +SKIP
+        """
+        return cls._over(opening.tfds(name, split, data_dir, cache_dir, cache_bytes, timeout_s))
+
+    @classmethod
     def from_webdataset(
         cls,
         paths: PathsLike,

@@ -27,6 +27,7 @@ __all__ = [
     "mds",
     "parquet",
     "sequence",
+    "tfds",
     "tfrecord",
     "webdataset",
 ]
@@ -68,6 +69,22 @@ def tfrecord(
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)
     return SourceView(TFRecordSource(paths, index_dir=index_dir, cache=cache))
+
+
+def tfds(
+    name: str,
+    split: str,
+    data_dir: str | os.PathLike | None,
+    cache_dir: str | os.PathLike | None,
+    cache_bytes: int | None,
+    timeout_s: float | None = None,
+) -> SourceView:
+    """A TFDS-prepared dataset's split (slices included), decoded with its own features."""
+    from tpufeed.sources.tfds.metadata import default_data_dir
+    from tpufeed.sources.tfds.source import TFDSSource
+
+    cache = cache_for(cache_dir, cache_bytes, timeout_s)
+    return SourceView(TFDSSource(name, split, data_dir or default_data_dir(), cache))
 
 
 def parquet(
