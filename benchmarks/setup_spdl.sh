@@ -6,11 +6,13 @@
 #
 #   bash benchmarks/setup_spdl.sh        (as root, or with sudo for apt-get)
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 sudo=""
 if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
 $sudo apt-get update -q
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q \
     libavutil57 libavcodec59 libavformat59 libavfilter8 libswscale6 libswresample4 libavdevice59
-python -m pip install spdl
+# the version measured in benchmarks/RESULTS.md; numpy stays at the tested set's pin
+python -m pip install "spdl==0.8.0" -c constraints/ci.txt
 python -c "import importlib.metadata as m, spdl.io; spdl.io.decode_config(); print('spdl', m.version('spdl'), 'and its FFmpeg libraries: ready')"
