@@ -150,7 +150,7 @@ def test_every_state_of_a_pipeline_has_the_same_keys(tmp_path):
     keys = {tuple(sorted(it.get_state()))}
     for _ in it:
         keys.add(tuple(sorted(it.get_state())))
-    assert keys == {tuple(sorted(["version", "fingerprint", "shards", *CURSOR]))}
+    assert keys == {tuple(sorted(["version", "fingerprint", "shards", "parts", *CURSOR]))}
     assert len(json.dumps(it.get_state())) < 300
 
 

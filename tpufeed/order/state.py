@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, Protocol
 
 from tpufeed.errors import StateError
 from tpufeed.order.cursor import Cursor, Layer, MixCursor
+from tpufeed.order.pipeline_parts import PARTS_KEY, differing_parts
 
 STATE_VERSION = 3
 _READABLE = (1, 2, 3)
@@ -133,9 +134,11 @@ def state_to_dict(
     fingerprint_: str,
     stages: Mapping[str, StageState] | None = None,
     shards: list[Any] | None = None,
+    parts: str = "",
 ) -> dict[str, Any]:
     """The state of a cursor, and of the stream stages that hold elements (`stages`, by key);
-    `shards`: what `shards_seen` says of the files (None: the source has none)."""
+    `shards`: what `shards_seen` says of the files (None: the source has none); `parts`: the
+    pipeline's parts (`tpufeed.order.pipeline_parts`), to name what differs if refused."""
     state: dict[str, Any] = {
         "version": STATE_VERSION,
         "fingerprint": fingerprint_,
@@ -143,6 +146,8 @@ def state_to_dict(
     }
     if shards is not None:
         state[SHARDS_KEY] = shards
+    if parts:
+        state[PARTS_KEY] = parts
     if stages:
         state.update({key: value.to_dict() for key, value in stages.items()})
     return state
@@ -229,15 +234,39 @@ def check_version(state: Mapping[str, Any]) -> None:
         )
 
 
-def check_header(state: Mapping[str, Any], expected_fingerprint: str) -> None:
-    """Raises unless `state` has a version this release reads and belongs to this pipeline."""
-    check_version(state)
-    if state.get("fingerprint") != expected_fingerprint:
+def check_header(
+    state: Mapping[str, Any],
+    expected_fingerprint: str,
+    parts: str = "",
+    stage_names: Sequence[str] = (),
+) -> None:
+    """Raises unless `state` has a version this release reads and belongs to this pipeline;
+    one that is not a tpufeed state at all is told apart from one of another pipeline, and
+    for that, the part that differs is named where the state records its `parts`."""
+    if "version" not in state and "fingerprint" not in state:
+        keys = ", ".join(map(repr, list(state)[:8])) or "none"
         raise StateError(
-            f"iterator state belongs to another dataset or pipeline (fingerprint "
-            f"{state.get('fingerprint')!r}, this dataset's is {expected_fingerprint!r}): "
-            "the source, shuffle seed, transforms and batching must be the same to resume"
+            f"iterator state is not one tpufeed wrote (no 'version' or 'fingerprint'; its keys: "
+            f"{keys}): pass what it.get_state() returned, as it returned it"
         )
+    check_version(state)
+    if state.get("fingerprint") == expected_fingerprint:
+        return
+    if not isinstance(state.get("fingerprint"), str):
+        raise StateError(
+            f"iterator state field 'fingerprint' must be the text get_state() wrote, got "
+            f"{state.get('fingerprint')!r}"
+        )
+    differs = differing_parts(state.get(PARTS_KEY), parts, stage_names)
+    what = (
+        "it differs from this one in " + ", and in ".join(differs)
+        if differs
+        else "the source, shuffle seed, transforms and batching must be the same to resume"
+    )
+    raise StateError(
+        f"iterator state belongs to another dataset or pipeline (fingerprint "
+        f"{state.get('fingerprint')!r}, this dataset's is {expected_fingerprint!r}): {what}"
+    )
 
 
 def state_from_dict(state: Any, expected_fingerprint: str) -> Cursor:

@@ -20,7 +20,6 @@ import numpy as np
 from tpufeed.errors import UnknownLengthError
 from tpufeed.ops.base import RecordNames, RecordStage
 from tpufeed.ops.batch import Batch
-from tpufeed.ops.cache import Cache
 from tpufeed.ops.mix import Mix
 from tpufeed.ops.pack import Pack
 from tpufeed.ops.registry import Stage, idle_stage_state, split
@@ -36,7 +35,8 @@ from tpufeed.order.state import (
     shards_seen,
     state_to_dict,
 )
-from tpufeed.order.state import fingerprint as fingerprint_of
+from tpufeed.run.identity import pipeline_fingerprint as pipeline_fingerprint  # dataset.py's
+from tpufeed.run.identity import pipeline_parts, stage_names
 from tpufeed.sources.view import SourceView
 
 _UNBATCHED_CHUNK = 64  # units per chunk when nothing batches
@@ -136,6 +136,8 @@ class Plan:
     piece_size: int | None = None  # a mixture's component: units per chunk
     shard_stamps: tuple[ShardStamp, ...] = ()  # the source's files when the plan was made
     slicing: Slicing = WHOLE  # the records and positions each epoch reads (slice, take)
+    parts: str = ""  # what a refused state is compared by (`tpufeed.order.pipeline_parts`)
+    part_names: tuple[str, ...] = ()  # the stages `parts` describes, by name
 
     record_key = 1  # ints that name a record in a state: its epoch position
 
@@ -199,7 +201,7 @@ class Plan:
 
     def state_of(self, position: Cursor, stages: Stages | None) -> dict[str, Any]:
         held = stages or idle_stage_state(self.pack)  # the same keys at every step
-        return state_to_dict(position, self.fingerprint, held, self.shards)
+        return state_to_dict(position, self.fingerprint, held, self.shards, self.parts)
 
     def position_from(self, state: dict[str, Any]) -> Cursor:
         return cursor_from_state(state)
@@ -321,6 +323,8 @@ def pipeline_plan(
         hosts=hosts,
         host=host,
         fingerprint=pipeline_fingerprint(source, seed, window, stages, slicing),
+        parts=pipeline_parts(source, seed, window, stages, slicing),
+        part_names=stage_names(stages),
         max_errors=max_errors,
         pack=pack,
         shard_stamps=source.shard_stamps(),
@@ -357,27 +361,6 @@ def _count_deciders(plan: Plan | MixPlan) -> str:
     named += ["pack"] if plan.pack is not None else []
     named += ["ignore_errors (skipped records)"] if plan.max_errors > 0 else []
     return ", ".join(named)
-
-
-def pipeline_fingerprint(
-    source: SourceView,
-    seed: int | None,
-    window: int | None,
-    stages: tuple[Stage, ...],
-    slicing: Slicing = WHOLE,
-) -> str:
-    """Identifies source, shuffle seed, slices and stages; states only restore into a match.
-    A `cache()` changes none of the items, so it is left out: states move in and out of it."""
-    described: dict[str, Any] = {
-        "source": source.fingerprint(),
-        "seed": seed,
-        "window": window,
-        "ops": [stage.describe() for stage in stages if not isinstance(stage, Cache)],
-    }
-    cut = slicing.describe()
-    if cut is not None:  # pipelines without a slice keep the fingerprints they had
-        described["slice"] = cut
-    return fingerprint_of(described)
 
 
 def _shuffle(

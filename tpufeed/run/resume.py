@@ -82,7 +82,7 @@ def _read_one(plan: StreamPlan, state: Any, new_weights: bool) -> Saved:
     state = load_state(state)
     reweighed = isinstance(plan, MixPlan) and new_weights and _weights_changed(plan, state)
     if not reweighed:
-        check_header(state, plan.fingerprint)
+        check_header(state, plan.fingerprint, *_parts(plan))
     check_shards(state, plan.shard_stamps)
     position = plan.position_from(state)
     if reweighed:  # the schedule starts anew here, with the new weights
@@ -90,6 +90,11 @@ def _read_one(plan: StreamPlan, state: Any, new_weights: bool) -> Saved:
     key = state_key(plan.pack, plan.batch)
     held = read_stage_state(key, state[key], plan.record_key + 2) if key in state else None
     return Saved(position, {} if held is None or held.holds_nothing else {key: held})
+
+
+def _parts(plan: StreamPlan) -> tuple[str, tuple[str, ...]]:
+    """A pipeline's parts and the names of its stages; none for a mixture."""
+    return (plan.parts, plan.part_names) if isinstance(plan, Plan) else ("", ())
 
 
 def _weights_changed(plan: MixPlan, state: dict[str, Any]) -> bool:
