@@ -74,8 +74,7 @@ class ExampleDecoder:
             )
         try:
             connector = feature_lib.FeatureConnector.from_json(self.features)
-            self._infos = connector.get_tensor_info()
-            self._connector = connector
+            infos = connector.get_tensor_info()
         except TpufeedError:
             raise
         except Exception as error:  # noqa: BLE001 - TFDS's own parse of outside JSON
@@ -84,7 +83,13 @@ class ExampleDecoder:
                 f"{type(error).__name__}: {error}",
                 path=f"{self.where}/features.json",
             ) from None
-        return self._connector
+        if infos == {}:  # TFDS: "No features set, cannot decode example!"
+            raise CorruptDataError(
+                f"{self.where}/features.json declares no features: no record can be decoded",
+                path=f"{self.where}/features.json",
+            )
+        self._infos, self._connector = infos, connector
+        return connector
 
 
 def _typed(value: Any, info: Any) -> Any:

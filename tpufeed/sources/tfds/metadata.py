@@ -186,7 +186,7 @@ def _splits(info: dict[str, Any], path: str) -> tuple[str, dict[str, list[int]],
     for split in info["splits"]:
         with parsing(path, "a split"):
             name = split["name"]
-            shards = [int(n) for n in split["shardLengths"]]
+            shards = [_count(n) for n in _listed(split["shardLengths"])]
             templates[name] = split.get(
                 "filepathTemplate", "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
             )
@@ -194,6 +194,21 @@ def _splits(info: dict[str, Any], path: str) -> tuple[str, dict[str, list[int]],
             raise malformed(path, f"split {name!r}", f"has shard lengths {shards}")
         lengths[name] = shards
     return file_format, lengths, templates
+
+
+def _listed(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"shardLengths is {value!r}, not a list")
+    return value
+
+
+def _count(value: Any) -> int:
+    """A shard length as TFDS writes it (an int64 as a string of digits; an int is taken)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"shard length {value!r} is not a count")
+    if isinstance(value, str) and not value.isdigit():
+        raise ValueError(f"shard length {value!r} is not a count")
+    return int(value)
 
 
 def _shard_name(folders: _Folders, folder: str, info: _ShardNaming, shard: int) -> str:
