@@ -86,6 +86,16 @@ PIPELINES = {
         .pack({"tokens": 8}, open_rows=2)
         .batch(2)
     ),
+    "mix-pack-best_fit-batch": lambda: (
+        tpufeed.Dataset.mix(
+            [sequences(30).shuffle(3).map(tokens_only), sequences(25).map(tokens_only)],
+            weights=[2, 1],
+            seed=2,
+            on_end="stop",
+        )
+        .pack({"tokens": 8}, open_rows=3, method="best_fit")
+        .batch(2)
+    ),
     "repeat-across-epochs": lambda: records(7).shuffle(6).batch(3).repeat(3),
     "slice-records": lambda: records(30).slice(slice(3, 25, 2)).shuffle(4).batch(3).repeat(2),
     "take-shuffled": lambda: records(30).shuffle(8).take(9).filter(lambda e: e["id"] % 4).repeat(2),
