@@ -1,6 +1,7 @@
 """One conformance suite that every source passes, and the DESIGN.md semantics end to end on
 files written by array_record's, TensorFlow's, pyarrow's and MosaicML Streaming's own writers
-(Streaming's: tests/data/mds/conformance, by tests/data/mds/write_fixtures.py)."""
+(Streaming's: tests/data/mds/conformance, by tests/data/mds/write_fixtures.py), and a dataset
+TFDS prepares (tests/sources/tfds_builders.py)."""
 
 import json
 import os
@@ -78,9 +79,14 @@ class UserSource:
 MDS_FOLDER = pathlib.Path(__file__).parent.parent / "data" / "mds" / "conformance"
 
 
-@pytest.fixture(params=["array_record", "tfrecord", "parquet", "mds", "sequence", "user"])
+@pytest.fixture(params=["array_record", "tfrecord", "parquet", "mds", "tfds", "sequence", "user"])
 def dataset_factory(request, tmp_path):
     kind = request.param
+    if kind == "tfds":  # the records as a bytes feature of a dataset TFDS prepares, in order
+        builders = pytest.importorskip("tests.sources.tfds_builders")
+        builders.TpufeedRecords.RECORDS = RECORDS
+        builders.prepare(builders.TpufeedRecords, tmp_path, "array_record")
+        return lambda: tpufeed.Dataset.from_tfds("tpufeed_records", "train", data_dir=tmp_path)
     if kind == "array_record":
         paths = write_array_record_files(tmp_path)
         return lambda: tpufeed.Dataset.from_array_record(str(tmp_path / "part-*.array_record"))
