@@ -376,6 +376,22 @@ def test_build_errors_carry_no_beam_step_names(tmp_path):
     assert not (tmp_path / "ds").exists()
 
 
+def test_a_csv_build_casts_its_columns_with_a_transform_made_on_the_command_line(tmp_path):
+    """Issue 47: --transform took no arguments, so every CSV build needed a file of its own."""
+    pytest.importorskip("apache_beam")
+    (tmp_path / "in.csv").write_text("text,label\nhi,1\nyo,0\n")
+    cast = "tpufeed.transforms:Cast({'label': 'int32'})"
+    result = tpufeed(
+        "build", "--input", "in.csv", "--output", "ds", "--transform", cast, "-q", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    from tpufeed import Dataset
+
+    rows = list(Dataset.open(tmp_path / "ds"))
+    assert [int(r["label"]) for r in rows] == [1, 0] and rows[0]["label"].dtype == "int32"
+    assert [r["text"] for r in rows] == ["hi", "yo"]
+
+
 def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):
     pytest.importorskip("apache_beam")
     from tpufeed.beam import BuildConfig, build

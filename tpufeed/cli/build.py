@@ -133,7 +133,8 @@ def _record_options(build: argparse.ArgumentParser) -> None:
         "--transform",
         action="append",
         default=[],
-        help="module:function or path/to/file.py:function; repeat to chain",
+        help="module:function or path/to/file.py:function, or one made with literal "
+        "arguments: 'tpufeed.transforms:Cast({\"label\": \"int32\"})'; repeat to chain",
     )
     build.add_argument(
         "--max-bad",

@@ -2,7 +2,8 @@
 
 A transform is named `package.module:function` or `path/to/file.py:function` (any callable
 attribute works, e.g. an instance of a `tpufeed.transforms` class; the class itself is refused,
-as it would make one object per record). It is called as
+as it would make one object per record), or made once by a call with literal arguments,
+`tpufeed.transforms:Cast({'label': 'int32'})` (no file of your own for it). It is called as
 `fn(record)`, or `fn(record, rng)` when it takes two positional parameters; `rng` is a numpy
 Generator fixed by the record's position in the input, so builds stay deterministic. It
 returns a record (dict or bytes), None to drop the record, or a list of records.
@@ -10,6 +11,7 @@ returns a record (dict or bytes), None to drop the record, or a list of records.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import importlib.util
@@ -30,14 +32,53 @@ from tpufeed.order.rng import RecordRngs
 __all__ = ["TransformChain", "load_transform", "normalize_record", "resolve_spec"]
 
 
+_EXPECTED = (
+    "expected module:function or path/to/file.py:function, or a callable made with literal "
+    "arguments such as tpufeed.transforms:Cast({'label': 'int32'})"
+)
+
+
+def _split(spec: str, option: str) -> tuple[str, str, str]:
+    """(module or file, attribute, call arguments' text or "") of a spec: the arguments, which
+    may hold colons of their own, begin at the first "(" after the attribute."""
+    paren = spec.find("(")
+    named, arguments = (spec, "") if paren < 0 else (spec[:paren], spec[paren:])
+    module, sep, attr = named.rpartition(":")
+    if not sep or not module or not attr.strip() or (arguments and not arguments.endswith(")")):
+        raise InvalidArgumentError(f"{option} {spec!r}: {_EXPECTED}")
+    return module, attr.strip(), arguments
+
+
 def resolve_spec(spec: str) -> str:
     """`spec` with a file path made absolute, so that workers find it whatever their cwd."""
-    module, sep, name = spec.rpartition(":")
-    if not sep or not module or not name:
+    module, attr, arguments = _split(spec, "--transform")
+    return f"{os.path.abspath(module)}:{attr}{arguments}" if module.endswith(".py") else spec
+
+
+def _literal_call(text: str, spec: str, option: str) -> tuple[list[Any], dict[str, Any]]:
+    """The positional and keyword arguments of `text` ("(...)"), each a Python literal
+    (numbers, strings, lists, tuples, dicts, None, True, False): never code that runs."""
+    try:
+        call = ast.parse(f"f{text}", mode="eval").body
+    except SyntaxError as e:
+        at = f" at column {e.offset - 1}" if e.offset else ""  # the "f" we put before it
         raise InvalidArgumentError(
-            f"--transform {spec!r}: expected module:function or path/to/file.py:function"
-        )
-    return f"{os.path.abspath(module)}:{name}" if module.endswith(".py") else spec
+            f"{option} {spec!r}: cannot read its arguments {text!r}: {e.msg}{at}"
+        ) from None
+    if not isinstance(call, ast.Call) or any(kw.arg is None for kw in call.keywords):
+        raise InvalidArgumentError(f"{option} {spec!r}: {_EXPECTED}")
+    values = []
+    for node in [*call.args, *(kw.value for kw in call.keywords)]:
+        try:
+            values.append(ast.literal_eval(node))
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            raise InvalidArgumentError(
+                f"{option} {spec!r}: argument {ast.unparse(node)!r} is not a literal (numbers, "
+                "strings, lists, tuples, dicts, None, True, False); put code in a file.py "
+                "transform"
+            ) from None
+    n = len(call.args)
+    return values[:n], {kw.arg: v for kw, v in zip(call.keywords, values[n:]) if kw.arg}
 
 
 def _on_path(folder: str) -> None:
@@ -53,11 +94,7 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
     `tpufeed` script does not), and a file's own folder is searched by its imports, so a
     transform file can import a module next to it.
     """
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise InvalidArgumentError(
-            f"{option} {spec!r}: expected module:function or path/to/file.py:function"
-        )
+    module_name, attr, arguments = _split(spec, option)
     try:
         if module_name.endswith(".py"):
             module = _load_file(module_name, spec, option)
@@ -78,12 +115,31 @@ def load_transform(spec: str, option: str = "--transform") -> Callable[..., Any]
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise InvalidArgumentError(f"{option} {spec!r}: {module_name} has no callable {attr!r}")
+    if arguments:
+        fn = _made(fn, arguments, spec, option)
     mistake = uncalled_class(fn)
     if mistake is not None:
         raise InvalidArgumentError(
             f"{option} {spec!r}: {mistake} {option} names a function or an "
             f"instance: put `{attr.lower()} = {attr}()` in a file and pass "
-            f"file.py:{attr.lower()}"
+            f"file.py:{attr.lower()}, or make it here with literal arguments: "
+            f"{module_name}:{attr}(...)"
+        )
+    return fn
+
+
+def _made(make: Callable[..., Any], arguments: str, spec: str, option: str) -> Any:
+    """What `make(arguments)` returns: the transform, made once (a class's instance)."""
+    args, kwargs = _literal_call(arguments, spec, option)
+    try:
+        fn = make(*args, **kwargs)
+    except Exception as e:
+        raise InvalidArgumentError(
+            f"{option} {spec!r}: calling it raised {type(e).__name__}: {e}"
+        ) from e
+    if not callable(fn):
+        raise InvalidArgumentError(
+            f"{option} {spec!r}: it returned {type(fn).__name__}, not a callable transform"
         )
     return fn
 
