@@ -167,6 +167,34 @@ def test_a_gcs_data_dir_reads_like_the_local_one(gcs, bucket, upload, array_reco
         local = tpufeed.Dataset.from_tfds("tpufeed_tiny", split, data_dir=array_record_dir)
         assert_same_records(list(remote.shuffle(seed=2)), list(local.shuffle(seed=2)))
     assert remote.source.locate(0)[0].startswith(f"{url}/{FOLDER}/")
+    with pytest.raises(InvalidArgumentError, match="need a shard cache"):
+        tpufeed.Dataset.from_tfds("tpufeed_tiny", "test", data_dir=url, cache_bytes=0)
+
+
+@pytest.mark.slow
+@pytest.mark.emulator
+def test_tfrecord_files_on_gcs_by_ranges_or_copies(gcs, bucket, upload, tfrecord_dir):
+    for path in sorted((tfrecord_dir / FOLDER).iterdir()):
+        if path.name.endswith(".tpufeed-index"):
+            continue  # an offset index tpufeed keeps beside a local file
+        upload(bucket, f"tfds/{FOLDER}/{path.name}", str(path))
+    local = list(tpufeed.Dataset.from_tfds("tpufeed_tiny", "all", data_dir=tfrecord_dir))
+    for cache_bytes in (None, 0):
+        remote = tpufeed.Dataset.from_tfds(
+            "tpufeed_tiny", "all", data_dir=f"gs://{bucket}/tfds", cache_bytes=cache_bytes
+        )
+        assert_same_records(list(remote), local)
+
+
+@pytest.mark.emulator
+def test_an_s3_data_dir_reads_like_the_local_one(s3, s3_bucket, s3_upload, array_record_dir):
+    for path in sorted((array_record_dir / FOLDER).iterdir()):
+        s3_upload(s3_bucket, f"tfds/{FOLDER}/{path.name}", str(path))
+    remote = tpufeed.Dataset.from_tfds(
+        "tpufeed_tiny", "validation+train[:5]", f"s3://{s3_bucket}/tfds"
+    )
+    local = tpufeed.Dataset.from_tfds("tpufeed_tiny", "validation+train[:5]", array_record_dir)
+    assert_same_records(list(remote.shuffle(seed=3)), list(local.shuffle(seed=3)))
 
 
 def test_the_newest_version_unless_one_is_named(copy_of):

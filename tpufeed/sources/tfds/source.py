@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tpufeed.errors import CorruptDataError
+from tpufeed.errors import CorruptDataError, InvalidArgumentError
 from tpufeed.order.state import ShardStamp
 from tpufeed.sources.sharded import RecordFile, ShardedSource, checked_indices
 from tpufeed.sources.tfds.features import ExampleDecoder
@@ -141,6 +141,11 @@ def _record_file(
                 path=path,
             )
         remote = RemoteFile(obj, cache or ShardCache())  # the caller's, when there is one
+        if dataset.file_format == "array_record" and not remote.cached:
+            raise InvalidArgumentError(
+                f"{path}: ArrayRecord files are read from local copies, so they need a shard "
+                "cache; cache_bytes=0 leaves none (TFRecord files are read by ranges without)"
+            )
     if dataset.file_format == "array_record":
         return ArrayRecordFile(path, remote, root=None if remote else dataset.folder)
     return TFRecordFile(path, index_dir, remote, root=None if remote else dataset.folder)
