@@ -184,8 +184,29 @@ def load_manifest(
     return manifest_path, root, manifest
 
 
+def _not_a_manifest(path: str) -> None:
+    """A local data file given to `Dataset.open` (a JSONL, CSV or record file): refused naming
+    what opens it, not read as a manifest and refused as invalid JSON."""
+    name = os.path.basename(path).lower()
+    fmt = format_for_path(name)
+    if fmt is not None:
+        does = f"open it with Dataset.{fmt.constructor}({path!r})"
+    elif name.endswith((".jsonl", ".ndjson", ".csv")):
+        does = f"build a dataset of it first: tpufeed build --input {path} --output DIR"
+    elif name.endswith((".tar", ".tgz", ".tar.gz")):
+        does = f"open it with Dataset.from_webdataset({path!r})"
+    else:
+        return
+    raise InvalidArgumentError(
+        f"{path} is a data file, not a dataset folder or its {MANIFEST_NAME} (Dataset.open "
+        f"opens what tpufeed build wrote): {does}"
+    )
+
+
 def _read_manifest(path: str) -> tuple[str, bytes]:
     """(manifest path, at most one byte more than the size cap) of a local folder or file."""
+    if not os.path.isdir(path):
+        _not_a_manifest(path)
     manifest_path = os.path.join(path, MANIFEST_NAME) if os.path.isdir(path) else path
     root = os.path.dirname(os.path.abspath(manifest_path))  # a link out of it is refused
     try:

@@ -126,7 +126,9 @@ def scan_records(fd: int, path: str, size: int) -> tuple[np.ndarray, np.ndarray]
 
     Each length's CRC is checked here; each record's data CRC when the record is read, so a
     damaged record fails (and `ignore_errors` can skip it) then. Where the framing breaks, the
-    rest of the file becomes one last position of length `UNFRAMED`, which fails when read.
+    rest of the file becomes one last position of length `UNFRAMED`, which fails when read;
+    a file whose first header does not frame (no TFRecord file: JSON, CSV, another format)
+    raises here, when it is opened.
     Reads in 16 MiB chunks (more for a larger record).
     """
     return _scan(lambda n, offset: os.pread(fd, n, offset), path, size)
@@ -147,7 +149,16 @@ def _scan(
             if len(buf) < min(_HEADER.size, size - pos):
                 raise _corrupt(path, record, pos, "file shrank while its index was being built")
         rel = pos - base
-        if framing_problem(buf[rel : rel + _HEADER.size], pos, size) is not None:
+        problem = framing_problem(buf[rel : rel + _HEADER.size], pos, size)
+        if problem is not None:
+            if record == 0:  # no record at all: not a TFRecord file, said when it is opened
+                raise _corrupt(
+                    path,
+                    0,
+                    0,
+                    f"{problem}: not a TFRecord file, or its first header is damaged "
+                    f"(it starts with {bytes(buf[:16])!r})",
+                )
             offsets.append(pos + _HEADER.size)
             lengths.append(UNFRAMED)
             break
