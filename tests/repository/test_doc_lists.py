@@ -44,3 +44,10 @@ def test_the_readme_links_every_guide():
 def test_the_home_page_links_every_guide():
     missing = sorted(set(guide_pages()) - linked(ROOT / "docs" / "index.md", ""))
     assert not missing, f"docs/index.md leaves out {missing}"
+
+
+def test_the_home_page_says_that_a_guides_blocks_run_in_order():
+    """Issue 47: docs code blocks rely on earlier blocks' imports, which no page said."""
+    text = " ".join((ROOT / "docs" / "index.md").read_text().split())
+    assert "A guide's code blocks run in order, as one script" in text
+    assert "a block uses the imports and the names of the blocks above it" in text
