@@ -134,7 +134,7 @@ def _record_options(build: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         help="module:function or path/to/file.py:function, or one made with literal "
-        "arguments: 'tpufeed.transforms:Cast({\"label\": \"int32\"})'; repeat to chain",
+        'arguments: \'tpufeed.transforms:Cast({"label": "int32"})\'; repeat to chain',
     )
     build.add_argument(
         "--max-bad",
