@@ -1,5 +1,7 @@
 """Stacking elements into batches, and cutting and joining batches."""
 
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 
@@ -81,3 +83,40 @@ def test_arrays_of_other_dtypes_stack_to_what_numpy_makes_of_them():
     arrays = [np.ones(3, np.int8), np.ones(3, np.int32), np.full(3, 0.5, np.float32)]
     got = stack(arrays)
     assert got.dtype == np.stack(arrays).dtype and np.array_equal(got, np.stack(arrays))
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        [np.full(3, 0.5, np.float32), np.ones(3, np.uint8)],  # promotes to the first's dtype
+        [np.ones(3, np.uint8), [1, 2, 3]],  # a list among arrays
+        [np.array([None, 1], object), np.array(["a", (1, 2)], object)],  # Python objects
+        [np.ones((2, 2), np.int16), np.ones((2, 2), np.dtype(">i2"))],  # the other byte order
+    ],
+)
+def test_arrays_with_other_values_among_them_stack_as_numpy_stacks_them(arrays):
+    got, want = stack(arrays), np.stack(arrays)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert [np.asarray(row).tolist() for row in got] == [np.asarray(r).tolist() for r in want]
+
+
+@pytest.mark.parametrize(
+    "elements, says",
+    [
+        ([{"x": 1, "y": 2}, {"x": 1}], r"element 1 has \['x'\]"),  # fewer keys
+        ([{"x": 1}, {"x": 1, "y": 2}], r"element 1 has \['x', 'y'\]"),  # more keys
+        ([{"x": 1, "y": 2}, {"x": 1, "z": 2}], r"element 1 has \['x', 'z'\]"),  # as many, others
+        ([{"x": 1}, {"x": 2}, ["x"]], "element 2 has list"),  # its keys, not a dict
+        ([{"x": 1}, "x"], "element 1 has str"),
+    ],
+)
+def test_dicts_of_other_keys_fail_naming_the_element(elements, says):
+    with pytest.raises(BatchError, match=says):
+        stack(elements)
+
+
+def test_dicts_with_their_keys_in_any_order_or_of_a_dict_subclass_stack():
+    elements = [{"x": 1, "y": 2.0}, {"y": 4.0, "x": 3}, OrderedDict(x=5, y=6.0)]
+    out = stack(elements)
+    assert list(out) == ["x", "y"] and out["x"].tolist() == [1, 3, 5]
+    assert out["y"].tolist() == [2.0, 4.0, 6.0]

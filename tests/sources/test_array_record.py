@@ -88,6 +88,29 @@ def test_both_read_paths_return_the_same_records(tmp_path, record_bytes, per_rec
     assert f._per_record_reads is per_record_reads  # the path this case means to cover
 
 
+@pytest.mark.parametrize("second_options", ["group_size:1", "group_size:65536"])
+def test_files_of_one_record_a_chunk_are_read_by_array_records_own_range_reads(
+    tmp_path, second_options
+):
+    # Where every file is local and of one small record a chunk, the source calls each file's
+    # array_record `read(i, i + 1)` in its own loop (no Python call a record); a file read
+    # otherwise among them sends every file through its own `read`. Both give the same records.
+    rng = random.Random(second_options)
+    expected = []
+    for i, options in enumerate(["group_size:1", second_options]):
+        records = [rng.randbytes(rng.randint(0, 300)) for _ in range(20)]
+        write_with_array_record(tmp_path / f"part-{i}.array_record", records, options)
+        expected += records
+    source = ArrayRecordSource(str(tmp_path / "part-*.array_record"))
+    order = [39, 0, 20, 19, 5, 5, 33, 0]
+    assert source.__getitems__(order) == [expected[i] for i in order]
+    assert source._by_ranges is (second_options == "group_size:1")
+    assert bool(source._record_readers) is (second_options == "group_size:1")
+    assert source.files[0].range_reader()(3, 4) == [expected[3]]
+    assert source.files[0].record_reader()(3) == expected[3]
+    source.close()
+
+
 def test_empty_valid_file_has_zero_records(tmp_path):
     for options in ["group_size:1", ""]:
         path = tmp_path / f"empty{options}.array_record"

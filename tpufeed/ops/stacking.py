@@ -62,9 +62,28 @@ def _stack(elements: Sequence[Any], where: str, describe: Describe) -> Any:
         out = np.empty(len(elements), dtype=object)
         out[:] = elements
         return out
-    if type(first) is np.ndarray and first.ndim and uniform(elements):
-        return stack_into(elements, None)
+    if type(first) is np.ndarray and first.ndim:
+        stacked = _stack_arrays(elements, first)
+        if stacked is not None:
+            return stacked
     return _stack_values(elements, where, describe)
+
+
+def _stack_arrays(elements: Sequence[Any], first: np.ndarray) -> np.ndarray | None:
+    """`np.stack(elements)` where every element has `first`'s shape and dtype, else None.
+
+    One `np.array`, which finds the shape and dtype of all the elements in its C loop: W1, 256
+    arrays of 1 KiB, 0.58M instructions against 0.84M for checking them (`uniform`) and one
+    `np.concatenate`. Its result is np.stack's wherever it is the shape and dtype asked (for
+    elements of other dtypes, both promote alike; anything else is left to np.stack, which
+    names the mismatch)."""
+    try:
+        out = np.array(elements)
+    except (ValueError, TypeError):  # ragged, or values numpy cannot hold together
+        return None
+    if out.shape[1:] != first.shape or out.dtype != first.dtype:
+        return None
+    return out
 
 
 def _stack_values(elements: Sequence[Any], where: str, describe: Describe) -> np.ndarray:
@@ -94,11 +113,16 @@ def _stack_values(elements: Sequence[Any], where: str, describe: Describe) -> np
 def uniform(column: Sequence[Any]) -> bool:
     """Whether every value of `column` has the first's dtype and shape (which `stack_into`
     needs), checked in C loops: a Python loop over a batch of 256 arrays costs twice as many
-    instructions as stacking them."""
+    instructions as stacking them. Counted, not hashed (`list.count` tries identity first, and
+    a batch's values mostly share one dtype object; a set hashes every dtype): W1's 256 arrays,
+    0.33M instructions against 0.39M."""
     try:
-        return len(set(map(_dtype_of, column))) == 1 and len(set(map(_shape_of, column))) == 1
-    except (AttributeError, TypeError):  # a value without them, or an unhashable dtype
+        dtypes = list(map(_dtype_of, column))
+        shapes = list(map(_shape_of, column))
+    except AttributeError:  # a value without them
         return False
+    n = len(dtypes)
+    return dtypes.count(dtypes[0]) == n and shapes.count(shapes[0]) == n
 
 
 def stack_into(column: Sequence[np.ndarray], out: np.ndarray | None) -> np.ndarray:
@@ -157,12 +181,14 @@ def _mixed_types(elements: Sequence[Any], where: str, describe: Describe) -> Non
 
 
 def same_keys(elements: Sequence[Any], keys: Any) -> bool:
-    """Whether every element is a dict with exactly `keys` (a dict's keys view), checked
-    without a Python loop."""
-    try:
-        return all(map(keys.__eq__, map(dict.keys, elements)))
-    except TypeError:  # an element that is not a dict
+    """Whether every element is a dict with exactly `keys` (a dict's keys view), checked in C
+    loops without a keys view and a comparison for each element (W1's 256: 0.18M instructions
+    against 0.37M): each is a plain dict of `len(keys)` keys, and all their keys together are
+    no more than `keys`. A dict subclass answers False (the caller then checks each element)."""
+    n, count = len(keys), len(elements)
+    if list(map(type, elements)).count(dict) != count or list(map(len, elements)).count(n) != count:
         return False
+    return len(set(keys).union(*elements)) == n
 
 
 def is_leaf_list(value: Sequence[Any]) -> bool:

@@ -82,6 +82,7 @@ class ShardedSource(Generic[F]):
         self._readahead: Any = None
         self._last_sweep = time.monotonic()
         self._record_readers: list[Any] | None = None  # per-file one-record readers, if all have
+        self._by_ranges = False  # they are `range_reader`s: read(i, i + 1)[0] reads record i
         # gs:// files read their cached copies one record at a time, held for each batch.
         leased: list[LeasedRecordFile] = [f for f in self.files if isinstance(f, LeasedRecordFile)]
         self._leased_files = leased if len(leased) == len(self.files) else []
@@ -163,7 +164,10 @@ class ShardedSource(Generic[F]):
         if readers:
             local = (idx - self._starts[file_ids]).tolist()
             try:  # one call per record in the order asked, like a plain loop over the readers
-                records = [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
+                if self._by_ranges:  # array_record's read(start, end): no Python call a record
+                    records = [readers[f](i, i + 1)[0] for f, i in zip(file_ids.tolist(), local)]
+                else:
+                    records = [readers[f](i) for f, i in zip(file_ids.tolist(), local)]
                 # An empty record may be one cut off by a file truncated since it was opened:
                 # the per-file path below tells the two apart.
                 if b"" not in records:
@@ -233,11 +237,15 @@ class ShardedSource(Generic[F]):
         return out
 
     def _one_record_readers(self) -> list[Any]:
-        """Every file's `record_reader()`, or [] unless all files have one (local files)."""
+        """Every file's `range_reader()` (`_by_ranges`), else every file's `record_reader()`,
+        or [] unless all files have one (local files)."""
         if self._record_readers is None:
             readers = []
             if not self._remote_ids:
-                readers = [getattr(f, "record_reader", lambda: None)() for f in self.files]
+                readers = [getattr(f, "range_reader", lambda: None)() for f in self.files]
+                self._by_ranges = bool(readers) and all(readers)
+                if not self._by_ranges:
+                    readers = [getattr(f, "record_reader", lambda: None)() for f in self.files]
             self._record_readers = readers if readers and all(readers) else []
         return self._record_readers
 
