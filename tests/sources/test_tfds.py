@@ -210,6 +210,8 @@ def test_the_newest_version_unless_one_is_named(copy_of):
         TFDSSource("mnist", "test", data_dir)
     with pytest.raises(InvalidArgumentError, match="not a TFDS name"):
         TFDSSource("tpufeed tiny", "test", data_dir)
+    with pytest.raises(InvalidArgumentError, match="names no config"):
+        TFDSSource("tpufeed_tiny/..", "test", data_dir)
 
 
 def test_configs_by_name_or_the_default_tfds_recorded(copy_of, tmp_path):

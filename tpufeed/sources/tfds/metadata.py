@@ -65,7 +65,9 @@ def prepared(name: str, data_dir: str, policy: RetryPolicy) -> PreparedDataset:
             f"from_tfds: {name!r} is not a TFDS name such as 'mnist', 'mnist:3.0.1' or "
             "'imagenet2012/subset:5.*.*'"
         )
-    folders = _Folders(data_dir.rstrip("/"), policy)
+    if found["config"] in (".", ".."):
+        raise InvalidArgumentError(f"from_tfds: {name!r} names no config")
+    folders = _Folders(data_dir.rstrip("/"), found["name"], policy)
     config = found["config"] or folders.default_config(found["name"])
     parent = "/".join(p for p in (found["name"], config) if p)
     folder = f"{folders.root}/{parent}/{_version(folders, parent, found['version'], name)}"
@@ -88,14 +90,15 @@ class _ShardNaming(NamedTuple):
 
 
 class _Folders:
-    """Lists and reads under `root`, locally or in a store (one listing, kept)."""
+    """Lists and reads under `root`, locally or in a store (one listing of the dataset
+    `name`'s folder, kept: its configs, versions and files)."""
 
-    def __init__(self, root: str, policy: RetryPolicy):
+    def __init__(self, root: str, name: str, policy: RetryPolicy):
         self.root, self.policy = root, policy
         self.remote = is_remote_url(root)
         self.objects: dict[str, RemoteObject] = {}
         if self.remote:
-            self.objects = {o.url: o for o in list_prefix(f"{root}/", policy)}
+            self.objects = {o.url: o for o in list_prefix(f"{root}/{name}/", policy)}
         elif not os.path.isdir(root):
             raise SourceNotFoundError(f"from_tfds: no such data_dir: {root}", path=root)
 
