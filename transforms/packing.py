@@ -2,9 +2,10 @@
 
 Each output row has `length` tokens, `segment_ids` (1, 2, ... per sequence in the row, 0 on
 padding) and `positions` (0, 1, ... restarting at every segment). A sequence longer than
-`length` is split into pieces, each its own segment. Rows are filled first-fit over
-`max_open` open rows (the packer of `Dataset.pack`, tpufeed.ops.first_fit), in input order: the
-result is a pure function of the input. In a pipeline, prefer `Dataset.pack`, which packs
+`length` is split into pieces, each its own segment. Rows are filled over `max_open` open rows
+by the packers of `Dataset.pack`, first-fit (tpufeed.ops.first_fit) or, with
+`method="best_fit"`, best-fit (tpufeed.ops.best_fit), in input order: the result is a pure
+function of the input. In a pipeline, prefer `Dataset.pack`, which packs
 across batches into rows of one shape; this map packs what one element holds.
 
 >>> packed = pack_sequences([np.array([5, 6, 7]), np.array([8, 9])], length=4)
@@ -21,23 +22,28 @@ from typing import Any
 import numpy as np
 
 from tpufeed.errors import InvalidArgumentError
-from tpufeed.ops.first_fit import Row, RowPacker, Segment, split, write_rows
+from tpufeed.ops.first_fit import Row, Segment, split, write_rows
+from tpufeed.ops.pack import packer_for
 
 __all__ = ["PackSequences", "pack_sequences"]
 
 
 def pack_sequences(
-    sequences: Sequence[Any], length: int, pad_id: int = 0, max_open: int = 8
+    sequences: Sequence[Any],
+    length: int,
+    pad_id: int = 0,
+    max_open: int = 8,
+    method: str = "first_fit",
 ) -> dict[str, np.ndarray]:
     """Packs 1-D token sequences into int32 arrays [rows, length]: tokens, segment_ids, positions.
 
-    The same first-fit packer as `Dataset.pack` (tpufeed.ops.first_fit), over one list.
+    The same packers as `Dataset.pack` (`method="first_fit"` or `"best_fit"`), over one list.
     """
     if not isinstance(length, int) or isinstance(length, bool) or length < 1:
         raise InvalidArgumentError(f"pack length must be a positive int, got {length!r}")
     if not isinstance(max_open, int) or isinstance(max_open, bool) or max_open < 1:
         raise InvalidArgumentError(f"max_open must be a positive int, got {max_open!r}")
-    packer = RowPacker([length], max_open)
+    packer = packer_for(method, "pack_sequences")([length], max_open)
     rows: list[Row] = []
     for i, seq in enumerate(sequences):
         seq = np.asarray(seq)
@@ -65,7 +71,8 @@ class PackSequences:
     lengths in element[f"{key}_length"] (what `ByteTokenizer(pad_to=...)` then `batch` give).
     The result is {key, "segment_ids", "positions"}, each [rows, length]; `num_rows` pads to a
     fixed row count (and raises if more are needed); `as_records=True` returns one dict per row
-    instead, which a `tpufeed build --transform` writes as separate records.
+    instead, which a `tpufeed build --transform` writes as separate records. `method`:
+    `"first_fit"` or `"best_fit"`, as `Dataset.pack`'s.
 
     >>> ds.map(ByteTokenizer(pad_to=512)).batch(64).map(PackSequences(512))  # doctest: +SKIP
     """
@@ -76,6 +83,7 @@ class PackSequences:
     max_open: int = 8
     num_rows: int | None = None
     as_records: bool = False
+    method: str = "first_fit"
 
     def __post_init__(self) -> None:
         if not isinstance(self.length, int) or isinstance(self.length, bool) or self.length < 1:
@@ -84,6 +92,7 @@ class PackSequences:
             )
         if self.num_rows is not None and (not isinstance(self.num_rows, int) or self.num_rows < 1):
             raise InvalidArgumentError(f"num_rows must be a positive int, got {self.num_rows!r}")
+        packer_for(self.method, "PackSequences")
 
     def _sequences(self, element: dict[str, Any]) -> list[np.ndarray]:
         if not isinstance(element, dict) or self.key not in element:
@@ -116,7 +125,9 @@ class PackSequences:
         return [row[:n] for row, n in zip(value, lengths.tolist())]
 
     def __call__(self, element: dict[str, Any]) -> Any:
-        packed = pack_sequences(self._sequences(element), self.length, self.pad_id, self.max_open)
+        packed = pack_sequences(
+            self._sequences(element), self.length, self.pad_id, self.max_open, self.method
+        )
         rows = packed["tokens"].shape[0]
         if self.num_rows is not None:
             if rows > self.num_rows:

@@ -40,10 +40,12 @@ def test_truncation_padding_and_keys():
 _seqs = st.lists(st.lists(st.integers(1, 50), max_size=25), max_size=12)
 
 
+@pytest.mark.parametrize("method", ["first_fit", "best_fit"])
 @settings(max_examples=200, deadline=None)
 @given(_seqs, st.integers(1, 12), st.integers(1, 4))
-def test_packing_invariants(seqs, length, max_open):
-    packed = pack_sequences([np.array(s, np.int32) for s in seqs], length, max_open=max_open)
+def test_packing_invariants(method, seqs, length, max_open):
+    arrays = [np.array(s, np.int32) for s in seqs]
+    packed = pack_sequences(arrays, length, max_open=max_open, method=method)
     tokens, segments, positions = packed["tokens"], packed["segment_ids"], packed["positions"]
     assert tokens.shape == segments.shape == positions.shape
     assert tokens.shape[1:] == (length,) or tokens.shape[0] == 0
@@ -85,6 +87,19 @@ def test_pack_sequences_forms():
         PackSequences(2, num_rows=1)({"tokens": [np.array([1, 2]), np.array([3])]})
     rows = PackSequences(2, as_records=True)({"tokens": np.arange(1, 5)})
     assert [r["tokens"].tolist() for r in rows] == [[1, 2], [3, 4]]
+
+
+def test_best_fit_packs_into_the_rows_dataset_pack_makes():
+    sequences = [np.arange(1, 1 + n) for n in (5, 7, 3, 5)]
+    with pytest.raises(ValueError, match="need 3 rows"):  # first-fit leaves a 5 alone
+        PackSequences(10, max_open=2, num_rows=2)({"tokens": sequences})
+    out = PackSequences(10, max_open=2, num_rows=2, method="best_fit")({"tokens": sequences})
+    ds = tpufeed.Dataset.from_sequence([{"tokens": s} for s in sequences])
+    rows = ds.pack({"tokens": 10}, open_rows=2, method="best_fit").batch(2)
+    assert out["tokens"].tolist() == next(iter(rows))["tokens"].tolist()
+    assert out["segment_ids"].tolist() == [[1] * 7 + [2] * 3, [1] * 5 + [2] * 5]
+    with pytest.raises(InvalidArgumentError, match="PackSequences method .* got 'best'"):
+        PackSequences(10, method="best")
 
 
 def test_tokenize_batch_pack_in_a_dataset():

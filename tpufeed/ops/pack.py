@@ -38,6 +38,17 @@ new_segment = tuple.__new__  # new_segment(Segment, (arrays, ref)): Segment(...)
 PACKERS: dict[str, type[RowPacker]] = {"best_fit": BestFitPacker, "first_fit": RowPacker}
 
 
+def packer_for(method: Any, caller: str) -> type[RowPacker]:
+    """The packer of `method`; an unknown one raises naming `caller`, it and a near one."""
+    if not isinstance(method, str) or method not in PACKERS:
+        near = difflib.get_close_matches(str(method), PACKERS, n=1)
+        raise InvalidArgumentError(
+            f"{caller} method must be one of {sorted(PACKERS)}, got {method!r}"
+            + (f" (did you mean {near[0]!r}?)" if near else "")
+        )
+    return PACKERS[method]
+
+
 @dataclass(frozen=True)
 class Pack:
     lengths: tuple[tuple[str, int], ...]
@@ -48,12 +59,7 @@ class Pack:
     name: ClassVar[str] = "pack"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.method, str) or self.method not in PACKERS:
-            near = difflib.get_close_matches(str(self.method), PACKERS, n=1)
-            raise InvalidArgumentError(
-                f"pack method must be one of {sorted(PACKERS)}, got {self.method!r}"
-                + (f" (did you mean {near[0]!r}?)" if near else "")
-            )
+        packer_for(self.method, "pack")
 
     def describe(self) -> Any:
         described = ["pack", [list(kv) for kv in self.lengths], self.open_rows, self.cut]
@@ -73,7 +79,7 @@ class Packer:
         self.lengths = [length for _, length in pack.lengths]
         self.cut, self.batch = pack.cut, batch
         self.rows_per_item = batch.batch_size if batch is not None else 1
-        self.packer = PACKERS[pack.method](self.lengths, pack.open_rows)
+        self.packer = packer_for(pack.method, "pack")(self.lengths, pack.open_rows)
         self.closed: list[Row] = []  # closed rows waiting to be handed out, in order
         self.dtypes: list[np.dtype] | None = None
         self.counters = counters
