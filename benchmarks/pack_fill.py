@@ -1,6 +1,6 @@
 """How full packed rows are: tpufeed's first-fit and best-fit against Grain's, on W3's documents.
 
-    python -m benchmarks.pack_fill --open-rows 4,16,64 --seeds 3 --json benchmarks/results/pack-fill.json
+    python -m benchmarks.pack_fill --open-rows 4,16,64 --seeds 3 --json fill.json
 
 W3's corpus (benchmarks/lm.py: the standard library's top-level blocks, ~4,000 documents,
 tokenized by `lm.tokenize`: byte tokens and an end token) in a shuffled order, the same order

@@ -1,7 +1,8 @@
 """`pack({"tokens": 1024}, open_rows=16)`: sequences of any length into rows of one length.
 
 A stream stage: it sees the elements in order and fills rows over `open_rows` open rows,
-first-fit (tpufeed.ops.first_fit) or, with `method="best_fit"`, best-fit (tpufeed.ops.best_fit). Each packed key k gives `k`, `k_segment_ids` (0 on padding) and
+first-fit (tpufeed.ops.first_fit) or, with `method="best_fit"`, best-fit
+(tpufeed.ops.best_fit). Each packed key k gives `k`, `k_segment_ids` (0 on padding) and
 `k_positions`, as Grain names them. A sequence longer than its row is split over several rows
 (each piece its own segment), never cut, unless `cut=True`. With `batch(B)` after it, every
 step is `[B, length]`; an epoch's last batch is filled with empty rows (counted in
