@@ -248,6 +248,22 @@ def test_a_missing_or_cut_shard_is_refused_by_name(copy_of):
         TFDSSource("tpufeed_tiny", "test", data_dir)
 
 
+@pytest.mark.slow
+def test_array_record_files_beside_tfrecord_ones_are_read(copy_of, tfrecord_dir):
+    """A dataset prepared in both formats (TFDS's alternativeFileFormats, as its format
+    conversion leaves it) is read from its ArrayRecord files, as tfds.data_source reads it."""
+    data_dir, folder = copy_of
+    for path in (tfrecord_dir / FOLDER).glob("*.tfrecord-*"):
+        shutil.copy(path, folder)
+    edit_info(
+        folder, lambda i: i.update(fileFormat="tfrecord", alternativeFileFormats=["array_record"])
+    )
+    source = TFDSSource("tpufeed_tiny", "train", data_dir)
+    assert ".array_record-" in source.locate(0)[0]
+    edit_info(folder, lambda i: i.update(fileFormat="riegeli", alternativeFileFormats=["tfrecord"]))
+    assert ".tfrecord-" in TFDSSource("tpufeed_tiny", "train", data_dir).locate(0)[0]
+
+
 def test_a_split_it_does_not_have_names_those_it_has(array_record_dir):
     with pytest.raises(InvalidArgumentError, match=r"no split 'dev'; it has \['train', 'test'"):
         tpufeed.Dataset.from_tfds("tpufeed_tiny", "dev", data_dir=array_record_dir)
@@ -256,7 +272,7 @@ def test_a_split_it_does_not_have_names_those_it_has(array_record_dir):
 @pytest.mark.parametrize(
     "change, error, message",
     [
-        (lambda i: i.update(fileFormat="riegeli"), InvalidArgumentError, "prepared as 'riegeli'"),
+        (lambda i: i.update(fileFormat="riegeli"), InvalidArgumentError, "prepared as 'riegeli';"),
         (lambda i: i.pop("splits"), CorruptDataError, "the dataset's name and splits"),
         (
             lambda i: i["splits"][0].update(shardLengths=["x"]),

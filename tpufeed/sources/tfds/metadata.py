@@ -177,12 +177,7 @@ def _json(data: bytes, path: str) -> dict[str, Any]:
 
 def _splits(info: dict[str, Any], path: str) -> tuple[str, dict[str, list[int]], dict[str, str]]:
     """(file format, shard lengths and file name template of each split) of `info`."""
-    file_format = info.get("fileFormat", "tfrecord")
-    if file_format not in READ_FORMATS:
-        raise InvalidArgumentError(
-            f"{path}: the dataset is prepared as {file_format!r}; from_tfds reads "
-            f"{' and '.join(READ_FORMATS)} (prepare it with file_format='array_record')"
-        )
+    file_format = _file_format(info, path)
     if not isinstance(info.get("name"), str) or not isinstance(info.get("splits"), list):
         raise malformed(path, "the dataset's name and splits", "are missing")
     lengths, templates = {}, {}
@@ -197,6 +192,21 @@ def _splits(info: dict[str, Any], path: str) -> tuple[str, dict[str, list[int]],
             raise malformed(path, f"split {name!r}", f"has shard lengths {shards}")
         lengths[name] = shards
     return file_format, lengths, templates
+
+
+def _file_format(info: dict[str, Any], path: str) -> str:
+    """The format to read: ArrayRecord where the dataset is prepared in it too (random access
+    without an index, as `tfds.data_source` prefers it), else TFRecord."""
+    prepared = [info.get("fileFormat", "tfrecord")]
+    alternatives = info.get("alternativeFileFormats", [])
+    prepared += alternatives if isinstance(alternatives, list) else [alternatives]
+    for file_format in READ_FORMATS:
+        if file_format in prepared:
+            return file_format
+    raise InvalidArgumentError(
+        f"{path}: the dataset is prepared as {' and '.join(map(repr, prepared))}; from_tfds "
+        f"reads {' and '.join(READ_FORMATS)} (prepare it with file_format='array_record')"
+    )
 
 
 def _listed(value: Any) -> list[Any]:
