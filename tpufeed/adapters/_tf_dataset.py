@@ -12,6 +12,8 @@ This module imports TensorFlow (and two of its internal classes); `to_tf` loads 
 
 from __future__ import annotations
 
+import atexit
+import gc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +26,8 @@ from tpufeed.errors import StateError
 from tpufeed.run.state_names import TorchStateNames
 
 __all__ = ["CHECKPOINT_REFUSED", "TfDataset"]
+
+_AT_EXIT: list[bool] = []  # whether the exit hook is registered (on the first iterator)
 
 CHECKPOINT_REFUSED = (
     "to_tf: tf.train.Checkpoint cannot save the iterator of a tpufeed dataset (tf.data cannot "
@@ -59,6 +63,7 @@ class TfDataset(TorchStateNames, dataset_ops.UnaryUnchangedStructureDataset):
         super().__init__(counted, counted._variant_tensor)
         self._uncounted = inner
         self.tpufeed = tracker
+        _release_at_exit()
 
     def get_state(self) -> dict[str, Any]:
         """The state after the last batch TensorFlow took from the latest pass (before the
@@ -88,3 +93,24 @@ class _Iterator(iterator_ops.OwnedIterator):
 
     def _save(self) -> Any:
         raise StateError(CHECKPOINT_REFUSED)
+
+
+def _release_at_exit() -> None:
+    """Has TensorFlow's iterators released when the process exits, if still alive then. Left
+    to the interpreter's own teardown, TensorFlow finalizes the generator under a tpufeed
+    dataset after Python has stopped, and logs "Error occurred when finalizing
+    GeneratorDataset iterator: FAILED_PRECONDITION: Python interpreter state is not
+    initialized" at the exit of a loop that stopped early."""
+    if not _AT_EXIT:
+        _AT_EXIT.append(True)
+        atexit.register(_release_live)
+
+
+def _release_live() -> None:
+    """Drops each live iterator's resource handle, its last reference: TensorFlow deletes the
+    iterator now and runs the generator's finalizer while Python can still run it. Iterators
+    of datasets made from a tpufeed one (`tf_ds.map(...).prefetch(...)`, Keras's) are
+    TensorFlow's own, so every live one is released: the process is ending."""
+    for found in gc.get_objects():
+        if isinstance(found, iterator_ops.OwnedIterator):
+            found.__dict__.pop("_iterator_resource", None)
