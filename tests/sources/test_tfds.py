@@ -19,7 +19,7 @@ from tpufeed.errors import (
 )
 from tpufeed.sources.tfds.source import TFDSSource
 
-from .tfds_builders import TEST, TRAIN, VALIDATION, TpufeedTiny, prepare, tfds
+from .tfds_builders import TEST, TRAIN, VALIDATION, TpufeedImages, TpufeedTiny, prepare, tfds
 
 SLICES = [
     "train",
@@ -62,6 +62,9 @@ def same(a, b, dtypes):
     data source leaves Python ints, floats and lists where tfds.load gives numpy values)."""
     assert a.keys() == b.keys()
     for key in a:
+        if isinstance(a[key], dict):
+            same(a[key], b[key], dtypes)
+            continue
         x, y = np.asarray(a[key]), np.asarray(b[key])
         assert x.shape == y.shape and (x == y).all(), (key, a, b)
         assert x.dtype == y.dtype or not dtypes, (key, a, b)
@@ -99,6 +102,34 @@ def test_every_record_of_every_split_once(array_record_dir):
     assert texts == sorted(f"record {i}" for i in ids)
     first = next(iter(ds))
     assert first["image"].dtype == np.uint8 and first["image"].shape == (2, 3)
+
+
+IMAGES_WITHOUT_TENSORFLOW = """
+import sys
+import numpy as np
+import tpufeed
+ds = tpufeed.Dataset.from_tfds("tpufeed_images", "train", data_dir=sys.argv[1])
+batch = next(iter(ds.map(lambda e: {"png": e["png"], "jpeg": e["jpeg"]}).batch(4)))
+assert batch["png"].shape == (4, 8, 8, 3) and batch["jpeg"].dtype == np.uint8
+assert "tensorflow" not in sys.modules, "TensorFlow was imported"
+"""
+
+
+@pytest.mark.slow
+def test_image_datasets_decode_as_the_data_source_and_without_tensorflow(tmp_path):
+    """PNG and JPEG images, boxes and a sequence of objects, as tfds.data_source gives them;
+    in a process of its own, nothing imports TensorFlow."""
+    import subprocess
+    import sys
+
+    prepare(TpufeedImages, tmp_path, "array_record", shards=2)
+    ours = list(tpufeed.Dataset.from_tfds("tpufeed_images", "train", data_dir=tmp_path))
+    source = tfds.data_source("tpufeed_images", split="train", data_dir=str(tmp_path))
+    assert_same_records(ours, [source[i] for i in range(len(source))], dtypes=False)
+    assert ours[2]["objects"]["label"].dtype == np.int64 and ours[0]["bbox"].dtype == np.float32
+    script = [sys.executable, "-c", IMAGES_WITHOUT_TENSORFLOW, str(tmp_path)]
+    done = subprocess.run(script, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -77,6 +77,46 @@ class TpufeedRecords(tfds.core.GeneratorBasedBuilder):
             yield i, {"record": record}
 
 
+class TpufeedImages(tfds.core.GeneratorBasedBuilder):
+    """The feature kinds of image datasets: PNG and JPEG `Image`s, a `BBoxFeature`, and a
+    `Sequence` of a dict (detection datasets' objects)."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        objects = {"label": tfds.features.ClassLabel(num_classes=3), "area": np.float32}
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {
+                    "png": tfds.features.Image(shape=(8, 8, 3)),
+                    "jpeg": tfds.features.Image(shape=(8, 8, 3), encoding_format="jpeg"),
+                    "bbox": tfds.features.BBoxFeature(),
+                    "objects": tfds.features.Sequence(objects),
+                }
+            ),
+        )
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        rng = np.random.default_rng(0)
+        for i in range(20):
+            yield (
+                i,
+                {
+                    "png": rng.integers(0, 256, (8, 8, 3), np.uint8),
+                    "jpeg": rng.integers(0, 256, (8, 8, 3), np.uint8),
+                    "bbox": tfds.features.BBox(0.1, 0.2, 0.5, i / 40 + 0.5),
+                    "objects": {
+                        "label": [j % 3 for j in range(i % 3)],
+                        "area": [j / 2 for j in range(i % 3)],
+                    },
+                },
+            )
+
+
 def prepare(builder_class, data_dir, file_format, shards=SHARDS, **config):
     """`builder_class` prepared by TFDS under `data_dir` as `file_format`, in `shards` shards
     per split; returns the builder."""
