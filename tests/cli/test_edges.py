@@ -392,6 +392,27 @@ def test_a_csv_build_casts_its_columns_with_a_transform_made_on_the_command_line
     assert [r["text"] for r in rows] == ["hi", "yo"]
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_bad_record_met_by_a_beam_worker_process_is_the_same_one_line_error(tmp_path):
+    """With --workers N the error came back from the worker as a RuntimeError holding its
+    traceback as text: the command ended in a traceback and exit 1 (found with issue 47)."""
+    pytest.importorskip("apache_beam")
+    (tmp_path / "mixed.jsonl").write_text('{"a": 1}\n{"a": "x"}\n')
+    result = tpufeed(
+        "build", "--input", "mixed.jsonl", "--output", "ds", "-q", "--workers", "2",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("tpufeed: error: mixed.jsonl line 2: key 'a' is str 'x', but it is")
+    assert last.endswith("(pass --max-bad N to skip up to N bad records)")
+    # Beam's worker prints the step's traceback to its stderr itself (sdk_worker._execute);
+    # its logs of it are not printed again, and the one line ends the output.
+    assert "ERROR:apache_beam" not in result.stderr and "while running" not in last
+    assert not (tmp_path / "ds").exists()
+
+
 def test_shards_a_build_would_replace_need_overwrite_too(tmp_path):
     pytest.importorskip("apache_beam")
     from tpufeed.beam import BuildConfig, build

@@ -33,6 +33,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.pvalue import AsSingleton, DoOutputsTuple
 from apache_beam.runners.runner import PipelineResult
 
+from tpufeed import errors
 from tpufeed.beam.build_failures import (
     Terminated,
     disk_failure,
@@ -270,10 +271,35 @@ def _failure(error: BaseException, interrupted: int | None, output: str) -> Base
     lost = lost_worker(error, output)
     if lost is not None:
         return lost
-    return _without_step_names(error)
+    return _without_step_names(_from_worker(error))
 
 
 _STEP_NAME = re.compile(r" \[while running '[^']*'\]")
+# How a worker process's error comes back from Beam (--workers N): a RuntimeError whose text is
+# the worker's traceback, ending in the exception's line.
+_WORKER_RAISED = re.compile(r"^tpufeed\.errors\.(\w+): ", re.M)
+
+
+def _from_worker(error: BaseException) -> BaseException:
+    """The tpufeed error a Beam worker process raised, as that worker raised it, from the
+    RuntimeError that carries its traceback as text; `error` itself otherwise."""
+    if not isinstance(error, RuntimeError) or isinstance(error, TpufeedError):
+        return error
+    text = str(error)
+    found = list(_WORKER_RAISED.finditer(text))
+    if not found:
+        return error
+    last = found[-1]
+    kind = getattr(errors, last.group(1), None)
+    message = text[last.end() :].rstrip()
+    if not (isinstance(kind, type) and issubclass(kind, TpufeedError)):
+        kind = TpufeedError
+    try:
+        made = kind(message)
+    except TypeError:  # a class that needs more than a message
+        made = TpufeedError(message)
+    made.__cause__ = error
+    return made
 
 
 def _without_step_names(error: BaseException) -> BaseException:

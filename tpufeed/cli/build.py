@@ -247,8 +247,11 @@ def _progress_to_stderr(quiet: bool) -> Iterator[None]:
     logger.propagate = False
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)  # we report it
-    # --workers: Beam's worker processes warn of a missing cache folder they do not need.
-    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
+    # --workers: Beam's worker processes warn of a missing cache folder they do not need, and
+    # log a failed step's traceback, which the runner raises here again (and we in one line).
+    logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(
+        logging.CRITICAL
+    )
     # --workers N passes Beam --direct_num_workers=N with tpufeed's own worker processes, which
     # Beam's runner takes for a mode without parallelism and warns about.
     logging.getLogger("apache_beam.runners.portability.fn_api_runner.fn_runner").setLevel(

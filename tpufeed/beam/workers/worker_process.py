@@ -37,6 +37,9 @@ def argv(level: int) -> list[str]:
     ]
 
 
+_STEP_FAILURE_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker")
+
+
 def command(level: int) -> str:
     """The shell command Beam runs to start one worker process."""
     return shlex.join(argv(level))
@@ -51,10 +54,12 @@ def main(argv: list[str]) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("tpufeed: %(message)s"))
     # Beam's warnings here are about its start-up (no BigQuery client, no cache folder); a
-    # failed step is reported by the runner in the parent process.
+    # failed step is reported by the runner in the parent process, which raises its error in
+    # one line: the step's own logs of it (its traceback, twice) are not printed here.
     handler.addFilter(
         lambda record: (
             record.levelno >= (level if record.name.startswith("tpufeed") else logging.ERROR)
+            and not record.name.startswith(_STEP_FAILURE_LOGGERS)
         )
     )
     # Installed before Beam configures logging, so that its default handler is not added.
