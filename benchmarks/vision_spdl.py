@@ -34,6 +34,8 @@ one call), and the variants tried (all in `VARIANTS`, each a row of benchmarks/v
   spdl-ffmpeg-threads      FFmpeg's own threads inside each decode (`decode_config` threads 0:
                            FFmpeg picks; SPDL opens decoders with one thread, and the row keeps
                            that, as every other row runs one decode per core).
+
+Their figures, and the row's against the other W4 rows: benchmarks/RESULTS.md, issue 45.
 """
 
 from __future__ import annotations
