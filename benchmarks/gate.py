@@ -67,6 +67,35 @@ def verdict(
     return passed, lines
 
 
+RECOUNTS = 2  # more counts of a worker gauge over its bound; the least is taken
+
+
+def recounted(counts: dict[str, float], args: argparse.Namespace, known: dict) -> dict:
+    """`counts`, where a gauge with workers rose over its bound, counted again up to RECOUNTS
+    times, keeping the least. The parent's share with workers depends on how the workers'
+    timing falls (on a loaded machine it waits and polls more: up to +9% between runs of the
+    same code), and that only ever adds instructions; the code's own cost is the least count.
+    A gauge without workers counts the same every time and is never recounted."""
+    counts = dict(counts)
+    for gauge, got in counts.items():
+        for _ in range(RECOUNTS):
+            was = known.get(gauge)
+            if not GAUGES[gauge].workers or was is None or got <= was * (1 + RISE):
+                break
+            print(f"{gauge}: {got:,.0f} over its bound with workers: counted again", flush=True)
+            got = min(got, count_all(args.tree, [gauge], args.data_dir, 1)[gauge])
+        counts[gauge] = got
+    return counts
+
+
+def _known(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return dict(json.load(f)["counts"])
+    except (OSError, ValueError, KeyError):
+        return {}  # the verdict names what is wrong with the baseline
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tree", default=ROOT, help="the checkout counted (default: this one)")
@@ -77,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     env = environment()  # fails at once, saying so, where valgrind is missing
     counts = count_all(args.tree, list(GAUGES), args.data_dir, args.jobs)
+    if not args.update:
+        counts = recounted(counts, args, _known(args.baseline))
     if args.update:
         with open(args.baseline, "w") as f:
             json.dump({"environment": env, "counts": counts}, f, indent=1, sort_keys=True)
