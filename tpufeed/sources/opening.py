@@ -80,7 +80,7 @@ def tfds(
     timeout_s: float | None = None,
 ) -> SourceView:
     """A TFDS-prepared dataset's split (slices included), decoded with its own features."""
-    from tpufeed.sources.tfds.metadata import default_data_dir
+    from tpufeed.sources.tfds.data_dir import default_data_dir
     from tpufeed.sources.tfds.source import TFDSSource
 
     cache = cache_for(cache_dir, cache_bytes, timeout_s)

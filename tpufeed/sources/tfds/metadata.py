@@ -25,7 +25,7 @@ from tpufeed.storage.objects import RemoteObject
 from tpufeed.storage.opener import open_regular
 from tpufeed.storage.retry import RetryPolicy
 
-__all__ = ["INFO_NAME", "MAX_METADATA_BYTES", "PreparedDataset", "default_data_dir", "prepared"]
+__all__ = ["INFO_NAME", "MAX_METADATA_BYTES", "PreparedDataset", "prepared"]
 
 INFO_NAME = "dataset_info.json"
 FEATURES_NAME = "features.json"
@@ -50,11 +50,6 @@ class PreparedDataset:
     files: dict[str, list[str]]
     features: dict[str, Any]
     objects: dict[str, RemoteObject] = field(default_factory=dict)  # a store's, by URL
-
-
-def default_data_dir() -> str:
-    """Where TFDS prepares datasets unless told: $TFDS_DATA_DIR, else ~/tensorflow_datasets."""
-    return os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
 
 
 def prepared(name: str, data_dir: str, policy: RetryPolicy) -> PreparedDataset:
