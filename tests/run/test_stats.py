@@ -1,6 +1,7 @@
 """Per-stage statistics: they add up, and they name the slow stage."""
 
 import json
+import os
 import time
 
 import numpy as np
@@ -127,3 +128,43 @@ def test_tuning_says_which_rule_chose_the_workers_and_the_prefetch():
     assert tuning.startswith("workers 0: set by the user; prefetch 0: 2 batches ahead, in-process")
     assert tuning.endswith("cut to 0 by the 1 byte budget")
     it.close()
+
+
+def stage_records(stats):
+    return {name: stage.records for name, stage in stats.stages.items()}
+
+
+@pytest.mark.multiprocess
+def test_stage_counts_hold_the_chunks_the_calling_process_made():
+    """Issue 47: with workers, stage counts left out the batches the consumer made itself (the
+    `auto` warm-up's, which it hands on as the run's first). Each stage counts every element
+    it made, wherever: the workers' shares and the calling process's (`here`) add up to it."""
+    ds = tpufeed.Dataset.from_sequence(list(range(400))).map(slow).batch(10)
+    it = ds.workers(2).prefetch("auto").iterator()
+    got = [int(r) for batch in it for r in batch]
+    stats = it.stats()
+    assert sorted(got) == list(range(400)) and stats.records == 400 and stats.batches == 40
+    counted = stage_records(stats)
+    assert {n: counted[n] for n in ("read", "map(slow)", "batch")} == dict.fromkeys(
+        ("read", "map(slow)", "batch"), 400
+    )
+    here = stats.here
+    assert here["map(slow)"].records > 0  # the warm-up's chunks, at least, were made here
+    for name in ("read", "map(slow)", "batch"):
+        theirs = sum(w.stages[name].records for w in stats.per_worker if name in w.stages)
+        assert theirs + here[name].records == 400
+    rows = {line.split()[0]: line.split() for line in stats.summary().splitlines()}
+    assert rows["here"][1] == str(os.getpid()) and "0" in rows and "1" in rows
+    assert stats.summary().splitlines()[-1].startswith("here: this process's share")
+    as_dict = json.loads(json.dumps(stats.to_dict()))
+    assert as_dict["here"]["map(slow)"]["records"] == here["map(slow)"].records
+    assert as_dict["pid"] == os.getpid()
+
+
+def test_stage_counts_hold_the_warm_ups_chunks_without_workers():
+    """prefetch("auto") measures on the first chunks and hands them on: they count too."""
+    it = tpufeed.Dataset.from_sequence(list(range(64))).batch(8).prefetch("auto").iterator()
+    assert sum(len(b) for b in it) == 64
+    stats = it.stats()
+    assert stats.workers == 0 and stage_records(stats) == {"read": 64, "batch": 64}
+    assert stats.here["read"].records == 64 and "here" not in stats.summary()

@@ -89,7 +89,8 @@ class Tuning:
     batch_bytes: int
     budget_bytes: int
     reason: str
-    warm: tuple[Any, ...] = field(default=(), repr=False, compare=False)  # the warm-up's pieces
+    # The warm-up's pieces, each with its stage times (`run.chunks.WarmPiece`).
+    warm: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     def buffer_bytes(self, workers: int | None = None, prefetch: int | None = None) -> int:
         w = self.workers if workers is None else workers
@@ -109,8 +110,8 @@ def pipeline_bytes(workers: int, prefetch: int, batch_bytes: int) -> int:
 def measure(
     plan: Plan, cursor: Cursor, timeout_s: float | None = None
 ) -> tuple[float, int, tuple[Any, ...]]:
-    """(CPU seconds per record, bytes per item, the pieces made) over the first chunks from
-    `cursor`.
+    """(CPU seconds per record, bytes per item, the pieces made, each with its stage times)
+    over the first chunks from `cursor`.
 
     The warm-up's pieces are the iterator's first pieces: it hands them on rather than make
     them again (at most a few batches or a quarter of a second of work). With `timeout_s` it runs on a thread, and a warm-up
@@ -147,7 +148,8 @@ def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int, tuple
     from tpufeed.run.chunks import ChunkRunner
     from tpufeed.run.walk import walk
 
-    runner = ChunkRunner(plan, StageClock(), beacon)
+    clock = StageClock()
+    runner = ChunkRunner(plan, clock, beacon)
     records = tasks = item_bytes = 0
     pieces = []
     started = now()
@@ -157,7 +159,7 @@ def _measure(plan: Plan, cursor: Cursor, beacon: Any) -> tuple[float, int, tuple
         if not isinstance(step, Chunk):
             break  # the warm-up stays within the first epoch
         piece = runner.run_chunk(step)
-        pieces.append(piece)
+        pieces.append((piece, clock.drain()))  # its times join the run's as it is taken
         items = [piece.payload] if plan.batch is not None else piece.payload
         if piece.size and items and items[0] is not None:
             size = sum(getattr(leaf, "nbytes", 64) for leaf in flatten(items[0])[1])

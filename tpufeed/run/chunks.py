@@ -365,18 +365,33 @@ def _outputs(
     return elements, outs, last
 
 
+# A piece the `auto` warm-up made, with its stage times and records (`StageClock.drain()`).
+WarmPiece = tuple[Piece, dict[str, tuple[float, int]]]
+
+
 class WarmPieces:
     """Pieces already made for the first chunks of a walk (by the `auto` warm-up), handed out
-    in order, each only for the chunk it was made from; past the first mismatch, none."""
+    in order, each only for the chunk it was made from; past the first mismatch, none. Each
+    comes with the stage times and records it took, which go to `clock` (the run's) as it is
+    taken: the run's stage counts hold every piece it hands out, wherever it was made."""
 
-    def __init__(self, pieces: tuple[Piece, ...] = ()):
+    def __init__(
+        self,
+        pieces: tuple[WarmPiece, ...] = (),
+        clock: StageClock | None = None,
+    ):
         self._pieces = list(pieces)[::-1]
+        self._clock = clock
 
     def take(self, chunk: Chunk) -> Piece | None:
         if not self._pieces:
             return None
-        made = self._pieces[-1].chunk
+        piece, times = self._pieces[-1]
+        made = piece.chunk
         if made is None or made.start != chunk.start or made.cursor != chunk.cursor:
             self._pieces.clear()
             return None
-        return self._pieces.pop()
+        self._pieces.pop()
+        if self._clock is not None:
+            self._clock.merge(times)
+        return piece

@@ -73,7 +73,7 @@ class InProcessExecutor:
         self.warm, self.every = warm, every
 
     def pieces(self) -> Iterator[PieceLike | End]:
-        warm, run = WarmPieces(self.warm), self.runner.run_chunk
+        warm, run = WarmPieces(self.warm, self.clock), self.runner.run_chunk
         steps: Iterator[Chunk | End] = walk(self.plan, self.cursor)
         if self.every is not None:
             steps = every_nth(steps, *self.every)

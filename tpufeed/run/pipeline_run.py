@@ -211,6 +211,7 @@ class PipelineRun(Iterator[Any]):
             per_worker=per_worker,
             wait_histogram=tuple(self._waits),
             shm_bytes=sum(w.shm_bytes for w in per_worker),
+            pid=pids[0],
         )
 
     def figures(self) -> live.RunFigures:

@@ -3,8 +3,10 @@
 Stages are timed per chunk (`tpufeed.ops.base.StageClock`: two clock reads per stage and chunk,
 never per record), in worker processes as in the parent; workers ship their times with each
 batch, and their counts (`tpufeed.observe.counts`: bytes read, cache, GCS), which a run reports
-as its share (`counts`) and per worker (`per_worker`). The consumer's wait per `next()` is kept
-as a histogram over `WAIT_BUCKETS`.
+as its share (`counts`) and per worker (`per_worker`). A stage's records count every element it
+made, wherever: with workers, the calling process's share (`here`) is what it made itself
+(while the workers start, instead of waiting, in the `auto` warm-up). The consumer's wait per
+`next()` is kept as a histogram over `WAIT_BUCKETS`.
 
 >>> it = iter(tpufeed.Dataset.from_sequence(range(1000)).map(str).batch(10))  # doctest: +SKIP
 >>> _ = list(it); print(it.stats().summary())                                 # doctest: +SKIP
@@ -94,6 +96,20 @@ class PipelineStats:
         int, ...
     ] = ()  # items handed out per bucket of WAIT_BUCKETS of their wait, then longer
     shm_bytes: int = 0  # shared memory the workers' batch slots take now
+    pid: int = 0  # the calling process's: with workers, the summary's `here` row is its share
+
+    @property
+    def here(self) -> dict[str, StageStats]:
+        """The calling process's share of each stage (parallelism 1): what the stage made less
+        the workers' shares. With workers, the chunks it made itself (while they started, in
+        place of waiting, in the `auto` warm-up) and the stages it runs after theirs; without,
+        the whole run."""
+        shares = {}
+        for name, stage in self.stages.items():
+            theirs = [w.stages[name] for w in self.per_worker if name in w.stages]
+            seconds = max(0.0, stage.seconds - sum(s.seconds for s in theirs))
+            shares[name] = StageStats(seconds, stage.records - sum(s.records for s in theirs), 1)
+        return shares
 
     @property
     def records_per_s(self) -> float:
@@ -147,6 +163,8 @@ class PipelineStats:
                 "counts": list(self.wait_histogram),
             },
             "per_worker": [w.to_dict() for w in self.per_worker],
+            "pid": self.pid,
+            "here": {n: {"seconds": s.seconds, "records": s.records} for n, s in self.here.items()},
             "stages": {
                 name: {
                     "seconds": s.seconds,
@@ -223,21 +241,30 @@ class PipelineStats:
         return lines
 
     def _worker_lines(self) -> list[str]:
-        """Per worker: seconds and records of its busiest stage, and the bytes it read."""
+        """Per worker, and for the calling process (`here`): seconds and records of its busiest
+        stage, and the bytes it read. Each stage's records in the table above are the sum of
+        these shares."""
         if not self.per_worker:
             return []
         lines = [
             f"{'worker':<8} {'pid':>8} {'busiest stage':<24} {'seconds':>9} {'records':>11} "
             f"{'MiB read':>9}"
         ]
-        for w in self.per_worker:
-            name, s = max(w.stages.items(), key=lambda kv: kv[1].seconds, default=("-", None))
+        theirs = sum(w.counts.get("bytes_read", 0) for w in self.per_worker)
+        rows = [
+            (str(w.worker), w.pid, w.stages, w.counts.get("bytes_read", 0)) for w in self.per_worker
+        ]
+        rows.append(("here", self.pid, self.here, self.counts.get("bytes_read", 0) - theirs))
+        for who, pid, stages, read in rows:
+            name, s = max(stages.items(), key=lambda kv: kv[1].seconds, default=("-", None))
             seconds, records = (s.seconds, s.records) if s is not None else (0.0, 0)
             lines.append(
-                f"{w.worker:<8} {w.pid:>8} {name:<24} {seconds:>9.3f} {records:>11,} "
-                f"{w.counts.get('bytes_read', 0) / 2**20:>9.1f}"
+                f"{who:<8} {pid:>8} {name:<24} {seconds:>9.3f} {records:>11,} {read / 2**20:>9.1f}"
             )
-        return lines
+        return lines + [
+            "here: this process's share (chunks it made while the workers started or instead "
+            "of waiting); a stage's records add up all rows'"
+        ]
 
     def progress(self, before: PipelineStats | None = None) -> str:
         """One line for a periodic log: the rate and the consumer's wait since `before` (an

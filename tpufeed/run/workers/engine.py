@@ -19,7 +19,7 @@ from tpufeed.errors import InputTimeoutError
 from tpufeed.observe import timeline
 from tpufeed.ops.base import Chunk, EpochEnd, Piece, Reread, StageClock, now
 from tpufeed.order.cursor import Cursor
-from tpufeed.run.chunks import ChunkRunner, WarmPieces, reread
+from tpufeed.run.chunks import ChunkRunner, WarmPiece, WarmPieces, reread
 from tpufeed.run.plan import Plan
 from tpufeed.run.resources import cpu_count
 from tpufeed.run.walk import walk
@@ -51,7 +51,7 @@ class WorkerExecutor:
     timeout_s: float | None = None  # the longest wait for one chunk's answer (isolates)
     stopped_s: float | None = STOPPED_S  # the longest wait for a stopped worker (None: no limit)
     shm_budget_bytes: int | None = None  # what the slots may hold in /dev/shm (None: default)
-    warm: tuple[Piece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
+    warm: tuple[WarmPiece, ...] = ()  # the first chunks' pieces, made by the "auto" warm-up
     worker_init: WorkerInit | None = None  # workers(n, init=fn): each worker calls it first
 
     def __post_init__(self) -> None:
@@ -128,7 +128,7 @@ class WorkerExecutor:
             isolate=isolate,
             run_here=None if isolate else self._run_here,
             spare_core=self.workers < cpu_count(),
-            warm=WarmPieces(self.warm),
+            warm=WarmPieces(self.warm, self.clock),
             names=self.plan.source,
         )
         pool.work_of = dealer.work_of
