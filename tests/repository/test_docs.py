@@ -71,15 +71,20 @@ S3_PAGES = {"s3.md": "my-bucket"}
 # holding the dataset repository they name (hub_corpus).
 HUB_PAGES = {"https.md": "my-org/my-corpus", "coming-from/huggingface.md": "my-org/my-corpus"}
 
+# Guarded, as a script that starts processes with spawn must be: a spawned process (a
+# DataLoader's worker) imports this file again and must not run the page once more.
 RUNNER = """\
 import json, subprocess, sys
-ns = {"__name__": "__main__"}
-for block in json.load(open(sys.argv[1])):
-    print(f"--- {block['where']}", flush=True)
-    if block["lang"] == "bash":
-        subprocess.run(["bash", "-euo", "pipefail", "-c", block["code"]], check=True)
-    else:
-        exec(compile(block["code"], block["where"], "exec"), ns)
+if __name__ == "__main__":
+    ns = {"__name__": "__main__"}
+    with open(sys.argv[1]) as f:
+        page = json.load(f)
+    for block in page:
+        print(f"--- {block['where']}", flush=True)
+        if block["lang"] == "bash":
+            subprocess.run(["bash", "-euo", "pipefail", "-c", block["code"]], check=True)
+        else:
+            exec(compile(block["code"], block["where"], "exec"), ns)
 """
 
 
@@ -177,6 +182,8 @@ def test_guide_code_runs(page, tmp_path, request):
         timeout=240,
     )
     assert result.returncode == 0, f"{page}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    # Issue 47: a page's own code forked a process that runs JAX (a DataLoader's workers).
+    assert "os.fork() was called" not in result.stderr, f"{page}:\n{result.stderr[-6000:]}"
     if page in CLEAN_IN_A_CHECKOUT:
         assert git_status(work) == before, f"{page} wrote files git sees: ignore them or move them"
 
