@@ -40,16 +40,7 @@ class BestFitPacker(RowPacker):
         fits = [left for left in room if left >= size]
         if not fits:
             return self._new_row(segment)
-        i = room.index(min(fits))  # the first of the tightest
-        row = self.open[i]
-        row.segments.append(segment)
-        left = room[i] - size
-        row.free[0] = left
-        if left:
-            room[i] = left
-            return ()
-        del room[i]
-        return (self.open.pop(i),)
+        return self._put_one(room.index(min(fits)), segment, size)  # the first of the tightest
 
     def _add_keys(self, segment: Segment) -> Sequence[Row]:
         """Several keys: the row whose rooms, summed, are least among those where each fits."""

@@ -64,21 +64,26 @@ class RowPacker:
             room = self._room
             for i in range(len(room)):
                 if size <= room[i]:
-                    row = self.open[i]
-                    row.segments.append(segment)
-                    left = room[i] - size
-                    row.free[0] = left
-                    if left:
-                        room[i] = left
-                        return ()
-                    del room[i]
-                    return (self.open.pop(i),)
+                    return self._put_one(i, segment, size)
         else:
             sizes = [len(a) for a in segment.arrays]
             for i, row in enumerate(self.open):
                 if all(size <= free for size, free in zip(sizes, row.free)):
                     return self._put(i, segment, sizes)
         return self._new_row(segment)
+
+    def _put_one(self, i: int, segment: Segment, size: int) -> Sequence[Row]:
+        """Puts `segment` (one key, `size` long) in open row `i`; the row, if that fills it."""
+        room = self._room
+        row = self.open[i]
+        row.segments.append(segment)
+        left = room[i] - size
+        row.free[0] = left
+        if left:
+            room[i] = left
+            return ()
+        del room[i]
+        return (self.open.pop(i),)
 
     def _put(self, i: int, segment: Segment, sizes: Sequence[int]) -> Sequence[Row]:
         """Puts `segment` in open row `i` (several keys); the row, if that fills it."""
