@@ -151,3 +151,50 @@ def test_a_worker_stopped_by_sigterm_inside_a_transform_is_not_the_transforms_fa
             next(it)
     finally:
         it.close()
+
+
+def test_a_worker_that_ends_after_its_answer_is_named_not_its_missing_shared_memory(tmp_path):
+    """A SIGTERM after a worker sent a batch: the worker removes the batch's shared-memory file as
+    it ends, before this process maps it (CI met this race once): the error is the worker's end,
+    not a FileNotFoundError from /dev/shm."""
+    script = tmp_path / "ends.py"
+    script.write_text(
+        textwrap.dedent("""
+        import os, signal, time, numpy as np, tpufeed
+        def fn(i):
+            if i == 4:  # the second batch's first record: the worker ends once it is sent
+                os.kill(os.getpid(), signal.SIGTERM)
+            return np.full(1000, i)
+        ds = tpufeed.Dataset.from_sequence(list(range(64))).map(fn).batch(4)
+        it = ds.workers(1, isolate=True).iterator()
+        try:
+            next(it)
+            time.sleep(2)  # the second batch is sent and the worker gone before it is mapped
+            for batch in it:
+                pass
+        except tpufeed.errors.WorkerError as error:
+            print("ended:", error)
+    """)
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert "exited without being asked to" in done.stdout, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_batch_whose_shared_memory_someone_else_removed_is_named():
+    """A cleanup job that empties /dev/shm under a live worker: the batch is lost, and the error
+    says so and names the file, instead of a bare FileNotFoundError."""
+    ds = tpufeed.Dataset.from_sequence(list(range(400))).map(lambda i: np.full(1000, i)).batch(4)
+    it = ds.workers(1, isolate=True).prefetch(4).iterator()
+    try:
+        next(it)
+        time.sleep(2)  # the worker fills its other slots, each in a segment not mapped yet
+        import os
+
+        for path in glob.glob(f"/dev/shm/tpufeed-{os.getpid()}-*"):
+            os.unlink(path)
+        with pytest.raises(WorkerError, match="shared-memory file /dev/shm/tpufeed-.* was removed"):
+            for _ in it:
+                pass
+    finally:
+        it.close()

@@ -190,7 +190,10 @@ class WorkerExecutor:
         payload = answer.payload
         if answer.slot is not None:
             started = now()
-            segment = pool.slot_maps.buffer(worker, answer.slot, answer.new_segment)
+            try:
+                segment = pool.slot_maps.buffer(worker, answer.slot, answer.new_segment)
+            except FileNotFoundError as gone:
+                raise pool.segment_lost(worker, str(gone.filename)) from None
             if answer.new_segment is not None:  # the slot's old segment, if any, is gone now
                 pool.send_released(worker)
                 share = dealer.leases.share

@@ -47,6 +47,16 @@ def ended(worker: int, pid: int, code: int | None, work: str) -> WorkerError:
     )
 
 
+def segment_removed(worker: int, pid: int, path: str) -> WorkerError:
+    """Worker `worker` (`pid`) runs on, but the shared-memory file of the batch it sent is gone."""
+    return WorkerError(
+        f"the batch tpufeed worker {worker} (pid {pid}) sent is lost: its shared-memory file "
+        f"{path} was removed before this process could map it, while the worker still runs. "
+        "Something else deletes files in /dev/shm (a cleanup job, or another container sharing "
+        f"it); keep it off tpufeed-* files. {_RESUME}"
+    )
+
+
 def stopped(
     worker: int, pid: int, seconds: float, stopped_s: float, work: str, server: int | None
 ) -> WorkerError:

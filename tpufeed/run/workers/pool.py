@@ -259,6 +259,17 @@ class WorkerPool:
             return failures.never_started(worker, lost)
         return failures.ended(worker, proc.pid, code, self.work_of(worker))
 
+    def segment_lost(self, worker: int, path: str) -> WorkerError:
+        """The error for a batch whose shared-memory file `path` was gone when this process came
+        to map it: `worker` removed it as it ended (a SIGTERM after it answered), which reads as
+        its death; or, while it still runs, something else deletes files in /dev/shm."""
+        try:
+            self._procs[worker].wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self._lost(worker, "its batch's shared memory was removed")
+            return failures.segment_removed(worker, self._procs[worker].pid, path)
+        return self._death(worker)
+
     def _stopped_error(self, worker: int, seconds: float) -> WorkerError:
         pid = self._procs[worker].pid
         self._lost(worker, f"stopped for {seconds:.0f} s")
