@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -278,6 +279,48 @@ def test_a_backup_without_data_states_is_refused(tmp_path):
             verbose=0,
             callbacks=[BackupAndRestore(train_ds, str(tmp_path / "b"), save_freq=5)],
         )
+
+
+def test_the_first_batches_are_made_while_keras_restores_the_model(tmp_path):
+    """BackupAndRestore sets the backup's data state and starts its first batches (it.start())
+    before Keras loads the weights, so they are made meanwhile; the resumed batches are exact."""
+    keras = pytest.importorskip("keras")
+    from tpufeed.adapters.keras import BackupAndRestore
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 6:
+                raise KeyboardInterrupt
+
+    def fit(train_ds, backup, *more):
+        small_model().fit(
+            train_ds, epochs=2, steps_per_epoch=12, verbose=0, callbacks=[backup, *more]
+        )
+
+    def recorded(made: list[list[int]]):
+        batches = pipeline(2).map(lambda b: made.append(b[0]["id"].tolist()) or b)
+        return batches.prefetch(0).to_tf()  # no prefetch thread: only start() begins early
+
+    first = recorded([])
+    with pytest.raises(KeyboardInterrupt):
+        fit(first, BackupAndRestore(first, str(tmp_path / "b"), save_freq=5), Interrupt())
+    made: list[list[int]] = []  # the batches the resumed pipeline made, in order
+    resumed = recorded(made)
+    made.clear()  # to_tf() ran the map once on a stand-in batch, for the element spec
+
+    class Watched(BackupAndRestore):
+        def _load_model(self):
+            deadline = time.monotonic() + 30
+            while not made and time.monotonic() < deadline:
+                time.sleep(0.01)  # the batches begun before the restore, on their thread
+            self.made_before_restore = list(made)
+            super()._load_model()
+
+    watched = Watched(resumed, str(tmp_path / "b"), save_freq=5)
+    fit(resumed, watched)
+    assert watched.made_before_restore, "no batch was made while the model restored"
+    assert made[: len(watched.made_before_restore)] == watched.made_before_restore
+    assert made[:19] == expected_ids(2)[5:24]  # right after the backup's step 5, to the end
 
 
 if __name__ == "__main__":

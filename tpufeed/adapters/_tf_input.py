@@ -135,6 +135,18 @@ class TfInput(TorchStateNames):
         if old is not None and old.iterator is not None:
             old.iterator.close()
 
+    def start(self) -> None:
+        """Begins making the next pass's first batches now (`DatasetIterator.start`), before
+        TensorFlow asks for them: after `set_state(state)` (or `to_tf(state=...)`), call it,
+        then restore the model, and the first batch is made meanwhile. The batches and states
+        do not change. Only a pass that starts from a state has anything to begin early (a
+        fresh pass starts at the first epoch, with no restore to hide behind): elsewhere it
+        does nothing. Keras' `BackupAndRestore` here calls it."""
+        with self._lock:
+            upcoming = self._starts.upcoming
+        if upcoming is not None and upcoming.iterator is not None:
+            upcoming.iterator.start()
+
     def items(self) -> Generator[Any, None, None]:
         """A new pass: the items TensorFlow takes from it, each state after them kept."""
         number, start = self._begin()

@@ -95,6 +95,7 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"rest of that epoch. Pass steps_per_epoch, or back up with save_freq='epoch'"
             )
         self._check_one_pass()
+        early = self._start_early()
         super().on_train_begin(logs)  # weights, optimizer and epoch, if a backup is there
         self._pass, self._pass_batches, self._epoch_steps = None, 0, 0
         self._restored = None
@@ -103,6 +104,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         step = self._step()
         records = self._records()
         match = [r for r in records if r["step"] == step]
+        if match and early is not None and match[-1]["step"] == early["step"]:
+            match[-1] = early  # its data state is set already, its first batches begun
         if not match:
             held = (
                 f"holds data states for steps {[r['step'] for r in records]} only"
@@ -116,13 +119,27 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                 f"resuming would train on other batches. Delete the backup to "
                 f"start afresh"
             )
+        if match[-1] is not early and match[-1]["data"] is not None:
+            self._input.set_state(match[-1]["data"])  # replaces (and stops) the early start
         self._restored = match[-1]
-        if self._restored["data"] is not None:
-            self._input.set_state(self._restored["data"])
         self._epoch_steps = self._restored["epoch_steps"]
         self.model._initial_epoch = self._restored[
             "epoch"
         ]  # Keras' own field, as its parent sets it
+
+    def _start_early(self) -> dict[str, Any] | None:
+        """Before Keras restores the model: the latest backup's data state set and its first
+        batches begun (`TfInput.start`), so they are made while the weights load. That is the
+        backup Keras restores unless the process died between the two writes; then the
+        restored step's own state replaces it. The record used, or None (no backup)."""
+        if not tf.io.gfile.exists(self._weights_path):
+            return None
+        records = [r for r in self._records() if r["data"] is not None]
+        if not records:
+            return None
+        self._input.set_state(records[-1]["data"])
+        self._input.start()
+        return records[-1]
 
     def _check_one_pass(self) -> None:
         """Mid-epoch backups need the whole fit in one pass: Keras counts a pass's batches
