@@ -1,9 +1,10 @@
-"""Iterator states saved by tpufeed 0.1.0 (commit 65f5c11, before the package was regrouped into
-layers), and the items each one continues with, for `test_saved_states.py`.
+"""Iterator states saved by each release, and the items each one continues with, for
+`test_saved_states.py`: 0.1.0 (commit 65f5c11, before the package was regrouped into layers) and
+0.2.0 (tag v0.2.0).
 
-Run with that release to write `data/states-0.1.0.json`:
+Run with a release to write `data/states-<its version>.json`:
 
-    git worktree add /tmp/release 65f5c11 && cd /tmp/release
+    git worktree add /tmp/release v0.2.0 && cd /tmp/release
     PYTHONPATH=. python <this checkout>/tests/semantics/saved_states.py <this checkout>/tests/semantics/data
 
 Only public names are used, so the same pipelines build on every later release; the test
@@ -22,7 +23,6 @@ import tpufeed
 from tpufeed.sources.array_record import write_array_records
 
 RECORDS = 40
-FILE = "states-0.1.0.json"
 
 
 def element(i):
@@ -54,14 +54,19 @@ def tokens(e):
     return {"tokens": e["x"]}
 
 
+WRITTEN_NS = 1_764_000_000 * 10**9  # the shards' fixed mtime: a state since 0.2.0 records it
+
+
 def write_shards(folder):
-    """Three small ArrayRecord shards of codec records, under fixed names."""
+    """Three small ArrayRecord shards of codec records, under fixed names and times (a state
+    records each file's name, size and mtime: rewritten files are the same files to it)."""
     paths = []
     for shard in range(3):
         path = os.path.join(folder, f"saved-{shard}.array_record")
         write_array_records(
             path, (tpufeed.codec.encode(element(10 * shard + i)) for i in range(10))
         )
+        os.utime(path, ns=(WRITTEN_NS, WRITTEN_NS))
         paths.append(path)
     return paths
 
@@ -201,7 +206,7 @@ def main(out_dir):
     for name, hosts, steps, resumed_hosts, count in CASES:
         case = saved_case(built[name], hosts, steps, resumed_hosts, count)
         cases.append({"pipeline": name, "hosts": hosts, "steps": steps, **case})
-    with open(os.path.join(out_dir, FILE), "w") as f:
+    with open(os.path.join(out_dir, f"states-{tpufeed.__version__}.json"), "w") as f:
         json.dump({"tpufeed": tpufeed.__version__, "cases": cases}, f, indent=1)
         f.write("\n")
     for shard in range(3):

@@ -1,4 +1,5 @@
-"""States saved by tpufeed 0.1.0 resume in this release into exactly the items they did then.
+"""States saved by every earlier release (0.1.0, 0.2.0) resume in this one into exactly the items
+they did then.
 
 The states and the items that followed them were written by the release itself
 (`saved_states.py`); here each pipeline is rebuilt, the state restored on the recorded number
@@ -6,6 +7,7 @@ of hosts, and the next items compared one by one. Version 2 states at every step
 stage (the shape before version 3 kept one structure for a whole run) resume exactly too.
 """
 
+import glob
 import json
 import os
 
@@ -13,12 +15,23 @@ import pytest
 
 from tests.semantics.every_stage import PIPELINES as EVERY_STAGE
 from tests.semantics.restore import plain
-from tests.semantics.saved_states import FILE, pipelines, take, write_shards
+from tests.semantics.saved_states import pipelines, take, write_shards
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
-with open(os.path.join(DATA, FILE)) as f:
-    SAVED = json.load(f)
+
+def releases() -> dict[str, dict]:
+    """version -> what that release saved (`data/states-<version>.json`)."""
+    saved = {}
+    for path in sorted(glob.glob(os.path.join(DATA, "states-*.json"))):
+        with open(path) as f:
+            content = json.load(f)
+        saved[content["tpufeed"]] = content
+    return saved
+
+
+SAVED = releases()
+CASES = [(version, case) for version, content in SAVED.items() for case in content["cases"]]
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +41,20 @@ def built(tmp_path_factory):
     return pipelines(str(folder))
 
 
-def case_id(case):
+def case_id(versioned):
+    version, case = versioned
     hosts = case["hosts"]
     saved = "-".join(str(h) for h, _ in hosts) if isinstance(hosts, list) else str(hosts)
-    return f"{case['pipeline']}-{saved}to{case['resumed_hosts']}"
+    return f"{version}-{case['pipeline']}-{saved}to{case['resumed_hosts']}"
 
 
-@pytest.mark.parametrize("case", SAVED["cases"], ids=case_id)
-def test_a_state_saved_by_the_previous_release_resumes_exactly(built, case):
+def test_every_release_left_its_states():
+    assert {"0.1.0", "0.2.0"} <= set(SAVED)
+
+
+@pytest.mark.parametrize("versioned", CASES, ids=case_id)
+def test_a_state_saved_by_an_earlier_release_resumes_exactly(built, versioned):
+    _, case = versioned
     build = built[case["pipeline"]]
     hosts = case["resumed_hosts"]
     for host, expected in enumerate(case["following"]):
@@ -47,7 +66,7 @@ def test_the_saved_states_cover_what_a_state_can_hold():
     """Layers, carries, outputs of a record half delivered, pack rows and mixtures: every part
     of the format is among the saved states, so none of them can stop loading unnoticed."""
     keys = set()
-    for case in SAVED["cases"]:
+    for _, case in CASES:
         for state in case["saved"] if isinstance(case["saved"], list) else [case["saved"]]:
             keys |= set(state)
     assert {"layers", "carries", "emitted", "pack", "mix"} <= keys
