@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 import numpy as np
@@ -38,7 +39,26 @@ def test_the_ring_keeps_the_last_events_and_counts_the_dropped(tmp_path):
     assert [e["name"] for e in recorded.trace_events() if e["ph"] != "M"] == ["e2", "e3", "e4"]
     assert recorded.dropped == 2
     document = read_trace(recorded.write(tmp_path / "ring.json"))
-    assert document["otherData"] == {"producer": "tpufeed", "capacity": 3, "dropped_events": 2}
+    other = document["otherData"]
+    assert {k: other[k] for k in ("producer", "capacity", "dropped_events")} == {
+        "producer": "tpufeed",
+        "capacity": 3,
+        "dropped_events": 2,
+    }
+
+
+def test_the_file_places_its_recording_on_the_host_and_its_clocks(tmp_path):
+    """ts 0 is the recording's start on the trace clock and the wall clock, taken together;
+    one process outside a multi-host run has no offset to process 0 (`tpufeed trace merge`)."""
+    before_ns, before_unix = time.perf_counter_ns(), time.time_ns()
+    recorded = timeline.start()
+    after_ns, after_unix = time.perf_counter_ns(), time.time_ns()
+    timeline.stop()
+    other = read_trace(recorded.write(tmp_path / "placed.json"))["otherData"]
+    assert other["host"] == {"hostname": socket.gethostname(), "pid": os.getpid()}
+    assert before_ns <= other["clock"]["trace_origin_ns"] <= after_ns
+    assert before_unix <= other["clock"]["unix_origin_ns"] <= after_unix
+    assert other["pod_clock"] is None
 
 
 def test_a_tiny_capacity_bounds_a_runs_file(tmp_path):

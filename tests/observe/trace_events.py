@@ -19,7 +19,10 @@ def read_trace(path: str | Path) -> dict[str, Any]:
     processes, threads = set(), set()
     for event in events:
         if event["ph"] == "M":
-            assert event["name"] in ("process_name", "thread_name"), event
+            assert event["name"] in ("process_name", "thread_name", "process_sort_index"), event
+            if event["name"] == "process_sort_index":  # a merged file's hosts in order
+                assert isinstance(event["args"]["sort_index"], int), event
+                continue
             assert isinstance(event["args"]["name"], str) and event["args"]["name"], event
             if event["name"] == "process_name":
                 processes.add(event["pid"])

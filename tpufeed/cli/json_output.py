@@ -31,6 +31,7 @@ __all__ = [
     "INSPECT",
     "QUICKSTART",
     "SCHEMAS",
+    "TRACE_MERGE",
     "JsonSchema",
     "add_json_option",
     "jsonable",
@@ -243,4 +244,35 @@ QUICKSTART = JsonSchema(
     },
 )
 
-SCHEMAS = (INSPECT, CACHE_LS, CACHE_CLEAR, BENCH, BUILD, QUICKSTART)
+TRACE_MERGE = JsonSchema(
+    "tpufeed.trace.merge",
+    1,
+    {
+        "schema": '"tpufeed.trace.merge/1"',
+        "output": "the merged trace file written",
+        "events": "events merged (the tracks' names not counted)",
+        "hosts": "one object per file merged",
+        "hosts[].host": "its host number: the process index the file records, else the next "
+        "number after those, in the order given",
+        "hosts[].file": "the file, as given",
+        "hosts[].hostname": "the host's name, as the file records it (null in older files)",
+        "hosts[].pid": "the recording process's pid (null in older files)",
+        "hosts[].aligned_by": '"measured offset", "wall clock only" or "not aligned" (a file '
+        "with no clock: older tpufeed, another program)",
+        "hosts[].offset_ns": "its trace clock minus process 0's, as measured (null without)",
+        "hosts[].error_ns": "the offset's bound: half the round trip that measured it",
+        "hosts[].shift_us": "microseconds added to the file's timestamps",
+        "hosts[].events": "its events merged",
+        "hosts[].dropped_events": "events its recording dropped (its ring was full)",
+        "hosts[].note": "why its offset was not measured, or was measured in fewer round trips",
+        "alignment": "how close the hosts' events are aligned",
+        "alignment.max_error_ns": "the largest bound of the measured offsets (null: none)",
+        "alignment.max_error_host": "the host with that bound",
+        "alignment.wall_clock_only": "the hosts aligned by wall clock only",
+        "alignment.not_aligned": "the hosts whose files carry no clock",
+        "alignment.runs": "how many runs the measured offsets come from",
+        "alignment.statement": "all of it in words, as printed",
+    },
+)
+
+SCHEMAS = (INSPECT, CACHE_LS, CACHE_CLEAR, BENCH, BUILD, QUICKSTART, TRACE_MERGE)

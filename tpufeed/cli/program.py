@@ -27,6 +27,7 @@ examples:
   tpufeed inspect data/train               what a dataset or record files hold
   tpufeed bench my_pipeline.py             measure your pipeline and name its bottleneck
   tpufeed build --input 'raw/*.jsonl' --output data/train --transform prep.py:parse
+  tpufeed trace merge host*.json -o pod.json   the hosts' timelines as one, on one clock
 
 docs: docs/quickstart.md in tpufeed's source; every command and option in
 docs/reference/cli.md"""
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tpufeed import __version__
     from tpufeed.cli import bench, build, cache, inspection, quickstart
     from tpufeed.cli.arguments import HelpFormatter, Parser
+    from tpufeed.cli.trace import command as trace
 
     parser = Parser(
         prog="tpufeed",
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tpufeed {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (quickstart, inspection, bench, build, cache):
+    for command in (quickstart, inspection, bench, build, cache, trace):
         command.add_parser(sub)
     for subparser in sub.choices.values():
         subparser.formatter_class = HelpFormatter

@@ -11,7 +11,10 @@ The timeline is a ring: it keeps the last `capacity` events (200,000 by default,
 older ones are dropped, and the file says how many (`"dropped_events"` in its metadata).
 
 Times are `time.perf_counter_ns()`: CLOCK_MONOTONIC on Linux, one clock for every process of
-the host, so the workers' events line up with the parent's.
+the host, so the workers' events line up with the parent's. The file's metadata places that
+clock among the hosts' (`tpufeed trace merge`): the host's name and pid, the wall-clock time of
+the recording's start (`clock`), and, in a multi-host run, the offset to process 0's clock
+measured through the store the hosts share (`pod_clock`, `tpufeed.observe.pod_clock`).
 
 Off, each hook is one read of a module global.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -27,6 +31,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from tpufeed.observe import pod_clock
 
 CAPACITY = 200_000
 
@@ -47,6 +53,7 @@ class Timeline:
         self.added = 0  # events ever added: those beyond `capacity` were dropped
         self.processes: dict[int, str] = {os.getpid(): "tpufeed consumer"}
         self.started_ns = _ns()
+        self.started_unix_ns = time.time_ns()  # the same moment on the wall clock
 
     def add(self, event: Event) -> None:
         self.events.append(event)  # deque.append is atomic: threads add without a lock
@@ -95,6 +102,16 @@ class Timeline:
             )
         return meta + out
 
+    def placement(self) -> dict[str, Any]:
+        """Where the recording stands among the pod's: its host, its start on the trace clock
+        (ts 0) and the wall clock, and the offset to process 0's clock where one was measured."""
+        placed = pod_clock.current()
+        return {
+            "host": {"hostname": socket.gethostname(), "pid": os.getpid()},
+            "clock": {"trace_origin_ns": self.started_ns, "unix_origin_ns": self.started_unix_ns},
+            "pod_clock": placed.to_json() if placed is not None else None,
+        }
+
     def write(self, path: str | os.PathLike[str]) -> Path:
         """Writes the trace-event file (atomically: a reader never sees half of it, and one that
         cannot be written, an OSError, leaves no file behind)."""
@@ -107,6 +124,7 @@ class Timeline:
                 "producer": "tpufeed",
                 "capacity": self.capacity,
                 "dropped_events": self.dropped,
+                **self.placement(),
             },
         }
         staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")

@@ -13,8 +13,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from tpufeed.observe import profiler
+from tpufeed.observe import profiler, timeline
 from tpufeed.observe.trace_file import TraceFile
+from tpufeed.run.hosts.clock_offset import measure_in_background
 from tpufeed.run.resume import reweighable
 from tpufeed.run.state_names import TorchStateNames
 from tpufeed.run.stats import PipelineStats
@@ -66,10 +67,15 @@ class DatasetIterator(TorchStateNames, Iterator[Any]):
         _open.add(self)
 
     def _start(self, run: Callable[[], Run]) -> Run:
-        """`run` started, recorded from before its workers start where a trace is asked."""
+        """`run` started, recorded from before its workers start where a trace is asked (and,
+        in a multi-host run, this host's clock measured against process 0's, once, on a
+        thread: `tpufeed trace merge` aligns the hosts' files by it)."""
+        if self._trace is not None:
+            self._trace.begin()
+        if timeline.recording() is not None:
+            measure_in_background()
         if self._trace is None:
             return run()
-        self._trace.begin()
         try:
             return run()
         except BaseException:
