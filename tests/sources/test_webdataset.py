@@ -213,6 +213,27 @@ def test_gzipped_fields_decode_by_their_inner_extension(tmp_path):
     assert _all_same(list(tpufeed.Dataset.from_webdataset(path)), _wds([path]))
 
 
+def test_a_gzipped_field_is_bounded_as_it_decompresses_and_checked(tmp_path, monkeypatch):
+    """A .gz field that would decompress past the bound is refused before it is held (a gzip
+    bomb of a few MB makes GBs), naming the shard, sample and member; a truncated one too."""
+    from tpufeed.sources.webdataset import fields
+
+    monkeypatch.setattr(fields, "MAX_GZ_FIELD_BYTES", 100)
+    path = _tar(
+        tmp_path / "b.tar",
+        [("a.txt.gz", gzip.compress(b"x" * 100)), ("b.txt.gz", gzip.compress(b"x" * 101))],
+    )
+    ds = tpufeed.Dataset.from_webdataset(path)
+    assert ds.source[0]["txt.gz"] == "x" * 100  # at the bound: read
+    with pytest.raises(
+        CorruptDataError, match=r"b\.tar: sample 1 .*member b\.txt\.gz .*more than 100 bytes"
+    ):
+        ds.source[1]
+    cut = _tar(tmp_path / "c.tar", [("a.json.gz", gzip.compress(b'{"x": 1}')[:-4])])
+    with pytest.raises(CorruptDataError, match=r"member a\.json\.gz .*gzip stream ends early"):
+        tpufeed.Dataset.from_webdataset(cut).source[0]
+
+
 def test_compressed_tar_is_refused_with_what_to_do(shards, tmp_path):
     """gzip tars are read through a copy (test_webdataset_users.py); the others are refused."""
     path = tmp_path / "train.tar.xz"

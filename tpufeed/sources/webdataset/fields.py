@@ -10,6 +10,9 @@ decompressed (`json.gz` is gzip, then JSON), as WebDataset's default decoder doe
   is refused at open naming `pip install msgpack` where it is missing); `ten`, `tb`: tenbin, a
   list of numpy arrays (`tenbin`); `cbor`: the values the `cbor` package gives (`cbor`, read by
   tpufeed itself, bounded: no package needed);
+- a `.gz` field decompresses to at most `MAX_GZ_FIELD_BYTES` (1 GiB), held to that as it
+  decompresses (deflate reaches 1032 to 1: a few MB could otherwise make gigabytes), and
+  every gzip member's CRC-32 and length are checked;
 - images and every other extension: the member's bytes, unchanged. Decode images in the
   workers with `.map(tpufeed.transforms.image.DecodeImage("jpg"))`, as WebDataset's
   `.decode()` without an image spec leaves them bytes too;
@@ -24,9 +27,9 @@ True
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -35,9 +38,32 @@ import numpy as np
 from tpufeed.errors import MissingDependencyError
 from tpufeed.sources.webdataset import cbor, tenbin
 
-__all__ = ["REFUSED", "decoder_for", "refused", "require"]
+__all__ = ["MAX_GZ_FIELD_BYTES", "REFUSED", "decoder_for", "gunzip", "refused", "require"]
 
 REFUSED = frozenset({"pickle", "pyd", "pkl", "pth"})
+MAX_GZ_FIELD_BYTES = 1 << 30  # a `.gz` field's most, decompressed
+
+
+def gunzip(data: bytes) -> bytes:
+    """`data`'s gzip members decompressed (as `gzip.decompress`), refused as soon as the output
+    would pass `MAX_GZ_FIELD_BYTES`: memory never holds more than the bound."""
+    bound = MAX_GZ_FIELD_BYTES
+    out: list[bytes] = []
+    total = 0
+    while data:
+        stream = zlib.decompressobj(wbits=31)  # one gzip member: header, deflate, CRC and size
+        piece = stream.decompress(data, bound - total + 1)
+        total += len(piece)
+        if total > bound:
+            raise ValueError(
+                f"it decompresses to more than {bound:,} bytes, tpufeed's bound for a .gz field "
+                "(decode=False gives its compressed bytes)"
+            )
+        if not stream.eof:
+            raise ValueError(f"its gzip stream ends early, after {total:,} bytes decompressed")
+        out.append(piece)
+        data = stream.unused_data
+    return b"".join(out)
 
 
 def _text(data: bytes) -> str:
@@ -109,6 +135,6 @@ def decoder_for(field: str) -> Callable[[bytes], Any] | None:
     if field == "gz" or field.endswith(".gz"):
         inner = _DECODERS.get(_extension(field[:-3])) if field != "gz" else None
         if inner is None:
-            return gzip.decompress
-        return lambda data: inner(gzip.decompress(data))
+            return gunzip
+        return lambda data: inner(gunzip(data))
     return _DECODERS.get(_extension(field))
