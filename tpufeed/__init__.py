@@ -29,6 +29,7 @@ from tpufeed.errors import (
 from tpufeed.observe.trace_file import trace
 from tpufeed.order.state import accept_changed_shards
 from tpufeed.run.element_spec import TensorSpec
+from tpufeed.run.hosts.pod import pod_stats
 from tpufeed.run.iterator import DatasetIterator
 from tpufeed.run.metrics import register_metrics, serve_metrics
 
@@ -59,6 +60,7 @@ __all__ = [
     "accept_changed_shards",
     "checkpoint",
     "codec",
+    "pod_stats",
     "register_metrics",
     "serve_metrics",
     "trace",

@@ -41,6 +41,7 @@ class SettingMethods(Chain):
         shm_budget_bytes: int | None | Keep = ...,
         log_every_s: float | None | Keep = ...,
         trace: TracePath | Keep = ...,
+        pod_interval_s: float | None | Keep = ...,
     ) -> Self: ...
 
     def options(
@@ -51,6 +52,7 @@ class SettingMethods(Chain):
         shm_budget_bytes: int | None | Keep = KEEP,
         log_every_s: float | None | Keep = KEEP,
         trace: TracePath | Keep = KEEP,
+        pod_interval_s: float | None | Keep = KEEP,
     ) -> Self | Options:
         """Pipeline-wide settings: a new pipeline with those given changed, the others kept;
         with no argument, the settings in force (an `Options`, as tf.data's `options()`).
@@ -71,21 +73,20 @@ class SettingMethods(Chain):
         Every wait and its bound: docs/faults.md. `log_every_s`: a line on the `tpufeed` logger
         this often: rate, wait, bottleneck, cache hits (default: never; docs/metrics.md).
         `trace`: a file each iterator writes its timeline to (`tpufeed.trace`; docs/timeline.md).
+        `pod_interval_s`: on a run of several hosts, how often each shares the summary of its
+        input that `tpufeed.pod_stats()` reads and process 0 judges (default 30 s; None: never;
+        docs/metrics.md).
 
         >>> ds = Dataset.from_sequence([1, 2]).options(timeout_s=30).options(log_every_s=60)
         >>> ds.options().timeout_s, ds.options().log_every_s
         (30, 60)
         """
+        values: tuple[Any, ...] = (ram_budget_bytes, timeout_s, stopped_s, shm_budget_bytes)
+        values += (log_every_s, trace, pod_interval_s)  # in the order of Options' fields
+        names = [f.name for f in dataclasses.fields(Options)]
         given: dict[str, Any] = {
             name: value
-            for name, value in (
-                ("ram_budget_bytes", ram_budget_bytes),
-                ("timeout_s", timeout_s),
-                ("stopped_s", stopped_s),
-                ("shm_budget_bytes", shm_budget_bytes),
-                ("log_every_s", log_every_s),
-                ("trace", trace),
-            )
+            for name, value in zip(names, values, strict=True)
             if not isinstance(value, Keep)
         }
         if not given:

@@ -32,6 +32,7 @@ _SHORT_TASK_SECONDS = 0.010
 _WARMUP_SECONDS = 0.25
 _WARMUP_TASKS = 4
 MAX_PREFETCH = 16
+POD_INTERVAL_S = 30.0  # how often a host of several shares its summary (tpufeed.run.hosts.pod)
 TracePath = str | os.PathLike[str] | None  # where an iterator writes its timeline (or not)
 
 
@@ -44,7 +45,9 @@ class Options:
     `shm_budget_bytes`: what workers' batch slots may hold in shared memory together (None:
     half of the space free in /dev/shm when the iterator starts). `log_every_s`: a line on
     the `tpufeed` logger this often (rate, wait, bottleneck, cache hits; None: never).
-    `trace`: a file each iterator writes its timeline to (tpufeed.observe.trace_file), or None."""
+    `trace`: a file each iterator writes its timeline to (tpufeed.observe.trace_file), or None.
+    `pod_interval_s`: on a run of several hosts, how often this host shares the summary of its
+    input with the others (tpufeed.run.hosts.pod; None: never)."""
 
     ram_budget_bytes: int | None = None
     timeout_s: float | None = None
@@ -52,11 +55,12 @@ class Options:
     shm_budget_bytes: int | None = None
     log_every_s: float | None = None
     trace: TracePath = None
+    pod_interval_s: float | None = POD_INTERVAL_S
 
     def __post_init__(self) -> None:
         if self.trace is not None:
             trace_path(self.trace, "options(trace=...)")
-        for name in ("timeout_s", "stopped_s", "log_every_s"):
+        for name in ("timeout_s", "stopped_s", "log_every_s", "pod_interval_s"):
             seconds = getattr(self, name)
             if seconds is not None and (
                 isinstance(seconds, bool)

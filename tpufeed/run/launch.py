@@ -18,6 +18,7 @@ from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.base import Counters, StageClock
 from tpufeed.run.autotune import AUTO, MAX_PREFETCH, Options, choose
 from tpufeed.run.executor import Executor, InProcessExecutor
+from tpufeed.run.hosts import pod
 from tpufeed.run.hosts.agreement import HostAgreement
 from tpufeed.run.hosts.uneven import check_uneven, end_together
 from tpufeed.run.iterator import Launch, Run
@@ -69,6 +70,7 @@ def launcher(
 
     def launch(state: Any) -> Callable[[], Run]:
         start = resume(plan, state)  # a bad state fails here, before any work
+        pod.share(settings.options.pod_interval_s)  # where this is one host of several
         return lambda: end_together(
             lambda: start_run(plan, start, settings),
             plan,

@@ -28,6 +28,10 @@ class RunFigures:
     prefetch: int = 0  # items asked to be kept ready ahead
     queue_depth: int = 0  # items or chunks in flight now
     shm_bytes: int = 0  # shared memory the workers' batch slots take now
+    # per stage: its seconds over the processes sharing it (the time it would take alone with
+    # its parallelism), and its records: what a bottleneck over an interval is found from
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_records: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: RunFigures, gauges: bool) -> None:
         self.batches += other.batches
@@ -35,6 +39,10 @@ class RunFigures:
         self.skipped += other.skipped
         self.wait_seconds += other.wait_seconds
         self.wait_counts = [a + b for a, b in zip(self.wait_counts, other.wait_counts)]
+        for name, seconds in other.stage_seconds.items():
+            self.stage_seconds[name] = self.stage_seconds.get(name, 0.0) + seconds
+        for name, records in other.stage_records.items():
+            self.stage_records[name] = self.stage_records.get(name, 0) + records
         if gauges:
             self.prefetch += other.prefetch
             self.queue_depth += other.queue_depth

@@ -15,6 +15,7 @@ Needs the `metrics` extra: `pip install tpufeed[metrics]`.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from typing import Any
 from tpufeed.errors import InvalidArgumentError, missing_dependency
 from tpufeed.observe import counts
 from tpufeed.run import live
+from tpufeed.run.hosts import pod
 from tpufeed.run.stats import WAIT_BUCKETS
 
 __all__ = ["MetricsServer", "PipelineCollector", "register_metrics", "serve_metrics"]
@@ -103,6 +105,7 @@ class PipelineCollector:
         for name, text, value in gauges:
             yield GaugeMetricFamily(name, text, value=value)
         yield from self._cache_gauges(GaugeMetricFamily)
+        yield from _pod_gauges(GaugeMetricFamily)
 
     @staticmethod
     def _cache_gauges(family: Any) -> Iterator[Any]:
@@ -120,6 +123,46 @@ class PipelineCollector:
             limit.add_metric([root], cache.max_bytes)
         yield used
         yield limit
+
+
+# The pod's figures, one series per host (process 0 of a run of several hosts): (metric name,
+# help, the HostSummary field; None where not measured leaves the host out)
+POD_GAUGES = (
+    ("tpufeed_pod_records_per_second", "Records/s a host delivered", "records_per_s"),
+    (
+        "tpufeed_pod_input_wait_ratio",
+        "Share of a host's step spent waiting for input",
+        "wait_fraction",
+    ),
+    ("tpufeed_pod_cpu_busy_ratio", "Share of a host's cores that were busy", "cpu_busy"),
+    ("tpufeed_pod_cpu_cores", "A host's cores", "cores"),
+    ("tpufeed_pod_cache_hit_ratio", "A host's shard cache hits among opens", "cache_hit_rate"),
+    ("tpufeed_pod_shared_memory_bytes", "Shared memory of a host's workers' batches", "shm_bytes"),
+    ("tpufeed_pod_summary_age_seconds", "Age of a host's last summary", "age_s"),
+)
+
+
+def _pod_gauges(family: Any) -> Iterator[Any]:
+    """Every host's latest summary, labelled by host, where this process judges the pod
+    (tpufeed.run.hosts.pod: process 0 of several hosts); nothing elsewhere."""
+    stats = pod.latest()
+    if stats is None:
+        return
+    now = time.time()
+    for name, text, field in POD_GAUGES:
+        gauge = family(name, text, labels=["host"])
+        for summary in stats.hosts:
+            value = now - summary.taken_at if field == "age_s" else getattr(summary, field)
+            if value is not None:
+                gauge.add_metric([str(summary.host)], value)
+        yield gauge
+    bottleneck = family(
+        "tpufeed_pod_bottleneck", "1 for each host's bottleneck stage", labels=["host", "stage"]
+    )
+    for summary in stats.hosts:
+        if summary.bottleneck is not None:
+            bottleneck.add_metric([str(summary.host), summary.bottleneck], 1)
+    yield bottleneck
 
 
 def register_metrics(registry: Any = None) -> PipelineCollector:

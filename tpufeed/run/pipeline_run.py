@@ -215,7 +215,13 @@ class PipelineRun(Iterator[Any]):
         )
 
     def figures(self) -> live.RunFigures:
-        """What this run has delivered, and its gauges now (what metrics read)."""
+        """What this run has delivered, and its gauges now (what metrics and the pod's summary
+        read)."""
+        stage_seconds, stage_records = {}, {}
+        for name, seconds in list(self._clock.seconds.items()):
+            procs = 1 if name == "transfer" or self._workers == 0 else self._workers
+            stage_seconds[name] = seconds / procs
+            stage_records[name] = self._clock.records[name]
         return live.RunFigures(
             batches=self._delivered,
             records=self._records,
@@ -225,6 +231,8 @@ class PipelineRun(Iterator[Any]):
             prefetch=self._prefetch,
             queue_depth=self._queue_depth(),
             shm_bytes=self._executor.shm_bytes,
+            stage_seconds=stage_seconds,
+            stage_records=stage_records,
         )
 
     def _queue_depth(self) -> int:
