@@ -36,6 +36,7 @@ from tpufeed.run.plan import (
     pipeline_length,
     pipeline_plan,
 )
+from tpufeed.sources.built.statistics import DatasetStatistics
 from tpufeed.sources.constructors import SourceConstructors
 from tpufeed.sources.view import SourceView
 
@@ -106,6 +107,16 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
     def schema(self) -> dict[str, Any] | None:
         """The manifest's inferred schema for datasets from `Dataset.open`, else None."""
         return None if self._source is None else getattr(self._source.source, "schema", None)
+
+    @property
+    def statistics(self) -> DatasetStatistics:
+        """What the build counted while writing a dataset of `Dataset.open`: per field, per
+        input file, record sizes (tpufeed.sources.built.statistics); `recorded` is False, and
+        `why` says why, for other sources and datasets built before statistics."""
+        found = None if self._source is None else getattr(self._source.source, "statistics", None)
+        if isinstance(found, DatasetStatistics):
+            return found
+        return DatasetStatistics.none("not a dataset written by tpufeed build or WriteShards")
 
     source = SourceName()
     """The record source underneath (`__len__`, `__getitem__`): usable as a Grain source.

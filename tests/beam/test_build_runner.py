@@ -64,9 +64,9 @@ def test_summaries_that_miss_records_fail_before_the_manifest(tmp_path):
     ]
     finalize = WriteManifest(str(tmp_path / "ds"), "b1", 1, {"format": "array_record"}, True)
     with pytest.raises(tpufeed.TpufeedError, match="summaries cover 0 records, the shards hold 5"):
-        list(finalize.process(None, shards, [], [], []))
+        list(finalize.process(None, shards, [], [], [], []))
     with pytest.raises(tpufeed.TpufeedError, match="does not keep a step's tagged outputs apart"):
-        list(finalize.process(None, shards, [], [], ["a chunk, not a summary"]))
+        list(finalize.process(None, shards, [], [], ["a chunk, not a summary"], []))
     assert not (tmp_path / "ds" / "manifest.json").exists()
 
 

@@ -54,7 +54,7 @@ def test_open_reads_decoded_records_in_shard_order(tmp_path, file_format):
 def test_dataset_pipeline_over_a_built_dataset(dataset):
     ds = tpufeed.Dataset.open(dataset, verify=True).shuffle(seed=3).map(lambda r: r["label"])
     assert sorted(ds) == list(range(15))
-    assert ds.source.statistics["num_records"] == 15
+    assert ds.source.statistics.num_records == 15
 
 
 def test_raw_bytes_datasets_return_bytes(tmp_path):

@@ -45,7 +45,13 @@ from tpufeed.beam.build_runner import check_counts, runner_for, worker_args
 from tpufeed.beam.construction import no_ipython_probe, quick_options
 from tpufeed.beam.plan.build_config import BuildConfig
 from tpufeed.beam.plan.build_plan import BuildPlan
-from tpufeed.beam.read.bad_records import BadRecords, CheckBad, sum_stats
+from tpufeed.beam.read.bad_records import (
+    BadRecords,
+    CheckBad,
+    add_pairs,
+    input_counts,
+    sum_stats,
+)
 from tpufeed.beam.read.block_plan import Block, BlockStart, file_starts, needs_count
 from tpufeed.beam.read.block_reader import ReadBlock
 from tpufeed.beam.read.blocks import count_block
@@ -92,11 +98,25 @@ def _pipeline_parts(
         },
         info=info,
         summaries=read.summary,
+        inputs=_input_counts(read, blocks),
         switch=False,  # build() switches the datasets once it has checked the run's counts
         full_shards=config.num_shards is not None,
     )
     read.chunks | "WriteShards" >> writer
     return writer
+
+
+def _input_counts(read: DoOutputsTuple, blocks: list[Block]) -> beam.PCollection:
+    """One list of each input file's (path, records read, records written), from the blocks'
+    counts: the statistics' "inputs"."""
+    paths = {b.file_index: b.path for b in blocks}
+    return (
+        read.stats
+        | "InputPairs" >> beam.Map(lambda s: (s[2], (s[0], s[3])))
+        | "CountInputs" >> beam.CombinePerKey(add_pairs)
+        | "AllInputs" >> beam.combiners.ToList()
+        | "InputCounts" >> beam.Map(input_counts, paths)
+    )
 
 
 def _classes(blocks: list[Block]) -> dict[str, Any]:

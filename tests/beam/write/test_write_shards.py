@@ -100,7 +100,8 @@ def test_manifest_contents(tmp_path):
         "present": 12,
         "optional": False,
     }
-    assert manifest["statistics"]["keys"]["x"]["length"]["max"] == 4
+    assert manifest["statistics"]["fields"]["x"]["lengths"]["max"] == 4
+    assert manifest["statistics"]["inputs"] is None  # a PCollection has no input files
     assert manifest["build"]["num_shards"] == 2 and manifest["build"]["note"] == "hello"
     for shard in manifest["shards"]:
         path = tmp_path / "ds" / shard["path"]

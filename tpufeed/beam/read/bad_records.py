@@ -12,18 +12,36 @@ import apache_beam as beam
 
 from tpufeed.errors import SourceError
 
-__all__ = ["BadRecords", "CheckBad", "sum_stats"]
+__all__ = ["BadRecords", "CheckBad", "add_pairs", "input_counts", "sum_stats"]
 
 log = logging.getLogger("tpufeed.build")
 _EXAMPLES = 20
 
 
 def sum_stats(stats: Any) -> tuple[int, int]:
-    """(records read, records filtered) of every block."""
+    """(records read, records filtered) of every block (of its "stats", or of sums made)."""
     read = filtered = 0
-    for r, f in stats:
+    for r, f, *_ in stats:
         read, filtered = read + r, filtered + f
     return read, filtered
+
+
+def input_counts(counts: list[tuple[int, tuple[int, int]]], paths: dict[int, str]) -> list[dict]:
+    """[{"path", "read", "records"}] of each input file in order, from its blocks' summed
+    (records read, records sent): the manifest's statistics.inputs."""
+    summed = dict(counts)
+    return [
+        {"path": paths[index], "read": summed[index][0], "records": summed[index][1]}
+        for index in sorted(summed)
+    ]
+
+
+def add_pairs(pairs: Any) -> tuple[int, int]:
+    """The element-wise sum of (read, sent) pairs."""
+    read = sent = 0
+    for r, s in pairs:
+        read, sent = read + r, sent + s
+    return read, sent
 
 
 class BadRecords(beam.CombineFn):

@@ -2,7 +2,8 @@
 records and encodes them, and sends them on in chunks of (block, position in the block).
 
 Malformed records and failed transforms go to the "bad" output (or stop the build, where no
-skips are allowed), each block's (records read, records filtered) to "stats", and the codec
+skips are allowed), each block's (records read, records filtered, file index, records sent)
+to "stats", and the codec
 records' summary to "summary" (see `bad_records` and `write_shards`).
 """
 
@@ -132,10 +133,10 @@ def _by_file(blocks: Sequence[Block]) -> dict[int, tuple[Block, ...]]:
 class ReadBlock(beam.DoFn):
     """Reads one block, runs the transforms and encodes: chunks (block, position, [bytes],
     kinds); malformed records, failed transforms and records whose schema differs from
-    `schema` (the first record's) go to "bad" (or raise, with no skips), and
-    (records read, records filtered) to "stats". Logs each block ("input k of N": the blocks
-    this worker read of all), and every few seconds the records done, with this worker's share
-    of the input bytes and an ETA.
+    `schema` (the first record's) go to "bad" (or raise, with no skips), and (records read,
+    records filtered, file index, records sent) to "stats". Logs each block ("input k of N":
+    the blocks this worker read of all), and every few seconds the records done, with this
+    worker's share of the input bytes and an ETA.
 
     `uncounted` are the blocks whose start in their file the build did not count before
     reading (`process` then gets no `starts`): a bad record in one is named after counting
@@ -242,7 +243,7 @@ class ReadBlock(beam.DoFn):
         """The block's counts and summary, on the side outputs; logs the block read."""
         self._read.inc(read)
         self._out.inc(sent)
-        yield TaggedOutput("stats", (read, filtered))
+        yield TaggedOutput("stats", (read, filtered, block.file_index, sent))
         if summary is not None:
             yield TaggedOutput("summary", (block.id, summary.to_json()))
         self._blocks += 1

@@ -52,11 +52,13 @@ class WriteManifest(beam.DoFn):
         infos: list[dict],
         old: list[str],
         summaries: list[tuple[int, dict]],
+        inputs: list[list[dict[str, Any]]],
     ) -> Iterator[dict[str, Any]]:
         shards = self._every_shard(shards)
         kinds = self._record_kinds(shards)
         summary = self._merged_summary(shards, summaries)
         manifest = self._manifest(shards, kinds == {RAW}, summary, infos)
+        manifest["statistics"]["inputs"] = self._input_counts(inputs, summary.count)
         # The temporary folder: the chunks across shard boundaries (locally, the whole folder).
         shard_files.remove_partial(self._output, self._build_id)
         text = shard_files.write_staged_manifest(self._output, self._build_id, manifest)
@@ -111,6 +113,22 @@ class WriteManifest(beam.DoFn):
                 "a step's outputs); no manifest was written"
             )
         return summary
+
+    def _input_counts(
+        self, inputs: list[list[dict[str, Any]]], written: int
+    ) -> list[dict[str, Any]] | None:
+        """The records of each input file (a build's; None for WriteShards' PCollection),
+        checked to add up to the records written."""
+        if not inputs:
+            return None
+        counts = inputs[0]
+        if sum(c["records"] for c in counts) != written:
+            raise TpufeedError(
+                f"{self._output}: the input files' counts add up to "
+                f"{sum(c['records'] for c in counts)} records, the shards hold {written} (the "
+                "runner lost or repeated a step's outputs); no manifest was written"
+            )
+        return counts
 
     def _manifest(
         self, shards: list[dict], raw: bool, summary: RecordSummary, infos: list[dict]

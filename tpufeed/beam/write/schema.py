@@ -4,11 +4,12 @@ A `RecordSummary` is built per shard while the shard is written, travels as JSON
 summaries of all shards are merged in shard order, so the result does not depend on how the
 work was split. For dict records it infers, per key: the value type, the dtype, the shape
 (`None` for a dimension that varies between records: a ragged dimension) and in how many
-records the key is present; and a histogram of lengths (array elements, bytes, characters)
-in power-of-two buckets, which is what sequence packing and batch autotuning need.
+records the key is present; and a histogram of lengths (an array's first dimension, bytes,
+characters) in fixed buckets (`tpufeed.sources.built.length_histogram`), which is what
+sequence packing and batch autotuning need.
 
 >>> s = RecordSummary(); s.add({"x": np.zeros(3, np.int32)}, 40); s.add({"x": np.zeros(5, np.int32)}, 48)
->>> s.schema()["x"]["shape"], s.statistics()["keys"]["x"]["length"]["max"]
+>>> s.schema()["x"]["shape"], s.statistics()["fields"]["x"]["lengths"]["max"]
 ([None], 5)
 """
 
@@ -18,83 +19,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LengthStats", "RecordSummary"]
+from tpufeed.sources.built.length_histogram import LengthHistogram
+from tpufeed.sources.built.statistics import STATISTICS_VERSION
+
+__all__ = ["RecordSummary"]
 
 _SCALAR_TYPES = ((bool, "bool"), (int, "int"), (float, "float"), (bytes, "bytes"), (str, "str"))
 _EXACT_SCALARS: dict[type, str] = {kind: name for kind, name in _SCALAR_TYPES}
-
-
-class LengthStats:
-    """Count, min, max, sum and a power-of-two histogram of non-negative lengths."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self.total = 0
-        self.min: int | None = None
-        self.max: int | None = None
-        self.buckets: dict[int, int] = {}  # bit_length(length) -> count
-
-    def add(self, length: int) -> None:
-        self.count += 1
-        self.total += length
-        if self.min is None or length < self.min:
-            self.min = length
-        if self.max is None or length > self.max:
-            self.max = length
-        bucket = length.bit_length()
-        self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
-
-    def add_many(self, lengths: list[int]) -> None:
-        """`add` of each length, in a few numpy calls."""
-        if not lengths:
-            return
-        values = np.asarray(lengths, dtype=np.int64)
-        low, high = int(values.min()), int(values.max())
-        self.count += len(lengths)
-        self.total += int(values.sum())
-        self.min = low if self.min is None else min(self.min, low)
-        self.max = high if self.max is None else max(self.max, high)
-        # frexp's exponent of a whole number below 2**53 is its bit_length (0 for 0)
-        for bucket, n in enumerate(np.bincount(np.frexp(values)[1])):
-            if n:
-                self.buckets[bucket] = self.buckets.get(bucket, 0) + int(n)
-
-    def merge(self, other: LengthStats) -> None:
-        if other.min is None or other.max is None:  # nothing added to `other`
-            return
-        self.count += other.count
-        self.total += other.total
-        self.min = other.min if self.min is None else min(self.min, other.min)
-        self.max = other.max if self.max is None else max(self.max, other.max)
-        for bucket, n in other.buckets.items():
-            self.buckets[bucket] = self.buckets.get(bucket, 0) + n
-
-    def to_json(self) -> dict[str, Any]:
-        """Histogram rows are [lowest, highest, count] for the non-empty ranges, in order."""
-        histogram = [
-            [0 if b == 0 else 1 << (b - 1), 0 if b == 0 else (1 << b) - 1, n]
-            for b, n in sorted(self.buckets.items())
-        ]
-        return {
-            "count": self.count,
-            "min": self.min,
-            "max": self.max,
-            "sum": self.total,
-            "mean": round(self.total / self.count, 6) if self.count else None,
-            "histogram": histogram,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> LengthStats:
-        out = cls()
-        out.count, out.total, out.min, out.max = (
-            data["count"],
-            data["sum"],
-            data["min"],
-            data["max"],
-        )
-        out.buckets = {int(lo).bit_length(): n for lo, _, n in data["histogram"]}
-        return out
 
 
 class _KeySummary:
@@ -105,7 +36,7 @@ class _KeySummary:
         self.shape: list[int | None] | None = None
         self.ndims: set[int] = set()
         self.present = 0
-        self.length = LengthStats()
+        self.length = LengthHistogram()
         self._last_dtype: Any = None
         self._last_shape: tuple[int, ...] | None = None
         self._last_type: str | None = None
@@ -119,10 +50,12 @@ class _KeySummary:
             if self._last_dtype is None or value.dtype != self._last_dtype:
                 self._last_dtype = value.dtype
                 self.types.add(f"ndarray:{value.dtype.name}")
-            if value.shape != self._last_shape:
-                self._last_shape = value.shape
-                self._add_shape(list(value.shape))
-            self.length.add(int(value.size))
+            shape = value.shape
+            if shape != self._last_shape:
+                self._last_shape = shape
+                self._add_shape(list(shape))
+            if shape:
+                self.length.add(shape[0])
             return
         name = _EXACT_SCALARS.get(cls)
         if name is not None:
@@ -148,9 +81,10 @@ class _KeySummary:
             self.present += len(values)
             for dtype in dict.fromkeys(v.dtype for v in values):
                 self.types.add(f"ndarray:{dtype.name}")
-            for shape in dict.fromkeys(v.shape for v in values):  # first seen first
+            shapes = [v.shape for v in values]
+            for shape in dict.fromkeys(shapes):  # first seen first
                 self._add_shape(list(shape))
-            self.length.add_many([v.size for v in values])
+            self.length.add_many([s[0] for s in shapes if s])
             self._last_dtype = self._last_shape = None  # `add` checks again from here
             return
         name = _EXACT_SCALARS.get(cls) if cls is not None else None
@@ -191,7 +125,7 @@ class _KeySummary:
     def from_json(cls, data: dict[str, Any]) -> _KeySummary:
         out = cls()
         out.types, out.shape, out.ndims = set(data["types"]), data["shape"], set(data["ndims"])
-        out.present, out.length = data["present"], LengthStats.from_json(data["length"])
+        out.present, out.length = data["present"], LengthHistogram.from_json(data["length"])
         return out
 
     def schema(self, num_records: int) -> dict[str, Any]:
@@ -218,7 +152,7 @@ class RecordSummary:
 
     def __init__(self) -> None:
         self.count = 0
-        self.record_bytes = LengthStats()
+        self.record_bytes = LengthHistogram()
         self.keys: dict[str, _KeySummary] = {}
 
     def add(self, record: dict[str, Any] | None, nbytes: int) -> None:
@@ -277,7 +211,7 @@ class RecordSummary:
     def from_json(cls, data: dict[str, Any]) -> RecordSummary:
         out = cls()
         out.count = data["count"]
-        out.record_bytes = LengthStats.from_json(data["record_bytes"])
+        out.record_bytes = LengthHistogram.from_json(data["record_bytes"])
         out.keys = {k: _KeySummary.from_json(v) for k, v in data["keys"].items()}
         return out
 
@@ -286,14 +220,23 @@ class RecordSummary:
         return {key: s.schema(self.count) for key, s in sorted(self.keys.items())}
 
     def statistics(self) -> dict[str, Any]:
-        """Record sizes in bytes, and per key its presence count and length statistics."""
-        keys = {
-            key: {"present": s.present, "length": s.length.to_json()}
-            for key, s in sorted(self.keys.items())
-            if s.length.count
-        }
+        """The manifest's "statistics" (`tpufeed.sources.built.statistics` reads them), but for
+        "inputs", which the build adds: record sizes in bytes, and per field its count, the
+        types and shape seen, and the histogram of its lengths where it has any."""
+        fields = {}
+        for key, s in sorted(self.keys.items()):
+            field: dict[str, Any] = {
+                "count": s.present,
+                "types": sorted(s.types),
+                "shape": s.shape,
+                "ndims": sorted(s.ndims),
+            }
+            if s.length.count:
+                field["lengths"] = s.length.to_json()
+            fields[key] = field
         return {
+            "version": STATISTICS_VERSION,
             "num_records": self.count,
             "record_bytes": self.record_bytes.to_json(),
-            "keys": keys,
+            "fields": fields,
         }

@@ -107,7 +107,8 @@ class ShardChunks(beam.PTransform):
     entry, and the manifest waits for it: a step that fails there (too many bad records)
     fails the job before the manifest is written. `summaries`, (block, RecordSummary JSON)
     of the codec records, spare the shard writers from decoding every record to summarize it
-    (ignored for another record format, whose writer decodes to re-encode anyway).
+    (ignored for another record format, whose writer decodes to re-encode anyway). `inputs`,
+    one list of {"path", "read", "records"} per input file, goes into the statistics.
 
     The dataset in `output` stays whole until the new one is complete; then its last step
     switches them (`tpufeed.beam.write.publish`), or with `switch=False` leaves that to the caller
@@ -126,6 +127,7 @@ class ShardChunks(beam.PTransform):
         build: dict[str, Any] | None = None,
         info: beam.PCollection | None = None,
         summaries: beam.PCollection | None = None,
+        inputs: beam.PCollection | None = None,
         switch: bool = True,
         full_shards: bool = False,
     ):
@@ -146,6 +148,7 @@ class ShardChunks(beam.PTransform):
         }
         self._info = info
         self._summaries = summaries if record_format == "codec" else None
+        self._inputs = inputs
         self._switch = switch
         self._full_shards = full_shards
         self.build_id = uuid.uuid4().hex[:12]
@@ -217,6 +220,7 @@ class ShardChunks(beam.PTransform):
         summaries = (
             self._summaries if self._summaries is not None else p | "NoSummaries" >> beam.Create([])
         )
+        inputs = self._inputs if self._inputs is not None else p | "NoInputs" >> beam.Create([])
         finalize = WriteManifest(
             self._output,
             self.build_id,
@@ -230,7 +234,12 @@ class ShardChunks(beam.PTransform):
             | "Finalize" >> beam.Create([None])
             | "WriteManifest"
             >> beam.ParDo(
-                finalize, AsList(shards), AsList(info), AsSingleton(old), AsList(summaries)
+                finalize,
+                AsList(shards),
+                AsList(info),
+                AsSingleton(old),
+                AsList(summaries),
+                AsList(inputs),
             )
         )
 

@@ -67,12 +67,15 @@ class WriteShard(beam.DoFn):
             if not self._summarize:  # summarized upstream; the codec bytes are stored as is
                 yield from datas
                 continue
-            for data, kind in zip(datas, span_kinds):
-                record = codec.decode(data) if kind == CODEC else None
-                if record is not None and self._record_format is not CODEC_FORMAT:
-                    data = self._record_format.encode(record)  # the codec bytes are stored as is
-                summary.add(record, len(data))
-                yield data
+            records = [
+                codec.decode(data) if kind == CODEC else None
+                for data, kind in zip(datas, span_kinds)
+            ]
+            if self._record_format is not CODEC_FORMAT:  # the codec bytes are stored as is
+                encode = self._record_format.encode
+                datas = [data if r is None else encode(r) for data, r in zip(datas, records)]
+            summary.add_many(records, [len(data) for data in datas])  # a chunk at a time
+            yield from datas
 
     def process(
         self, element: tuple[int, dict[str, list]], ranks: dict[str, Any], old_names: list[str]

@@ -13,6 +13,8 @@ dataset, and a folder without one (an interrupted build) does not open. It is JS
                       "ragged_dims": [0], "present": 10}, ...} | null,
      "statistics": {...}, "build": {...}}
 
+(`tpufeed.sources.built.statistics` describes "statistics" and reads them.)
+
 File formats (reader, extension, how counts are checked) come from `tpufeed.sources.formats`,
 record formats (how a record decodes) from `tpufeed.sources.built.record_formats`. Shard paths are
 relative to the manifest's folder and may not leave it: absolute paths, `..`
@@ -50,6 +52,7 @@ from tpufeed.errors import (
 )
 from tpufeed.sources.built.fields import FORMAT, FORMAT_VERSION, MAX_DEPTH, check_manifest
 from tpufeed.sources.built.record_formats import RAW_BYTES, record_format_of_manifest
+from tpufeed.sources.built.statistics import DatasetStatistics
 from tpufeed.sources.built.verified_shard import VerifiedShard, file_crc32c
 from tpufeed.sources.formats import format_for_path, get_format
 from tpufeed.sources.sharded import ShardedSource
@@ -308,6 +311,7 @@ class ManifestSource(ShardedSource[VerifiedShard]):
             self.manifest_path, self.root, self.manifest = load_manifest(path, cache.retry)
             files = self._remote_shards(cache)
         super().__init__(files)
+        self._statistics: DatasetStatistics | None = None  # read when first asked for
         self._records = record_format_of_manifest(self.manifest["record_format"]) or RAW_BYTES
         if verify:
             self.verify()
@@ -344,8 +348,12 @@ class ManifestSource(ShardedSource[VerifiedShard]):
         return self.manifest.get("schema")
 
     @property
-    def statistics(self) -> dict[str, Any]:
-        return self.manifest.get("statistics") or {}
+    def statistics(self) -> DatasetStatistics:
+        """What the build counted (`tpufeed.sources.built.statistics`), checked when first
+        asked for: damaged statistics raise `CorruptDataError` here, never on a read."""
+        if self._statistics is None:
+            self._statistics = DatasetStatistics.of_manifest(self.manifest, self.manifest_path)
+        return self._statistics
 
     def verify(self) -> None:
         """Checks every shard's size, CRC32C and record count now: a local file is read once,
