@@ -69,9 +69,10 @@ def settle(clock: PodClock) -> None:
             _measuring.set()
 
 
-def current(wait_s: float = WRITE_WAIT_S) -> PodClock | None:
-    """This process's place, once a measurement in flight ends (waiting at most `wait_s`; then
-    None and a warning); None where nothing was measured."""
+def current(wait_s: float | None = None) -> PodClock | None:
+    """This process's place, once a measurement in flight ends (waiting at most `wait_s`,
+    default `WRITE_WAIT_S`; then None and a warning); None where nothing was measured."""
+    wait_s = WRITE_WAIT_S if wait_s is None else wait_s
     measuring = _measuring
     if measuring is not None and not measuring.wait(wait_s):
         warnings.warn(

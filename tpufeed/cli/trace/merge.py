@@ -69,7 +69,8 @@ def scan(path: str) -> Scanned:
             threads[track] = len(threads) + 1
         events += 1
     placed = place(path, reader.other)
-    dropped = reader.other.get("otherData", {}).get("dropped_events", 0)
+    data = reader.other.get("otherData")
+    dropped = data.get("dropped_events", 0) if isinstance(data, dict) else 0
     return Scanned(
         placed,
         reader.identity,

@@ -30,7 +30,17 @@ __all__ = ["CHUNK", "MAX_VALUE", "TraceReader"]
 CHUNK = 1 << 20  # characters decoded at a time
 MAX_VALUE = 16 << 20  # the longest one event (or other value) may be, in characters
 _WHITESPACE = " \t\n\r"
-_decoder = json.JSONDecoder()
+
+
+class _NotJson(ValueError):
+    """NaN or an infinity: Python reads them, JSON (and the trace viewers) do not."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(f"holds {name}, which is no JSON number")
+
+
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 class TraceReader:
@@ -107,6 +117,8 @@ class TraceReader:
                 continue
             except RecursionError:
                 raise self._bad(f"{what}: nested too deeply") from None
+            except _NotJson as error:
+                raise self._bad(f"{what} {error}") from None
             if end < len(self._buffer) or self._eof:  # a number may go on in the next chunk
                 self._at = end
                 return value
