@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tpufeed.chain.base import Chain
+from tpufeed.chain.expected_fill import expected_fit, note_fit
 from tpufeed.chain.tf_data import memory_cache
 from tpufeed.errors import InvalidArgumentError
 from tpufeed.ops.batch import Batch
@@ -16,6 +17,7 @@ from tpufeed.ops.flat_map import FlatMap
 from tpufeed.ops.grain_transforms import grain_function
 from tpufeed.ops.map import Map, MapWithIndex, RandomMap
 from tpufeed.ops.pack import Pack
+from tpufeed.ops.pack_fit import PackFit
 from tpufeed.ops.padding import check_pad
 from tpufeed.ops.registry import cache_stage
 from tpufeed.ops.user_functions import check_callable
@@ -108,11 +110,27 @@ class StageMethods(Chain):
         `"best_fit"` in the one it leaves least room in, as Grain's `BestFitPackIterDataset`.
         When none has room, the fullest row is closed to open another.
 
+        Over a dataset whose build recorded the key's lengths (`Dataset.open`), it logs the
+        fill it expects and warns when `lengths` fits them poorly (`expected_fill`).
+
         >>> ds = Dataset.from_sequence([{"tokens": [5, 6, 7]}, {"tokens": [8, 9]}])
         >>> next(iter(ds.pack({"tokens": 4}).batch(2)))["tokens_segment_ids"].tolist()
         [[1, 1, 1, 0], [1, 1, 0, 0]]
         """
-        return self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut), method))
+        packed = self._add(Pack(check_lengths(lengths, open_rows), open_rows, bool(cut), method))
+        note_fit(packed)
+        return packed
+
+    def expected_fill(self) -> PackFit:
+        """The fill `pack` is expected to reach (`.fill`: the share of the rows' room holding
+        tokens, one epoch on one host) from the lengths the build recorded, and whether its
+        row length fits them (`.advice`, `.better`: a nearby length that fills far better).
+
+        It needs `pack` as the first stage over a dataset of `Dataset.open` whose build
+        recorded the packed key's lengths (`Dataset.statistics`); otherwise it raises
+        `InvalidArgumentError` saying why. See tpufeed.ops.pack_fit for how it is computed.
+        """
+        return expected_fit(self)
 
     def batch(
         self,
