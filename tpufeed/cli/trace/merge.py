@@ -212,7 +212,7 @@ def _shifted(s: Scanned, group: int, shift_us: float) -> Iterator[dict[str, Any]
 
 def _dump(out: TextIO, events: list[dict[str, Any]], first: bool) -> bool:
     if events:
-        text = ",\n".join(json.dumps(e, separators=(",", ":")) for e in events)
+        text = json.dumps(events, separators=(",", ":"), allow_nan=False)[1:-1]  # one call
         out.write(text if first else ",\n" + text)
         events.clear()
         return False

@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +30,8 @@ __all__ = ["CHUNK", "MAX_VALUE", "TraceReader"]
 
 CHUNK = 1 << 20  # characters decoded at a time
 MAX_VALUE = 16 << 20  # the longest one event (or other value) may be, in characters
-_WHITESPACE = " \t\n\r"
+_SPACE = re.compile(r"[ \t\n\r]*")
+_SEPARATOR = re.compile(r"[ \t\n\r]*([,\]])")  # what follows an event: the next, or the end
 
 
 class _NotJson(ValueError):
@@ -90,16 +92,26 @@ class TraceReader:
 
     def _array(self) -> Iterator[dict[str, Any]]:
         self._expect("[", "'[' opening traceEvents, a list of events")
+        if self._next_is("]"):
+            self._at += 1
+            return
         index = 0
-        while not self._next_is("]"):
-            if index:
-                self._expect(",", "',' or ']' after an event")
+        while True:
             event = self._value(f"event {index}")
             if not isinstance(event, dict):
                 raise self._bad(f"event {index} is {type(event).__name__}, not an object")
             yield event
             index += 1
-        self._expect("]", "']'")
+            found = _SEPARATOR.match(self._buffer, self._at)  # the common case, in one call
+            if found is not None:
+                self._at = found.end()
+                if found.group(1) == "]":
+                    return
+                continue
+            if self._next_is("]"):  # the buffer ended before the separator: read on
+                self._at += 1
+                return
+            self._expect(",", "',' or ']' after an event")
 
     def _value(self, what: str) -> Any:
         """The JSON value at the cursor, more of the file read until it is whole."""
@@ -144,8 +156,7 @@ class TraceReader:
     def _skip_space(self) -> bool:
         """Moves past whitespace; whether anything follows it."""
         while True:
-            while self._at < len(self._buffer) and self._buffer[self._at] in _WHITESPACE:
-                self._at += 1
+            self._at = _SPACE.match(self._buffer, self._at).end()  # type: ignore[union-attr]
             if self._at < len(self._buffer):
                 return True
             if self._eof:
