@@ -118,9 +118,14 @@ def test_a_summary_travels_as_small_json_and_is_aged_by_its_reader():
     assert len(text) < 400 and "age_s" not in text
     got = HostSummary.from_json(text, "tpufeed/pod/5", sent.taken_at + 7.5)
     assert got == dataclasses.replace(sent, age_s=7.5)
+    later = text[:-1] + ',"a_later_figure":1}'  # a later version's summary: its extra is left
+    assert HostSummary.from_json(later, "tpufeed/pod/5", sent.taken_at) == sent
 
 
-@pytest.mark.parametrize("text", ["{", "[]", '{"host": 1}', '{"host": "x"}'])
+@pytest.mark.parametrize(
+    "text",
+    ["{", "[]", '"x"', '{"host": 1}', summary(1, 0.1).to_json().replace('"host":1', '"host":"x"')],
+)
 def test_a_value_that_is_no_summary_is_a_named_error(text):
     with pytest.raises(CorruptDataError, match="pod summary 'tpufeed/pod/1'"):
         HostSummary.from_json(text, "tpufeed/pod/1", time.time())

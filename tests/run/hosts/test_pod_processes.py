@@ -42,17 +42,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _start(runtime: str, processes: int, out: Path, **spec) -> tuple[list, list]:
+    """The workers, each with its log file."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    given = json.dumps({"runtime": runtime, "port": _free_port(), **spec})
+    children, logs = [], []
+    for pid in range(processes):
+        args = [sys.executable, __file__, "worker", str(pid), str(processes), str(out), given]
+        logs.append(open(out / f"log-{pid}.txt", "w"))
+        children.append(subprocess.Popen(args, env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+    return children, logs
+
+
+def _end(children: list, logs: list) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+    for log in logs:
+        log.close()
+
+
 def _run(runtime: str, processes: int, out: Path, slow: int, victim: int) -> list[dict]:
     """Starts the workers, kills `victim` once process 0 has named the slow host, and gives
     each survivor's result."""
-    out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    spec = json.dumps({"runtime": runtime, "slow": slow, "victim": victim, "port": _free_port()})
-    children = []
-    for pid in range(processes):
-        args = [sys.executable, __file__, "worker", str(pid), str(processes), str(out), spec]
-        log = open(out / f"log-{pid}.txt", "w")
-        children.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT))
+    children, logs = _start(runtime, processes, out, mode="verdict", slow=slow, victim=victim)
     deadline = time.monotonic() + RUN_S
     try:
         while not (out / "named").exists():
@@ -62,10 +77,7 @@ def _run(runtime: str, processes: int, out: Path, slow: int, victim: int) -> lis
         while any(c.poll() is None for i, c in enumerate(children) if i != victim):
             _check(children, out, deadline, victim, "the survivors to end")
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-            child.wait()
+        _end(children, logs)
     codes = [c.returncode for c in children]
     assert codes[victim] == -signal.SIGKILL and all(
         code == 0 for i, code in enumerate(codes) if i != victim
@@ -134,6 +146,28 @@ def test_three_torch_gloo_processes_name_the_slow_host_and_its_stage(tmp_path):
     _check_verdict(results, 3, slow=1, victim=2)
 
 
+def test_pod_stats_names_a_store_that_does_not_answer_instead_of_hanging(tmp_path):
+    """torch.distributed's store is served by rank 0: stopped (SIGSTOP), it answers nobody."""
+    children, logs = _start("torch", 2, tmp_path, mode="store_stopped")
+    deadline = time.monotonic() + RUN_S
+    try:
+        while not all((tmp_path / f"started-{pid}").exists() for pid in (0, 1)):
+            _check(children, tmp_path, deadline, -1, "both processes to iterate")
+        children[0].send_signal(signal.SIGSTOP)
+        (tmp_path / "stopped").touch()
+        while children[1].poll() is None:
+            _check(children, tmp_path, deadline, 0, "process 1's pod_stats")
+    finally:
+        _end(children, logs)
+    assert children[1].returncode == 0, _logs(tmp_path, 2, "process 1 failed")
+    result = json.loads((tmp_path / "result-1.json").read_text())
+    assert result["error"] == "HostLostError" and result["hosts"] == [0], result
+    assert result["message"].startswith(
+        "pod_stats: torch.distributed's store (served by rank 0, or by torchrun's agent) did not "
+        "answer within 1 s"
+    ), result
+
+
 # -- the worker -------------------------------------------------------------------------------
 
 
@@ -175,9 +209,31 @@ def _init(runtime: str, pid: int, processes: int, port: int) -> None:
         dist.barrier()
 
 
+def _store_stopped(pid: int, out: Path) -> None:
+    """Shares, then (process 1) asks for the pod once process 0, the store's server, is
+    stopped."""
+    import tpufeed
+
+    it = iter(tpufeed.Dataset.from_sequence(list(range(100))).options(pod_interval_s=INTERVAL_S))
+    next(it)
+    (out / f"started-{pid}").touch()
+    while pid == 0 or not (out / "stopped").exists():  # process 0 waits to be stopped
+        time.sleep(0.05)
+    try:
+        tpufeed.pod_stats(timeout_s=1)
+        result = {"error": None}
+    except tpufeed.HostLostError as e:
+        result = {"error": type(e).__name__, "message": str(e), "hosts": list(e.hosts)}
+    (out / f"result-{pid}.json").write_text(json.dumps(result))
+    os._exit(0)
+
+
 def _worker(pid: int, processes: int, out: Path, spec: dict) -> None:
     import tpufeed
 
+    if spec["mode"] == "store_stopped":
+        _init(spec["runtime"], pid, processes, spec["port"])
+        _store_stopped(pid, out)
     lines = _Lines()
     logging.getLogger("tpufeed").addHandler(lines)
     _init(spec["runtime"], pid, processes, spec["port"])

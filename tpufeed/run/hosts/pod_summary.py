@@ -10,10 +10,11 @@ one small file read, never anything per record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from tpufeed.errors import CorruptDataError
@@ -52,22 +53,23 @@ class HostSummary:
 
     def to_json(self) -> str:
         """The summary as one host shares it (without `age_s`, which a reader computes)."""
-        fields = asdict(self)
-        del fields["age_s"]
-        return json.dumps(fields, separators=(",", ":"))
+        shared = asdict(self)
+        del shared["age_s"]
+        return json.dumps(shared, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, key: str, read_at: float) -> HostSummary:
         """A summary another host shared under `key`, aged as of `read_at` (a Unix time)."""
         try:
-            fields = json.loads(text)
-            summary = cls(**fields)
+            given = json.loads(text)
+            shared = {name: given[name] for name in _SHARED}  # a later version's extra: left
+            summary = cls(**shared)
             int(summary.host), float(summary.taken_at), float(summary.wait_fraction)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, KeyError) as exc:
             raise CorruptDataError(
                 f"pod summary {key!r} is not one tpufeed shares ({exc}): {text[:120]!r}"
             ) from None
-        return cls(**{**fields, "age_s": max(0.0, read_at - summary.taken_at)})
+        return dataclasses.replace(summary, age_s=max(0.0, read_at - summary.taken_at))
 
     def line(self) -> str:
         """The summary in one line, as `PodStats.summary()` lists hosts."""
@@ -79,6 +81,9 @@ class HostSummary:
             f"{self.cores} cores  cache hit {hit:>4}  shm {self.shm_bytes / 2**20:,.1f} MiB  "
             f"{self.age_s:.1f} s old"
         )
+
+
+_SHARED = [f.name for f in fields(HostSummary) if f.name != "age_s"]
 
 
 @dataclass(frozen=True)
