@@ -37,14 +37,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(runtime: str, processes: int, out: Path) -> list[dict]:
-    """Runs the workers to completion; kills them all if one fails or time runs out."""
+def launch(runtime: str, processes: int, out: Path, silent_0: bool = False) -> list[dict]:
+    """Runs the workers to completion; kills them all if one fails or time runs out.
+    `silent_0`: process 0 records no timeline (so it answers no clock measurement)."""
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
     port = _free_port()
     children = []
     for pid in range(processes):
         args = [sys.executable, __file__, "worker", runtime, str(pid), str(processes), str(port)]
+        args.append("silent_0" if silent_0 else "all")
         log = open(out / f"log-{pid}.txt", "w")
         children.append(
             (
@@ -126,6 +128,31 @@ def test_the_hosts_files_merge_into_one_timeline_on_one_clock(tmp_path, runtime,
     assert pod["otherData"]["alignment"] == document["alignment"]
 
 
+def test_a_host_whose_process_0_never_answers_is_aligned_by_wall_clock(tmp_path):
+    """Process 0 records no timeline, so nobody answers host 1's clock measurement: host 1's
+    run is not held up, its file is written within the write's bound (2 s here) without an
+    offset and a warning saying why, and the merge aligns it by wall clock only."""
+    pytest.importorskip("torch.distributed")
+    launch("torch", 2, tmp_path, silent_0=True)
+    assert (
+        "the clock offset to process 0 was still being measured after 2 s"
+        in (tmp_path / "log-1.txt").read_text()
+    )
+    other = json.loads((tmp_path / "host1.json").read_text())["otherData"]
+    assert other["pod_clock"] is None
+    done = subprocess.run(
+        [sys.executable, "-m", "tpufeed.cli", "trace", "merge", str(tmp_path / "host1.json")]
+        + ["-o", str(tmp_path / "pod.json"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["hosts"][0]["aligned_by"] == "wall clock only"
+    assert "aligned by wall clock only" in document["alignment"]["statement"]
+
+
 # -- the worker -------------------------------------------------------------------------------
 
 
@@ -136,11 +163,13 @@ def _skew_clocks() -> None:
     time.time_ns = lambda: wall_clock() + SKEW_NS
 
 
-def _worker(runtime: str, pid: int, processes: int, port: int, out: Path) -> None:
+def _worker(runtime: str, pid: int, processes: int, port: int, out: Path, who: str) -> None:
     if pid == 1:
         _skew_clocks()
     import tpufeed
-    from tpufeed.observe import timeline
+    from tpufeed.observe import pod_clock, timeline
+
+    pod_clock.WRITE_WAIT_S = 2.0  # keeps a test of a silent process 0 short
 
     if runtime == "jax":
         import jax
@@ -167,11 +196,16 @@ def _worker(runtime: str, pid: int, processes: int, port: int, out: Path) -> Non
             dist.barrier()
 
     ds = tpufeed.Dataset.from_sequence(range(96)).shard(pid, processes).batch(4)
-    with tpufeed.trace(out / f"host{pid}.json"):
+    if who == "silent_0" and pid == 0:
         for _ in ds:
             pass
         barrier("synced")
-        timeline.instant("synced")
+    else:
+        with tpufeed.trace(out / f"host{pid}.json"):
+            for _ in ds:
+                pass
+            barrier("synced")
+            timeline.instant("synced")
     (out / f"result-{pid}.json").write_text(json.dumps({"pid": os.getpid()}))
     barrier("written")  # process 0 serves the store: it stays until every process has written
     if runtime == "jax":
@@ -181,5 +215,5 @@ def _worker(runtime: str, pid: int, processes: int, port: int, out: Path) -> Non
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
-    runtime, pid, processes, port, out = sys.argv[2:7]
-    _worker(runtime, int(pid), int(processes), int(port), Path(out))
+    runtime, pid, processes, port, who, out = sys.argv[2:8]
+    _worker(runtime, int(pid), int(processes), int(port), Path(out), who)
