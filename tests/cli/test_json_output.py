@@ -154,6 +154,10 @@ def test_inspect_a_dataset_and_a_failed_verification(tmp_path):
         20,
     )
     assert doc["features"]["id"]["type"] == "int" and len(doc["files"]) == 2
+    statistics = doc["statistics"]
+    assert statistics["inputs"] == [{"path": "in.jsonl", "read": 20, "records": 20}]
+    assert statistics["fields"]["id"]["count"] == 20 and statistics["num_records"] == 20
+    assert statistics["fields"]["id"]["lengths"] == "not recorded"  # a scalar
     shard = tmp_path / "ds" / doc["files"][0]["path"]
     data = bytearray(shard.read_bytes())
     data[100] ^= 0xFF

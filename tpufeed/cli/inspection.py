@@ -216,7 +216,18 @@ def _dataset_report(source: Any, paths: list[str], sample: bool) -> Report:
         num_bytes=sum(f["num_bytes"] for f in files),
         features=dict(source.schema or {}),
         classes=m.get("build", {}).get("classes"),
+        statistics=_statistics(source),
     )
+
+
+def _statistics(source: Any) -> Report:
+    """The build's statistics as the document holds them; damaged ones as not recorded,
+    saying what is wrong (the records may still read: --verify checks them)."""
+    try:
+        statistics: Report = source.statistics.to_json()
+    except CorruptDataError as e:
+        return {"recorded": False, "why": f"damaged: {e}"}
+    return statistics
 
 
 def _report(
@@ -235,6 +246,7 @@ def _report(
         "files": files,
         "features": more.get("features", {}),
         "classes": more.get("classes"),
+        "statistics": more.get("statistics"),
         "record_0": first,
         "verify": None,
     }

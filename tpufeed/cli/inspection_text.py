@@ -10,6 +10,7 @@ import json
 import os
 from typing import Any
 
+from tpufeed.cli.statistics_text import statistics_lines
 from tpufeed.errors import plural
 from tpufeed.sources.formats import FORMATS
 
@@ -92,6 +93,7 @@ def _dataset_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"  classes (label i is the i-th): {', '.join(classes)}")
     elif classes:
         lines += [f"  classes of {folder}: {', '.join(names)}" for folder, names in classes.items()]
+    lines += statistics_lines(report["statistics"])
     if report["record_0"] is not None:
         lines.append("record 0:")
         lines += _field_lines(report["record_0"]["fields"])

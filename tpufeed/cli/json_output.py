@@ -115,6 +115,26 @@ INSPECT = JsonSchema(
         "features": "a dataset's schema: each key's spec as the manifest infers it; {} otherwise",
         "classes": "an image-folder dataset's class folder names in label order (label i is "
         "classes[i]; an object of such lists by folder where folders differ); null otherwise",
+        "statistics": "what the build counted while it wrote a dataset (`Dataset.statistics`); "
+        "null for record files",
+        "statistics.recorded": "false for a dataset built before statistics were recorded (or "
+        "whose statistics are damaged): then only `why` follows",
+        "statistics.why": "why none were recorded (absent when they were)",
+        "statistics.num_records": "records counted",
+        "statistics.record_bytes": "the stored records' sizes in bytes: count, min, max, sum, "
+        "mean, and histogram, rows [lowest, highest, count] of the non-empty buckets (each "
+        "length below 16 its own bucket, then 8 equal buckets a power of two)",
+        "statistics.fields": "one object per field, by name",
+        "statistics.fields{}.count": "the records holding the field",
+        "statistics.fields{}.types": 'the types seen ("ndarray:int32", "int", "str", ...)',
+        "statistics.fields{}.shape": "an array field's dimensions where every record agrees, "
+        "null where they vary; null for other fields",
+        "statistics.fields{}.ndims": "the numbers of dimensions seen",
+        "statistics.fields{}.lengths": "the histogram of its lengths (an array's first "
+        'dimension, bytes or characters), as record_bytes; "not recorded" for scalars',
+        "statistics.inputs": "one object per input file of `tpufeed build`, in order: path, "
+        'read (records read) and records (records of the dataset); "not recorded" for '
+        "WriteShards",
         "record_0": "record 0 as read (null when there is none, or a shard failed --verify)",
         "record_0.num_bytes": "its size in bytes; null when it was read as fields (a dataset's "
         "records, Parquet rows)",
