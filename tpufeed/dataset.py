@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from tpufeed.chain.base import SourceName
+from tpufeed.chain.mix_epochs import epoch_weights
 from tpufeed.chain.order import OrderMethods
 from tpufeed.chain.settings import SettingMethods
 from tpufeed.chain.stages import StageMethods
@@ -81,9 +82,13 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
         weights: Sequence[float] | None = None,
         seed: int = 0,
         on_end: str = "restart",
+        epochs: Sequence[float] | None = None,
     ) -> Dataset:
         """Several pipelines as one stream, in the exact proportions of `weights` (default
         equal): after any N elements each component is within 1 of its share (tpufeed.ops.mix).
+        `epochs=[1, 2]` states them in epochs instead: each weight is the component's records
+        per epoch times its epochs (tpufeed.chain.mix_epochs), so one pass reads the first
+        once and the second twice (with `on_end="stop"`, give the second `repeat(2)`).
 
         Each component keeps its own source, shuffle, epochs and per-element stages; `pack`
         and `batch` after `mix` see the mixture. `on_end`: "restart" a component that ends
@@ -94,6 +99,10 @@ class Dataset(SourceConstructors, OrderMethods, StageMethods, SettingMethods):
         >>> "".join(Dataset.mix([a, b], weights=[2, 1], on_end="stop"))
         'aabaabaab'
         """
+        if epochs is not None:
+            if weights is not None:
+                raise InvalidArgumentError("mix takes weights= or epochs=, not both")
+            weights = epoch_weights(datasets, epochs)
         checked, on_end = check_mix(datasets, weights, seed, on_end)
         for i, ds in enumerate(datasets):
             if not isinstance(ds, Dataset) or ds._mixture is not None:
