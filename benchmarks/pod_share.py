@@ -52,12 +52,18 @@ def _join(rank: int, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
 
 
-def helper(port: int) -> None:
-    """Host 1: joins the run and waits for host 0 to finish."""
+def helper(port: int, interval: float | None) -> None:
+    """Host 1: joins the run, starts an iterator (which shares, in the "on" row) and waits for
+    host 0 to finish."""
     import torch.distributed as dist
 
+    import tpufeed
+
     _join(1, port)
+    it = iter(tpufeed.Dataset.from_sequence([0]).repeat().options(pod_interval_s=interval))
+    next(it)
     dist.barrier()
+    it.close()
     dist.destroy_process_group()
 
 
@@ -73,9 +79,12 @@ def measure(row: str, paths: list[str], records: int, passes: int, interval: flo
     import torch.distributed as dist
 
     import tpufeed
+    from tpufeed.run.hosts import pod
 
     port = _free_port()
-    other = subprocess.Popen([sys.executable, __file__, "--helper", str(port)], cwd=ROOT)
+    given = interval if row == "on" else None
+    command = [sys.executable, __file__, "--helper", str(port), "--interval", str(given)]
+    other = subprocess.Popen(command, cwd=ROOT)
     _join(0, port)
     ds = (
         tpufeed.Dataset.from_array_record(paths)
@@ -84,7 +93,7 @@ def measure(row: str, paths: list[str], records: int, passes: int, interval: flo
         .batch(BATCH_SIZE)
         .repeat()
         .workers(2)
-        .options(pod_interval_s=interval if row == "on" else None)
+        .options(pod_interval_s=given)
     )
     it = ds.iterator()
     seen, marks, cpu = 0, [], []
@@ -97,6 +106,7 @@ def measure(row: str, paths: list[str], records: int, passes: int, interval: flo
             if len(marks) == passes + 1:
                 break
     it.close()
+    read = pod.latest()  # what process 0 last read of the pod: None where nothing is shared
     dist.barrier()
     dist.destroy_process_group()
     other.wait(timeout=60)
@@ -106,6 +116,7 @@ def measure(row: str, paths: list[str], records: int, passes: int, interval: flo
         "rates": [records / (b - a) for a, b in zip(marks, marks[1:])],
         "sharing_cpu_s": cpu[-1] - cpu[0],
         "timed_s": marks[-1] - marks[0],
+        "hosts_read": [s.host for s in read.hosts] if read is not None else [],
     }
 
 
@@ -125,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--passes", type=int, default=3)
-    p.add_argument("--interval", type=float, default=1.0, help="pod_interval_s of the 'on' row")
+    p.add_argument(
+        "--interval",
+        type=lambda text: None if text == "None" else float(text),
+        default=1.0,
+        help="pod_interval_s of the 'on' row",
+    )
     p.add_argument("--records", type=int, default=WORKLOADS["W1"].default_records)
     p.add_argument("--data-dir", default=os.path.join(ROOT, "benchmarks", "data"))
     p.add_argument("--json", default=None)
@@ -133,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--helper", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.helper is not None:
-        helper(args.helper)
+        helper(args.helper, args.interval)
         return 0
     paths = list(prepare(WORKLOADS["W1"], args.records, args.data_dir, SEED).array_record)
     if args.row:
@@ -164,6 +180,8 @@ def _report(results: dict[str, list[dict]], args: argparse.Namespace, argv: list
     print(f"|---|---|\n| off | {rate['off']:,.0f} |\n| on, every {args.interval:g} s | ", end="")
     print(f"{rate['on']:,.0f} |\n\non / off: {ratio:.3f} (target >= {TARGET}: at most 1% slower) ")
     print(f"{'met' if ratio >= TARGET else 'NOT met'}")
+    read = {row: sorted({tuple(x["hosts_read"]) for x in results[row]}) for row in ROWS}
+    print(f"hosts whose summaries process 0 read at the end of each row: {read}")
     print(
         f"the sharing thread's CPU: {cpu * 1e3:.1f} ms over {timed:.1f} s of timed passes "
         f"({cpu / timed:.4%} of one core; {cpu / max(timed / args.interval, 1) * 1e3:.2f} ms "
