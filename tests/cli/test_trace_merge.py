@@ -29,7 +29,7 @@ S = 1_000_000_000  # nanoseconds
 
 def host_file(path, index=None, *, offset_ns=None, error_ns=0, unix_origin_ns=None,
               trace_origin_ns=None, reference_unix_ns=None, run="r1", events=(), pid=None,
-              clock=True, hostname=None):  # fmt: skip
+              clock=True, hostname=None, measured_at_ns=None):  # fmt: skip
     """A trace file as a host of a run writes it, with the clock metadata given."""
     pid = 1000 + (index or 0) if pid is None else pid
     other = {"producer": "tpufeed", "capacity": 10, "dropped_events": 0}
@@ -47,6 +47,7 @@ def host_file(path, index=None, *, offset_ns=None, error_ns=0, unix_origin_ns=No
             "service": "a store",
             "rounds": 8,
             "note": None if offset_ns is not None else "process 0 did not answer within 60 s",
+            "measured_at_ns": measured_at_ns,
         }
     trace = [
         {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": "tpufeed consumer"}},
@@ -161,6 +162,19 @@ def test_an_older_file_with_no_clock_starts_at_the_pods_start_unaligned(tmp_path
     assert starts(document) == {("host 0", "x"): 0.0, ("host 1", "x"): 0.0}
     assert "host 1 carries no clock" in capsys.readouterr().out
     assert document["otherData"]["alignment"]["not_aligned"] == [1]
+
+
+@pytest.mark.parametrize(("last_s", "said"), [(5.0, False), (125.0, True)])
+def test_how_long_after_the_measurement_the_events_came_is_said(tmp_path, last_s, said):
+    """Host 1 measured 2 s into its recording; its last event ends `last_s` in."""
+    a = host_file(tmp_path / "a.json", 0, offset_ns=0, trace_origin_ns=S, reference_unix_ns=0,
+                  measured_at_ns=S, events=[("x", 0.0)])  # fmt: skip
+    b = host_file(tmp_path / "b.json", 1, offset_ns=0, trace_origin_ns=S, reference_unix_ns=0,
+                  measured_at_ns=3 * S, events=[("x", last_s * 1e6 - 10.0)])  # fmt: skip
+    alignment = merged(tmp_path, a, b)["otherData"]["alignment"]
+    assert alignment["drift_span_s"] == pytest.approx(last_s - 2.0)
+    text = f"the offsets were measured up to {last_s - 2.0:,.0f} s before the hosts' last events"
+    assert (text in alignment["statement"]) == said
 
 
 def test_files_of_two_runs_say_so(tmp_path):

@@ -110,6 +110,7 @@ def test_the_hosts_files_merge_into_one_timeline_on_one_clock(tmp_path, runtime,
         assert (host["hostname"], host["pid"]) == (socket.gethostname(), result["pid"])
     worst = max(h["error_ns"] for h in document["hosts"])
     assert document["alignment"]["max_error_ns"] == worst
+    assert 0 < document["alignment"]["drift_span_s"] < TIMEOUT_S  # measured at the start
     assert f"alignment: within ±{worst / 1e6:.3f} ms of process 0's clock" in printed
 
     groups = {

@@ -291,6 +291,8 @@ TRACE_MERGE = JsonSchema(
         "alignment.wall_clock_only": "the hosts aligned by wall clock only",
         "alignment.not_aligned": "the hosts whose files carry no clock",
         "alignment.runs": "how many runs the measured offsets come from",
+        "alignment.drift_span_s": "the longest time from a host's offset measurement to its "
+        "last event, in seconds (the clocks drift apart after a measurement; null: unknown)",
         "alignment.statement": "all of it in words, as printed",
     },
 )

@@ -27,7 +27,9 @@ class PodClock:
     or no answer: `note` says why); the true offset lies within `error_ns` of it (half the
     round trip that measured it). `reference_unix_ns`: process 0's wall clock minus its trace
     clock, so that every host's events land on process 0's wall clock. `run`: a token process
-    0 made for this measurement, the same in every host's file of one run."""
+    0 made for this measurement, the same in every host's file of one run. `measured_at_ns`:
+    this host's trace clock when it was measured (the bound holds then; the clocks drift apart
+    after it by their frequency difference)."""
 
     process_index: int
     process_count: int
@@ -38,6 +40,7 @@ class PodClock:
     service: str | None = None
     rounds: int = 0
     note: str | None = None
+    measured_at_ns: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

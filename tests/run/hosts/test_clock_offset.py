@@ -58,15 +58,19 @@ def measure_all(server, offsets: list[int], contact_s: float = 20.0) -> list[Pod
 @pytest.mark.parametrize("offsets", [[0, 0], [0, 7_500_000_000, -3_250_000_123, 42]])
 def test_each_offset_lies_within_its_bound(server, offsets):
     clocks = measure_all(server, offsets)
-    assert clocks[0] == PodClock(
-        0, len(offsets), 0, 0, clocks[0].reference_unix_ns, clocks[0].run, SERVICE, ROUNDS
-    )
+    zero = clocks[0]
+    assert zero == PodClock(
+        0, len(offsets), 0, 0, zero.reference_unix_ns, zero.run, SERVICE, ROUNDS, None,
+        zero.measured_at_ns,
+    )  # fmt: skip
     for i, clock in enumerate(clocks[1:], 1):
         true = offsets[i] - offsets[0]
         assert abs(clock.offset_ns - true) <= clock.error_ns, (i, clock)
         assert clock.rounds == ROUNDS and clock.note is None
         assert clock.run == clocks[0].run  # one run's files are told apart from another's
         assert clock.error_ns < 1_000_000_000  # half a round trip on localhost, even loaded
+        now = time.perf_counter_ns() + offsets[i]
+        assert now - 30 * 10**9 < clock.measured_at_ns < now  # on the host's own clock
 
 
 def test_process_0_that_comes_late_is_waited_for(server):

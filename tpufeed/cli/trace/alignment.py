@@ -24,6 +24,7 @@ from tpufeed.errors import CorruptDataError, InvalidArgumentError
 __all__ = ["Placement", "alignment", "check_distinct", "host_numbers", "place"]
 
 OFFSET, WALL_CLOCK, NONE = "measured offset", "wall clock only", "not aligned"
+DRIFT_SAID_S = 10.0  # from a measurement to the last events: the statement warns of drift
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Placement:
     service: str | None = None
     note: str | None = None
     recorded_unix_ns: int | None = None  # the recording's start on its wall clock
+    measured_ns: int | None = None  # when the offset was measured, in ns from ts 0
 
 
 def place(path: str, other: Mapping[str, Any]) -> Placement:
@@ -66,11 +68,15 @@ def place(path: str, other: Mapping[str, Any]) -> Placement:
     offset = _whole(pod.get("offset_ns"), path, "otherData.pod_clock.offset_ns")
     error = _whole(pod.get("error_ns"), path, "otherData.pod_clock.error_ns")
     reference = _whole(pod.get("reference_unix_ns"), path, "otherData.pod_clock.reference_unix_ns")
+    measured = _whole(pod.get("measured_at_ns"), path, "otherData.pod_clock.measured_at_ns")
     if error is not None and error < 0:
         raise _bad(path, "otherData.pod_clock.error_ns", error, "a bound is never negative")
     if None not in (trace_origin, offset, error, reference):
         origin = trace_origin - offset + reference  # type: ignore[operator]
-        return Placement(path, OFFSET, origin, offset_ns=offset, error_ns=error, **named)
+        since = None if measured is None else measured - trace_origin  # type: ignore[operator]
+        return Placement(
+            path, OFFSET, origin, offset_ns=offset, error_ns=error, measured_ns=since, **named
+        )
     if unix_origin is not None:
         return Placement(path, WALL_CLOCK, unix_origin, recorded_unix_ns=unix_origin, **named)
     return Placement(path, NONE, **named)
@@ -115,46 +121,69 @@ def host_numbers(placements: Sequence[Placement]) -> list[int]:
     return numbers
 
 
-def alignment(placements: Sequence[Placement], numbers: Sequence[int]) -> dict[str, Any]:
-    """How close the merged files are: the largest bound of the measured offsets, and the files
-    aligned by wall clock only, or not at all, with why."""
+def alignment(
+    placements: Sequence[Placement], numbers: Sequence[int], ends_us: Sequence[float | None]
+) -> dict[str, Any]:
+    """How close the merged files are: the largest bound of the measured offsets, how long
+    after a measurement the last events came (`ends_us`: each file's, from its ts 0), and the
+    files aligned by wall clock only, or not at all, with why."""
     measured = [(p.error_ns or 0, n) for p, n in zip(placements, numbers) if p.how == OFFSET]
     worst_ns, worst_host = max(measured, default=(None, None))
-    walls = [n for p, n in zip(placements, numbers) if p.how == WALL_CLOCK]
-    unaligned = [n for p, n in zip(placements, numbers) if p.how == NONE]
-    runs = {p.run for p in placements if p.how == OFFSET}
-    lines = []
-    if measured:
-        service = next(p.service for p in placements if p.how == OFFSET)
-        lines.append(
-            f"within ±{_ms(worst_ns)} of process 0's clock for the {len(measured)} hosts with a "
-            f"measured offset (the largest bound, host {worst_host}'s: half its shortest round "
-            f"trip through {service})"
-        )
-        if len(runs) > 1:
-            lines.append(
-                f"these files come from {len(runs)} runs: each run's hosts are aligned by their "
-                "offsets, the runs to each other by their process 0's wall clocks only"
-            )
-    if walls:
-        lines.append(
-            f"{_hosts(walls)} no measured offset (a single-host run, or the measurement "
-            "failed: see hosts[].note): aligned by wall clock only, as close as the hosts' clocks "
-            "are (NTP: often within milliseconds), which no file can tell"
-        )
-    if unaligned:
-        lines.append(
-            f"{_hosts(unaligned)} no clock (written by tpufeed 0.2.0 or older, or by another "
-            "program): each starts at the pod's start; not aligned"
-        )
-    return {
+    found = {
         "max_error_ns": worst_ns,
         "max_error_host": worst_host,
-        "wall_clock_only": walls,
-        "not_aligned": unaligned,
-        "runs": len(runs),
-        "statement": "; ".join(lines),
+        "wall_clock_only": [n for p, n in zip(placements, numbers) if p.how == WALL_CLOCK],
+        "not_aligned": [n for p, n in zip(placements, numbers) if p.how == NONE],
+        "runs": len({p.run for p in placements if p.how == OFFSET}),
+        "drift_span_s": _drift_span_s(placements, ends_us),
     }
+    service = next((p.service for p in placements if p.how == OFFSET), None)
+    return {**found, "statement": "; ".join(_statement(found, len(measured), service))}
+
+
+def _statement(found: dict[str, Any], measured: int, service: str | None) -> list[str]:
+    """What `alignment` found, in words."""
+    lines = []
+    if measured:
+        lines.append(
+            f"within ±{_ms(found['max_error_ns'])} of process 0's clock for the {measured} hosts "
+            f"with a measured offset (the largest bound, host {found['max_error_host']}'s: half "
+            f"its shortest round trip through {service})"
+        )
+        span_s = found["drift_span_s"]
+        if span_s is not None and span_s >= DRIFT_SAID_S:
+            lines.append(
+                f"the offsets were measured up to {span_s:,.0f} s before the hosts' last events: "
+                "clocks drift apart after a measurement by their frequency difference (a few µs "
+                "a second at most under NTP), which the bound leaves out"
+            )
+        if found["runs"] > 1:
+            lines.append(
+                f"these files come from {found['runs']} runs: each run's hosts are aligned by "
+                "their offsets, the runs to each other by their process 0's wall clocks only"
+            )
+    if found["wall_clock_only"]:
+        lines.append(
+            f"{_hosts(found['wall_clock_only'])} no measured offset (a single-host run, or the "
+            "measurement failed: see hosts[].note): aligned by wall clock only, as close as the "
+            "hosts' clocks are (NTP: often within milliseconds), which no file can tell"
+        )
+    if found["not_aligned"]:
+        lines.append(
+            f"{_hosts(found['not_aligned'])} no clock (written by tpufeed 0.2.0 or older, or by "
+            "another program): each starts at the pod's start; not aligned"
+        )
+    return lines
+
+
+def _drift_span_s(placements: Sequence[Placement], ends_us: Sequence[float | None]) -> float | None:
+    """The longest time from a host's measurement to its last event, in seconds."""
+    spans = [
+        (end * 1000 - p.measured_ns) / 1e9
+        for p, end in zip(placements, ends_us)
+        if p.how == OFFSET and p.measured_ns is not None and end is not None
+    ]
+    return max(spans, default=None)
 
 
 def _ms(ns: int | None) -> str:

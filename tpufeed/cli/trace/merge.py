@@ -37,6 +37,7 @@ class Scanned:
     identity: FileIdentity
     events: int = 0
     first_ts: float | None = None  # microseconds: its earliest event
+    last_ts: float | None = None  # microseconds: its latest event's end
     processes: dict[Any, str] = field(default_factory=dict)  # pid -> name
     threads: dict[tuple[Any, Any], int] = field(default_factory=dict)  # (pid, tid) -> new tid
     thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
@@ -49,7 +50,7 @@ def scan(path: str) -> Scanned:
     threads: dict[tuple[Any, Any], int] = {}
     processes: dict[Any, str] = {}
     thread_names: dict[tuple[Any, Any], str] = {}
-    events, first = 0, math.inf
+    events, first, last = 0, math.inf, -math.inf
     for index, event in enumerate(reader.events()):
         phase = event.get("ph")
         if not isinstance(phase, str):
@@ -62,7 +63,8 @@ def scan(path: str) -> Scanned:
             elif event.get("name") == "thread_name" and name is not None:
                 thread_names[track] = name
             continue
-        first = min(first, _timestamp(event, path, index))
+        ts = _timestamp(event, path, index)
+        first, last = min(first, ts), max(last, ts + _duration(event))
         if track not in threads:
             if len(threads) >= MAX_TRACKS:
                 raise _bad_event(path, index, f"is on a track past the {MAX_TRACKS:,}th")
@@ -76,6 +78,7 @@ def scan(path: str) -> Scanned:
         reader.identity,
         events,
         None if events == 0 else first,
+        None if events == 0 else last,
         processes,
         threads,
         thread_names,
@@ -95,7 +98,7 @@ def merge(paths: list[str], output: str) -> dict[str, Any]:
     numbers = host_numbers(placements)
     origins = _origins(scanned)
     hosts = [_host_record(s, n, o) for s, n, o in zip(scanned, numbers, origins)]
-    aligned = alignment(placements, numbers)
+    aligned = alignment(placements, numbers, [s.last_ts for s in scanned])
     other = {
         "producer": "tpufeed trace merge",
         "dropped_events": sum(s.dropped for s in scanned),  # by the hosts' rings, not here
@@ -255,6 +258,14 @@ def _timestamp(event: dict[str, Any], path: str, index: int) -> float:
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
         raise _bad_event(path, index, f"has ts {ts!r}, not a finite number of microseconds")
     return float(ts)
+
+
+def _duration(event: dict[str, Any]) -> float:
+    """A complete event's duration (0 for others, and for one that is not a finite number)."""
+    duration = event.get("dur", 0)
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)):
+        return 0.0
+    return float(duration) if math.isfinite(duration) and duration > 0 else 0.0
 
 
 def _ns(microseconds: float) -> int:

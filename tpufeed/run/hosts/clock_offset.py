@@ -164,8 +164,9 @@ def measure(
                 name=f"tpufeed-clock-answer-{peer}",
                 daemon=True,
             ).start()
-        reference = wall() - clock()
-        return PodClock(0, hosts, 0, 0, reference, token, keys.service, ROUNDS)
+        now = clock()
+        reference = wall() - now
+        return PodClock(0, hosts, 0, 0, reference, token, keys.service, ROUNDS, None, now)
     return _ask(keys, prefix, host, hosts, clock, contact_s)
 
 
@@ -188,7 +189,7 @@ def _ask(
     keys: StoreKeys, prefix: str, host: int, hosts: int, clock: Clock, wait_s: float
 ) -> PodClock:
     """Host `host`'s round trips; the offset of the shortest."""
-    best: tuple[int, int, int, str] | None = None  # round trip, offset, reference, token
+    best: tuple[int, int, int, str, int] | None = None  # trip, offset, reference, token, when
     rounds, note = 0, None
     try:
         for round_ in range(ROUNDS):
@@ -203,7 +204,7 @@ def _ask(
             seen, reference, token = _parse(answer)
             trip, offset = came - asked, (asked + came) // 2 - seen
             if best is None or trip < best[0]:
-                best = (trip, offset, reference, token)
+                best = (trip, offset, reference, token, (asked + came) // 2)
             wait_s = ROUND_S
     except Exception as exc:  # noqa: BLE001 - the store failed: process 0 gone, network cut
         note = f"{keys.service} failed: {_first_line(exc)}"
@@ -211,10 +212,11 @@ def _ask(
         _clean(keys, prefix, host, rounds + 1)
     if best is None:
         return PodClock(host, hosts, service=keys.service, note=note)
-    trip, offset, reference, token = best
+    trip, offset, reference, token, when = best
     partial = None if rounds == ROUNDS else f"{rounds} of {ROUNDS} round trips: {note}"
     error = (trip + 1) // 2
-    return PodClock(host, hosts, offset, error, reference, token, keys.service, rounds, partial)
+    service = keys.service
+    return PodClock(host, hosts, offset, error, reference, token, service, rounds, partial, when)
 
 
 def _parse(answer: str) -> tuple[int, int, str]:
