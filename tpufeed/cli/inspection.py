@@ -307,7 +307,10 @@ def add_parser(sub: Subcommands) -> None:
         description="Describes a dataset built by `tpufeed build` (a folder or gs:// prefix), a "
         "plain folder of shards, record files (ArrayRecord, TFRecord, Parquet), WebDataset tar "
         "shards, an MDS folder, or the JSONL and CSV files `tpufeed build` reads; --verify "
-        "checks them.",
+        "checks them. A built dataset's statistics follow its schema: record sizes and each "
+        "field's lengths (quantiles, a histogram by powers of two), each field's count, types "
+        "and shape, each input file's records ('not recorded' for a dataset built before "
+        "them).",
     )
     inspect.add_argument(
         "paths",
