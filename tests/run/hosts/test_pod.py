@@ -5,6 +5,7 @@ tests/run/hosts/test_pod_processes.py runs them over real JAX and torch.distribu
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import pytest
@@ -158,9 +159,13 @@ def test_the_meter_counts_workers_stages_at_their_parallelism():
     assert meter.take().bottleneck == "map(decode)"
 
 
-def test_host_cpu_is_read_from_proc_stat():
+def test_host_cpu_is_read_from_proc_stat_over_the_cores_the_process_may_use():
     busy, total = host_cpu_times() or (None, None)
     assert busy is not None and 0 < busy <= total
+    one = host_cpu_times(frozenset({min(os.sched_getaffinity(0))}))
+    assert one is not None and 0 <= one[0] <= one[1] <= total
+    assert host_cpu_times(frozenset({10**6})) is None  # no such core
+    assert Meter(0, 1).take().cores == len(os.sched_getaffinity(0))
 
 
 def test_pod_stats_with_one_host_is_this_hosts_own():

@@ -108,7 +108,8 @@ class PodSharer:
 
     def _round(self) -> None:
         """This host's summary written; on process 0, every host's read and judged."""
-        summary = self._meter.take()
+        with _measuring:
+            summary = self._meter.take()
         self.client.key_value_set(f"{DIRECTORY}{self.host}", summary.to_json(), True)
         if self.host != 0:
             return
@@ -122,6 +123,21 @@ class PodSharer:
 
 _lock = threading.Lock()
 _sharer: PodSharer | None = None
+# Held while a summary is measured (it takes the locks of tpufeed.run.live and observe.counts):
+# a fork of this process (a DataLoader's worker) waits for it, so that no child starts with one
+# of those locks held by a thread it does not have.
+_measuring = threading.Lock()
+_fork_safe: list[bool] = []
+
+
+def _hold_at_fork() -> None:
+    if not _fork_safe:
+        os.register_at_fork(
+            before=_measuring.acquire,
+            after_in_parent=_measuring.release,
+            after_in_child=_measuring.release,
+        )
+        _fork_safe.append(True)
 
 
 def share(interval_s: float | None) -> None:
@@ -139,6 +155,7 @@ def share(interval_s: float | None) -> None:
         if hosts < 2:
             return
         client, service, connected = _store(hosts)
+        _hold_at_fork()
         _sharer = PodSharer(client, service, host, hosts, interval_s, connected)
 
 
@@ -172,7 +189,7 @@ def pod_stats(timeout_s: float = 10.0) -> PodStats:
     sharer = _sharing()
     if sharer is None:
         host, hosts = process_of_run()
-        with _lock:
+        with _lock, _measuring:
             own = _alone.setdefault((host, hosts), Meter(host, hosts)).take()
         return PodStats((own,), hosts, tuple(h for h in range(hosts) if h != host))
     answer: Future[PodStats] = Future()

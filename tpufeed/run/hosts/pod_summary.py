@@ -32,7 +32,8 @@ class HostSummary:
 
     `wait_fraction` is the share of that time the training loop spent waiting in `next()` for
     input (the step's input wait); `bottleneck` the stage with the lowest throughput over the
-    interval (None: no stage ran); `cpu_busy` the share of the host's `cores` that were busy
+    interval (None: no stage ran); `cpu_busy` the share of `cores`, the cores the process may
+    run on (all the host's, or fewer under a CPU limit), that were busy, whoever used them
     (None where /proc/stat cannot be read); `cache_hit_rate` the share of remote shards' opens
     the shard cache served from disk so far (None: none opened); `shm_bytes` the shared memory
     the workers' batches hold now. `age_s` is how old the summary was when read: a host that is
@@ -119,19 +120,31 @@ class PodStats:
         return "\n".join(lines)
 
 
-def host_cpu_times() -> tuple[float, float] | None:
-    """(busy, total) CPU time of the whole host so far, in clock ticks (/proc/stat's first
-    line), or None where there is no /proc/stat."""
+def host_cpu_times(cpus: frozenset[int] | None = None) -> tuple[float, float] | None:
+    """(busy, total) CPU time so far of the host's `cpus` (None: all of them), in clock ticks
+    (/proc/stat), or None where there is no /proc/stat or it names none of them."""
     try:
         with open("/proc/stat", "rb") as f:
-            first = f.readline().split()
+            lines = [line.split() for line in f if line.startswith(b"cpu")]
     except OSError:
         return None
-    if not first or first[0] != b"cpu":
+    if cpus is None:
+        chosen = [line[1:] for line in lines if line[0] == b"cpu"]
+    else:
+        chosen = [line[1:] for line in lines if line[0][3:].isdigit() and int(line[0][3:]) in cpus]
+    busy = total = 0.0
+    for ticks in ([float(t) for t in line] for line in chosen):
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)  # idle and iowait
+        busy, total = busy + sum(ticks) - idle, total + sum(ticks)
+    return (busy, total) if chosen else None
+
+
+def _cores_allowed() -> frozenset[int] | None:
+    """The cores this process may run on (its affinity: a CPU limit), None where unknown."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except AttributeError:
         return None
-    ticks = [float(t) for t in first[1:]]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0.0)  # idle and iowait
-    return sum(ticks) - idle, sum(ticks)
 
 
 class Meter:
@@ -140,7 +153,8 @@ class Meter:
 
     def __init__(self, host: int, hosts: int):
         self._host, self._hosts = host, hosts
-        self._cores = os.cpu_count() or 1
+        self._cpus = _cores_allowed()
+        self._cores = len(self._cpus) if self._cpus else os.cpu_count() or 1
         self._last = self._read()
 
     def take(self) -> HostSummary:
@@ -164,9 +178,8 @@ class Meter:
             taken_at=time.time(),
         )
 
-    @staticmethod
-    def _read() -> tuple[float, live.RunFigures, tuple[float, float] | None]:
-        return now(), live.totals()[0], host_cpu_times()
+    def _read(self) -> tuple[float, live.RunFigures, tuple[float, float] | None]:
+        return now(), live.totals()[0], host_cpu_times(self._cpus)
 
 
 def _bottleneck(before: live.RunFigures, after: live.RunFigures) -> str | None:
