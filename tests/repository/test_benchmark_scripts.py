@@ -153,3 +153,13 @@ def test_another_checkouts_library_brings_its_own_transforms(tmp_path):
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert done.stdout.strip() == "tree tree transforms", done.stderr
+
+
+def test_anchor_instructions_names_the_systems_it_counts(capsys):
+    from benchmarks import anchor_instructions
+
+    with pytest.raises(SystemExit):
+        anchor_instructions.main(["--systems", "torch,grain-map"])
+    assert "unknown systems ['grain-map']; choose from torch, bare-loop, tpufeed" in (
+        capsys.readouterr().err
+    )
