@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from tpufeed.run import live
+
 T = TypeVar("T")
 
 
@@ -37,6 +39,7 @@ class WaitClock:
             if self._opened is not None:
                 self.wait_seconds += now - started
                 self._last = now
+                live.loop_waited(now - started)  # what the pod's summary reads
         self.batches += 1
         if self._opened is not None:
             self.window_batches += 1

@@ -202,3 +202,24 @@ def test_pod_interval_s_is_an_option_30_s_by_default():
 def test_pod_interval_s_must_be_a_positive_number_or_none(bad):
     with pytest.raises(InvalidArgumentError, match="pod_interval_s must be a positive number"):
         tpufeed.Dataset.from_sequence([1]).options(pod_interval_s=bad)
+
+
+@pytest.mark.slow
+def test_through_to_jax_the_wait_is_the_training_loops_not_the_transfer_threads():
+    """to_jax's thread takes batches ahead: the pipeline's own next() waits there, while the
+    loop, stepping longer than a batch takes, does not wait."""
+    pytest.importorskip("jax")
+
+    def decode(x):
+        time.sleep(0.002)  # 8 ms a batch of 4, under the loop's 20 ms step
+        return {"x": x}
+
+    ds = tpufeed.Dataset.from_sequence(list(range(200))).map(decode).batch(4)
+    meter = Meter(0, 1)
+    for _ in ds:  # the same loop over the pipeline itself: next() makes each batch
+        time.sleep(0.02)
+    assert meter.take().wait_fraction > 0.15
+    it = ds.to_jax(prefetch=2)
+    for _ in it:
+        time.sleep(0.02)
+    assert meter.take().wait_fraction < 0.15

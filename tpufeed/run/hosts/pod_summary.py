@@ -31,13 +31,15 @@ class HostSummary:
     `taken_at`, a Unix time by that host's clock).
 
     `wait_fraction` is the share of that time the training loop spent waiting in `next()` for
-    input (the step's input wait); `bottleneck` the stage with the lowest throughput over the
-    interval (None: no stage ran); `cpu_busy` the share of `cores`, the cores the process may
-    run on (all the host's, or fewer under a CPU limit), that were busy, whoever used them
-    (None where /proc/stat cannot be read); `cache_hit_rate` the share of remote shards' opens
-    the shard cache served from disk so far (None: none opened); `shm_bytes` the shared memory
-    the workers' batches hold now. `age_s` is how old the summary was when read: a host that is
-    gone stops sharing, and its last summary only ages."""
+    input (the step's input wait; through to_jax, to_tf or to_torch, the loop's own wait on
+    the adapter, which transfers ahead on a thread); `bottleneck` the stage with the lowest
+    throughput over the interval (None: no stage ran); `cpu_busy` the share of `cores`, the
+    cores the process may run on (all the host's, or fewer under a CPU limit), that were busy,
+    whoever used them (None where /proc/stat cannot be read); `cache_hit_rate` the share of
+    remote shards' opens the shard cache served from disk so far (None: none opened);
+    `shm_bytes` the shared memory the workers' batches hold now. `age_s` is how old the
+    summary was when read: a host that is gone stops sharing, and its last summary only
+    ages."""
 
     host: int
     hosts: int
@@ -147,6 +149,10 @@ def _cores_allowed() -> frozenset[int] | None:
         return None
 
 
+# when, every run's figures, the cores' CPU times, the device adapters' loops' waits
+_Reading = tuple[float, live.RunFigures, tuple[float, float] | None, tuple[int, float]]
+
+
 class Meter:
     """Takes this process's figures and makes the summary of what changed since the last
     `take()` (the first: since the Meter was made)."""
@@ -158,17 +164,21 @@ class Meter:
         self._last = self._read()
 
     def take(self) -> HostSummary:
-        at, figures, cpu = current = self._read()
-        then, before, cpu_before = self._last
+        at, figures, cpu, loop = current = self._read()
+        then, before, cpu_before, loop_before = self._last
         self._last = current
         seconds = max(at - then, 1e-9)
         counted = counts.snapshot()
         hits, misses = counted.get("cache_hits", 0), counted.get("cache_misses", 0)
+        if loop[0] > loop_before[0]:  # a device adapter's loop: its own wait, not its thread's
+            waited = loop[1] - loop_before[1]
+        else:
+            waited = figures.wait_seconds - before.wait_seconds
         return HostSummary(
             host=self._host,
             hosts=self._hosts,
             records_per_s=(figures.records - before.records) / seconds,
-            wait_fraction=min(1.0, max(0.0, figures.wait_seconds - before.wait_seconds) / seconds),
+            wait_fraction=min(1.0, max(0.0, waited) / seconds),
             bottleneck=_bottleneck(before, figures),
             cpu_busy=_busy(cpu_before, cpu),
             cores=self._cores,
@@ -178,8 +188,8 @@ class Meter:
             taken_at=time.time(),
         )
 
-    def _read(self) -> tuple[float, live.RunFigures, tuple[float, float] | None]:
-        return now(), live.totals()[0], host_cpu_times(self._cpus)
+    def _read(self) -> _Reading:
+        return now(), live.totals()[0], host_cpu_times(self._cpus), live.loop_waits()
 
 
 def _bottleneck(before: live.RunFigures, after: live.RunFigures) -> str | None:
