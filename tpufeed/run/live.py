@@ -78,18 +78,19 @@ def finished(run: FiguredRun) -> None:
 # The training loops' own waits for batches, as the device adapters time them (to_jax, to_tf,
 # to_torch: their WaitClock): the calls they counted, and the seconds those blocked. Where an
 # adapter's transfer thread runs ahead, a run's own wait is that thread's, not the loop's.
-_loop_waits = [0, 0.0]
+_loop_calls = [0]
+_loop_seconds = [0.0]
 
 
 def loop_waited(seconds: float) -> None:
     """A training loop blocked `seconds` for a batch from a device adapter."""
-    _loop_waits[0] += 1
-    _loop_waits[1] += seconds
+    _loop_calls[0] += 1
+    _loop_seconds[0] += seconds
 
 
 def loop_waits() -> tuple[int, float]:
     """The training loops' calls for batches timed so far, and the seconds they blocked."""
-    return _loop_waits[0], _loop_waits[1]
+    return _loop_calls[0], _loop_seconds[0]
 
 
 def totals() -> tuple[RunFigures, int]:
