@@ -89,14 +89,13 @@ def test_process_0_logs_a_verdict_once_then_its_changes_and_its_end():
     assert verdicts.update(quiet, 4, 30.0) == []
     first = verdicts.update(held, 4, 30.0)
     assert len(first) == 1 and first[0].startswith("host 3 of 4 holds the step")
-    assert verdicts.latest == first[0]
     assert verdicts.update([*quiet[:3], summary(3, 0.6)], 4, 30.0) == []  # the same verdict
     moved = verdicts.update([*quiet[:3], summary(3, 0.6, "read")], 4, 30.0)
     assert len(moved) == 1 and "bottleneck: read" in moved[0]  # its stage changed
     assert verdicts.update(quiet, 4, 30.0) == [
         "input no longer holds the pod's step: median input wait 2% over 4 hosts"
     ]
-    assert verdicts.latest is None and verdicts.update(quiet, 4, 30.0) == []
+    assert verdicts.update(quiet, 4, 30.0) == []
 
 
 def test_a_host_that_stops_sharing_is_said_once_and_again_after_it_came_back():

@@ -30,7 +30,7 @@ from typing import Any
 from tpufeed.errors import HostLostError, InvalidArgumentError
 from tpufeed.order.processes import initialised_runtime, process_of_run
 from tpufeed.run.hosts.pod_summary import HostSummary, Meter, PodStats
-from tpufeed.run.hosts.pod_verdict import Verdicts
+from tpufeed.run.hosts.pod_verdict import Verdicts, fresh, judge
 from tpufeed.run.hosts.torch_store import StoreClient
 
 __all__ = ["DIRECTORY", "PodSharer", "latest", "pod_stats", "share"]
@@ -85,9 +85,9 @@ class PodSharer:
             if name.isdigit() and int(name) < self.hosts:
                 found[int(name)] = HostSummary.from_json(value, key, read_at)
         missing = tuple(h for h in range(self.hosts) if h not in found)
-        with self._lock:
-            verdict = self._verdicts.latest
-        return PodStats(tuple(found[h] for h in sorted(found)), self.hosts, missing, verdict)
+        hosts = tuple(found[h] for h in sorted(found))
+        verdict = judge(fresh(hosts, self.interval_s), self.hosts)
+        return PodStats(hosts, self.hosts, missing, verdict.line if verdict else None)
 
     def latest(self) -> PodStats | None:
         """Process 0's last read (None elsewhere, or before its first round)."""
@@ -116,7 +116,7 @@ class PodSharer:
         pod = self.read()
         with self._lock:
             lines = self._verdicts.update(pod.hosts, self.hosts, self.interval_s)
-            self._latest = PodStats(pod.hosts, self.hosts, pod.missing, self._verdicts.latest)
+            self._latest = pod
         for line in lines:
             log.warning("tpufeed: %s", line)
 

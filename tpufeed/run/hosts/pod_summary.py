@@ -93,7 +93,8 @@ _SHARED = [f.name for f in fields(HostSummary) if f.name != "age_s"]
 class PodStats:
     """What `tpufeed.pod_stats()` returns: every host's latest summary (`hosts`, by host
     index), the hosts of the run (`host_count`), those from which nothing was read yet
-    (`missing`), and the line process 0 logged last about them (`verdict`, None if none)."""
+    (`missing`), and what the fresh ones say, judged as process 0 judges them (`verdict`: the
+    line it logs, None where no host holds the step and the pod is not input-bound)."""
 
     hosts: tuple[HostSummary, ...]
     host_count: int

@@ -91,7 +91,6 @@ class Verdicts:
     def __init__(self) -> None:
         self._last: Verdict | None = None
         self._silent: set[int] = set()
-        self.latest: str | None = None  # the last verdict line logged
 
     def update(
         self, summaries: Sequence[HostSummary], host_count: int, interval_s: float
@@ -104,14 +103,12 @@ class Verdicts:
         if key != ((last.kind, last.host, last.bottleneck) if last else None):
             if verdict is not None:
                 lines.append(verdict.line)
-                self.latest = verdict.line
             elif last is not None and len(live) >= 2:
                 waits = median(s.wait_fraction for s in live)
                 lines.append(
                     f"input no longer holds the pod's step: median input wait {waits:.0%} over "
                     f"{len(live)} hosts"
                 )
-                self.latest = None
             self._last = verdict
         return lines
 
