@@ -1,5 +1,5 @@
-"""One timeline for the pod, from real multi-process runs on localhost: 3 JAX processes
-(`jax.distributed`, its coordination service) and 2 torch.distributed gloo processes (its
+"""One timeline for the pod, from real multi-process runs on localhost: 4 JAX processes
+(`jax.distributed`, its coordination service) and 3 torch.distributed gloo processes (its
 TCPStore). Each records its share of a pipeline into its own trace file, then, right after a
 barrier all leave together, an instant `synced`. Process 1's clocks (trace and wall) read
 `SKEW_NS` ahead of the machine's, as a host with a clock of its own would: every process here
@@ -94,7 +94,7 @@ def merge(out: Path, processes: int) -> tuple[dict, dict, str]:
     return json.loads(done.stdout), json.loads((out / "pod.json").read_text()), printed.stdout
 
 
-@pytest.mark.parametrize(("runtime", "processes"), [("jax", 3), ("torch", 2)])
+@pytest.mark.parametrize(("runtime", "processes"), [("jax", 4), ("torch", 3)])
 def test_the_hosts_files_merge_into_one_timeline_on_one_clock(tmp_path, runtime, processes):
     if runtime == "torch":
         pytest.importorskip("torch.distributed")

@@ -129,3 +129,32 @@ def test_one_host_measures_nothing():
     before = threading.active_count()
     clock_offset.measure_in_background()
     assert threading.active_count() == before
+
+
+_EXITING = """
+import atexit, threading, time
+import torch.distributed as dist
+
+def alive_at_exit():  # registered first, so it runs after tpufeed's own exit hook
+    names = [t.name for t in threading.enumerate() if t.name.startswith("tpufeed-clock")]
+    print("alive at exit:", names, flush=True)
+
+atexit.register(alive_at_exit)
+from tpufeed.run.hosts import clock_offset
+server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+client = dist.TCPStore("127.0.0.1", server.port, is_master=False)
+keys = clock_offset.StoreKeys.of_torch(client, "a TCPStore")
+clock_offset._start(clock_offset.measure, (keys, "x/", 1, 2), "tpufeed-clock-offset")
+time.sleep(0.3)  # the thread waits for a process 0 that never answers
+"""
+
+
+def test_the_exit_stops_a_waiting_measurement_before_python_finalises():
+    """A thread still inside the store's native client when Python finalises aborts the
+    process ('terminate called without an active exception', exit status 134): the exit
+    stops the measurement's threads and waits for them first."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITING], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert "alive at exit: []" in done.stdout, done.stdout + done.stderr

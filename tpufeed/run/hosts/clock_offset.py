@@ -24,11 +24,15 @@ each other host on a thread of its own (a host that never asks costs its thread 
 `CONTACT_S`); the others ask on one thread each. Every wait is bounded: `CONTACT_S` for the
 first answer (the hosts start their recordings at different moments), `ROUND_S` for each one
 after it. A host whose process 0 does not answer, or whose store fails, warns and records no
-offset: its file is then aligned by wall clock only.
+offset: its file is then aligned by wall clock only. A wait is made of calls of at most
+`SLICE_S`, and the process's exit stops the threads and waits for their call in flight (at
+most `SLICE_S` and a round trip): a thread still inside the store's native client when Python
+finalises would abort the process ("terminate called without an active exception").
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import threading
 import time
@@ -43,11 +47,21 @@ from tpufeed.order.processes import initialised_runtime
 from tpufeed.run.hosts.key_value_agreement import NOT_YET
 from tpufeed.run.hosts.torch_store import StoreClient
 
-__all__ = ["CONTACT_S", "ROUNDS", "ROUND_S", "StoreKeys", "measure", "measure_in_background"]
+__all__ = [
+    "CONTACT_S",
+    "ROUNDS",
+    "ROUND_S",
+    "SLICE_S",
+    "StoreKeys",
+    "measure",
+    "measure_in_background",
+]
 
 ROUNDS = 8  # round trips per host: the shortest is kept
 CONTACT_S = 60.0  # the longest wait for the first answer (or, on process 0, the first ask)
 ROUND_S = 2.0  # the longest wait for each answer (or ask) after the first
+SLICE_S = 0.5  # the longest one call of a wait: the exit waits for no longer call
+_EXIT_WAIT_S = 2.0  # how long the exit waits for the threads' calls in flight, at most
 
 _MEASUREMENTS = itertools.count()  # one key prefix per measurement, the same on every host
 Clock = Callable[[], int]
@@ -82,18 +96,66 @@ class StoreKeys:
         self._client.key_value_set(key, value)
 
     def get(self, key: str, timeout_s: float) -> str | None:
-        try:
-            return str(self._client.blocking_key_value_get(key, max(1, int(timeout_s * 1000))))
-        except Exception as exc:  # each runtime raises its own error types
-            if str(exc).startswith(NOT_YET):
+        """The key's value once set; None after `timeout_s`; `Exiting` once the process
+        exits (checked between calls of at most `SLICE_S`)."""
+        deadline = time.monotonic() + timeout_s
+        while not _exiting.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return None
-            raise
+            wait_ms = max(1, int(min(left, SLICE_S) * 1000))
+            try:
+                return str(self._client.blocking_key_value_get(key, wait_ms))
+            except Exception as exc:  # each runtime raises its own error types
+                if not str(exc).startswith(NOT_YET):
+                    raise
+        raise Exiting("this process is exiting")
 
     def delete(self, key: str) -> None:
         if self._store is not None:
             self._store.delete_key(key)
         else:
             self._client.key_value_delete(key)
+
+
+class Exiting(Exception):
+    """The process exits: a measurement's thread stops waiting."""
+
+
+_exiting = threading.Event()
+_threads: set[threading.Thread] = set()
+_threads_lock = threading.Lock()
+_hooked = False
+
+
+def _start(target: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
+    """`target(*args)` on a daemon thread that the process's exit stops and waits for."""
+    global _hooked
+    with _threads_lock:
+        if not _hooked:
+            atexit.register(_stop_all)
+            _hooked = True
+        thread = threading.Thread(target=_tracked, args=(target, args), name=name, daemon=True)
+        _threads.add(thread)
+    thread.start()
+
+
+def _tracked(target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    try:
+        target(*args)
+    finally:
+        with _threads_lock:
+            _threads.discard(threading.current_thread())
+
+
+def _stop_all() -> None:
+    """At exit: every measurement's thread told to stop, and waited for (bounded)."""
+    _exiting.set()
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    with _threads_lock:
+        running = list(_threads)
+    for thread in running:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def measure_in_background() -> None:
@@ -106,12 +168,7 @@ def measure_in_background() -> None:
     if hosts < 2 or not pod_clock.begin(keys.owner):
         return
     prefix = f"tpufeed/clock/{next(_MEASUREMENTS)}/"
-    threading.Thread(
-        target=_measure_and_settle,
-        args=(keys, prefix, host, hosts),
-        name="tpufeed-clock-offset",
-        daemon=True,
-    ).start()
+    _start(_measure_and_settle, (keys, prefix, host, hosts), "tpufeed-clock-offset")
 
 
 def _measure_and_settle(keys: StoreKeys, prefix: str, host: int, hosts: int) -> None:
@@ -119,7 +176,7 @@ def _measure_and_settle(keys: StoreKeys, prefix: str, host: int, hosts: int) -> 
         clock = measure(keys, prefix, host, hosts)
     except Exception as exc:  # noqa: BLE001 - a failed measurement is a note, never a crash
         clock = PodClock(host, hosts, note=f"{keys.service} failed: {_first_line(exc)}")
-    if clock.offset_ns is None:
+    if clock.offset_ns is None and not _exiting.is_set():
         warnings.warn(
             f"host {host}: the clock offset to process 0 was not measured ({clock.note}); this "
             "host's trace file is aligned by wall clock only in `tpufeed trace merge`",
@@ -158,12 +215,8 @@ def measure(
     if host == 0:
         token = uuid.uuid4().hex[:16]
         for peer in range(1, hosts):
-            threading.Thread(
-                target=_answer,
-                args=(keys, prefix, peer, token, clock, wall, contact_s),
-                name=f"tpufeed-clock-answer-{peer}",
-                daemon=True,
-            ).start()
+            args = (keys, prefix, peer, token, clock, wall, contact_s)
+            _start(_answer, args, f"tpufeed-clock-answer-{peer}")
         now = clock()
         reference = wall() - now
         return PodClock(0, hosts, 0, 0, reference, token, keys.service, ROUNDS, None, now)
@@ -206,10 +259,13 @@ def _ask(
             if best is None or trip < best[0]:
                 best = (trip, offset, reference, token, (asked + came) // 2)
             wait_s = ROUND_S
+    except Exiting:
+        note = "this process exited first"
     except Exception as exc:  # noqa: BLE001 - the store failed: process 0 gone, network cut
         note = f"{keys.service} failed: {_first_line(exc)}"
     finally:
-        _clean(keys, prefix, host, rounds + 1)
+        if not _exiting.is_set():  # at exit the keys go with the store
+            _clean(keys, prefix, host, rounds + 1)
     if best is None:
         return PodClock(host, hosts, service=keys.service, note=note)
     trip, offset, reference, token, when = best
