@@ -77,7 +77,7 @@ class LengthCounts:
         if not self.count:
             return 0.0
         above = 0.0
-        for low, high, n in self.rows:
+        for low, high, n in self.bounded_rows():
             if low > length:
                 above += n
             elif high > length:
@@ -85,9 +85,10 @@ class LengthCounts:
         return above / self.count
 
     def quantile(self, share: float) -> int:
-        """The length at or below which `share` of the lengths lie (a bucket's highest)."""
+        """The length at or below which `share` of the lengths lie (a bucket's highest, at
+        most the greatest length)."""
         seen, want = 0, share * self.count
-        for _, high, n in self.rows:
+        for _, high, n in self.bounded_rows():
             seen += n
             if seen >= want:
                 return high
@@ -258,7 +259,7 @@ class _Reader:
         if any(a[1] >= b[0] for a, b in zip(checked, checked[1:])):
             raise self.fail(f"{field}.histogram", "rows are not in order of their lengths")
         if sum(n for _, _, n in checked) != count:
-            raise self.fail(f"{field}.histogram", f"counts do not add up to count {count}")
+            raise self.fail(f"{field}.histogram", f"counts do not add up to {count}")
         low = checked[0][0] if checked else None
         high = checked[-1][1] if checked else None
         given_min, given_max = value.get("min"), value.get("max")
