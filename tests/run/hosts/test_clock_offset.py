@@ -94,6 +94,8 @@ def test_a_process_0_that_never_answers_is_noted_within_the_wait(server):
     assert clock.note == "process 0 did not answer within 0.5 s"
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_a_store_that_is_gone_is_noted(tmp_path):
     """The process serving the store is killed after host 1 connected: the first call fails,
     named, at once."""
@@ -149,6 +151,8 @@ time.sleep(0.3)  # the thread waits for a process 0 that never answers
 """
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_the_exit_stops_a_waiting_measurement_before_python_finalises():
     """A thread still inside the store's native client when Python finalises aborts the
     process ('terminate called without an active exception', exit status 134): the exit
