@@ -108,6 +108,12 @@ def trace(path: str | os.PathLike[str], capacity: int = CAPACITY) -> Iterator[Ti
     iterator starts inside the block. `capacity` bounds the events kept (the last ones; the
     file's `otherData.dropped_events` counts the others).
 
+    In a multi-host run (jax.distributed or torch.distributed), record on every host, each
+    into its own file: each host measures its clock's offset to process 0's when its first
+    iterator starts in the block (once, on a thread) and keeps it in its file, and
+    `tpufeed trace merge host*.json -o pod.json` makes one trace of them, a group per host,
+    on process 0's clock.
+
     >>> with tpufeed.trace("run.json"):                  # doctest: +SKIP
     ...     for batch in ds.workers(2):
     ...         train_step(batch)
