@@ -5,7 +5,9 @@ tests/run/hosts/test_pod_processes.py runs them over real JAX and torch.distribu
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import threading
 import time
 
 import pytest
@@ -13,8 +15,10 @@ import pytest
 import tpufeed
 from tpufeed.errors import CorruptDataError, InvalidArgumentError
 from tpufeed.run.hosts import pod
+from tpufeed.run.hosts.pod import PodSharer
 from tpufeed.run.hosts.pod_summary import HostSummary, Meter, PodStats, host_cpu_times
 from tpufeed.run.hosts.pod_verdict import Verdicts, fresh, judge
+from tpufeed.run.hosts.torch_store import StoreClient
 from tpufeed.run.metrics import PipelineCollector
 
 
@@ -222,3 +226,29 @@ def test_through_to_jax_the_wait_is_the_training_loops_not_the_transfer_threads(
     for _ in it:
         time.sleep(0.02)
     assert meter.take().wait_fraction < 0.15
+
+
+def test_a_sharer_over_a_real_store_says_a_value_no_tpufeed_wrote_once_and_goes_on(caplog):
+    """Process 0's rounds over torch's own TCPStore (no process group needed): a key of
+    another writer under tpufeed/pod/ is said once (a warning naming it), not every round."""
+    store_type = pytest.importorskip("torch.distributed").TCPStore
+    store = store_type("127.0.0.1", 0, 1, True, wait_for_workers=False)
+    client = StoreClient(store, 2)
+    client.key_value_set("tpufeed/pod/1", "not a summary")
+    running = threading.Event()
+    running.set()
+    with caplog.at_level(logging.DEBUG, logger="tpufeed"):
+        sharer = PodSharer(client, "the test's store", 0, 2, 0.02, running.is_set)
+        deadline = time.monotonic() + 30
+        while len([r for r in caplog.records if "not shared" in r.message]) < 4:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.02)
+        client.key_value_set("tpufeed/pod/1", summary(1, 0.02, hosts=2).to_json())
+        while sharer.latest() is None:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.02)
+        running.clear()
+    failed = [r for r in caplog.records if "not shared" in r.message]
+    assert [r.levelno for r in failed[:2]] == [logging.WARNING, logging.DEBUG]
+    assert "pod summary 'tpufeed/pod/1' is not one tpufeed shares" in failed[0].message
+    assert [s.host for s in (sharer.latest() or PodStats((), 2)).hosts] == [0, 1]

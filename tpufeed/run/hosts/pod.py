@@ -63,6 +63,7 @@ class PodSharer:
         self._verdicts = Verdicts()
         self._lock = threading.Lock()
         self._latest: PodStats | None = None  # process 0's last read
+        self._failure = ""  # why the last round failed, said once
         self._retuned = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tpufeed-pod", daemon=True)
         self._thread.start()
@@ -104,7 +105,14 @@ class PodSharer:
             try:
                 self._round()
             except Exception as exc:  # noqa: BLE001 - the store's clients raise their own types
-                log.debug("tpufeed: pod summary not shared this round: %s", exc)
+                self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """A round that failed is said once a cause (a warning), then only at debug level."""
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        level = logging.DEBUG if why == self._failure else logging.WARNING
+        self._failure = why
+        log.log(level, "tpufeed: the pod's summaries were not shared this round: %s", why)
 
     def _round(self) -> None:
         """This host's summary written; on process 0, every host's read and judged."""
