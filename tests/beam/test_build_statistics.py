@@ -148,3 +148,38 @@ def test_write_shards_statistics_count_its_records(tmp_path, record_format):
     tokens = stats.fields["tokens"].lengths
     assert [list(r) for r in tokens.rows] == _histogram_rows([i % 50 for i in range(120)])
     assert stats.fields["label"].count == 120 and stats.fields["label"].lengths is None
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_write_shards_counts_each_source_a_field_names(tmp_path, keyed):
+    import apache_beam as beam
+
+    from tpufeed.beam import WriteShards, in_process_runner
+
+    sources = ["wiki", b"books", 7]
+    records = [{"text": "x" * i, "corpus": sources[i % 3]} for i in range(50)]
+    elements = [((i,), r) for i, r in enumerate(records)] if keyed else records
+    with beam.Pipeline(runner=in_process_runner()) as p:
+        _ = (
+            p
+            | beam.Create(elements)
+            | WriteShards(str(tmp_path / "ds"), 2, keyed=keyed, source_field="corpus")
+        )
+    inputs = tpufeed.Dataset.open(tmp_path / "ds").statistics.inputs
+    assert [(i.path, i.records) for i in inputs] == [("7", 16), ("books", 17), ("wiki", 17)]
+
+
+def test_a_record_without_its_source_field_is_refused_by_name(tmp_path):
+    import apache_beam as beam
+
+    from tpufeed.beam import WriteShards, in_process_runner
+
+    with pytest.raises(Exception, match=r"source_field='corpus'.*names its source"):
+        with beam.Pipeline(runner=in_process_runner()) as p:
+            _ = (
+                p
+                | beam.Create([{"text": "a"}])
+                | WriteShards(str(tmp_path / "ds"), 1, source_field="corpus")
+            )
+    with pytest.raises(tpufeed.InvalidArgumentError, match="source_field must be a field name"):
+        WriteShards(str(tmp_path / "ds"), 1, source_field="")

@@ -157,6 +157,11 @@ class ShardChunks(beam.PTransform):
     def output(self) -> str:
         return self._output
 
+    def count_inputs(self, inputs: beam.PCollection) -> None:
+        """Sets `inputs` (see the class) once the caller has made it, before this transform
+        is applied."""
+        self._inputs = inputs
+
     def discard(self) -> None:
         """Removes every file this build made (after a failure): the output is as it was."""
         names = [

@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.pvalue import AsSingleton
 
 from tpufeed.beam.write import key_cuts, ranking
@@ -65,6 +66,27 @@ def _keyed_record(
     return ranking.content_key(data), (data, kind)
 
 
+def _source_of(element: Any, field: str, keyed: bool) -> str:
+    """The name of the source a record came from: its `field` (str, bytes, or an integer)."""
+    record = element[1] if keyed and isinstance(element, tuple) and len(element) == 2 else element
+    value = record.get(field) if isinstance(record, dict) else None
+    if isinstance(value, np.ndarray) and value.ndim == 0 or isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, str) or isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise InvalidArgumentError(
+        f"WriteShards(source_field={field!r}): each record names its source in its {field!r} "
+        f"field (a str, bytes or int); got {record!r:.80}"
+    )
+
+
+def _source_counts(counts: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The statistics' "inputs": each source's records, by name."""
+    return [{"path": name, "read": n, "records": n} for name, n in sorted(counts)]
+
+
 def _hash_bucket(item: tuple[bytes, Any], buckets: int) -> tuple[int, tuple[bytes, Any]]:
     """Content keys are uniform hashes: equal ranges of the key space are balanced blocks."""
     return int.from_bytes(item[0][:8], "big") * buckets >> 64, item
@@ -90,6 +112,10 @@ class WriteShards(beam.PTransform):
     their bytes, or with `keyed=True` by the order key of `(key, record)` elements (a tuple of
     non-negative ints such as (file, line), or bytes). The output PCollection holds the
     manifest dict once it is written.
+
+    `source_field` names a field of the dict records that names the source each came from
+    (its input file, its corpus): the manifest's statistics then count each source's
+    records, as `tpufeed build` counts its input files' (`Dataset.statistics.inputs`).
     """
 
     def __init__(
@@ -103,9 +129,14 @@ class WriteShards(beam.PTransform):
         writer_options: str = "group_size:1",
         build_options: dict[str, Any] | None = None,
         record_format: str = "codec",
+        source_field: str | None = None,
     ):
         super().__init__()
-        self._keyed = keyed
+        if source_field is not None and (not isinstance(source_field, str) or not source_field):
+            raise InvalidArgumentError(
+                f"WriteShards source_field must be a field name or None, got {source_field!r}"
+            )
+        self._keyed, self._source_field = keyed, source_field
         self._record_format = get_record_format(record_format)
         self._buckets = num_shards * _BUCKETS_PER_SHARD
         self._shard = ShardChunks(
@@ -119,6 +150,14 @@ class WriteShards(beam.PTransform):
         )
 
     def expand(self, records: beam.PCollection) -> beam.PCollection:
+        if self._source_field is not None:  # one name a record, counted in the same pass
+            self._shard.count_inputs(
+                records
+                | "SourceOf" >> beam.Map(_source_of, self._source_field, self._keyed)
+                | "CountSources" >> beam.combiners.Count.PerElement()
+                | "AllSources" >> beam.combiners.ToList()
+                | "SourceCounts" >> beam.Map(_source_counts)
+            )
         items = records | "Encode" >> beam.Map(_keyed_record, self._keyed, self._record_format)
         if self._keyed:  # keys of any distribution: cut at a sample's evenly spaced keys
             keys = items | "SortKeys" >> beam.Keys()
