@@ -151,6 +151,7 @@ def test_the_meter_measures_what_ran_since_its_last_reading():
     assert idle.records_per_s == 0 and idle.bottleneck is None and idle.wait_fraction == 0
 
 
+@pytest.mark.multiprocess
 def test_the_meter_counts_workers_stages_at_their_parallelism():
     def decode(x):
         time.sleep(0.002)
@@ -228,6 +229,7 @@ def test_through_to_jax_the_wait_is_the_training_loops_not_the_transfer_threads(
     assert meter.take().wait_fraction < 0.15
 
 
+@pytest.mark.slow
 def test_a_sharer_over_a_real_store_says_a_value_no_tpufeed_wrote_once_and_goes_on(caplog):
     """Process 0's rounds over torch's own TCPStore (no process group needed): a key of
     another writer under tpufeed/pod/ is said once (a warning naming it), not every round."""
