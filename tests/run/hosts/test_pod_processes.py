@@ -168,6 +168,22 @@ def test_pod_stats_names_a_store_that_does_not_answer_instead_of_hanging(tmp_pat
     ), result
 
 
+def test_three_torch_gloo_processes_all_slow_make_the_pod_input_bound_not_one_host(tmp_path):
+    children, logs = _start("torch", 3, tmp_path, mode="verdict", slow="all", victim=None)
+    deadline = time.monotonic() + RUN_S
+    try:
+        while any(c.poll() is None for c in children):
+            _check(children, tmp_path, deadline, -1, "the processes to end")
+    finally:
+        _end(children, logs)
+    zero = json.loads((tmp_path / "result-0.json").read_text())
+    said = [line for _, line in zero["lines"]]
+    assert said and said[0].startswith("tpufeed: the pod is input-bound: input wait "), said
+    assert "bottleneck: map(decode) on 3 of 3 hosts" in said[0], said
+    assert not any("holds the step" in line for line in said), said
+    assert zero["pod"]["verdict"].startswith("the pod is input-bound"), zero["pod"]
+
+
 # -- the worker -------------------------------------------------------------------------------
 
 
@@ -237,7 +253,7 @@ def _worker(pid: int, processes: int, out: Path, spec: dict) -> None:
     lines = _Lines()
     logging.getLogger("tpufeed").addHandler(lines)
     _init(spec["runtime"], pid, processes, spec["port"])
-    slow = pid == spec["slow"]
+    slow = spec["slow"] in (pid, "all")
 
     def decode(i):
         if slow:
@@ -265,7 +281,8 @@ def _worker(pid: int, processes: int, out: Path, spec: dict) -> None:
                 (out / "named").touch()
             if (out / "killed").exists():
                 steps_after_kill += 1
-            if any("shared nothing" in line for _, line in lines.lines):
+            ended = "shared nothing" if spec["victim"] is not None else "input-bound"
+            if any(ended in line for _, line in lines.lines):
                 break
         elif (out / "stop").exists():
             break
@@ -278,7 +295,8 @@ def _worker(pid: int, processes: int, out: Path, spec: dict) -> None:
         server.close()
     result = {"lines": lines.lines, "pod": pod, "metrics": metrics}
     result["steps_after_kill"] = steps_after_kill
-    result["slow_started"] = float((out / f"started-{spec['slow']}").read_text())
+    first_slow = 0 if spec["slow"] == "all" else spec["slow"]
+    result["slow_started"] = float((out / f"started-{first_slow}").read_text())
     (out / f"result-{pid}.json").write_text(json.dumps(result))
     if pid == 0:
         (out / "stop").touch()
