@@ -9,6 +9,15 @@ manifest statistics, verification; and what worker processes win back.
 
     python benchmarks/build.py --records 1000000 --num-shards 8 --workers 1 2 --rounds 3
 
+What the manifest's statistics cost (the length histograms of every field and of the record
+sizes, issue 46): `--statistics-off` adds, for one worker (in-process, where this process can
+switch them off), a variant built with the histograms counting nothing, in the same rotated
+rounds; the schema's inference (types, shapes, presence: needed to decode the records) and the
+per-input counts (one small step) stay. The summary prints the build's wall and CPU time with
+statistics against without, pooled over the rounds, median against median and round by round:
+
+    python benchmarks/build.py --records 1000000 --workers 1 --statistics-off --rounds 3
+
 Each variant runs in its own process, in rounds whose order rotates (the machine may be
 shared); rows give the median seconds, records/s, the ratio to the floor, the speed-up over
 one worker, and the peak RSS of the largest process of the variant (a worker process counts
@@ -18,6 +27,7 @@ on its own, the runner process on its own). The load average is printed before a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -36,6 +46,22 @@ if ROOT not in sys.path:  # run as a script
 from benchmarks.bytecode import compile_sources  # noqa: E402
 
 FLOOR = "floor"
+NO_STATISTICS = "-nostats"  # a variant's suffix: built with the length histograms off
+
+
+@contextlib.contextmanager
+def statistics_off():
+    """The build in this process with its length histograms counting nothing (what the
+    statistics add to the schema's inference, which stays)."""
+    from tpufeed.sources.built.length_histogram import LengthHistogram
+
+    saved = LengthHistogram.add, LengthHistogram.add_many
+    LengthHistogram.add = lambda self, length: None  # type: ignore[method-assign]
+    LengthHistogram.add_many = lambda self, lengths: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        LengthHistogram.add, LengthHistogram.add_many = saved  # type: ignore[method-assign]
 
 
 def make_input(path: str, n: int, seed: int = 0) -> None:
@@ -109,14 +135,15 @@ def stage_costs(src: str, num_shards: int, limit: int = 50000) -> dict[str, floa
     )
     normal = timed("normalize", lambda: [normalize_record(r) for _, _, r in raw])
     encoded = timed("encode (codec)", lambda: [encode_record(r, "x")[0] for r in normal])
-    summary = RecordSummary()
-    timed(  # a chunk of records at a time, as ReadBlock does
-        "summarize (schema, statistics)",
-        lambda: [
+
+    def summarize() -> None:  # a chunk of records at a time, as ReadBlock does
+        summary = RecordSummary()
+        for i in range(0, limit, 4096):
             summary.add_many(normal[i : i + 4096], [len(d) for d in encoded[i : i + 4096]])
-            for i in range(0, limit, 4096)
-        ],
-    )
+
+    with statistics_off():
+        timed("summarize: schema only", summarize)
+    timed("summarize: schema + statistics", summarize)
     timed(
         "rank + cut into shards",
         lambda: [ranking.shard_of(p, limit, num_shards) for p in range(0, limit, 4096)],
@@ -142,15 +169,18 @@ def run_one(variant: str, src: str, out: str, num_shards: int) -> dict:
     else:
         from tpufeed.beam import BuildConfig, build
 
-        build(
-            BuildConfig(
-                inputs=(src,),
-                output=out,
-                num_shards=num_shards,
-                workers=variant if variant == "auto" else int(variant),
-                beam_args=("--default_sdk_harness_log_level=ERROR",),
+        workers = variant.removesuffix(NO_STATISTICS)
+        off = statistics_off() if variant.endswith(NO_STATISTICS) else contextlib.nullcontext()
+        with off:
+            build(
+                BuildConfig(
+                    inputs=(src,),
+                    output=out,
+                    num_shards=num_shards,
+                    workers=workers if workers == "auto" else int(workers),
+                    beam_args=("--default_sdk_harness_log_level=ERROR",),
+                )
             )
-        )
         with open(os.path.join(out, "manifest.json")) as f:
             crcs = [s["crc32c"] for s in json.load(f)["shards"]]
     return {"seconds": time.perf_counter() - start, "crcs": crcs}
@@ -203,6 +233,7 @@ def _measure(variant: str, src: str, out: str, num_shards: int) -> dict:
         }
     row = json.loads(text.strip().splitlines()[-1])
     row["peak_rss_mb"] = usage.ru_maxrss / 1024
+    row["cpu_seconds"] = usage.ru_utime + usage.ru_stime  # the variant's own process
     return row
 
 
@@ -211,6 +242,8 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
     if not os.path.exists(src) or sum(1 for _ in open(src, "rb")) != args.records:
         make_input(src, args.records)  # a --workdir keeps the input of an earlier run
     variants = [FLOOR] + [str(w) for w in args.workers]
+    if args.statistics_off:
+        variants.append("1" + NO_STATISTICS)
     samples: dict[str, list[dict]] = {v: [] for v in variants}
     for r in range(args.rounds):
         order = variants[r % len(variants) :] + variants[: r % len(variants)]
@@ -219,6 +252,7 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
             row = _measure(variant, src, out, args.num_shards)
             print(
                 f"round {r + 1}: {variant:>5} {row['seconds']:7.1f} s  "
+                f"{row.get('cpu_seconds', float('nan')):7.1f} s CPU  "
                 f"{row['peak_rss_mb']:7.0f} MB  {row.get('failed') or ''}",
                 file=sys.stderr,
                 flush=True,
@@ -232,20 +266,16 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
         seconds = statistics.median(s["seconds"] for s in done) if done else float("nan")
         rows.append(
             {
-                "variant": (
-                    "floor: python loop + array_record"
-                    if variant == FLOOR
-                    else f"tpufeed build, {variant} worker{'s' if variant != '1' else ''}"
-                    if variant != "auto"
-                    else "tpufeed build, --workers auto"
-                ),
+                "variant": _variant_name(variant),
+                "key": variant,
                 "workers": None
                 if variant == FLOOR
                 else variant
                 if variant == "auto"
-                else int(variant),
+                else int(variant.removesuffix(NO_STATISTICS)),
                 "seconds": seconds,
                 "seconds_all": [s["seconds"] for s in samples[variant]],
+                "cpu_seconds_all": [s.get("cpu_seconds") for s in samples[variant]],
                 "records": args.records,
                 "records_per_s": args.records / seconds,
                 "peak_rss_mb": max(s["peak_rss_mb"] for s in samples[variant]),
@@ -254,11 +284,44 @@ def run(args: argparse.Namespace, workdir: str) -> list[dict]:
             }
         )
     floor_s = rows[0]["seconds"]
-    one = next((r["seconds"] for r in rows if r["workers"] == 1), None)
+    one = next((r["seconds"] for r in rows if r["key"] == "1"), None)
     for row in rows:
         row["x_floor_speed"] = floor_s / row["seconds"]
         row["x_one_worker_speed"] = one / row["seconds"] if one and row["workers"] else None
     return rows
+
+
+def _variant_name(variant: str) -> str:
+    if variant == FLOOR:
+        return "floor: python loop + array_record"
+    if variant == "auto":
+        return "tpufeed build, --workers auto"
+    workers = variant.removesuffix(NO_STATISTICS)
+    name = f"tpufeed build, {workers} worker{'s' if workers != '1' else ''}"
+    return name + (", no statistics" if variant.endswith(NO_STATISTICS) else "")
+
+
+def statistics_cost(rows: list[dict]) -> str | None:
+    """The lines saying what the statistics cost one worker's build, in wall time and in the
+    CPU time of its process (steadier on a shared machine): pooled over the rounds (the sums),
+    median against median, and round by round (the rounds ran side by side)."""
+    by_key = {r["key"]: r for r in rows}
+    on, off = by_key.get("1"), by_key.get("1" + NO_STATISTICS)
+    if on is None or off is None:
+        return None
+    lines = []
+    for what, key in (("wall", "seconds_all"), ("CPU", "cpu_seconds_all")):
+        a, b = on[key], off[key]
+        if None in a or None in b:
+            continue
+        paired = [x / y - 1 for x, y in zip(a, b)]
+        lines.append(
+            f"statistics cost (1 worker, {what} time): {sum(a) / sum(b) - 1:+.1%} of the build "
+            f"pooled over the rounds ({sum(a):.1f} s against {sum(b):.1f} s), "
+            f"{statistics.median(a) / statistics.median(b) - 1:+.1%} median against median; "
+            "round by round " + ", ".join(f"{p:+.1%}" for p in paired)
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         "--workers", nargs="+", default=["1", "2"], help="worker counts to run, and/or auto"
     )
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--statistics-off",
+        action="store_true",
+        help="also build with one worker and the statistics' histograms off, side by side",
+    )
     parser.add_argument("--workdir", default=None, help="default: a temporary folder")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
     parser.add_argument(
@@ -304,18 +372,21 @@ def main(argv: list[str] | None = None) -> int:
         f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after"
     )
     print(
-        f"{'variant':36} {'seconds':>8} {'records/s':>10} {'x floor':>8} {'x 1 worker':>10} "
+        f"{'variant':40} {'seconds':>8} {'records/s':>10} {'x floor':>8} {'x 1 worker':>10} "
         f"{'peak MB':>8}  same shards"
     )
     for r in rows:
         speedup = f"{r['x_one_worker_speed']:10.2f}" if r["x_one_worker_speed"] else f"{'':10}"
         print(
-            f"{r['variant']:36} {r['seconds']:8.1f} {r['records_per_s']:10,.0f} "
+            f"{r['variant']:40} {r['seconds']:8.1f} {r['records_per_s']:10,.0f} "
             f"{r['x_floor_speed']:8.2f} {speedup} {r['peak_rss_mb']:8.0f}  "
             f"{r['identical_to_floor']}"
         )
         for failure in r["failures"]:
             print(f"  failed run: {failure}")
+    cost = statistics_cost(rows)
+    if cost is not None:
+        print(cost)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

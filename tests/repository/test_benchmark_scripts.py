@@ -45,6 +45,23 @@ def test_the_readme_build_benchmark_runs_as_a_script(tmp_path):
     assert "tpufeed build, 2 workers " in result.stdout
 
 
+def test_the_build_benchmark_measures_the_statistics_side_by_side(tmp_path):
+    pytest.importorskip("apache_beam")
+    result = subprocess.run(
+        [sys.executable, "benchmarks/build.py", "--records", "40", "--num-shards", "2"]
+        + ["--workers", "1", "--statistics-off", "--workdir", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]  # the same shards either way
+    assert "tpufeed build, 1 worker, no statistics " in result.stdout
+    for what in ("wall", "CPU"):
+        assert f"statistics cost (1 worker, {what} time): " in result.stdout
+    assert "pooled over the rounds" in result.stdout
+
+
 def test_the_profiler_says_how_to_install_py_spy():
     result = subprocess.run(
         [sys.executable, "-m", "benchmarks.profiling", "--records", "10"],
