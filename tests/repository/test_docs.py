@@ -43,7 +43,7 @@ SKIPPED = {
     ("multi-host.md", 1): "starts a multi-host run: jax.distributed.initialize() needs every "
     "host of a pod slice (the rest of the page runs the hosts as shards "
     "and threads of one process)",
-    ("offline-build.md", 6): "runs the build on Dataflow: needs a Google Cloud project and bucket",
+    ("offline-build.md", 7): "runs the build on Dataflow: needs a Google Cloud project and bucket",
     ("build-at-scale.md", 2): "runs the build on Flink and on a job server: needs those "
     "services (tests/beam/test_build_portable.py runs the path with Beam's embedded one)",
     ("coming-from/streaming.md", 1): "MosaicML Streaming pins numpy < 2.2: it runs in an "
