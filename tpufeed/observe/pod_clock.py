@@ -14,7 +14,7 @@ import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["WRITE_WAIT_S", "PodClock", "begin", "current", "settle"]
+__all__ = ["WRITE_WAIT_S", "PodClock", "begin", "current", "given_up", "settle"]
 
 WRITE_WAIT_S = 10.0  # the longest a trace file's write waits for a measurement in flight
 
@@ -49,18 +49,26 @@ class PodClock:
 _lock = threading.Lock()
 _clock: PodClock | None = None
 _measuring: threading.Event | None = None  # set when the measurement in flight ends
+_given_up: threading.Event | None = None  # set when a trace file stopped waiting for it
 _claimed: object | None = None  # what the measurement is for (the runtime's client)
 
 
 def begin(owner: object) -> bool:
     """Claims the measurement for `owner` (a runtime's client: one measurement each): True if
     the caller is to measure now, False if it was measured, or is being measured, for it."""
-    global _measuring, _claimed
+    global _measuring, _claimed, _given_up
     with _lock:
         if _claimed is owner:
             return False
-        _claimed, _measuring = owner, threading.Event()
+        _claimed, _measuring, _given_up = owner, threading.Event(), threading.Event()
         return True
+
+
+def given_up() -> bool:
+    """Whether a trace file was written without the measurement in flight: it then stops at
+    its next check, its threads gone long before the process exits (a thread still inside
+    a store's native client as Python finalises aborts the process)."""
+    return _given_up is not None and _given_up.is_set()
 
 
 def settle(clock: PodClock) -> None:
@@ -76,8 +84,10 @@ def current(wait_s: float | None = None) -> PodClock | None:
     """This process's place, once a measurement in flight ends (waiting at most `wait_s`,
     default `WRITE_WAIT_S`; then None and a warning); None where nothing was measured."""
     wait_s = WRITE_WAIT_S if wait_s is None else wait_s
-    measuring = _measuring
+    measuring, giving_up = _measuring, _given_up
     if measuring is not None and not measuring.wait(wait_s):
+        if giving_up is not None:
+            giving_up.set()
         warnings.warn(
             f"the clock offset to process 0 was still being measured after {wait_s:g} s (process "
             "0 records no timeline, or has not answered yet): this trace file is written "

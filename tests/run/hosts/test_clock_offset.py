@@ -162,3 +162,25 @@ def test_the_exit_stops_a_waiting_measurement_before_python_finalises():
     )
     assert done.returncode == 0, done.stderr
     assert "alive at exit: []" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_trace_written_without_the_offset_stops_the_measurement(server, monkeypatch):
+    """A trace file that stops waiting for the measurement (process 0 records no timeline, so
+    never answers) ends it at its next check: no thread is left inside the store's client for
+    the process's exit (where process 0, which serves the store, may be gone already)."""
+    from tpufeed.observe import pod_clock
+
+    for name in ("_clock", "_measuring", "_given_up", "_claimed"):  # restored after the test
+        monkeypatch.setattr(pod_clock, name, None)
+    assert pod_clock.begin(object())
+    found: list[PodClock] = []
+    keys = client(server)
+    asker = threading.Thread(target=lambda: found.append(measure(keys, "given-up/", 1, 2)))
+    asker.start()
+    with pytest.warns(UserWarning, match="written without it"):
+        assert pod_clock.current(wait_s=0.2) is None
+    asker.join(5)  # one call of at most SLICE_S, then it stops (CONTACT_S is 60 s)
+    assert not asker.is_alive()
+    assert found[0].offset_ns is None
+    assert found[0].note == "the trace file was written without it first"
+    pod_clock.settle(found[0])

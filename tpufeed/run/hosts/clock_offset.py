@@ -97,9 +97,10 @@ class StoreKeys:
 
     def get(self, key: str, timeout_s: float) -> str | None:
         """The key's value once set; None after `timeout_s`; `Exiting` once the process
-        exits (checked between calls of at most `SLICE_S`)."""
+        exits, or a trace file was written without the measurement (checked between calls of
+        at most `SLICE_S`)."""
         deadline = time.monotonic() + timeout_s
-        while not _exiting.is_set():
+        while not _exiting.is_set() and not pod_clock.given_up():
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
@@ -109,7 +110,9 @@ class StoreKeys:
             except Exception as exc:  # each runtime raises its own error types
                 if not str(exc).startswith(NOT_YET):
                     raise
-        raise Exiting("this process is exiting")
+        if _exiting.is_set():
+            raise Exiting("this process exited first")
+        raise Exiting("the trace file was written without it first")
 
     def delete(self, key: str) -> None:
         if self._store is not None:
@@ -176,7 +179,7 @@ def _measure_and_settle(keys: StoreKeys, prefix: str, host: int, hosts: int) -> 
         clock = measure(keys, prefix, host, hosts)
     except Exception as exc:  # noqa: BLE001 - a failed measurement is a note, never a crash
         clock = PodClock(host, hosts, note=f"{keys.service} failed: {_first_line(exc)}")
-    if clock.offset_ns is None and not _exiting.is_set():
+    if clock.offset_ns is None and not _exiting.is_set() and not pod_clock.given_up():
         warnings.warn(
             f"host {host}: the clock offset to process 0 was not measured ({clock.note}); this "
             "host's trace file is aligned by wall clock only in `tpufeed trace merge`",
@@ -259,8 +262,8 @@ def _ask(
             if best is None or trip < best[0]:
                 best = (trip, offset, reference, token, (asked + came) // 2)
             wait_s = ROUND_S
-    except Exiting:
-        note = "this process exited first"
+    except Exiting as stopped:
+        note = str(stopped)
     except Exception as exc:  # noqa: BLE001 - the store failed: process 0 gone, network cut
         note = f"{keys.service} failed: {_first_line(exc)}"
     finally:
