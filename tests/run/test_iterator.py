@@ -281,6 +281,20 @@ def test_a_traced_iterator_records_its_workers(tmp_path):
     assert sorted(names.values()) == ["tpufeed consumer", "tpufeed worker 0", "tpufeed worker 1"]
 
 
+@pytest.mark.multiprocess
+def test_a_worker_that_got_no_chunk_still_has_its_track(tmp_path):
+    """One chunk for two workers: the idle one shows too (named by the parent as the pool
+    starts), so a trace never hides a worker, and a loaded machine cannot drop a name."""
+    from tests.observe.trace_events import names_of_processes, read_trace
+
+    path = tmp_path / "run.json"
+    ds = tpufeed.Dataset.from_sequence(list(range(4))).batch(4).workers(2, isolate=True)
+    with ds.options(trace=path).iterator() as it:
+        assert len(list(it)) == 1
+    names = names_of_processes(read_trace(path))
+    assert sorted(names.values()) == ["tpufeed consumer", "tpufeed worker 0", "tpufeed worker 1"]
+
+
 @pytest.mark.parametrize("trace", [7, b"run.json", "", ["run.json"]])
 def test_a_trace_that_is_not_a_path_is_named(trace):
     with pytest.raises(tpufeed.InvalidArgumentError, match=r"options\(trace=\.\.\.\).*got"):

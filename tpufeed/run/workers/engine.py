@@ -102,6 +102,7 @@ class WorkerExecutor:
             }
             prefix = segment_prefix(uuid.uuid4().hex[:8])
             self._pool = WorkerPool(init, self.workers, prefix, self.stopped_s)
+            _name_tracks(self._pool)
         return self._pool
 
     def reread(self) -> Reread:
@@ -219,3 +220,13 @@ class WorkerExecutor:
             [rebuild_error(fields, worker) for fields in answer.skipped],
             answer.final,
         )
+
+
+def _name_tracks(pool: WorkerPool) -> None:
+    """Names every worker's process track in the recording, if one runs: a worker that gets no
+    chunk (the run was short, or it started late) still shows, idle."""
+    recording = timeline.recording()
+    if recording is not None:
+        for index, pid in enumerate(pool.pids):
+            if pid is not None:
+                recording.name_process(pid, f"tpufeed worker {index}")
