@@ -232,7 +232,7 @@ def test_numbers_out_of_range_are_usage_errors(tmp_path, option, value, wanted):
     ],
 )
 def test_a_plot_that_cannot_be_written_is_refused_before_the_run(tmp_path, plot, says):
-    write_array_records(tmp_path / "data.array_record", [b"a"])
+    write_array_records(tmp_path / "data.array_record", [b"a"], record_map=False)
     (tmp_path / "afile").write_text("a file")
     result = bench("data.array_record", "--batches", "1", "--plot", plot, cwd=tmp_path)
     one_line_error(result, f"--plot {plot}{says.format(tmp=tmp_path)}")

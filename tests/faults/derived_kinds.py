@@ -32,7 +32,10 @@ class DerivedKind:
     ("derived": `storage.derived.write_derived`, "record cache", "shard cache", "shard cache
     record"). `warns`: a bad one is removed with a warning; the shard cache's record of a
     verified copy is not (a bad record only has the copy's CRC32C checked again, and a new
-    record written)."""
+    record written). `remade`: a bad one is made again by the read; the record map of an
+    ArrayRecord file is made by tpufeed's writer only, so a bad one is removed and the read
+    goes on without it (and the full-disk and killed-writer cases, of writes a read makes,
+    are not its own)."""
 
     name: str
     format: str
@@ -41,6 +44,7 @@ class DerivedKind:
     beside: bool = False
     store: str = ""
     warns: bool = True
+    remade: bool = True
     opens: Callable[[str, Path], tpufeed.Dataset] | None = None
 
     def find(self, folder: Path, derived: Path) -> list[Path]:
@@ -88,6 +92,13 @@ DERIVED: dict[str, DerivedKind] = {
     kind.name: kind
     for kind in [
         DerivedKind("tfrecord index", "tfrecord", "*.tpufeed-index"),
+        DerivedKind(
+            "array_record record map",
+            "array_record",
+            "*.ar.tpufeed-index",
+            beside=True,
+            remade=False,
+        ),
         DerivedKind("built tfrecord index", "built-tfrecord", "*.tpufeed-index", beside=True),
         DerivedKind("tar index", "webdataset", "*.wds.tpufeed-index"),
         DerivedKind("tgz copy", "webdataset-gz", "wds/*.tar"),

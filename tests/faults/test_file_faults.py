@@ -54,10 +54,11 @@ def _leaves_nothing(tmp_path, monkeypatch):
 
 
 def written(fmt: Format, folder: Path, variant: str = "a") -> list[str]:
-    """The files of the dataset `fmt` writes into `folder`."""
+    """The files of the dataset `fmt` writes into `folder` (not the derived files its writer
+    leaves beside them, ArrayRecord's record maps: tests/faults/test_derived_faults.py's)."""
     folder.mkdir(parents=True, exist_ok=True)
     fmt.write(folder, variant)
-    return sorted(os.listdir(folder))
+    return sorted(n for n in os.listdir(folder) if not n.endswith(".tpufeed-index"))
 
 
 def contents(paths: list[Path]) -> set[tuple[str, bytes]]:
@@ -174,7 +175,18 @@ def test_files_replaced_by_others_of_the_same_size_and_time_are_read_anew(tmp_pa
     again = fmt.open(folder, derived)
     assert fmt.comparable(list(again)) == fmt.records("b")
     for kind in made:  # new files, or the old names holding other bytes
-        assert contents(kind.find(folder, derived)) - old[kind.name], f"{kind.name} reused"
+        now = contents(kind.find(folder, derived))
+        if kind.remade:
+            assert now - old[kind.name], f"{kind.name} reused"
+        else:  # the writer's record maps, left beside files replaced by other means: each
+            # is dropped at its first mismatching read (a read falls back to the checked path
+            # for the rest of its batch), so once every file was read through, those kept are
+            # the new files' own (a file of the same bytes)
+            for _ in files:
+                assert fmt.comparable(list(again)) == fmt.records("b")
+            now = contents(kind.find(folder, derived))
+            own = contents(kind.find(tmp_path / "b", derived))
+            assert now <= own, f"{kind.name} kept, though not the files' own"
     result = outcome(lambda: fmt.comparable(list(before)), fmt.records("a"), "")
     assert result[0] in ("right", "named"), result
 

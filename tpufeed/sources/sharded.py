@@ -237,11 +237,24 @@ class ShardedSource(Generic[F]):
         return out
 
     def _one_record_readers(self) -> list[Any]:
-        """Every file's `range_reader()` (`_by_ranges`), else every file's `record_reader()`,
-        or [] unless all files have one (local files)."""
+        """Where some files have a `direct_reader()` (a record map), those and every other
+        file's `record_reader()`; else every file's `range_reader()` (`_by_ranges`), else every
+        file's `record_reader()`; or [] unless all files have one (local files)."""
         if self._record_readers is None:
             readers = []
             if not self._remote_ids:
+                # Files with a record map read a record with one pread; the others, if any,
+                # through their own one-record readers.
+                direct = [getattr(f, "direct_reader", lambda: None)() for f in self.files]
+                if any(direct):
+                    readers = [
+                        d if d is not None else getattr(f, "record_reader", lambda: None)()
+                        for d, f in zip(direct, self.files)
+                    ]
+                    if all(readers):
+                        self._by_ranges = False
+                        self._record_readers = readers
+                        return readers
                 readers = [getattr(f, "range_reader", lambda: None)() for f in self.files]
                 self._by_ranges = bool(readers) and all(readers)
                 if not self._by_ranges:

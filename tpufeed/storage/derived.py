@@ -98,15 +98,16 @@ def write_derived(path: str, write: Callable[[BinaryIO], Any]) -> None:
         raise
 
 
-def open_derived(path: str, what: str) -> Derived | None:
+def open_derived(path: str, what: str, remade: bool = True) -> Derived | None:
     """`path` open for reading if it is there and whole; None if it is missing, or was bad (it
-    is then removed, with a warning naming `what`, e.g. "the tar index of x.tar")."""
+    is then removed, with a warning naming `what`, e.g. "the tar index of x.tar", and saying
+    that it is made again, or with `remade=False` that reads go on without it)."""
     try:  # a derived file is its folder's own: a link out of it is not one tpufeed wrote
         fd = open_regular(path, root=os.path.dirname(os.path.abspath(path)))
     except SourceError as error:
         if not os.path.lexists(path):
             return None
-        _discard(path, what, str(error))
+        _discard(path, what, str(error), remade)
         return None
     try:
         identity = FileIdentity.of(os.fstat(fd))
@@ -116,7 +117,7 @@ def open_derived(path: str, what: str) -> Derived | None:
     if problem is None:
         return Derived(fd, identity.size - _TRAILER.size, identity)
     os.close(fd)
-    _discard(path, what, problem)
+    _discard(path, what, problem, remade)
     return None
 
 
@@ -195,12 +196,16 @@ def _check(fd: int, path: str, identity: FileIdentity) -> str | None:
     return None
 
 
-def _discard(path: str, what: str, problem: str) -> None:
+def _discard(path: str, what: str, problem: str, remade: bool = True) -> None:
     try:
         os.unlink(path)
-        outcome = "removed; it is made again"
+        outcome = "removed; it is made again" if remade else "removed; reads go on without it"
     except OSError as error:
-        outcome = f"cannot be removed ({error}); it is made again in memory"
+        outcome = (
+            f"cannot be removed ({error}); it is made again in memory"
+            if remade
+            else f"cannot be removed ({error}); reads go on without it"
+        )
     warnings.warn(f"{path}: {what} {problem}; {outcome}", stacklevel=3)
 
 

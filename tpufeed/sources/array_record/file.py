@@ -33,9 +33,11 @@ from tpufeed.errors import (
 from tpufeed.sources._after_fork import forget_in_children
 from tpufeed.sources.array_record._reader_process import ReaderProcess, native_state_inherited
 from tpufeed.sources.array_record.count import count_by_ranges
+from tpufeed.sources.array_record.direct import MappedFile, open_mapped
 from tpufeed.sources.array_record.structure import (
     READER_OPTIONS,
     RIEGELI_SIGNATURE,
+    changed_in_place,
     close_reporting,
     group_size,
     structure_problem,
@@ -84,12 +86,18 @@ class ArrayRecordFile:
         self.pinned = pinned if remote is None else None  # cached copies are checked by the cache
         self.root = root  # the folder a local file must lie in (a built dataset's)
         self._num_records: int | None = None
+        self._start_in_process()
+
+    def _start_in_process(self) -> None:
+        """Nothing of the file open yet in this process (a new object, or an unpickled one)."""
         self._reader: ArrayRecordReader | None = None
         self._opened: CopyHold | None = None  # on the cached copy the reader has open
         self._per_record_reads = False
         self._identity: tuple[str, tuple[int, ...]] | None = None  # of the file the reader opened
         self._lock = threading.Lock()
         self._use = threading.Lock()  # a read of a cached copy, which eviction checks wait for
+        self._mapped: MappedFile | None = None  # the record map, for direct reads
+        self._map_tried = False  # whether this process looked for the map
         forget_in_children(self)
 
     def __len__(self) -> int:
@@ -188,23 +196,9 @@ class ArrayRecordFile:
 
     def _changed_since_open(self, record: int) -> CorruptDataError | None:
         """The error to raise if the file the reader has open was truncated or rewritten in
-        place since it was opened (a file replaced or deleted under its name is not: the reader
-        still reads the one it opened)."""
-        if self._identity is None:
-            return None
-        opened, before = self._identity
-        try:
-            st = os.stat(opened)
-        except OSError:
-            return None
-        if (st.st_dev, st.st_ino) != before[:2] or (st.st_size, st.st_mtime_ns) == before[2:]:
-            return None
-        return CorruptDataError(
-            f"{self.path} record {record}: the file changed while it was being read: it has "
-            f"{st.st_size:,} bytes now and had {before[2]:,} when opened (truncated or rewritten "
-            "in place); its records cannot be trusted",
-            path=self.path,
-            record=record,
+        place since it was opened (`changed_in_place`)."""
+        return (
+            None if self._identity is None else changed_in_place(self.path, *self._identity, record)
         )
 
     def record_reader(self) -> Callable[[int], bytes] | None:
@@ -222,6 +216,20 @@ class ArrayRecordFile:
             return None
         reader = self._reader if self._reader is not None else self._open_for_reading()
         return reader.read if self._per_record_reads else None
+
+    def direct_reader(self) -> Callable[[int], bytes] | None:
+        """A function reading one record by local index through the file's record map
+        (`tpufeed.sources.array_record.direct`), checked by CRC32C; None where the file is not
+        local or has no map of its own. It raises where a span does not match (see there)."""
+        read_range = self.range_reader()
+        if read_range is None or self.pinned is None:
+            return None
+        with self._lock:
+            if not self._map_tried:
+                self._map_tried = True
+                self._mapped = open_mapped(self.path, self._known_count(), self.pinned, self.root)
+        mapped = self._mapped
+        return None if mapped is None or mapped.dropped else mapped.reader(read_range)
 
     @contextlib.contextmanager
     def leased_record_reader(self) -> Iterator[Callable[[int], bytes] | None]:
@@ -249,6 +257,9 @@ class ArrayRecordFile:
         if helper is not None:
             helper.forget(self)
         with self._lock:
+            mapped, self._mapped, self._map_tried = self._mapped, None, False
+            if mapped is not None:
+                mapped.close()
             try:
                 if self._reader is not None:
                     reader, self._reader = self._reader, None
@@ -272,18 +283,14 @@ class ArrayRecordFile:
         self.remote = state.get("remote")
         self.pinned = state.get("pinned")
         self.root = state.get("root")
-        self._reader = None
-        self._opened = None
-        self._per_record_reads = False
-        self._identity = None
-        self._lock = threading.Lock()
-        self._use = threading.Lock()
-        forget_in_children(self)
+        self._start_in_process()
 
     def _after_fork_in_child(self) -> tuple:
-        """In a forked child: the parent's reader and hold are left alone (see `_after_fork`)."""
-        inherited = (self._reader, self._opened)
+        """In a forked child: the parent's reader, hold and map are left alone (see
+        `_after_fork`)."""
+        inherited = (self._reader, self._opened, self._mapped)
         self._reader, self._opened = None, None
+        self._mapped, self._map_tried = None, False
         self._lock = threading.Lock()
         self._use = threading.Lock()
         return inherited

@@ -23,7 +23,9 @@ def write_array_record_shard(
 ) -> int:
     """Writes `records` to a new ArrayRecord file (`options`: the writer's, default
     "group_size:1"), small files with their zero pages as holes; returns the count."""
-    count = write_array_records(path, records, options=options or "group_size:1")
+    # No record map yet: a built dataset's files are the ones its manifest names and checks,
+    # and the build publishes and uploads exactly those.
+    count = write_array_records(path, records, options=options or "group_size:1", record_map=False)
     _sparsify(path)
     return count
 

@@ -18,14 +18,18 @@ with, and what a reader tells only when it closes or in its writer options.
 
 from __future__ import annotations
 
+import os
 import re
 
 from array_record.python.array_record_module import ArrayRecordReader
+
+from tpufeed.errors import CorruptDataError
 
 __all__ = [
     "MIN_FILE_SIZE",
     "READER_OPTIONS",
     "RIEGELI_SIGNATURE",
+    "changed_in_place",
     "close_reporting",
     "group_size",
     "structure_problem",
@@ -87,3 +91,24 @@ def group_size(writer_options: str | None) -> int | None:
     """The records per chunk recorded in a file's writer options ('' or None in old files)."""
     match = re.search(r"(?:^|,)group_size:(\d+)(?:,|$)", writer_options or "")
     return int(match.group(1)) if match else None
+
+
+def changed_in_place(
+    path: str, opened: str, before: tuple[int, ...], record: int
+) -> CorruptDataError | None:
+    """The error to raise if the file a reader opened as `opened` (device, inode, size and
+    mtime_ns `before`) was truncated or rewritten in place since; None otherwise (a file
+    replaced or deleted under its name is not: the reader still reads the one it opened)."""
+    try:
+        st = os.stat(opened)
+    except OSError:
+        return None
+    if (st.st_dev, st.st_ino) != before[:2] or (st.st_size, st.st_mtime_ns) == before[2:]:
+        return None
+    return CorruptDataError(
+        f"{path} record {record}: the file changed while it was being read: it has "
+        f"{st.st_size:,} bytes now and had {before[2]:,} when opened (truncated or rewritten "
+        "in place); its records cannot be trusted",
+        path=path,
+        record=record,
+    )

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import array
+import contextlib
 import os
 import uuid
 from collections.abc import Iterable
 
+import google_crc32c
 from array_record.python.array_record_module import ArrayRecordWriter
 
 from tpufeed.errors import InvalidArgumentError, SourceError
+from tpufeed.sources.array_record.record_map import MAP_SUFFIX, RecordMap, map_records, save_map
 
 
 def write_array_records(
-    path: str | os.PathLike, records: Iterable[bytes], options: str = "group_size:1"
+    path: str | os.PathLike,
+    records: Iterable[bytes],
+    options: str = "group_size:1",
+    record_map: bool = True,
 ) -> int:
     """Writes `records` to a new ArrayRecord file at `path`, atomically; returns their count.
 
-    The file appears under its name only once complete (written under a temporary name in the
-    same directory, then renamed). `group_size:1` gives the fastest random access.
+    The file appears under its name only once complete (written under a temporary name, then
+    renamed). `group_size:1` gives the fastest random access, and a record map beside the file
+    (`tpufeed.sources.array_record.record_map`; `record_map=False`: none).
 
     >>> write_array_records("/tmp/x.array_record", [b"a", b"bc"])  # doctest: +SKIP
     2
@@ -32,6 +40,7 @@ def write_array_records(
     except Exception as e:
         raise SourceError(f"cannot create {tmp}: {e}", path=path) from e
     count = 0
+    crcs = array.array("I") if record_map else None  # each record's, for the record map
     try:
         for count, record in enumerate(records, start=1):
             if isinstance(record, (bytearray, memoryview)):
@@ -41,17 +50,38 @@ def write_array_records(
                     f"record {count - 1} written to {path} is {type(record).__name__}, not bytes"
                 )
             writer.write(record)
+            if crcs is not None:
+                crcs.append(google_crc32c.value(record))
         writer.close()
-        os.replace(tmp, path)
+        _publish(tmp, path, crcs)
     except BaseException as e:
         if writer.is_open():
-            try:
+            with contextlib.suppress(Exception):  # already failing: the original is reported
                 writer.close()
-            except Exception:  # noqa: BLE001 - already failing; the original error is reported
-                pass
         if os.path.exists(tmp):
             os.remove(tmp)
         if isinstance(e, RuntimeError):
             raise SourceError(f"cannot write {path}: {e}", path=path) from e
         raise
     return count
+
+
+def _publish(tmp: str, path: str, crcs: array.array | None) -> None:
+    """Renames the whole file `tmp` to `path`, with its record map beside it where it has one
+    (`crcs`: its records' CRC32Cs; None: no map)."""
+    records_map = None if crcs is None else _map_of(tmp, crcs)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path + MAP_SUFFIX)  # an earlier file's: never beside this one
+    os.replace(tmp, path)
+    if records_map is not None:
+        with contextlib.suppress(OSError):  # no room for it: the file reads without it
+            save_map(path, records_map)
+
+
+def _map_of(path: str, crcs: array.array) -> RecordMap | None:
+    """The record map of the file just written at `path`; None where there is nothing to map."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return map_records(fd, os.fstat(fd).st_size, crcs)
+    finally:
+        os.close(fd)
