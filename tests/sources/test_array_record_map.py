@@ -233,3 +233,17 @@ def test_the_walk_over_a_damaged_file_never_raises_nor_maps_a_wrong_record(tmp_p
                 span = bytes(damaged[found.offsets[i] : found.offsets[i] + n])
                 assert span[found.starts[i] :] == record, (case, i)
                 assert google_crc32c.value(span) == found.crcs[i]
+
+
+def test_files_with_and_without_a_map_read_together(tmp_path):
+    mapped, plain = tmp_path / "a.array_record", tmp_path / "b.array_record"
+    first = [os.urandom(700) for _ in range(250)]
+    second = [os.urandom(700) for _ in range(250)]
+    write_array_records(mapped, first)
+    write_array_records(plain, second, record_map=False)
+    source = ArrayRecordSource([str(mapped), str(plain)])
+    everything = first + second
+    for idx in batches(500, seed=4):
+        assert source.__getitems__(idx) == [everything[i] for i in idx]
+    assert not source._by_ranges
+    assert source.files[0]._mapped is not None and source.files[1]._mapped is None
