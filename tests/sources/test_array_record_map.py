@@ -247,3 +247,19 @@ def test_files_with_and_without_a_map_read_together(tmp_path):
         assert source.__getitems__(idx) == [everything[i] for i in idx]
     assert not source._by_ranges
     assert source.files[0]._mapped is not None and source.files[1]._mapped is None
+
+
+def test_a_map_that_cannot_be_made_never_fails_the_write(tmp_path, monkeypatch, caplog):
+    from tpufeed.sources.array_record import writer
+
+    def broken(*args):
+        raise MemoryError("no room to walk")
+
+    monkeypatch.setattr(writer, "map_records", broken)
+    path = tmp_path / "d.array_record"
+    records = [os.urandom(300) for _ in range(20)]
+    with caplog.at_level("WARNING", logger="tpufeed"):
+        assert write_array_records(path, records) == 20
+    assert "no record map made (no room to walk)" in caplog.text
+    assert not os.path.exists(str(path) + MAP_SUFFIX)
+    assert ArrayRecordSource(str(path)).__getitems__(np.arange(20)) == records

@@ -34,6 +34,8 @@ from typing import BinaryIO
 
 import google_crc32c
 
+from tpufeed.storage.derived import open_derived, remove_dead_temporaries_once, write_derived
+
 __all__ = ["MAP_SUFFIX", "RecordMap", "load_map", "map_records", "save_map"]
 
 MAP_SUFFIX = ".ar.tpufeed-index"  # ends in ".tpufeed-index": globs of shards skip it
@@ -127,14 +129,14 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _record_at(data: bytes, decoded: int) -> int | None:
-    """Where a simple chunk's one record lies whole in the chunk's `data`, or None where it
-    was compressed (or is laid out in a way this walk does not know)."""
-    compression = data[0]
-    sizes, at = _varint(data, 1)
+def _record_at(data: bytes, at: int, end: int, decoded: int) -> int | None:
+    """Where a simple chunk's one record lies whole in its data `data[at:end]`, or None where
+    it was compressed (or is laid out in a way this walk does not know)."""
+    compression = data[at]
+    sizes, at = _varint(data, at + 1)
     at += sizes  # the compressed record sizes: one size, the record's, which `decoded` gives
     if compression == 0:
-        return at if len(data) - at == decoded else None
+        return at if end - at == decoded else None
     if compression != _ZSTD:
         return None
     _, at = _varint(data, at)  # the decompressed size of the values
@@ -150,19 +152,20 @@ def _record_at(data: bytes, decoded: int) -> int | None:
     if not last or kind != 0 or size != decoded:
         return None  # compressed, or more than one block
     checksum = 4 * (descriptor >> 2 & 1)
-    return at if len(data) - at - checksum == decoded else None
+    return at if end - at - checksum == decoded else None
 
 
-def _span(chunk: bytes, decoded: int, crc: int) -> tuple[int, int, int] | None:
-    """(span length, record start, span CRC32C) of a chunk laid out with no block header inside
-    (`chunk`: its header and data), if its record lies whole in it with CRC32C `crc`."""
-    at = _record_at(chunk[_CHUNK_HEADER.size :], decoded)
-    if at is None:
+def _span(data: bytes, at: int, end: int, decoded: int, crc: int) -> tuple[int, int, int] | None:
+    """(span length, record start, span CRC32C) of the chunk at `data[at:end]` (its header and
+    data, no block header inside), if its record lies whole in it with CRC32C `crc`."""
+    start = _record_at(data, at + _CHUNK_HEADER.size, end, decoded)
+    if start is None:
         return None
-    start = _CHUNK_HEADER.size + at
-    if google_crc32c.value(chunk[start : start + decoded]) != crc:
+    record = data[start : start + decoded]
+    if google_crc32c.value(record) != crc:
         return None
-    return start + decoded, start, google_crc32c.value(chunk[: start + decoded])
+    span = google_crc32c.extend(google_crc32c.value(data[at:start]), record)
+    return start + decoded - at, start - at, span
 
 
 def map_records(fd: int, size: int, crcs: array.array) -> RecordMap | None:
@@ -175,20 +178,19 @@ def map_records(fd: int, size: int, crcs: array.array) -> RecordMap | None:
     starts = array.array("I", bytes(4 * count))
     spans = array.array("I", bytes(4 * count))
     piece_at, piece = 0, b""
-
-    def read(begin: int, end: int) -> bytes:
-        nonlocal piece_at, piece
-        if begin < piece_at or end > piece_at + len(piece):
-            piece_at, piece = begin, os.pread(fd, max(end - begin, _READ_PIECE), begin)
-        return piece[begin - piece_at : end - piece_at]
-
     pos, record = 0, 0
     try:
         while record < count and pos < size:
             header_end = _with_overhead(pos, _CHUNK_HEADER.size)
-            _, data_size, _, kind, decoded = _CHUNK_HEADER.unpack(
-                _logical(read(pos, header_end), pos)
-            )
+            if header_end > piece_at + len(piece):  # the file in 1 MiB pieces, read once
+                piece_at, piece = pos, os.pread(fd, max(header_end - pos, _READ_PIECE), pos)
+            if pos % _BLOCK and header_end - pos == _CHUNK_HEADER.size:
+                header = _CHUNK_HEADER.unpack_from(piece, pos - piece_at)
+            else:
+                header = _CHUNK_HEADER.unpack(
+                    _logical(piece[pos - piece_at : header_end - piece_at], pos)
+                )
+            _, data_size, _, kind, decoded = header
             chunk_type, records = kind & 0xFF, kind >> 8
             data_end = _with_overhead(pos, _CHUNK_HEADER.size + data_size)
             end = max(data_end, _possible_boundary(pos + records))
@@ -202,7 +204,9 @@ def map_records(fd: int, size: int, crcs: array.array) -> RecordMap | None:
                     and pos % _BLOCK
                     and pos // _BLOCK == (data_end - 1) // _BLOCK
                 ):
-                    found = _span(read(pos, data_end), decoded, crcs[record])
+                    if data_end > piece_at + len(piece):
+                        piece_at, piece = pos, os.pread(fd, max(data_end - pos, _READ_PIECE), pos)
+                    found = _span(piece, pos - piece_at, data_end - piece_at, decoded, crcs[record])
                     if found is not None:
                         offsets[record] = pos
                         lengths[record], starts[record], spans[record] = found
@@ -216,8 +220,11 @@ def map_records(fd: int, size: int, crcs: array.array) -> RecordMap | None:
 
 
 def save_map(path: str, records: RecordMap) -> None:
-    """Writes `records` as the map of data file `path`, atomically."""
-    from tpufeed.storage.derived import write_derived
+    """Writes `records` as the map of data file `path`, atomically (little-endian hosts only:
+    the map's columns are written as they lie in memory)."""
+    if sys.byteorder != "little":  # pragma: no cover - every host tpufeed runs on
+        return
+    remove_dead_temporaries_once(os.path.dirname(path) or ".")  # a killed writer's
 
     def write(out: BinaryIO) -> None:
         out.write(_HEAD.pack(_MAGIC, records.count, records.size))
@@ -231,8 +238,6 @@ def load_map(path: str, count: int, size: int) -> RecordMap | None | str:
     """The map beside data file `path` of `count` records and `size` bytes, memory-mapped:
     None if there is none (or it was damaged: removed, with a warning), or a str saying why it
     is not this file's (a stale map: the caller removes it)."""
-    from tpufeed.storage.derived import open_derived
-
     found = open_derived(path + MAP_SUFFIX, f"the record map of {path}", remade=False)
     if found is None:
         return None
@@ -248,8 +253,8 @@ def load_map(path: str, count: int, size: int) -> RecordMap | None | str:
                 f"it maps {mapped_count:,} records of a {mapped_size:,}-byte file; the file has "
                 f"{count:,} records and {size:,} bytes"
             )
-        if sys.byteorder != "little" or count == 0:
-            return None  # pragma: no cover - a big-endian host reads through array_record
+        if sys.byteorder != "little":  # pragma: no cover - every host tpufeed runs on
+            return None
         whole = mmap.mmap(found.fd, found.size, prot=mmap.PROT_READ)
     finally:
         os.close(found.fd)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import array
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import Iterable
@@ -13,6 +14,8 @@ from array_record.python.array_record_module import ArrayRecordWriter
 
 from tpufeed.errors import InvalidArgumentError, SourceError
 from tpufeed.sources.array_record.record_map import MAP_SUFFIX, RecordMap, map_records, save_map
+
+log = logging.getLogger("tpufeed")
 
 
 def write_array_records(
@@ -69,7 +72,11 @@ def write_array_records(
 def _publish(tmp: str, path: str, crcs: array.array | None) -> None:
     """Renames the whole file `tmp` to `path`, with its record map beside it where it has one
     (`crcs`: its records' CRC32Cs; None: no map)."""
-    records_map = None if crcs is None else _map_of(tmp, crcs)
+    records_map = None
+    try:
+        records_map = None if crcs is None else _map_of(tmp, crcs)
+    except Exception as e:  # noqa: BLE001 - the map only speeds reads: the file stands alone
+        log.warning("%s: no record map made (%s); it is read without one", path, e)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path + MAP_SUFFIX)  # an earlier file's: never beside this one
     os.replace(tmp, path)
