@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["BLOCK_SIZE", "footer_offset", "sparse_copy"]
+__all__ = ["BLOCK_SIZE", "footer_offset", "read_varint", "sparse_copy"]
 
 BLOCK_SIZE = 1 << 16
 _BLOCK_HEADER = 24  # header hash, previous chunk, next chunk
@@ -35,12 +35,12 @@ def footer_offset(last_block: bytes, size: int) -> int | None:
     if len(data) != data_size or not data or data[0] != _NO_COMPRESSION:
         return None
     try:
-        sizes_length, pos = _varint(data, 1)
-        first_size, _ = _varint(data, pos)
+        sizes_length, pos = read_varint(data, 1)
+        first_size, _ = read_varint(data, pos)
         record = data[pos + sizes_length : pos + sizes_length + first_size]
         if not record or record[0] != _FOOTER_OFFSET_TAG:
             return None
-        offset, _ = _varint(record, 1)
+        offset, _ = read_varint(record, 1)
     except IndexError:
         return None
     return offset if _SIGNATURE_SIZE <= offset <= size - BLOCK_SIZE else None
@@ -57,7 +57,9 @@ def sparse_copy(path: str, size: int, pieces: list[tuple[int, bytes]]) -> None:
         os.close(fd)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint64 at `data[pos:]` and the position after it; IndexError if it is cut or
+    longer than ten bytes."""
     value = shift = 0
     while True:
         byte = data[pos]

@@ -34,6 +34,7 @@ from typing import BinaryIO
 
 import google_crc32c
 
+from tpufeed.storage.array_record_footer import BLOCK_SIZE, read_varint
 from tpufeed.storage.derived import open_derived, remove_dead_temporaries_once, write_derived
 
 __all__ = ["MAP_SUFFIX", "RecordMap", "load_map", "map_records", "save_map"]
@@ -41,7 +42,7 @@ __all__ = ["MAP_SUFFIX", "RecordMap", "load_map", "map_records", "save_map"]
 MAP_SUFFIX = ".ar.tpufeed-index"  # ends in ".tpufeed-index": globs of shards skip it
 _HEAD = struct.Struct("<8sQQ8x")
 _MAGIC = b"TPFARM\x00\x01"
-_BLOCK = 1 << 16
+_BLOCK = BLOCK_SIZE
 _BLOCK_HEADER = 24
 _USABLE = _BLOCK - _BLOCK_HEADER
 _CHUNK_HEADER = struct.Struct("<QQQQQ")  # hash, data size, data hash, type | records << 8, decoded
@@ -117,29 +118,17 @@ def _logical(raw: bytes, begin: int) -> bytes:
     return b"".join(pieces)
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
-    """The varint64 at `data[at:]` and the position after it; IndexError if it is cut."""
-    value = shift = 0
-    while True:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80 or shift >= 63:
-            return value, at
-        shift += 7
-
-
 def _record_at(data: bytes, at: int, end: int, decoded: int) -> int | None:
     """Where a simple chunk's one record lies whole in its data `data[at:end]`, or None where
     it was compressed (or is laid out in a way this walk does not know)."""
     compression = data[at]
-    sizes, at = _varint(data, at + 1)
+    sizes, at = read_varint(data, at + 1)
     at += sizes  # the compressed record sizes: one size, the record's, which `decoded` gives
     if compression == 0:
         return at if end - at == decoded else None
     if compression != _ZSTD:
         return None
-    _, at = _varint(data, at)  # the decompressed size of the values
+    _, at = read_varint(data, at)  # the decompressed size of the values
     if data[at : at + 4] != _ZSTD_MAGIC:
         return None
     descriptor = data[at + 4]
