@@ -33,14 +33,48 @@ def tpufeed_command() -> list[str]:
 def tpufeed(
     *args: object, cwd: object = None, timeout: float = 120, **kwargs: object
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*tpufeed_command(), *map(str, args)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **kwargs,
-    )
+    """Runs the `tpufeed` command; one that outlives `timeout` fails the test with the stacks
+    of its processes (py-spy, the dev extra's) and what it printed, then is killed."""
+    command = [*tpufeed_command(), *map(str, args)]
+    with subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs
+    ) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stacks = process_stacks(proc.pid)
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(
+                f"{' '.join(command[-len(args) :])} still ran after {timeout} s\n"
+                f"stderr:\n{err[-3000:]}\nstacks:\n{stacks}"
+            )
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def process_stacks(pid: int) -> str:
+    """The Python stacks of process `pid` and its children, as py-spy dumps them."""
+    import psutil
+
+    dumps = []
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return "(the process is gone)"
+    for proc in procs:
+        try:
+            done = subprocess.run(
+                ["py-spy", "dump", "--pid", str(proc.pid)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            dumps.append(
+                f"--- {proc.pid} {' '.join(proc.cmdline())[:200]}\n{done.stdout}{done.stderr}"
+            )
+        except (OSError, subprocess.TimeoutExpired, psutil.Error) as e:
+            dumps.append(f"--- {proc.pid}: no stack ({e})")
+    return "\n".join(dumps)[-20000:]
 
 
 no_proc = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux /proc")
@@ -401,7 +435,7 @@ def test_a_bad_record_met_by_a_beam_worker_process_is_the_same_one_line_error(tm
     (tmp_path / "mixed.jsonl").write_text('{"a": 1}\n{"a": "x"}\n')
     result = tpufeed(
         "build", "--input", "mixed.jsonl", "--output", "ds", "-q", "--workers", "2",
-        cwd=tmp_path, timeout=300,
+        cwd=tmp_path, timeout=240,
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-3000:]
     last = result.stderr.splitlines()[-1]
