@@ -263,3 +263,19 @@ def test_a_map_that_cannot_be_made_never_fails_the_write(tmp_path, monkeypatch, 
     assert "no record map made (no room to walk)" in caplog.text
     assert not os.path.exists(str(path) + MAP_SUFFIX)
     assert ArrayRecordSource(str(path)).__getitems__(np.arange(20)) == records
+
+
+def test_a_map_that_cannot_be_read_leaves_the_reads_to_array_record(tmp_path, monkeypatch):
+    from tpufeed.sources.array_record import direct
+
+    def failing(*args):
+        raise OSError(5, "Input/output error")
+
+    path = tmp_path / "d.array_record"
+    records = [os.urandom(500) for _ in range(30)]
+    write_array_records(path, records)
+    monkeypatch.setattr(direct, "load_map", failing)
+    source = ArrayRecordSource(str(path))
+    with pytest.warns(UserWarning, match="cannot be read .*Input/output error.*without it"):
+        assert source.__getitems__(np.arange(30)[::-1]) == records[::-1]
+    assert os.path.exists(str(path) + MAP_SUFFIX)  # kept: the next process may read it

@@ -76,7 +76,15 @@ class MappedFile:
 def open_mapped(path: str, count: int, pinned: FileIdentity, root: str | None) -> MappedFile | None:
     """The record map beside local file `path` (`count` records, the file `pinned` names),
     with the file open; None if it has none, or one that is not its own (removed, warned)."""
-    found = load_map(path, count, pinned.size)
+    try:
+        found = load_map(path, count, pinned.size)
+    except OSError as error:  # a map that cannot be read only costs speed: never a read
+        warnings.warn(
+            f"{path + MAP_SUFFIX}: the record map of {path} cannot be read ({error}); reads "
+            "go on without it",
+            stacklevel=3,
+        )
+        return None
     if isinstance(found, str):
         drop_map(path, f"is not this file's: {found}")
         return None

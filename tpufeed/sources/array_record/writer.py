@@ -77,7 +77,7 @@ def _publish(tmp: str, path: str, crcs: array.array | None) -> None:
         records_map = None if crcs is None else _map_of(tmp, crcs)
     except Exception as e:  # noqa: BLE001 - the map only speeds reads: the file stands alone
         log.warning("%s: no record map made (%s); it is read without one", path, e)
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):  # one left (a folder, say) is refused when read
         os.unlink(path + MAP_SUFFIX)  # an earlier file's: never beside this one
     os.replace(tmp, path)
     if records_map is not None:
