@@ -50,7 +50,6 @@ def test_records_read_through_the_map_are_the_records_written(tmp_path):
     loaded = load_map(str(files[0]), 600, os.path.getsize(files[0]))
     assert loaded is not None and not isinstance(loaded, str)
     mapped = sum(1 for i in range(600) if loaded.lengths[i])
-    loaded.close()
     assert 0 < mapped < 600  # the random ones; not the compressed ones, nor those over blocks
     source = ArrayRecordSource([str(p) for p in files])
     with warnings.catch_warnings():
@@ -128,7 +127,6 @@ def test_a_damaged_record_under_a_good_map_is_a_named_error_and_the_map_stays(tm
     assert loaded is not None and not isinstance(loaded, str)
     victim = next(i for i in range(50, 200) if loaded.lengths[i])
     at = loaded.offsets[victim] + loaded.starts[victim] + 100
-    loaded.close()
     with open(path, "r+b") as f:
         f.seek(at)
         byte = f.read(1)

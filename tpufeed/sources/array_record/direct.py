@@ -70,7 +70,6 @@ class MappedFile:
 
     def close(self) -> None:
         self._closes()  # once
-        self.map.close()
 
 
 def open_mapped(path: str, count: int, pinned: FileIdentity, root: str | None) -> MappedFile | None:
@@ -90,12 +89,7 @@ def open_mapped(path: str, count: int, pinned: FileIdentity, root: str | None) -
         return None
     if found is None:
         return None
-    try:
-        fd = open_regular(path, path, pinned, root)
-    except BaseException:
-        found.close()
-        raise
-    return MappedFile(path, found, fd)
+    return MappedFile(path, found, open_regular(path, path, pinned, root))
 
 
 def drop_map(path: str, problem: str) -> None:

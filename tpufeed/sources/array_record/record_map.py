@@ -14,7 +14,7 @@ The map is a derived file beside the data file (`<path>.ar.tpufeed-index`; globs
 it), written atomically with a CRC32C trailer (`tpufeed.storage.derived`). It is not keyed by
 the file's identity: every read checks its span against the map's CRC32C, so a map that does
 not match its file (a stale one, after the file was rewritten; a file damaged since) can never
-give a wrong record. The reader (`tpufeed.sources.array_record.file`) then asks array_record:
+give a wrong record. The reader (`tpufeed.sources.array_record.direct`) then asks array_record:
 a record that reads there means the map is stale (it is removed, with a warning); one that does
 not is the file's damage, raised by name.
 
@@ -26,7 +26,6 @@ one little-endian array.
 from __future__ import annotations
 
 import array
-import mmap
 import os
 import struct
 import sys
@@ -54,24 +53,19 @@ _FCS_SIZES = (0, 2, 4, 8)
 _DICT_SIZES = (0, 1, 2, 4)
 _READ_PIECE = 1 << 20
 
-Column = array.array | memoryview  # a column of the map: made (array) or loaded (mmap)
-
 
 class RecordMap:
     """A map: per record, the span's offset and length (0: not in the map), where the record
-    starts inside it, and the span's CRC32C (sequences of int: arrays as made, memoryviews of
-    the map file as loaded, shared by every process that maps it). `count` and `size` are the
-    file's."""
+    starts inside it, and the span's CRC32C, as arrays. `count` and `size` are the file's."""
 
     def __init__(
         self,
         count: int,
         size: int,
-        offsets: Column,
-        lengths: Column,
-        starts: Column,
-        crcs: Column,
-        keep: object = None,
+        offsets: array.array,
+        lengths: array.array,
+        starts: array.array,
+        crcs: array.array,
     ):
         self.count = count
         self.size = size
@@ -79,16 +73,6 @@ class RecordMap:
         self.lengths = lengths
         self.starts = starts
         self.crcs = crcs
-        self._keep = keep  # the mmap the memoryviews read
-
-    def close(self) -> None:
-        """Releases a loaded map's memory map (a map made by `map_records` holds none)."""
-        views = (self.offsets, self.lengths, self.starts, self.crcs)
-        for view in views:
-            if isinstance(view, memoryview):
-                view.release()
-        if isinstance(self._keep, mmap.mmap):
-            self._keep.close()
 
 
 def _with_overhead(pos: int, size: int) -> int:
@@ -224,34 +208,33 @@ def save_map(path: str, records: RecordMap) -> None:
 
 
 def load_map(path: str, count: int, size: int) -> RecordMap | None | str:
-    """The map beside data file `path` of `count` records and `size` bytes, memory-mapped:
-    None if there is none (or it was damaged: removed, with a warning), or a str saying why it
-    is not this file's (a stale map: the caller removes it)."""
+    """The map beside data file `path` of `count` records and `size` bytes, read into memory
+    (20 bytes a record; not memory-mapped: a map file cut in place under a mapping would kill
+    the process): None if there is none (or it was damaged: removed, with a warning), or a str
+    saying why it is not this file's (a stale map: the caller removes it)."""
     found = open_derived(path + MAP_SUFFIX, f"the record map of {path}", remade=False)
     if found is None:
         return None
     try:
-        if found.size < _HEAD.size:
-            return "it is shorter than its head"
-        head = os.pread(found.fd, _HEAD.size, 0)
-        magic, mapped_count, mapped_size = _HEAD.unpack(head)
-        if magic != _MAGIC:
-            return "it is of another version of tpufeed"
-        if (mapped_count, mapped_size) != (count, size) or found.size != _HEAD.size + 20 * count:
-            return (
-                f"it maps {mapped_count:,} records of a {mapped_size:,}-byte file; the file has "
-                f"{count:,} records and {size:,} bytes"
-            )
-        if sys.byteorder != "little":  # pragma: no cover - every host tpufeed runs on
-            return None
-        whole = mmap.mmap(found.fd, found.size, prot=mmap.PROT_READ)
+        data = os.pread(found.fd, found.size, 0)
     finally:
         os.close(found.fd)
-    view = memoryview(whole)
+    if len(data) != found.size or found.size < _HEAD.size:
+        return "it is shorter than its head" if len(data) < _HEAD.size else "it was cut as read"
+    magic, mapped_count, mapped_size = _HEAD.unpack_from(data)
+    if magic != _MAGIC:
+        return "it is of another version of tpufeed"
+    if (mapped_count, mapped_size) != (count, size) or found.size != _HEAD.size + 20 * count:
+        return (
+            f"it maps {mapped_count:,} records of a {mapped_size:,}-byte file; the file has "
+            f"{count:,} records and {size:,} bytes"
+        )
+    columns = []
     at = _HEAD.size
-    offsets = view[at : at + 8 * count].cast("Q")
-    lengths = view[at + 8 * count : at + 12 * count].cast("I")
-    starts = view[at + 12 * count : at + 16 * count].cast("I")
-    crcs = view[at + 16 * count : at + 20 * count].cast("I")
-    view.release()
-    return RecordMap(count, size, offsets, lengths, starts, crcs, keep=whole)
+    for code, width in (("Q", 8), ("I", 4), ("I", 4), ("I", 4)):
+        column = array.array(code, data[at : at + width * count])
+        if sys.byteorder != "little":  # pragma: no cover - every host tpufeed runs on
+            column.byteswap()
+        columns.append(column)
+        at += width * count
+    return RecordMap(count, size, *columns)
