@@ -277,3 +277,16 @@ def test_a_map_that_cannot_be_read_leaves_the_reads_to_array_record(tmp_path, mo
     with pytest.warns(UserWarning, match="cannot be read .*Input/output error.*without it"):
         assert source.__getitems__(np.arange(30)[::-1]) == records[::-1]
     assert os.path.exists(str(path) + MAP_SUFFIX)  # kept: the next process may read it
+
+
+def test_a_map_cut_in_place_while_in_use_changes_nothing(tmp_path):
+    """An in-place copy (or rsync --inplace) truncates the map a reader has loaded: the reader
+    reads on, each span still checked against the data file."""
+    path = tmp_path / "d.array_record"
+    records = [os.urandom(800) for _ in range(100)]
+    write_array_records(path, records)
+    source = ArrayRecordSource(str(path))
+    assert source.__getitems__(np.arange(50)) == records[:50]
+    with open(str(path) + MAP_SUFFIX, "r+b") as f:
+        f.truncate(10)
+    assert source.__getitems__(np.arange(100)[::-1]) == records[::-1]
