@@ -121,9 +121,9 @@ def open_derived(path: str, what: str, remade: bool = True) -> Derived | None:
     return None
 
 
-def read_derived(path: str, what: str) -> bytes | None:
+def read_derived(path: str, what: str, remade: bool = True) -> bytes | None:
     """The payload of `path` (see `open_derived`), or None."""
-    found = open_derived(path, what)
+    found = open_derived(path, what, remade)
     if found is None:
         return None
     try:

@@ -34,7 +34,7 @@ from typing import BinaryIO
 import google_crc32c
 
 from tpufeed.storage.array_record_footer import BLOCK_SIZE, read_varint
-from tpufeed.storage.derived import open_derived, remove_dead_temporaries_once, write_derived
+from tpufeed.storage.derived import read_derived, remove_dead_temporaries_once, write_derived
 
 __all__ = ["MAP_SUFFIX", "RecordMap", "load_map", "map_records", "save_map"]
 
@@ -212,19 +212,15 @@ def load_map(path: str, count: int, size: int) -> RecordMap | None | str:
     (20 bytes a record; not memory-mapped: a map file cut in place under a mapping would kill
     the process): None if there is none (or it was damaged: removed, with a warning), or a str
     saying why it is not this file's (a stale map: the caller removes it)."""
-    found = open_derived(path + MAP_SUFFIX, f"the record map of {path}", remade=False)
-    if found is None:
+    data = read_derived(path + MAP_SUFFIX, f"the record map of {path}", remade=False)
+    if data is None:
         return None
-    try:
-        data = os.pread(found.fd, found.size, 0)
-    finally:
-        os.close(found.fd)
-    if len(data) != found.size or found.size < _HEAD.size:
-        return "it is shorter than its head" if len(data) < _HEAD.size else "it was cut as read"
+    if len(data) < _HEAD.size:
+        return "it is shorter than its head"
     magic, mapped_count, mapped_size = _HEAD.unpack_from(data)
     if magic != _MAGIC:
         return "it is of another version of tpufeed"
-    if (mapped_count, mapped_size) != (count, size) or found.size != _HEAD.size + 20 * count:
+    if (mapped_count, mapped_size) != (count, size) or len(data) != _HEAD.size + 20 * count:
         return (
             f"it maps {mapped_count:,} records of a {mapped_size:,}-byte file; the file has "
             f"{count:,} records and {size:,} bytes"
