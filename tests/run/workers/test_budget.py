@@ -26,11 +26,23 @@ class ShmPeak:
     A look reads this process's mappings, then the worker's, then this process's again, and
     counts the worker's segments and those this process held at both ends: all of them
     existed together, so the figure is never more than the truth (it may be less).
+    `take(items)` waits after each item for a look begun after it arrived, so that a loaded
+    machine that starves the sampling thread still has it look while the workers run.
     """
 
     def __init__(self):
         self.peak = 0
         self._done = threading.Event()
+        self._looked = threading.Condition()
+        self._looks = 0
+
+    def take(self, items):
+        """Each of `items`, then a wait (at most 5 s) for a whole look begun after it came."""
+        for item in items:
+            with self._looked:
+                after = self._looks + 1
+                self._looked.wait_for(lambda a=after: self._looks > a, timeout=5)
+            yield item
 
     def __enter__(self):
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -52,6 +64,9 @@ class ShmPeak:
                     mine = {**held, **theirs}
                     total = sum(v for k, v in mine.items() if k.rsplit("-", 1)[0] == worker)
                     self.peak = max(self.peak, total)
+            with self._looked:
+                self._looks += 1
+                self._looked.notify_all()
 
 
 def _segments(pid):
@@ -106,7 +121,7 @@ def test_batches_that_together_overrun_the_budget_wait_and_stay_within_it(prefet
     budget = 2 * 400 * KB
     ds = _rows(400, 32 * KB, 0.002).batch(8).prefetch(prefetch).options(shm_budget_bytes=budget)
     with ShmPeak() as shm:
-        kept = list(ds.workers(2, isolate=True))
+        kept = list(shm.take(ds.workers(2, isolate=True)))
     assert 0 < shm.peak <= budget // 2
     assert all(np.array_equal(a["x"], b["x"]) for a, b in zip(kept, _rows(400, 32 * KB).batch(8)))
     assert len(kept) == 50
@@ -125,7 +140,9 @@ def test_growing_batches_give_their_old_segments_back_within_the_budget():
     budget = 2 * (sizes[-1] * 8 * 5 // 4 + 4 * KB)
     ds = tpufeed.Dataset.from_sequence(sizes).map(_zeros).batch(4)
     with ShmPeak() as shm:
-        got = [b.shape for b in ds.options(shm_budget_bytes=budget).workers(2, isolate=True)]
+        got = [
+            b.shape for b in shm.take(ds.options(shm_budget_bytes=budget).workers(2, isolate=True))
+        ]
     assert got == [(4, n) for n in sizes[::4]]
     assert 0 < shm.peak <= budget // 2
 
@@ -134,7 +151,7 @@ def test_growing_batches_give_their_old_segments_back_within_the_budget():
 def test_unbatched_elements_larger_than_a_share_come_through_the_pipe():
     ds = _rows(40, 64 * KB).options(shm_budget_bytes=64 * KB).workers(2, isolate=True)
     with ShmPeak() as shm:
-        got = [int(e["x"][0]) for e in ds]
+        got = [int(e["x"][0]) for e in shm.take(ds)]
     assert got == list(range(40)) and shm.peak == 0
 
 
@@ -165,7 +182,7 @@ def test_growing_batches_that_the_loop_keeps_are_delivered_not_a_hang(workers, s
     budget = workers * (1 << 20)
     ds = tpufeed.Dataset.from_sequence(sizes).map(_zeros).batch(4)
     with ShmPeak() as shm:
-        kept = list(ds.options(shm_budget_bytes=budget).workers(workers, isolate=True))
+        kept = list(shm.take(ds.options(shm_budget_bytes=budget).workers(workers, isolate=True)))
     assert [b.shape for b in kept] == [(4, n) for n in sizes[::4]]
     assert all(not b.any() for b in kept)
     assert 0 < shm.peak <= budget // workers
