@@ -142,11 +142,11 @@ def alive_at_exit():  # registered first, so it runs after tpufeed's own exit ho
     print("alive at exit:", names, flush=True)
 
 atexit.register(alive_at_exit)
-from tpufeed.run.hosts import clock_offset
+from tpufeed.run.hosts import clock_offset, exit_safe
 server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 client = dist.TCPStore("127.0.0.1", server.port, is_master=False)
 keys = clock_offset.StoreKeys.of_torch(client, "a TCPStore")
-clock_offset._start(clock_offset.measure, (keys, "x/", 1, 2), "tpufeed-clock-offset")
+exit_safe.start(clock_offset.measure, (keys, "x/", 1, 2), "tpufeed-clock-offset")
 time.sleep(0.3)  # the thread waits for a process 0 that never answers
 """
 

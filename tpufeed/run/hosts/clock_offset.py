@@ -26,15 +26,13 @@ first answer (the hosts start their recordings at different moments), `ROUND_S` 
 after it. A host whose process 0 does not answer, or whose store fails, warns and records no
 offset: its file is then aligned by wall clock only. A wait is made of calls of at most
 `SLICE_S`, and the process's exit stops the threads and waits for their call in flight (at
-most `SLICE_S` and a round trip): a thread still inside the store's native client when Python
-finalises would abort the process ("terminate called without an active exception").
+most `SLICE_S` and a round trip; `tpufeed.run.hosts.exit_safe`): a thread still inside the
+store's native client when Python finalises would abort the process.
 """
 
 from __future__ import annotations
 
-import atexit
 import itertools
-import threading
 import time
 import uuid
 import warnings
@@ -44,6 +42,7 @@ from typing import Any
 from tpufeed.observe import pod_clock
 from tpufeed.observe.pod_clock import PodClock
 from tpufeed.order.processes import initialised_runtime
+from tpufeed.run.hosts.exit_safe import Exiting, exiting, guarded, start
 from tpufeed.run.hosts.key_value_agreement import NOT_YET
 from tpufeed.run.hosts.torch_store import StoreClient
 
@@ -61,7 +60,6 @@ ROUNDS = 8  # round trips per host: the shortest is kept
 CONTACT_S = 60.0  # the longest wait for the first answer (or, on process 0, the first ask)
 ROUND_S = 2.0  # the longest wait for each answer (or ask) after the first
 SLICE_S = 0.5  # the longest one call of a wait: the exit waits for no longer call
-_EXIT_WAIT_S = 2.0  # how long the exit waits for the threads' calls in flight, at most
 
 _MEASUREMENTS = itertools.count()  # one key prefix per measurement, the same on every host
 Clock = Callable[[], int]
@@ -80,13 +78,17 @@ class StoreKeys:
     `set`, `get` (None when `timeout_s` passes first) and `delete`."""
 
     def __init__(self, client: Any, service: str, torch_store: Any = None):
-        self._client, self.service, self._store = client, service, torch_store
+        self._owner = client if torch_store is None else torch_store
+        self.service = service
+        # guarded: a call on a daemon thread never aborts the process's exit
+        self._client = guarded(client)
+        self._store = None if torch_store is None else guarded(torch_store)
 
     @property
     def owner(self) -> object:
         """What the keys live in: one measurement per store (a new run in this process, a new
         one)."""
-        return self._client if self._store is None else self._store
+        return self._owner
 
     @classmethod
     def of_torch(cls, store: Any, service: str) -> StoreKeys:
@@ -100,7 +102,7 @@ class StoreKeys:
         exits, or a trace file was written without the measurement (checked between calls of
         at most `SLICE_S`)."""
         deadline = time.monotonic() + timeout_s
-        while not _exiting.is_set() and not pod_clock.given_up():
+        while not exiting() and not pod_clock.given_up():
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
@@ -110,7 +112,7 @@ class StoreKeys:
             except Exception as exc:  # each runtime raises its own error types
                 if not str(exc).startswith(NOT_YET):
                     raise
-        if _exiting.is_set():
+        if exiting():
             raise Exiting("this process exited first")
         raise Exiting("the trace file was written without it first")
 
@@ -119,46 +121,6 @@ class StoreKeys:
             self._store.delete_key(key)
         else:
             self._client.key_value_delete(key)
-
-
-class Exiting(Exception):
-    """The process exits: a measurement's thread stops waiting."""
-
-
-_exiting = threading.Event()
-_threads: set[threading.Thread] = set()
-_threads_lock = threading.Lock()
-_hooked = False
-
-
-def _start(target: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
-    """`target(*args)` on a daemon thread that the process's exit stops and waits for."""
-    global _hooked
-    with _threads_lock:
-        if not _hooked:
-            atexit.register(_stop_all)
-            _hooked = True
-        thread = threading.Thread(target=_tracked, args=(target, args), name=name, daemon=True)
-        _threads.add(thread)
-    thread.start()
-
-
-def _tracked(target: Callable[..., None], args: tuple[Any, ...]) -> None:
-    try:
-        target(*args)
-    finally:
-        with _threads_lock:
-            _threads.discard(threading.current_thread())
-
-
-def _stop_all() -> None:
-    """At exit: every measurement's thread told to stop, and waited for (bounded)."""
-    _exiting.set()
-    deadline = time.monotonic() + _EXIT_WAIT_S
-    with _threads_lock:
-        running = list(_threads)
-    for thread in running:
-        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def measure_in_background() -> None:
@@ -171,7 +133,7 @@ def measure_in_background() -> None:
     if hosts < 2 or not pod_clock.begin(keys.owner):
         return
     prefix = f"tpufeed/clock/{next(_MEASUREMENTS)}/"
-    _start(_measure_and_settle, (keys, prefix, host, hosts), "tpufeed-clock-offset")
+    start(_measure_and_settle, (keys, prefix, host, hosts), "tpufeed-clock-offset")
 
 
 def _measure_and_settle(keys: StoreKeys, prefix: str, host: int, hosts: int) -> None:
@@ -179,7 +141,7 @@ def _measure_and_settle(keys: StoreKeys, prefix: str, host: int, hosts: int) -> 
         clock = measure(keys, prefix, host, hosts)
     except Exception as exc:  # noqa: BLE001 - a failed measurement is a note, never a crash
         clock = PodClock(host, hosts, note=f"{keys.service} failed: {_first_line(exc)}")
-    if clock.offset_ns is None and not _exiting.is_set() and not pod_clock.given_up():
+    if clock.offset_ns is None and not exiting() and not pod_clock.given_up():
         warnings.warn(
             f"host {host}: the clock offset to process 0 was not measured ({clock.note}); this "
             "host's trace file is aligned by wall clock only in `tpufeed trace merge`",
@@ -219,7 +181,7 @@ def measure(
         token = uuid.uuid4().hex[:16]
         for peer in range(1, hosts):
             args = (keys, prefix, peer, token, clock, wall, contact_s)
-            _start(_answer, args, f"tpufeed-clock-answer-{peer}")
+            start(_answer, args, f"tpufeed-clock-answer-{peer}")
         now = clock()
         reference = wall() - now
         return PodClock(0, hosts, 0, 0, reference, token, keys.service, ROUNDS, None, now)
@@ -267,7 +229,7 @@ def _ask(
     except Exception as exc:  # noqa: BLE001 - the store failed: process 0 gone, network cut
         note = f"{keys.service} failed: {_first_line(exc)}"
     finally:
-        if not _exiting.is_set():  # at exit the keys go with the store
+        if not exiting():  # at exit the keys go with the store
             _clean(keys, prefix, host, rounds + 1)
     if best is None:
         return PodClock(host, hosts, service=keys.service, note=note)

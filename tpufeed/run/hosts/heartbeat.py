@@ -32,6 +32,7 @@ from typing import Any
 
 from tpufeed.errors import HostLostError
 from tpufeed.ops.base import now
+from tpufeed.run.hosts.exit_safe import exiting
 
 __all__ = ["BEAT_S", "Heartbeat"]
 
@@ -127,7 +128,7 @@ class Heartbeat:
 
     def _run(self) -> None:
         count = 0
-        while not self._stop.is_set() and self._connected():
+        while not self._stop.is_set() and self._connected() and not exiting():
             self._round(count)
             count += 1
             self._stop.wait(BEAT_S)

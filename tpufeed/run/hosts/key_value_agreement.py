@@ -21,6 +21,7 @@ from typing import Any
 
 from tpufeed.errors import HostLostError, InvalidArgumentError
 from tpufeed.ops.base import now
+from tpufeed.run.hosts.exit_safe import guarded
 from tpufeed.run.hosts.heartbeat import BEAT_S, Heartbeat
 
 __all__ = ["NOT_YET", "KeyValueAgreement"]
@@ -50,6 +51,7 @@ class KeyValueAgreement:
                 f"{type(self).__name__} needs lost_after_s >= {3 * BEAT_S:g} (a few heartbeats "
                 f"of {BEAT_S:g} s) and timeout_s > 0, got {lost_after_s!r} and {timeout_s!r}"
             )
+        client = guarded(client)  # its calls on daemon threads never abort the process's exit
         self._client, self._service = client, service
         self._hosts, self._host = hosts, host
         self._bits = hosts.bit_length()  # one field holds a count of hosts

@@ -29,6 +29,7 @@ from typing import Any
 
 from tpufeed.errors import HostLostError, InvalidArgumentError
 from tpufeed.order.processes import initialised_runtime, process_of_run
+from tpufeed.run.hosts.exit_safe import Exiting, exiting, guarded
 from tpufeed.run.hosts.pod_summary import HostSummary, Meter, PodStats
 from tpufeed.run.hosts.pod_verdict import Verdicts, fresh, judge
 from tpufeed.run.hosts.torch_store import StoreClient
@@ -56,7 +57,9 @@ class PodSharer:
         interval_s: float,
         connected: Callable[[], bool],
     ):
-        self.client, self.service, self.host, self.hosts = client, service, host, hosts
+        # guarded: a call on the daemon thread never aborts the process's exit
+        self.client, self.service = guarded(client), service
+        self.host, self.hosts = host, hosts
         self.interval_s, self._connected = interval_s, connected
         self.pid = os.getpid()
         self._meter = Meter(host, hosts)
@@ -96,7 +99,7 @@ class PodSharer:
             return self._latest
 
     def _run(self) -> None:
-        while self._connected():
+        while self._connected() and not exiting():
             self._retuned.clear()
             if self._retuned.wait(self.interval_s):
                 continue  # a new interval: wait it out from now
@@ -104,6 +107,8 @@ class PodSharer:
                 return
             try:
                 self._round()
+            except Exiting:
+                return
             except Exception as exc:  # noqa: BLE001 - the store's clients raise their own types
                 self._failed(exc)
 
