@@ -8,11 +8,12 @@ unwinding through the client's C++ frames aborts the whole process after the use
 has finished: "terminate called after throwing an instance of ''", "FATAL: exception not
 rethrown", SIGABRT, a core file and a failed job.
 
-So every such call goes through `guarded(client)`, and such a thread is started by `start`.
-At the process's exit (an atexit hook: those run before daemon threads are ended) new calls
-raise `Exiting`, and the exit waits for the calls in flight to return and for the threads of
-`start` to end, for at most `EXIT_WAIT_S` in all: the longest call tpufeed makes blocks for one
-heartbeat (`heartbeat.BEAT_S`, 1 s).
+So every such call goes through `guarded(client)`. At the process's exit (an atexit hook:
+those run before daemon threads are ended, and before JAX's own hook shuts its client down)
+new calls raise `Exiting`, and the exit waits for the calls in flight to return, and for the
+threads started by `start` (the clock measurement's, which stop on `Exiting`) to end, for at
+most `EXIT_WAIT_S` in all: the longest call tpufeed makes blocks for one heartbeat
+(`heartbeat.BEAT_S`, 1 s). A thread left in a pure-Python wait ends harmlessly.
 """
 
 from __future__ import annotations
